@@ -1,0 +1,11 @@
+# implicit_target_options(<target>): the project's warning and sanitizer flags,
+# applied per target (never globally).
+function(implicit_target_options target)
+  target_compile_options(${target} PRIVATE
+    $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra>)
+  if(IMPLICIT_SANITIZE)
+    target_compile_options(${target} PRIVATE
+      $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined>)
+    target_link_options(${target} PRIVATE -fsanitize=address,undefined)
+  endif()
+endfunction()

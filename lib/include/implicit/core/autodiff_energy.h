@@ -1,0 +1,215 @@
+// User energies: write E once, get gradient, Hessian-vector and parameter
+// products automatically and exactly (forward-mode dual numbers, ceres::Jet).
+//
+// The user writes a functor templated on the scalar type T that returns the
+// energy of ONE sample x (length n) given the parameter vector theta:
+//
+//   struct SoftRetrieval {
+//     implicit::Matrix<double> X;   // stored patterns, n x N
+//     double beta;
+//     template <typename T>
+//     T operator()(const implicit::Vector<T>& x, const implicit::Vector<T>& theta) const {
+//       using std::exp; using std::log;
+//       implicit::Vector<T> s = X.cast<T>().transpose() * x * T(beta);
+//       T m = s.maxCoeff();
+//       return T(0.5) * x.squaredNorm() - (m + log((s.array() - m).exp().sum())) / T(beta);
+//     }
+//   };
+//   implicit::AutoDiffEnergy<SoftRetrieval, double> energy(SoftRetrieval{X, 2.0}, n);
+//
+// Parameters: pass a ParameterSet to the constructor; theta is its flat
+// values() vector (empty when there are none).
+//
+// Cost, with n the state dimension, p the number of parameters, K = kChunk
+// (default 8) and C the cost of one scalar evaluation of E:
+//   Value                 C per sample
+//   Gradient              ceil(n/K) evaluations in K-wide duals: about n*C
+//   HessianVectorProduct  ceil(n/K) evaluations in nested duals:  about 2n*C
+//   ParameterVJP          ceil(p/K) evaluations in nested duals:  about 2p*C
+// so a gradient of an energy whose own cost grows like n costs O(n^2): fine
+// for prototyping and for checking closed-form layers, not for large states.
+// Built-in layers implement the same products in closed form at O(C).
+#pragma once
+
+#include <implicit/core/energy.h>
+#include <implicit/core/parameters.h>
+#include <implicit/core/types.h>
+
+#include <ceres/jet.h>
+
+#include <algorithm>
+#include <type_traits>
+#include <utility>
+
+namespace implicit {
+namespace internal {
+
+// ceres::Jet<Scalar, 1> that converts implicitly from arithmetic values and
+// from its base, so that the nested dual ceres::Jet<DirectionalJet, K> can be
+// built from literals (T(0.5), Eigen's Scalar(0)) like any other scalar.
+template <typename Scalar>
+struct DirectionalJet : ceres::Jet<Scalar, 1> {
+  using Base = ceres::Jet<Scalar, 1>;
+  DirectionalJet() = default;
+  DirectionalJet(const Base& jet) : Base(jet) {}  // NOLINT: implicit by design
+  template <typename A, typename = std::enable_if_t<std::is_arithmetic<A>::value>>
+  DirectionalJet(A value) : Base(static_cast<Scalar>(value)) {}  // NOLINT
+};
+
+// Comparisons look at the value part only, as ceres::Jet's do.
+#define IMPLICIT_DIRECTIONAL_JET_COMPARISON(op)                                        \
+  template <typename S>                                                                \
+  bool operator op(const DirectionalJet<S>& f, const DirectionalJet<S>& g) {           \
+    return f.a op g.a;                                                                 \
+  }                                                                                    \
+  template <typename S, typename A, typename = std::enable_if_t<std::is_arithmetic<A>::value>> \
+  bool operator op(const DirectionalJet<S>& f, A g) {                                  \
+    return f.a op static_cast<S>(g);                                                   \
+  }                                                                                    \
+  template <typename S, typename A, typename = std::enable_if_t<std::is_arithmetic<A>::value>> \
+  bool operator op(A f, const DirectionalJet<S>& g) {                                  \
+    return static_cast<S>(f) op g.a;                                                   \
+  }
+IMPLICIT_DIRECTIONAL_JET_COMPARISON(<)
+IMPLICIT_DIRECTIONAL_JET_COMPARISON(<=)
+IMPLICIT_DIRECTIONAL_JET_COMPARISON(>)
+IMPLICIT_DIRECTIONAL_JET_COMPARISON(>=)
+IMPLICIT_DIRECTIONAL_JET_COMPARISON(==)
+IMPLICIT_DIRECTIONAL_JET_COMPARISON(!=)
+#undef IMPLICIT_DIRECTIONAL_JET_COMPARISON
+
+}  // namespace internal
+
+template <typename Functor, typename Scalar, int kChunk = 8>
+class AutoDiffEnergy : public Energy<Scalar> {
+  static_assert(kChunk >= 1, "AutoDiffEnergy: kChunk must be at least 1");
+
+ public:
+  using Dual = ceres::Jet<Scalar, kChunk>;        // first derivatives
+  using Inner = internal::DirectionalJet<Scalar>;  // one direction
+  using Dual2 = ceres::Jet<Inner, kChunk>;        // directional second derivatives
+
+  AutoDiffEnergy(Functor functor, Index dimension,
+                 ParameterSet<Scalar> parameters = ParameterSet<Scalar>())
+      : functor_(std::move(functor)),
+        dimension_(dimension),
+        parameters_(std::move(parameters)) {
+    if (dimension <= 0) {
+      throw std::invalid_argument("AutoDiffEnergy: dimension must be > 0");
+    }
+  }
+
+  const Functor& functor() const { return functor_; }
+  Index dimension() const override { return dimension_; }
+  Index num_parameters() const override { return parameters_.size(); }
+  ParameterSet<Scalar>* parameters() override { return &parameters_; }
+
+  void Value(ConstMatrixRef<Scalar> x, VectorRef<Scalar> values) const override {
+    internal::CheckBatch("AutoDiffEnergy::Value(x)", x, dimension_);
+    internal::CheckShape("AutoDiffEnergy::Value(values)", values, x.cols(), 1);
+    const Vector<Scalar>& theta = parameters_.values();
+    Vector<Scalar> xb(dimension_);
+    for (Index b = 0; b < x.cols(); ++b) {
+      xb = x.col(b);
+      values(b) = functor_(xb, theta);
+    }
+  }
+
+  void Gradient(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> grad) const override {
+    internal::CheckBatch("AutoDiffEnergy::Gradient(x)", x, dimension_);
+    internal::CheckShape("AutoDiffEnergy::Gradient(grad)", grad, x.rows(), x.cols());
+    const Vector<Dual> theta = Lift<Dual>(parameters_.values());
+    for (Index b = 0; b < x.cols(); ++b) {
+      Vector<Dual> xd = Lift<Dual>(x.col(b));
+      ForEachChunk(dimension_, [&](Index c, Index len) {
+        for (Index k = 0; k < len; ++k) xd(c + k).v[k] = Scalar(1);
+        const Dual e = functor_(xd, theta);
+        for (Index k = 0; k < len; ++k) {
+          grad(c + k, b) = e.v[k];
+          xd(c + k).v[k] = Scalar(0);
+        }
+      });
+    }
+  }
+
+  void HessianVectorProduct(ConstMatrixRef<Scalar> x, ConstMatrixRef<Scalar> v,
+                            MatrixRef<Scalar> out) const override {
+    internal::CheckBatch("AutoDiffEnergy::HessianVectorProduct(x)", x, dimension_);
+    internal::CheckShape("AutoDiffEnergy::HessianVectorProduct(v)", v, x.rows(), x.cols());
+    internal::CheckShape("AutoDiffEnergy::HessianVectorProduct(out)", out, x.rows(), x.cols());
+    const Vector<Dual2> theta = Lift<Dual2>(parameters_.values());
+    for (Index b = 0; b < x.cols(); ++b) {
+      Vector<Dual2> xd = LiftWithDirection(x.col(b), v.col(b));
+      ForEachChunk(dimension_, [&](Index c, Index len) {
+        for (Index k = 0; k < len; ++k) xd(c + k).v[k] = Inner(Scalar(1));
+        const Dual2 e = functor_(xd, theta);
+        for (Index k = 0; k < len; ++k) {
+          out(c + k, b) = e.v[k].v[0];
+          xd(c + k).v[k] = Inner(Scalar(0));
+        }
+      });
+    }
+  }
+
+  void ParameterVectorJacobianProduct(ConstMatrixRef<Scalar> x,
+                                      ConstMatrixRef<Scalar> u,
+                                      VectorRef<Scalar> out) const override {
+    internal::CheckBatch("AutoDiffEnergy::ParameterVectorJacobianProduct(x)", x, dimension_);
+    internal::CheckShape("AutoDiffEnergy::ParameterVectorJacobianProduct(u)", u, x.rows(), x.cols());
+    internal::CheckShape("AutoDiffEnergy::ParameterVectorJacobianProduct(out)", out,
+                         num_parameters(), 1);
+    out.setZero();
+    Vector<Dual2> theta = Lift<Dual2>(parameters_.values());
+    for (Index b = 0; b < x.cols(); ++b) {
+      const Vector<Dual2> xd = LiftWithDirection(x.col(b), u.col(b));
+      ForEachChunk(num_parameters(), [&](Index c, Index len) {
+        for (Index k = 0; k < len; ++k) theta(c + k).v[k] = Inner(Scalar(1));
+        const Dual2 e = functor_(xd, theta);
+        for (Index k = 0; k < len; ++k) {
+          out(c + k) += e.v[k].v[0];
+          theta(c + k).v[k] = Inner(Scalar(0));
+        }
+      });
+    }
+  }
+
+ private:
+  template <typename F>
+  static void ForEachChunk(Index n, F&& f) {
+    for (Index c = 0; c < n; c += kChunk) f(c, std::min<Index>(kChunk, n - c));
+  }
+
+  // Constants (all derivative parts zero) of dual type D.
+  template <typename D, typename Derived>
+  static Vector<D> Lift(const Eigen::MatrixBase<Derived>& values) {
+    Vector<D> out(values.size());
+    for (Index i = 0; i < values.size(); ++i) out(i) = D(LiftScalar<D>(values(i)));
+    return out;
+  }
+  template <typename D>
+  static auto LiftScalar(Scalar s) {
+    if constexpr (std::is_same<D, Dual2>::value) {
+      return Inner(s);
+    } else {
+      return s;
+    }
+  }
+  // x + eps * dir in the inner dual, derivative parts of the outer zero.
+  template <typename A, typename B>
+  static Vector<Dual2> LiftWithDirection(const Eigen::MatrixBase<A>& x,
+                                         const Eigen::MatrixBase<B>& dir) {
+    Vector<Dual2> out(x.size());
+    for (Index i = 0; i < x.size(); ++i) {
+      Inner inner(x(i));
+      inner.v[0] = dir(i);
+      out(i) = Dual2(inner);
+    }
+    return out;
+  }
+
+  Functor functor_;
+  Index dimension_;
+  ParameterSet<Scalar> parameters_;
+};
+
+}  // namespace implicit

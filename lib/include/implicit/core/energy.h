@@ -1,0 +1,88 @@
+// The Energy concept: a scalar energy E(x; theta) per sample of a batch.
+//
+// An energy-based layer's forward pass is a stationary point grad_x E = 0. A
+// built-in energy implements every method below in closed form (GEMM-based, all
+// samples at once); a user energy is written once as a templated callable and
+// wrapped by AutoDiffEnergy (autodiff_energy.h), which derives the rest.
+//
+//   class Quadratic : public implicit::Energy<double> {  // E = 0.5 |x|^2
+//    public:
+//     Index dimension() const override { return 3; }
+//     void Value(ConstMatrixRef<double> x, VectorRef<double> e) const override {
+//       e = 0.5 * x.colwise().squaredNorm().transpose();
+//     }
+//     void Gradient(ConstMatrixRef<double> x, MatrixRef<double> g) const override { g = x; }
+//     void HessianVectorProduct(ConstMatrixRef<double>, ConstMatrixRef<double> v,
+//                               MatrixRef<double> hv) const override { hv = v; }
+//   };
+//
+// Shapes: x, gradients and directions are dimension() x B; values are B x 1.
+// Parameter derivatives are summed over the batch (they feed one gradient).
+#pragma once
+
+#include <implicit/core/parameters.h>
+#include <implicit/core/types.h>
+
+#include <stdexcept>
+#include <string>
+
+namespace implicit {
+
+template <typename Scalar>
+class Energy {
+ public:
+  virtual ~Energy() = default;
+
+  // Dimension n of one sample's state.
+  virtual Index dimension() const = 0;
+
+  // values(b) = E(x_b).
+  virtual void Value(ConstMatrixRef<Scalar> x, VectorRef<Scalar> values) const = 0;
+  // grad.col(b) = grad_x E(x_b).
+  virtual void Gradient(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> grad) const = 0;
+  // out.col(b) = hess_x E(x_b) v_b.
+  virtual void HessianVectorProduct(ConstMatrixRef<Scalar> x,
+                                    ConstMatrixRef<Scalar> v,
+                                    MatrixRef<Scalar> out) const = 0;
+
+  // The direction the energy's own dynamics move along, x <- x - a * D(x).
+  // Defaults to the gradient. The Energy Transformer overrides it with
+  // dE/dg (g = LayerNorm(x)), which also never increases E and vanishes
+  // exactly where the gradient does.
+  virtual void DescentDirection(ConstMatrixRef<Scalar> x,
+                                MatrixRef<Scalar> out) const {
+    Gradient(x, out);
+  }
+
+  // The concave-convex (CCCP) update for energies E = 0.5|x|^2 - Phi(x) with
+  // Phi convex: x <- grad Phi(x) = x - grad E(x). Energies that can compute
+  // grad Phi directly (e.g. X softmax(beta X^T x)) override this for accuracy.
+  virtual void CccpUpdate(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> out) const {
+    Gradient(x, out);
+    out = x - out;
+  }
+
+  // ---- Training -----------------------------------------------------------
+  // Number of trainable parameters theta (0: none).
+  virtual Index num_parameters() const { return 0; }
+  // The parameters, or nullptr when there are none.
+  virtual ParameterSet<Scalar>* parameters() { return nullptr; }
+  // out = d/dtheta sum_b <grad_x E(x_b; theta), u_b>   (num_parameters() x 1).
+  virtual void ParameterVectorJacobianProduct(ConstMatrixRef<Scalar> x,
+                                              ConstMatrixRef<Scalar> u,
+                                              VectorRef<Scalar> out) const {
+    (void)x; (void)u; (void)out;
+    throw std::logic_error("this energy has no parameter derivatives");
+  }
+  // Dimension of a conditioning input c the energy depends on (0: none).
+  virtual Index input_dimension() const { return 0; }
+  // out.col(b) = d/dc <grad_x E(x_b; c_b), u_b>   (input_dimension() x B).
+  virtual void InputVectorJacobianProduct(ConstMatrixRef<Scalar> x,
+                                          ConstMatrixRef<Scalar> u,
+                                          MatrixRef<Scalar> out) const {
+    (void)x; (void)u; (void)out;
+    throw std::logic_error("this energy has no input derivatives");
+  }
+};
+
+}  // namespace implicit

@@ -1,0 +1,101 @@
+// Adapters that turn an Energy into an equilibrium problem for the solvers.
+//
+//   GradientStepMap  f(z) = z - a grad E(z)        fixed points: grad E = 0
+//   CccpMap          f(z) = grad Phi(z)            for E = 0.5|z|^2 - Phi(z)
+//   EnergyRootMap    f(z) = z - grad E(z)          the root problem grad E = 0
+//
+// For E = 0.5|z|^2 - Phi the CCCP step equals the gradient step with a = 1
+// (grad Phi = z - grad E); CccpMap calls Energy::CccpUpdate so that energies
+// such as modern Hopfield compute X softmax(beta X^T z) directly. EnergyRootMap
+// is the form Newton and the energy minimisers use: its residual f(z) - z is
+// -grad E, so "residual below tol" means |grad E| below tol.
+//
+// All three have Jacobian I - a hess E, symmetric, so the implicit backward
+// pass may use CG or MINRES; energy() gives the minimisers the energy back.
+//
+//   MyEnergy energy(...);
+//   implicit::CccpMap<double> map(energy);
+//   implicit::AndersonSolver<double> solver;
+//   implicit::Summary s = solver.Solve(map, z);
+//
+// The map keeps a reference: the energy must outlive it.
+#pragma once
+
+#include <implicit/core/energy.h>
+#include <implicit/core/map.h>
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+namespace implicit {
+
+template <typename Scalar>
+class GradientStepMap : public FixedPointMap<Scalar> {
+ public:
+  GradientStepMap(const Energy<Scalar>& energy, Scalar step)
+      : energy_(energy), step_(step) {
+    if (!(step > Scalar(0)) || !std::isfinite(static_cast<double>(step))) {
+      throw std::invalid_argument("GradientStepMap: step must be finite and > 0, got " +
+                                  std::to_string(static_cast<double>(step)));
+    }
+  }
+
+  Scalar step() const { return step_; }
+  Index dimension() const override { return energy_.dimension(); }
+  void Evaluate(ConstMatrixRef<Scalar> z, MatrixRef<Scalar> out) const override {
+    energy_.Gradient(z, out);
+    out = z - step_ * out;
+  }
+  bool HasJacobianProducts() const override { return true; }
+  bool HasSymmetricJacobian() const override { return true; }
+  void JacobianVectorProduct(ConstMatrixRef<Scalar> z, ConstMatrixRef<Scalar> v,
+                             MatrixRef<Scalar> out) const override {
+    energy_.HessianVectorProduct(z, v, out);
+    out = v - step_ * out;
+  }
+  void VectorJacobianProduct(ConstMatrixRef<Scalar> z, ConstMatrixRef<Scalar> u,
+                             MatrixRef<Scalar> out) const override {
+    JacobianVectorProduct(z, u, out);  // the Hessian is symmetric
+  }
+  Index num_parameters() const override { return energy_.num_parameters(); }
+  void ParameterVectorJacobianProduct(ConstMatrixRef<Scalar> z,
+                                      ConstMatrixRef<Scalar> u,
+                                      VectorRef<Scalar> out) const override {
+    energy_.ParameterVectorJacobianProduct(z, u, out);
+    out *= -step_;
+  }
+  Index input_dimension() const override { return energy_.input_dimension(); }
+  void InputVectorJacobianProduct(ConstMatrixRef<Scalar> z,
+                                  ConstMatrixRef<Scalar> u,
+                                  MatrixRef<Scalar> out) const override {
+    energy_.InputVectorJacobianProduct(z, u, out);
+    out *= -step_;
+  }
+  const Energy<Scalar>* energy() const override { return &energy_; }
+
+ private:
+  const Energy<Scalar>& energy_;
+  Scalar step_;
+};
+
+// The CCCP step x <- grad Phi(x) of an energy E = 0.5|x|^2 - Phi(x).
+template <typename Scalar>
+class CccpMap : public GradientStepMap<Scalar> {
+ public:
+  explicit CccpMap(const Energy<Scalar>& energy)
+      : GradientStepMap<Scalar>(energy, Scalar(1)) {}
+  void Evaluate(ConstMatrixRef<Scalar> z, MatrixRef<Scalar> out) const override {
+    this->energy()->CccpUpdate(z, out);
+  }
+};
+
+// The root problem grad E(z) = 0, posed as the fixed point of z - grad E(z).
+template <typename Scalar>
+class EnergyRootMap : public GradientStepMap<Scalar> {
+ public:
+  explicit EnergyRootMap(const Energy<Scalar>& energy)
+      : GradientStepMap<Scalar>(energy, Scalar(1)) {}
+};
+
+}  // namespace implicit

@@ -1,0 +1,94 @@
+// The Map concept: a batched fixed-point map z <- f(z; x, theta).
+//
+// Every forward solver finds z* = f(z*) for each column of a batch; its
+// residual is f(z) - z. Root problems g(z) = 0 are posed as f(z) = z - g(z)
+// (see energy_maps.h for the adapters from an Energy). Jacobian products are
+// optional for solving (Picard, Anderson and Broyden need none; Newton does)
+// and required for implicit differentiation.
+//
+//   class Affine : public implicit::FixedPointMap<double> {  // f(z) = A z + c
+//    public:
+//     Affine(Matrix<double> A, Vector<double> c) : A_(std::move(A)), c_(std::move(c)) {}
+//     Index dimension() const override { return A_.rows(); }
+//     void Evaluate(ConstMatrixRef<double> z, MatrixRef<double> out) const override {
+//       out.noalias() = A_ * z;
+//       out.colwise() += c_;
+//     }
+//     bool HasJacobianProducts() const override { return true; }
+//     void JacobianVectorProduct(ConstMatrixRef<double>, ConstMatrixRef<double> v,
+//                                MatrixRef<double> out) const override { out.noalias() = A_ * v; }
+//     void VectorJacobianProduct(ConstMatrixRef<double>, ConstMatrixRef<double> u,
+//                                MatrixRef<double> out) const override {
+//       out.noalias() = A_.transpose() * u;
+//     }
+//    private:
+//     Matrix<double> A_; Vector<double> c_;
+//   };
+//
+// Samples are independent: column b of the output depends on column b of z
+// (and of the input) only. Shapes: z, v, u and outputs are dimension() x B.
+#pragma once
+
+#include <implicit/core/energy.h>
+#include <implicit/core/parameters.h>
+#include <implicit/core/types.h>
+
+#include <stdexcept>
+
+namespace implicit {
+
+template <typename Scalar>
+class FixedPointMap {
+ public:
+  virtual ~FixedPointMap() = default;
+
+  virtual Index dimension() const = 0;
+  // out.col(b) = f(z_b). `out` never aliases `z`.
+  virtual void Evaluate(ConstMatrixRef<Scalar> z, MatrixRef<Scalar> out) const = 0;
+
+  // ---- Jacobian products (optional) -------------------------------------
+  virtual bool HasJacobianProducts() const { return false; }
+  // out.col(b) = (df/dz)(z_b) v_b.
+  virtual void JacobianVectorProduct(ConstMatrixRef<Scalar> z,
+                                     ConstMatrixRef<Scalar> v,
+                                     MatrixRef<Scalar> out) const {
+    (void)z; (void)v; (void)out;
+    throw std::logic_error("this map provides no Jacobian-vector products");
+  }
+  // out.col(b) = (df/dz)(z_b)^T u_b.
+  virtual void VectorJacobianProduct(ConstMatrixRef<Scalar> z,
+                                     ConstMatrixRef<Scalar> u,
+                                     MatrixRef<Scalar> out) const {
+    (void)z; (void)u; (void)out;
+    throw std::logic_error("this map provides no vector-Jacobian products");
+  }
+  // True when I - df/dz is symmetric (maps built from an energy), so that the
+  // backward pass may use CG or MINRES.
+  virtual bool HasSymmetricJacobian() const { return false; }
+
+  // ---- Training (optional) -----------------------------------------------
+  virtual Index num_parameters() const { return 0; }
+  virtual ParameterSet<Scalar>* parameters() { return nullptr; }
+  // out = sum_b (df/dtheta)(z_b)^T u_b   (num_parameters() x 1).
+  virtual void ParameterVectorJacobianProduct(ConstMatrixRef<Scalar> z,
+                                              ConstMatrixRef<Scalar> u,
+                                              VectorRef<Scalar> out) const {
+    (void)z; (void)u; (void)out;
+    throw std::logic_error("this map has no parameter derivatives");
+  }
+  // Dimension of the input injection x the map is conditioned on (0: none).
+  virtual Index input_dimension() const { return 0; }
+  // out.col(b) = (df/dx)(z_b; x_b)^T u_b   (input_dimension() x B).
+  virtual void InputVectorJacobianProduct(ConstMatrixRef<Scalar> z,
+                                          ConstMatrixRef<Scalar> u,
+                                          MatrixRef<Scalar> out) const {
+    (void)z; (void)u; (void)out;
+    throw std::logic_error("this map has no input derivatives");
+  }
+
+  // The energy this map was built from (energy_maps.h), or nullptr. Energy
+  // minimisers (L-BFGS, gradient flow) require one.
+  virtual const Energy<Scalar>* energy() const { return nullptr; }
+};
+
+}  // namespace implicit

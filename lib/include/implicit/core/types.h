@@ -1,0 +1,70 @@
+// Basic types shared by every part of libimplicit.
+//
+// A *batch* holds B independent samples of an n-dimensional state as the
+// columns of an n x B matrix, so that maps and energies evaluate all samples
+// with matrix-matrix products. Everything is templated on the scalar type
+// (float or double).
+//
+//   implicit::Matrix<double> z(n, batch);   // column b is sample b
+//   implicit::Vector<double> e(batch);      // one energy value per sample
+#pragma once
+
+#include <Eigen/Core>
+
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+namespace implicit {
+
+using Index = Eigen::Index;
+
+template <typename Scalar>
+using Matrix = Eigen::Matrix<Scalar, Eigen::Dynamic, Eigen::Dynamic>;
+template <typename Scalar>
+using Vector = Eigen::Matrix<Scalar, Eigen::Dynamic, 1>;
+
+// Read-only and writable views of a batch (or of any matrix block).
+template <typename Scalar>
+using ConstMatrixRef = Eigen::Ref<const Matrix<Scalar>>;
+template <typename Scalar>
+using MatrixRef = Eigen::Ref<Matrix<Scalar>>;
+template <typename Scalar>
+using ConstVectorRef = Eigen::Ref<const Vector<Scalar>>;
+template <typename Scalar>
+using VectorRef = Eigen::Ref<Vector<Scalar>>;
+
+namespace internal {
+
+// Throws std::invalid_argument("<what>: expected RxC, got rxc") when a matrix
+// argument does not have the expected shape.
+template <typename Derived>
+void CheckShape(const char* what, const Eigen::EigenBase<Derived>& m,
+                Index rows, Index cols) {
+  if (m.rows() != rows || m.cols() != cols) {
+    std::ostringstream s;
+    s << what << ": expected " << rows << "x" << cols << ", got " << m.rows()
+      << "x" << m.cols();
+    throw std::invalid_argument(s.str());
+  }
+}
+
+// Throws std::invalid_argument for a batch with no samples or wrong dimension.
+template <typename Derived>
+void CheckBatch(const char* what, const Eigen::EigenBase<Derived>& m,
+                Index dimension) {
+  if (m.cols() == 0) {
+    throw std::invalid_argument(std::string(what) +
+                                ": empty batch (0 samples)");
+  }
+  if (m.rows() != dimension) {
+    std::ostringstream s;
+    s << what << ": state dimension " << m.rows()
+      << " does not match the problem dimension " << dimension << " ("
+      << m.rows() << "x" << m.cols() << " batch)";
+    throw std::invalid_argument(s.str());
+  }
+}
+
+}  // namespace internal
+}  // namespace implicit

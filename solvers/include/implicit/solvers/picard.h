@@ -1,0 +1,66 @@
+// Picard (Krasnosel'skii-Mann) fixed-point iteration with damping:
+//
+//   z <- (1 - damping) z + damping f(z)
+//
+// The simplest solver and the baseline of every comparison: one evaluation of
+// f per iteration, no memory beyond the batch, converges linearly for a
+// contraction (any 0 < damping <= 1), and for non-expansive maps when
+// damping < 1.
+//
+//   implicit::PicardSolver<double>::Options options;
+//   options.damping = 0.5;
+//   implicit::Summary s = implicit::PicardSolver<double>(options).Solve(map, z);
+#pragma once
+
+#include <implicit/solvers/internal/batch_monitor.h>
+#include <implicit/solvers/solver.h>
+
+#include <string>
+
+namespace implicit {
+
+template <typename Scalar>
+class PicardSolver : public Solver<Scalar> {
+ public:
+  struct Options : SolverOptions {
+    // Weight of f(z) in the update; 1 is plain fixed-point iteration. In (0, 1].
+    double damping = 1.0;
+    bool IsValid(std::string* error) const {
+      if (!SolverOptions::IsValid(error)) return false;
+      if (!(damping > 0.0 && damping <= 1.0)) {
+        if (error) *error = "damping must be in (0, 1], got " + std::to_string(damping);
+        return false;
+      }
+      return true;
+    }
+  };
+
+  explicit PicardSolver(const Options& options = Options()) : options_(options) {
+    std::string error;
+    internal::ThrowIfInvalid(name(), options_.IsValid(&error), error);
+  }
+  const Options& options() const { return options_; }
+  std::string name() const override { return "picard"; }
+
+  Summary Solve(const FixedPointMap<Scalar>& map, MatrixRef<Scalar> z) const override {
+    internal::BatchMonitor<Scalar> monitor(options_, name());
+    monitor.Begin(map, z);
+    Matrix<Scalar> fz(z.rows(), z.cols());
+    const Scalar damping = static_cast<Scalar>(options_.damping);
+    map.Evaluate(z, fz);
+    monitor.CountEvaluations();
+    while (monitor.Observe(z, fz)) {
+      for (Index b = 0; b < z.cols(); ++b) {
+        if (monitor.active(b)) z.col(b) += damping * (fz.col(b) - z.col(b));
+      }
+      map.Evaluate(z, fz);
+      monitor.CountEvaluations();
+    }
+    return monitor.Finish(z);
+  }
+
+ private:
+  Options options_;
+};
+
+}  // namespace implicit

@@ -1,0 +1,142 @@
+// The interface every forward solver shares: Options in, Summary out.
+//
+// A solver finds, for every column (sample) of a batch z, a fixed point
+// z_b = f(z_b) of a FixedPointMap, starting from the values in z and writing
+// the result back into z. Convergence is decided and reported per sample; a
+// converged sample stops changing while the others go on.
+//
+//   implicit::AndersonSolver<double>::Options options;
+//   options.absolute_tolerance = 1e-10;
+//   options.memory = 5;
+//   implicit::AndersonSolver<double> solver(options);   // throws on bad options
+//   implicit::Summary summary = solver.Solve(map, z);
+//   std::cout << summary.BriefReport() << "\n";
+//   if (!summary.IsConverged()) { ... summary.sample_status[b] ... }
+//
+// Never a false "converged": a NaN or Inf makes a sample kNonFinite and its
+// column is reset to the best finite iterate. Every sample that did not
+// converge is returned at its best iterate (smallest residual seen). Bad
+// options, mismatched shapes and empty batches throw std::invalid_argument.
+#pragma once
+
+#include <implicit/core/map.h>
+#include <implicit/core/types.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace implicit {
+
+// Why a solve (or one sample of it) ended.
+enum class TerminationType {
+  kConverged,      // residual within tolerance
+  kMaxIterations,  // iteration budget spent first
+  kDiverged,       // residual grew past divergence_threshold x initial residual
+  kNonFinite,      // NaN or Inf in the state or the map's value
+  kStalled,        // no new best residual in max_stall_iterations iterations
+  kUserAbort,      // the iteration callback asked to stop
+  kInvalidInput,   // the problem could not be posed (reported, e.g., by apps)
+  kFailure,        // the method itself broke down (e.g. a singular inner solve)
+};
+
+// "converged", "max_iterations", "diverged", "non_finite", "stalled",
+// "user_abort", "invalid_input", "failure".
+const char* TerminationTypeToString(TerminationType type);
+
+// What the iteration callback sees after every iteration.
+struct IterationSummary {
+  int iteration = 0;             // 0 is the initial point
+  int function_evaluations = 0;  // batch evaluations of f so far
+  double max_residual = 0.0;     // max over samples of |f(z_b) - z_b|_2
+  int num_converged = 0;
+  int num_active = 0;            // samples still iterating
+  double seconds = 0.0;          // since Solve() started
+};
+
+enum class CallbackReturnType { kContinue, kAbort };
+using IterationCallback = std::function<CallbackReturnType(const IterationSummary&)>;
+
+// Options shared by every solver. Each solver's Options derives from this.
+struct SolverOptions {
+  // Maximum number of iterations (batch updates) after the initial point.
+  int max_iterations = 100;
+  // Sample b converged when |f(z_b) - z_b|_2 <= absolute_tolerance ...
+  double absolute_tolerance = 1e-8;
+  // ... or when |f(z_b) - z_b|_2 <= relative_tolerance * |f(z_b)|_2 (0 = off).
+  double relative_tolerance = 0.0;
+  // Sample b stalled when its best residual has not decreased for this many
+  // consecutive iterations (0 = never declare a stall).
+  int max_stall_iterations = 50;
+  // Sample b diverged when its residual exceeds divergence_threshold times its
+  // initial residual (and is above the tolerance).
+  double divergence_threshold = 1e8;
+  // Record Summary::trace (one entry per iteration).
+  bool record_trace = false;
+  // Called after every iteration; return kAbort to stop (status kUserAbort).
+  IterationCallback callback;
+
+  // Checks the shared fields; on failure names the field in *error.
+  bool IsValid(std::string* error) const;
+};
+
+// One row of the residual trace.
+struct TraceEntry {
+  int iteration = 0;
+  int function_evaluations = 0;
+  double seconds = 0.0;
+  double max_residual = 0.0;   // over all samples, at this iteration
+  double mean_residual = 0.0;  // mean over samples
+};
+
+struct Summary {
+  std::string solver;  // the solver's registered name
+  // kConverged only when every sample converged. Otherwise the reason the
+  // loop ended: kUserAbort, kMaxIterations, or (when every sample stopped on
+  // its own) the most severe failing sample status, in the order kNonFinite,
+  // kDiverged, kFailure, kStalled.
+  TerminationType termination_type = TerminationType::kInvalidInput;
+  std::string message;
+
+  int iterations = 0;            // batch iterations performed
+  int function_evaluations = 0;  // batch evaluations of f (each B columns)
+  int jacobian_products = 0;     // batch Jacobian/Hessian-vector products
+  // Max over samples of the final |f(z_b) - z_b|_2 and of that divided by |f(z_b)|.
+  double absolute_residual = 0.0;
+  double relative_residual = 0.0;
+
+  // Per sample.
+  std::vector<TerminationType> sample_status;
+  std::vector<double> sample_residual;   // final absolute residual
+  std::vector<int> sample_iterations;    // iterations until the sample stopped
+
+  std::vector<TraceEntry> trace;  // when Options::record_trace
+  double wall_time_seconds = 0.0;
+
+  bool IsConverged() const { return termination_type == TerminationType::kConverged; }
+  int num_samples() const { return static_cast<int>(sample_status.size()); }
+  int num_converged() const;
+  // One line: solver, status, iterations, evaluations, residual, time.
+  std::string BriefReport() const;
+  // Several lines, including per-status sample counts.
+  std::string FullReport() const;
+};
+
+// Base class of the forward solvers (run-time polymorphism for apps and the
+// registry; use the concrete classes directly in C++).
+template <typename Scalar>
+class Solver {
+ public:
+  virtual ~Solver() = default;
+  // The registered name ("picard", "anderson", ...).
+  virtual std::string name() const = 0;
+  // Solves z_b = f(z_b) for every column of z in place, from z's values.
+  virtual Summary Solve(const FixedPointMap<Scalar>& map, MatrixRef<Scalar> z) const = 0;
+};
+
+namespace internal {
+// Throws std::invalid_argument("<solver>: <error>") when !options.IsValid().
+void ThrowIfInvalid(const std::string& solver, bool valid, const std::string& error);
+}  // namespace internal
+
+}  // namespace implicit
