@@ -40,5 +40,7 @@ function(implicit_add_cuda_backend target)
   target_sources(${target} PRIVATE ${_cuda_sources})
   target_link_libraries(${target} PUBLIC CUDA::cudart CUDA::cublas)
   target_compile_definitions(${target} PUBLIC IMPLICIT_WITH_CUDA=1)
+  # Eigen's headers (seen through the Map interface) need relaxed constexpr.
+  target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr>)
   set_target_properties(${target} PROPERTIES CUDA_SEPARABLE_COMPILATION OFF)
 endfunction()

@@ -1,0 +1,56 @@
+// The GPU backend (host side): device discovery and GPU-evaluated maps.
+//
+// Built when CMake finds nvcc (option IMPLICIT_WITH_CUDA); a build without it
+// still has this header: Available() then returns false with the reason, and
+// constructing a GPU map throws std::runtime_error. No GPU is needed to build.
+//
+//   std::string why;
+//   if (implicit::cuda::Available(&why)) {
+//     implicit::cuda::HopfieldRetrievalMap<float> map(patterns, /*beta=*/2.0f);
+//     implicit::AndersonSolver<float>().Solve(map, queries);  // f evaluated on the GPU
+//   } else {
+//     std::cerr << "no GPU: " << why << "\n";
+//   }
+//
+// HopfieldRetrievalMap keeps the stored patterns on the device and evaluates
+// f(Z) = X softmax(beta X^T Z) for a whole batch with two cuBLAS GEMMs and one
+// column-softmax kernel. The solver's state stays on the host, so every
+// Evaluate copies Z in and f(Z) out: worth it when N (patterns) is large.
+#pragma once
+
+#include <implicit/core/map.h>
+
+#include <memory>
+#include <string>
+
+namespace implicit {
+namespace cuda {
+
+// True when the library was built with CUDA and a device is usable; otherwise
+// false with the reason in *reason.
+bool Available(std::string* reason = nullptr);
+// Number of CUDA devices (0 without CUDA or without a driver).
+int DeviceCount();
+
+template <typename Scalar>
+class HopfieldRetrievalMap : public FixedPointMap<Scalar> {
+ public:
+  // patterns: n x N stored patterns (columns); beta > 0.
+  HopfieldRetrievalMap(const Matrix<Scalar>& patterns, Scalar beta);
+  ~HopfieldRetrievalMap() override;
+  HopfieldRetrievalMap(const HopfieldRetrievalMap&) = delete;
+  HopfieldRetrievalMap& operator=(const HopfieldRetrievalMap&) = delete;
+
+  Index dimension() const override;
+  void Evaluate(ConstMatrixRef<Scalar> z, MatrixRef<Scalar> out) const override;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+extern template class HopfieldRetrievalMap<float>;
+extern template class HopfieldRetrievalMap<double>;
+
+}  // namespace cuda
+}  // namespace implicit

@@ -1,0 +1,330 @@
+// First-order optimisers for the parameters of implicit layers: SGD (with
+// momentum) and Adam (with decoupled, AdamW-style weight decay).
+//
+// An optimiser updates a ParameterSet<S> in place from a gradient vector of
+// the same size and layout (the vector an implicit backward pass returns).
+// Both optimisers clip the gradient by its global L2 norm first (when
+// clip_norm > 0), and both expose their state (step count and moment vectors)
+// as an OptimizerState so that checkpoints can save and restore it exactly.
+//
+//   implicit::ParameterSet<double> params;  ... params.Add("W", 16, 16); ...
+//   implicit::AdamOptimizer<double>::Options options;
+//   options.learning_rate = 1e-3;
+//   options.weight_decay = 1e-4;    // decoupled: theta -= lr * wd * theta
+//   options.clip_norm = 1.0;        // clip |grad|_2 to 1 before the update
+//   implicit::AdamOptimizer<double> adam(options);
+//   for (...) {
+//     implicit::Vector<double> grad = ...;          // dL/dtheta, params.size()
+//     implicit::OptimizerStepInfo info = adam.Step(params, grad);
+//   }
+//   implicit::OptimizerState state = adam.state();  // for a checkpoint
+//
+// A gradient containing NaN or Inf is never applied: Step() leaves the
+// parameters and the optimiser state untouched and returns info.skipped=true.
+// Bad options and a gradient of the wrong size throw std::invalid_argument.
+#pragma once
+
+#include <implicit/core/parameters.h>
+#include <implicit/core/types.h>
+
+#include <cmath>
+#include <cstdint>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace implicit {
+
+// The complete mutable state of an optimiser, in double precision (a float
+// optimiser's state widens exactly, so a save/restore round trip is exact).
+struct OptimizerState {
+  std::string type;                 // "sgd" or "adam"
+  std::int64_t step = 0;            // number of updates applied so far
+  std::vector<std::string> slot_names;   // e.g. {"velocity"} or {"m", "v"}
+  std::vector<Vector<double>> slots;     // one vector per name, parameter layout
+};
+
+// What one optimiser step did.
+struct OptimizerStepInfo {
+  double gradient_norm = 0.0;  // |grad|_2 before clipping
+  double clip_scale = 1.0;     // factor the gradient was multiplied by (1: not clipped)
+  double update_norm = 0.0;    // |theta_new - theta_old|_2
+  bool skipped = false;        // gradient was not finite; nothing changed
+};
+
+// Scales `gradient` in place so that its L2 norm is at most max_norm (no-op
+// when max_norm <= 0 or the norm is already within it). Returns the scale
+// factor applied (1 when unchanged).
+template <typename Scalar>
+double ClipByGlobalNorm(VectorRef<Scalar> gradient, double max_norm) {
+  if (!(max_norm > 0.0)) return 1.0;
+  const double norm = static_cast<double>(gradient.norm());
+  if (!(norm > max_norm)) return 1.0;
+  const double scale = max_norm / norm;
+  gradient *= static_cast<Scalar>(scale);
+  return scale;
+}
+
+namespace internal {
+
+inline void CheckOptimizerGradient(const char* who, Index params, Index grad) {
+  if (params != grad) {
+    std::ostringstream s;
+    s << who << ": gradient has " << grad << " entries, the parameter set has " << params;
+    throw std::invalid_argument(s.str());
+  }
+}
+
+template <typename Scalar>
+void CheckSlot(const char* who, const OptimizerState& state, std::size_t i,
+               const std::string& name, Index size) {
+  if (state.slot_names.size() != state.slots.size() || i >= state.slots.size() ||
+      state.slot_names[i] != name) {
+    throw std::invalid_argument(std::string(who) + ": state has no slot '" + name + "'");
+  }
+  if (state.slots[i].size() != size) {
+    std::ostringstream s;
+    s << who << ": state slot '" << name << "' has " << state.slots[i].size()
+      << " entries, expected " << size;
+    throw std::invalid_argument(s.str());
+  }
+  if (!state.slots[i].allFinite()) {
+    throw std::invalid_argument(std::string(who) + ": state slot '" + name +
+                                "' contains non-finite values");
+  }
+}
+
+}  // namespace internal
+
+// Stochastic gradient descent with (heavy-ball) momentum:
+//   g <- clip(grad) + weight_decay * theta        (coupled L2 decay)
+//   v <- momentum * v + g
+//   theta <- theta - learning_rate * v
+template <typename Scalar>
+class SgdOptimizer {
+ public:
+  struct Options {
+    // Step size; finite and > 0.
+    double learning_rate = 1e-2;
+    // Heavy-ball momentum coefficient in [0, 1); 0 is plain SGD.
+    double momentum = 0.0;
+    // L2 penalty coefficient >= 0, added to the (clipped) gradient as
+    // weight_decay * theta, i.e. the gradient of 0.5 * wd * |theta|^2.
+    double weight_decay = 0.0;
+    // Clip the gradient to this global L2 norm before use; 0 = no clipping.
+    double clip_norm = 0.0;
+
+    bool IsValid(std::string* error) const {
+      auto fail = [error](const std::string& m) {
+        if (error) *error = m;
+        return false;
+      };
+      if (!(learning_rate > 0.0) || !std::isfinite(learning_rate))
+        return fail("learning_rate must be finite and > 0, got " + std::to_string(learning_rate));
+      if (!(momentum >= 0.0 && momentum < 1.0))
+        return fail("momentum must be in [0, 1), got " + std::to_string(momentum));
+      if (!(weight_decay >= 0.0) || !std::isfinite(weight_decay))
+        return fail("weight_decay must be finite and >= 0, got " + std::to_string(weight_decay));
+      if (!(clip_norm >= 0.0) || !std::isfinite(clip_norm))
+        return fail("clip_norm must be finite and >= 0, got " + std::to_string(clip_norm));
+      return true;
+    }
+  };
+
+  explicit SgdOptimizer(const Options& options = Options()) : options_(options) {
+    std::string error;
+    if (!options_.IsValid(&error))
+      throw std::invalid_argument("SgdOptimizer: invalid options: " + error);
+  }
+
+  const Options& options() const { return options_; }
+  // Changes the learning rate (e.g. for a schedule); must be finite and > 0.
+  void set_learning_rate(double lr) {
+    Options o = options_;
+    o.learning_rate = lr;
+    std::string error;
+    if (!o.IsValid(&error)) throw std::invalid_argument("SgdOptimizer: " + error);
+    options_ = o;
+  }
+  std::int64_t step_count() const { return step_; }
+  const Vector<Scalar>& velocity() const { return velocity_; }
+
+  OptimizerStepInfo Step(ParameterSet<Scalar>& params, ConstVectorRef<Scalar> gradient) {
+    internal::CheckOptimizerGradient("SgdOptimizer::Step", params.size(), gradient.size());
+    OptimizerStepInfo info;
+    info.gradient_norm = static_cast<double>(gradient.norm());
+    if (!gradient.allFinite()) {
+      info.skipped = true;
+      return info;
+    }
+    if (velocity_.size() != params.size()) velocity_ = Vector<Scalar>::Zero(params.size());
+    Vector<Scalar> g = gradient;
+    info.clip_scale = ClipByGlobalNorm<Scalar>(g, options_.clip_norm);
+    Vector<Scalar>& theta = params.values();
+    if (options_.weight_decay > 0.0) g += static_cast<Scalar>(options_.weight_decay) * theta;
+    const Scalar momentum = static_cast<Scalar>(options_.momentum);
+    velocity_ = momentum * velocity_ + g;
+    const Vector<Scalar> update = static_cast<Scalar>(options_.learning_rate) * velocity_;
+    theta -= update;
+    info.update_norm = static_cast<double>(update.norm());
+    ++step_;
+    return info;
+  }
+
+  OptimizerState state() const {
+    OptimizerState s;
+    s.type = "sgd";
+    s.step = step_;
+    s.slot_names = {"velocity"};
+    s.slots = {velocity_.template cast<double>()};
+    return s;
+  }
+  // Restores a state saved by state() for a parameter set of `num_parameters`
+  // entries; throws std::invalid_argument naming the mismatch.
+  void SetState(const OptimizerState& s, Index num_parameters) {
+    if (s.type != "sgd")
+      throw std::invalid_argument("SgdOptimizer::SetState: state is for optimiser '" + s.type + "'");
+    if (s.step < 0) throw std::invalid_argument("SgdOptimizer::SetState: negative step count");
+    // An optimiser that never stepped has an empty velocity.
+    const Index size = s.slots.size() == 1 && s.slots[0].size() == 0 ? 0 : num_parameters;
+    internal::CheckSlot<Scalar>("SgdOptimizer::SetState", s, 0, "velocity", size);
+    velocity_ = s.slots[0].template cast<Scalar>();
+    step_ = s.step;
+  }
+
+ private:
+  Options options_;
+  Vector<Scalar> velocity_;
+  std::int64_t step_ = 0;
+};
+
+// Adam with decoupled weight decay (AdamW, Loshchilov & Hutter):
+//   g <- clip(grad)
+//   m <- beta1 m + (1 - beta1) g,   v <- beta2 v + (1 - beta2) g^2
+//   theta <- theta - lr * ( m_hat / (sqrt(v_hat) + eps) + weight_decay * theta )
+// with bias corrections m_hat = m / (1 - beta1^t), v_hat = v / (1 - beta2^t).
+// The decay does not pass through the moment estimates: every parameter
+// shrinks by the factor (1 - lr * weight_decay) per step, independently of its
+// gradient history (unlike an L2 term added to the gradient).
+template <typename Scalar>
+class AdamOptimizer {
+ public:
+  struct Options {
+    // Step size; finite and > 0.
+    double learning_rate = 1e-3;
+    // Decay rate of the first-moment (mean) estimate, in [0, 1).
+    double beta1 = 0.9;
+    // Decay rate of the second-moment estimate, in [0, 1).
+    double beta2 = 0.999;
+    // Added to sqrt(v_hat) in the denominator; finite and > 0.
+    double epsilon = 1e-8;
+    // Decoupled (AdamW) decay coefficient >= 0: theta -= lr * wd * theta.
+    double weight_decay = 0.0;
+    // Clip the gradient to this global L2 norm before use; 0 = no clipping.
+    double clip_norm = 0.0;
+
+    bool IsValid(std::string* error) const {
+      auto fail = [error](const std::string& m) {
+        if (error) *error = m;
+        return false;
+      };
+      if (!(learning_rate > 0.0) || !std::isfinite(learning_rate))
+        return fail("learning_rate must be finite and > 0, got " + std::to_string(learning_rate));
+      if (!(beta1 >= 0.0 && beta1 < 1.0))
+        return fail("beta1 must be in [0, 1), got " + std::to_string(beta1));
+      if (!(beta2 >= 0.0 && beta2 < 1.0))
+        return fail("beta2 must be in [0, 1), got " + std::to_string(beta2));
+      if (!(epsilon > 0.0) || !std::isfinite(epsilon))
+        return fail("epsilon must be finite and > 0, got " + std::to_string(epsilon));
+      if (!(weight_decay >= 0.0) || !std::isfinite(weight_decay))
+        return fail("weight_decay must be finite and >= 0, got " + std::to_string(weight_decay));
+      if (!(clip_norm >= 0.0) || !std::isfinite(clip_norm))
+        return fail("clip_norm must be finite and >= 0, got " + std::to_string(clip_norm));
+      return true;
+    }
+  };
+
+  explicit AdamOptimizer(const Options& options = Options()) : options_(options) {
+    std::string error;
+    if (!options_.IsValid(&error))
+      throw std::invalid_argument("AdamOptimizer: invalid options: " + error);
+  }
+
+  const Options& options() const { return options_; }
+  void set_learning_rate(double lr) {
+    Options o = options_;
+    o.learning_rate = lr;
+    std::string error;
+    if (!o.IsValid(&error)) throw std::invalid_argument("AdamOptimizer: " + error);
+    options_ = o;
+  }
+  std::int64_t step_count() const { return step_; }
+  const Vector<Scalar>& first_moment() const { return m_; }
+  const Vector<Scalar>& second_moment() const { return v_; }
+
+  OptimizerStepInfo Step(ParameterSet<Scalar>& params, ConstVectorRef<Scalar> gradient) {
+    internal::CheckOptimizerGradient("AdamOptimizer::Step", params.size(), gradient.size());
+    OptimizerStepInfo info;
+    info.gradient_norm = static_cast<double>(gradient.norm());
+    if (!gradient.allFinite()) {
+      info.skipped = true;
+      return info;
+    }
+    const Index n = params.size();
+    if (m_.size() != n) {
+      m_ = Vector<Scalar>::Zero(n);
+      v_ = Vector<Scalar>::Zero(n);
+    }
+    Vector<Scalar> g = gradient;
+    info.clip_scale = ClipByGlobalNorm<Scalar>(g, options_.clip_norm);
+    const Scalar b1 = static_cast<Scalar>(options_.beta1);
+    const Scalar b2 = static_cast<Scalar>(options_.beta2);
+    m_ = b1 * m_ + (Scalar(1) - b1) * g;
+    v_ = b2 * v_ + ((Scalar(1) - b2) * g.array().square()).matrix();
+    ++step_;
+    const double t = static_cast<double>(step_);
+    const Scalar c1 = static_cast<Scalar>(1.0 - std::pow(options_.beta1, t));
+    const Scalar c2 = static_cast<Scalar>(1.0 - std::pow(options_.beta2, t));
+    const Scalar lr = static_cast<Scalar>(options_.learning_rate);
+    const Scalar eps = static_cast<Scalar>(options_.epsilon);
+    Vector<Scalar>& theta = params.values();
+    Vector<Scalar> update =
+        lr * ((m_.array() / c1) / ((v_.array() / c2).sqrt() + eps)).matrix();
+    if (options_.weight_decay > 0.0)
+      update += (lr * static_cast<Scalar>(options_.weight_decay)) * theta;
+    theta -= update;
+    info.update_norm = static_cast<double>(update.norm());
+    return info;
+  }
+
+  OptimizerState state() const {
+    OptimizerState s;
+    s.type = "adam";
+    s.step = step_;
+    s.slot_names = {"m", "v"};
+    s.slots = {m_.template cast<double>(), v_.template cast<double>()};
+    return s;
+  }
+  void SetState(const OptimizerState& s, Index num_parameters) {
+    if (s.type != "adam")
+      throw std::invalid_argument("AdamOptimizer::SetState: state is for optimiser '" + s.type + "'");
+    if (s.step < 0) throw std::invalid_argument("AdamOptimizer::SetState: negative step count");
+    const Index size = s.slots.size() == 2 && s.slots[0].size() == 0 ? 0 : num_parameters;
+    internal::CheckSlot<Scalar>("AdamOptimizer::SetState", s, 0, "m", size);
+    internal::CheckSlot<Scalar>("AdamOptimizer::SetState", s, 1, "v", size);
+    if ((s.slots[1].array() < 0.0).any())
+      throw std::invalid_argument("AdamOptimizer::SetState: second moment 'v' has negative entries");
+    m_ = s.slots[0].template cast<Scalar>();
+    v_ = s.slots[1].template cast<Scalar>();
+    step_ = s.step;
+  }
+
+ private:
+  Options options_;
+  Vector<Scalar> m_, v_;
+  std::int64_t step_ = 0;
+};
+
+}  // namespace implicit

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The test command: installs dependencies, builds libimplicit with its tests,
+# runs them, installs the package and builds a consumer project against it,
+# then builds and runs the whole suite again under AddressSanitizer + UBSan.
+#   scripts/test.sh            everything
+#   SKIP_SANITIZE=1 scripts/test.sh   skip the sanitizer pass
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+jobs=${JOBS:-$(nproc)}
+export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/ccache}
+
+scripts/install-deps.sh
+
+echo "== Release build and tests"
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DIMPLICIT_BUILD_TESTS=ON
+cmake --build build -j "$jobs"
+(cd build && ctest -j "$jobs" --output-on-failure)
+
+echo "== Install and build the consumer project against the installed package"
+rm -rf build/_install build/_consumer
+cmake --install build --prefix build/_install
+cmake -S test/consumer -B build/_consumer -G Ninja -DCMAKE_PREFIX_PATH="$root/build/_install"
+cmake --build build/_consumer
+build/_consumer/implicit_consumer
+
+if [ "${SKIP_SANITIZE:-0}" != "1" ]; then
+  echo "== AddressSanitizer + UBSan build and tests"
+  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DIMPLICIT_SANITIZE=ON \
+        -DIMPLICIT_WITH_CUDA=OFF -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g"
+  cmake --build build-asan -j "$jobs"
+  (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+     ctest -j "$jobs" --output-on-failure)
+fi
+echo "== all tests passed"
