@@ -1,0 +1,752 @@
+// Matrix-free linear solvers for the backward (adjoint) pass.
+//
+// Each solves A u_b = rhs_b for every column b of a batch, where the operator
+// is only available as a product on the whole batch:
+//
+//   apply(v, out):  out.col(b) = A_b v.col(b)        (v, out: n x B)
+//
+// (the implicit backward pass uses A = (I - df/dz)^T, see
+// <implicit/core/implicit_diff.h>). Samples are independent and converge
+// independently: a converged column stops changing while the others go on
+// (the operator is still applied to the whole batch).
+//
+//   implicit::LinearSolverOptions options;
+//   options.tolerance = 1e-10;
+//   implicit::Matrix<double> u = implicit::Matrix<double>::Zero(n, B);  // initial guess
+//   implicit::LinearSolveSummary s = implicit::SolveLinearSystem<double>(
+//       implicit::LinearSolverType::kGmres,
+//       [&](implicit::ConstMatrixRef<double> v, implicit::MatrixRef<double> out) {
+//         out.noalias() = A * v;
+//       },
+//       rhs, u, options);
+//   if (!s.IsConverged()) std::cerr << s.BriefReport() << "\n";
+//
+// Solvers (type in C++, name at run time via StringToLinearSolverType):
+//   "fixed_point"  Richardson u <- u + (rhs - A u); for A = I - J^T this is the
+//                  adjoint fixed point u <- J^T u + g. Converges iff the spectral
+//                  radius of I - A is < 1.
+//   "anderson"     Anderson acceleration (type II, window `memory`, relative
+//                  ridge `regularization`) of that fixed point.
+//   "broyden"      limited-memory "good" Broyden on rhs - A u = 0, inverse
+//                  approximation I + sum c_i d_i^T, restarted when `memory`
+//                  updates are stored (memory bounded).
+//   "cg"           conjugate gradients; A symmetric positive definite.
+//   "minres"       MINRES (Paige-Saunders); A symmetric, may be indefinite.
+//   "gmres"        restarted GMRES(restart) with modified Gram-Schmidt; any A.
+//   "direct"       builds each sample's n x n matrix from n batch products and
+//                  solves it by LU with full pivoting; a numerically singular
+//                  matrix is a kFailure. Memory n*n*B: small problems only.
+//
+// Convergence is decided on the TRUE residual, never on a recurrence estimate:
+// sample b converged when |rhs_b - A u_b| <= tolerance |rhs_b| + absolute_tolerance.
+// Krylov methods whose estimate says "converged" recompute the true residual and
+// restart if it disagrees. Memory is bounded by the options (a few n x B
+// matrices; 2 memory of them for Anderson / Broyden, restart + 1 for GMRES),
+// independent of the number of iterations. Failures (budget spent, divergence,
+// NaN, breakdown, singular matrix) are reported per sample, never hidden; the
+// column of u then holds the last iterate.
+#pragma once
+
+#include <implicit/core/types.h>
+#include <implicit/solvers/solver.h>
+
+#include <Eigen/Dense>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <limits>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace implicit {
+
+enum class LinearSolverType { kFixedPoint, kAnderson, kBroyden, kCg, kMinres, kGmres, kDirect };
+
+// "fixed_point", "anderson", "broyden", "cg", "minres", "gmres", "direct".
+inline const char* LinearSolverTypeToString(LinearSolverType type) {
+  switch (type) {
+    case LinearSolverType::kFixedPoint: return "fixed_point";
+    case LinearSolverType::kAnderson: return "anderson";
+    case LinearSolverType::kBroyden: return "broyden";
+    case LinearSolverType::kCg: return "cg";
+    case LinearSolverType::kMinres: return "minres";
+    case LinearSolverType::kGmres: return "gmres";
+    case LinearSolverType::kDirect: return "direct";
+  }
+  return "unknown";
+}
+
+// Parses a name as printed by LinearSolverTypeToString; false when unknown.
+inline bool StringToLinearSolverType(const std::string& name, LinearSolverType* type) {
+  for (LinearSolverType t :
+       {LinearSolverType::kFixedPoint, LinearSolverType::kAnderson, LinearSolverType::kBroyden,
+        LinearSolverType::kCg, LinearSolverType::kMinres, LinearSolverType::kGmres,
+        LinearSolverType::kDirect}) {
+    if (name == LinearSolverTypeToString(t)) {
+      if (type != nullptr) *type = t;
+      return true;
+    }
+  }
+  return false;
+}
+
+// True for the solvers that assume a symmetric operator (cg, minres).
+inline bool LinearSolverRequiresSymmetry(LinearSolverType type) {
+  return type == LinearSolverType::kCg || type == LinearSolverType::kMinres;
+}
+
+struct LinearSolverOptions {
+  // Sample b converged when |rhs_b - A u_b|_2 <= tolerance * |rhs_b|_2 + absolute_tolerance.
+  double tolerance = 1e-10;
+  double absolute_tolerance = 0.0;
+  // Maximum number of iterations (Krylov steps / fixed-point updates), >= 0.
+  // "direct" ignores it.
+  int max_iterations = 200;
+  // GMRES: Krylov vectors per cycle before a restart, >= 1.
+  int restart = 30;
+  // Anderson: window of stored differences; Broyden: stored rank-one updates
+  // before a restart. >= 1.
+  int memory = 5;
+  // Anderson: ridge added to the least-squares normal equations, relative to
+  // their mean diagonal (scale-free, so it does not stall at small residuals). >= 0.
+  double regularization = 1e-12;
+  // A sample diverged when its residual exceeds divergence_threshold times its
+  // initial residual. > 1.
+  double divergence_threshold = 1e8;
+
+  // Checks every field; on failure names it in *error.
+  bool IsValid(std::string* error) const {
+    auto fail = [error](const std::string& m) {
+      if (error != nullptr) *error = m;
+      return false;
+    };
+    if (!(tolerance >= 0.0) || !std::isfinite(tolerance))
+      return fail("tolerance must be finite and >= 0, got " + std::to_string(tolerance));
+    if (!(absolute_tolerance >= 0.0) || !std::isfinite(absolute_tolerance))
+      return fail("absolute_tolerance must be finite and >= 0, got " +
+                  std::to_string(absolute_tolerance));
+    if (max_iterations < 0)
+      return fail("max_iterations must be >= 0, got " + std::to_string(max_iterations));
+    if (restart < 1) return fail("restart must be >= 1, got " + std::to_string(restart));
+    if (memory < 1) return fail("memory must be >= 1, got " + std::to_string(memory));
+    if (!(regularization >= 0.0) || !std::isfinite(regularization))
+      return fail("regularization must be finite and >= 0, got " +
+                  std::to_string(regularization));
+    if (!(divergence_threshold > 1.0))
+      return fail("divergence_threshold must be > 1, got " +
+                  std::to_string(divergence_threshold));
+    return true;
+  }
+};
+
+struct LinearSolveSummary {
+  std::string solver;  // the solver's name ("gmres", ...)
+  // kConverged only when every sample converged; otherwise the most severe
+  // sample status: kNonFinite, kDiverged, kFailure, kStalled, kMaxIterations.
+  TerminationType termination_type = TerminationType::kInvalidInput;
+  std::string message;
+  int iterations = 0;  // batch iterations (Krylov steps / updates)
+  int products = 0;    // batch applications of the operator
+  // Max over samples of |rhs_b - A u_b| / |rhs_b| (|rhs_b - A u_b| when rhs_b = 0),
+  // and of |rhs_b - A u_b|.
+  double residual = std::numeric_limits<double>::infinity();
+  double absolute_residual = std::numeric_limits<double>::infinity();
+  std::vector<TerminationType> sample_status;
+  std::vector<double> sample_residual;  // relative, as `residual`
+  std::vector<int> sample_iterations;
+  double wall_time_seconds = 0.0;
+
+  bool IsConverged() const { return termination_type == TerminationType::kConverged; }
+  int num_samples() const { return static_cast<int>(sample_status.size()); }
+  int num_converged() const {
+    return static_cast<int>(
+        std::count(sample_status.begin(), sample_status.end(), TerminationType::kConverged));
+  }
+  // One line: solver, status, samples, iterations, products, residual, time.
+  std::string BriefReport() const {
+    char line[512];
+    std::snprintf(line, sizeof line,
+                  "%s: %s, %d/%d samples converged, %d iterations, %d products, relative "
+                  "residual %.3e, %.3f s",
+                  solver.c_str(), TerminationTypeToString(termination_type), num_converged(),
+                  num_samples(), iterations, products, residual, wall_time_seconds);
+    return line;
+  }
+};
+
+// out = A v for a batch (n x B); out never aliases v.
+template <typename Scalar>
+using LinearOperator = std::function<void(ConstMatrixRef<Scalar>, MatrixRef<Scalar>)>;
+
+// Solves A u = rhs column by column with the solver `type`; u (n x B) holds
+// the initial guess on entry and the result on return. Throws
+// std::invalid_argument on bad options or shapes.
+template <typename Scalar>
+LinearSolveSummary SolveLinearSystem(LinearSolverType type, const LinearOperator<Scalar>& apply,
+                                     ConstMatrixRef<Scalar> rhs, MatrixRef<Scalar> u,
+                                     const LinearSolverOptions& options = LinearSolverOptions());
+
+// The individual solvers (same contract as SolveLinearSystem).
+template <typename Scalar>
+LinearSolveSummary FixedPointLinearSolve(const LinearOperator<Scalar>& apply,
+                                         ConstMatrixRef<Scalar> rhs, MatrixRef<Scalar> u,
+                                         const LinearSolverOptions& options);
+template <typename Scalar>
+LinearSolveSummary AndersonLinearSolve(const LinearOperator<Scalar>& apply,
+                                       ConstMatrixRef<Scalar> rhs, MatrixRef<Scalar> u,
+                                       const LinearSolverOptions& options);
+template <typename Scalar>
+LinearSolveSummary BroydenLinearSolve(const LinearOperator<Scalar>& apply,
+                                      ConstMatrixRef<Scalar> rhs, MatrixRef<Scalar> u,
+                                      const LinearSolverOptions& options);
+template <typename Scalar>
+LinearSolveSummary ConjugateGradientSolve(const LinearOperator<Scalar>& apply,
+                                          ConstMatrixRef<Scalar> rhs, MatrixRef<Scalar> u,
+                                          const LinearSolverOptions& options);
+template <typename Scalar>
+LinearSolveSummary MinresSolve(const LinearOperator<Scalar>& apply, ConstMatrixRef<Scalar> rhs,
+                               MatrixRef<Scalar> u, const LinearSolverOptions& options);
+template <typename Scalar>
+LinearSolveSummary GmresSolve(const LinearOperator<Scalar>& apply, ConstMatrixRef<Scalar> rhs,
+                              MatrixRef<Scalar> u, const LinearSolverOptions& options);
+template <typename Scalar>
+LinearSolveSummary DirectLinearSolve(const LinearOperator<Scalar>& apply,
+                                     ConstMatrixRef<Scalar> rhs, MatrixRef<Scalar> u,
+                                     const LinearSolverOptions& options);
+
+// ===================== implementation ======================================
+namespace internal {
+
+// Per-sample bookkeeping of a linear solve: true residuals, statuses, summary.
+template <typename Scalar>
+class LinearMonitor {
+ public:
+  LinearMonitor(const char* name, const LinearOperator<Scalar>& apply,
+                ConstMatrixRef<Scalar> rhs, MatrixRef<Scalar> u,
+                const LinearSolverOptions& options)
+      : apply_(apply), rhs_(rhs), options_(options) {
+    std::string error;
+    ThrowIfInvalid(name, options.IsValid(&error), error);
+    CheckBatch((std::string(name) + ": rhs").c_str(), rhs, rhs.rows());
+    CheckShape((std::string(name) + ": u").c_str(), u, rhs.rows(), rhs.cols());
+    start_ = std::chrono::steady_clock::now();
+    summary_.solver = name;
+    const Index batch = rhs.cols();
+    rhs_norm_.resize(batch);
+    threshold_.resize(batch);
+    initial_.assign(batch, -1.0);
+    for (Index b = 0; b < batch; ++b) {
+      rhs_norm_[b] = static_cast<double>(rhs.col(b).norm());
+      threshold_[b] = options.tolerance * rhs_norm_[b] + options.absolute_tolerance;
+    }
+    active_.assign(batch, 1);
+    num_active_ = static_cast<int>(batch);
+    summary_.sample_status.assign(batch, TerminationType::kMaxIterations);
+    summary_.sample_residual.assign(batch, std::numeric_limits<double>::infinity());
+    summary_.sample_iterations.assign(batch, 0);
+    residual_norm_.assign(batch, std::numeric_limits<double>::infinity());
+  }
+
+  const LinearSolverOptions& options() const { return options_; }
+  bool active(Index b) const { return active_[b] != 0; }
+  int num_active() const { return num_active_; }
+  double threshold(Index b) const { return threshold_[b]; }
+  int iterations() const { return summary_.iterations; }
+  bool budget_left() const { return summary_.iterations < options_.max_iterations; }
+  void CountIteration() { ++summary_.iterations; }
+  void Note(const std::string& note) {
+    if (note_.find(note) == std::string::npos) note_ += "; " + note;
+  }
+
+  // out = A v, counted.
+  void Apply(ConstMatrixRef<Scalar> v, MatrixRef<Scalar> out) {
+    apply_(v, out);
+    ++summary_.products;
+  }
+
+  // r = rhs - A u (true residual), then marks active samples converged,
+  // non-finite or diverged. Returns true while some sample is active.
+  bool Residual(ConstMatrixRef<Scalar> u, MatrixRef<Scalar> r) {
+    Apply(u, r);
+    r = rhs_ - r;
+    for (Index b = 0; b < r.cols(); ++b) {
+      const double rn = static_cast<double>(r.col(b).norm());
+      residual_norm_[b] = rn;
+      if (!active(b)) continue;
+      if (!std::isfinite(rn) || !u.col(b).allFinite()) {
+        Stop(b, TerminationType::kNonFinite);
+      } else if (rn <= threshold_[b]) {
+        Stop(b, TerminationType::kConverged);
+      } else if (initial_[b] < 0) {
+        initial_[b] = rn;
+      } else if (rn > options_.divergence_threshold * initial_[b]) {
+        Stop(b, TerminationType::kDiverged);
+      }
+    }
+    return num_active_ > 0;
+  }
+
+  void Stop(Index b, TerminationType status) {
+    if (!active(b)) return;
+    active_[b] = 0;
+    --num_active_;
+    summary_.sample_status[b] = status;
+    summary_.sample_iterations[b] = summary_.iterations;
+  }
+
+  // Completes the summary; the last Residual() call must describe the final u.
+  LinearSolveSummary Finish() {
+    const Index batch = rhs_.cols();
+    summary_.residual = summary_.absolute_residual = 0.0;
+    for (Index b = 0; b < batch; ++b) {
+      if (active(b)) Stop(b, TerminationType::kMaxIterations);
+      const double rn = residual_norm_[b];
+      const double rel = rhs_norm_[b] > 0 ? rn / rhs_norm_[b] : rn;
+      summary_.sample_residual[b] = rel;
+      summary_.residual = std::isfinite(rel) ? std::max(summary_.residual, rel)
+                                             : std::numeric_limits<double>::infinity();
+      summary_.absolute_residual = std::isfinite(rn)
+                                       ? std::max(summary_.absolute_residual, rn)
+                                       : std::numeric_limits<double>::infinity();
+    }
+    const int converged = summary_.num_converged();
+    summary_.termination_type = TerminationType::kConverged;
+    if (converged != static_cast<int>(batch)) {
+      summary_.termination_type = TerminationType::kMaxIterations;
+      for (TerminationType t : {TerminationType::kMaxIterations, TerminationType::kStalled,
+                                TerminationType::kFailure, TerminationType::kDiverged,
+                                TerminationType::kNonFinite}) {
+        if (std::count(summary_.sample_status.begin(), summary_.sample_status.end(), t) > 0) {
+          summary_.termination_type = t;
+        }
+      }
+    }
+    summary_.message = std::to_string(converged) + "/" + std::to_string(batch) +
+                       " samples converged" + note_;
+    summary_.wall_time_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    return std::move(summary_);
+  }
+
+ private:
+  const LinearOperator<Scalar>& apply_;
+  ConstMatrixRef<Scalar> rhs_;
+  LinearSolverOptions options_;
+  LinearSolveSummary summary_;
+  std::vector<double> rhs_norm_, threshold_, initial_, residual_norm_;
+  std::vector<char> active_;
+  int num_active_ = 0;
+  std::string note_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+}  // namespace internal
+
+template <typename Scalar>
+LinearSolveSummary FixedPointLinearSolve(const LinearOperator<Scalar>& apply,
+                                         ConstMatrixRef<Scalar> rhs, MatrixRef<Scalar> u,
+                                         const LinearSolverOptions& options) {
+  internal::LinearMonitor<Scalar> m("fixed_point", apply, rhs, u, options);
+  Matrix<Scalar> r(u.rows(), u.cols());
+  while (m.Residual(u, r) && m.budget_left()) {
+    for (Index b = 0; b < u.cols(); ++b) {
+      if (m.active(b)) u.col(b) += r.col(b);
+    }
+    m.CountIteration();
+  }
+  return m.Finish();
+}
+
+template <typename Scalar>
+LinearSolveSummary AndersonLinearSolve(const LinearOperator<Scalar>& apply,
+                                       ConstMatrixRef<Scalar> rhs, MatrixRef<Scalar> u,
+                                       const LinearSolverOptions& options) {
+  internal::LinearMonitor<Scalar> m("anderson", apply, rhs, u, options);
+  const Index n = u.rows(), batch = u.cols();
+  const int mem = options.memory;
+  Matrix<Scalar> r(n, batch), u_prev(n, batch), r_prev(n, batch);
+  std::vector<Matrix<Scalar>> du(mem, Matrix<Scalar>(n, batch)), dr = du;
+  Matrix<double> gram(mem, mem);
+  Vector<double> rhs_ls(mem), gamma(mem);
+  int count = 0, slot = 0;
+  while (m.Residual(u, r) && m.budget_left()) {
+    if (m.iterations() > 0) {  // store the newest differences in the ring
+      du[slot] = u - u_prev;
+      dr[slot] = r - r_prev;
+      slot = (slot + 1) % mem;
+      count = std::min(count + 1, mem);
+    }
+    u_prev = u;
+    r_prev = r;
+    for (Index b = 0; b < batch; ++b) {
+      if (!m.active(b)) continue;
+      bool mixed = false;
+      if (count > 0) {
+        // gamma = argmin |r - dR gamma|^2 (+ relative ridge), per sample.
+        auto G = gram.topLeftCorner(count, count);
+        for (int i = 0; i < count; ++i) {
+          rhs_ls(i) = static_cast<double>(dr[i].col(b).dot(r.col(b)));
+          for (int j = 0; j <= i; ++j) {
+            G(i, j) = G(j, i) = static_cast<double>(dr[i].col(b).dot(dr[j].col(b)));
+          }
+        }
+        const double ridge = options.regularization * G.trace() / count +
+                             std::numeric_limits<double>::min();
+        G.diagonal().array() += ridge;
+        gamma.head(count) = G.ldlt().solve(rhs_ls.head(count));
+        if (gamma.head(count).allFinite()) {
+          u.col(b) += r.col(b);
+          for (int i = 0; i < count; ++i) {
+            u.col(b) -= static_cast<Scalar>(gamma(i)) * (du[i].col(b) + dr[i].col(b));
+          }
+          mixed = true;
+        }
+      }
+      if (!mixed) u.col(b) += r.col(b);
+    }
+    m.CountIteration();
+  }
+  return m.Finish();
+}
+
+template <typename Scalar>
+LinearSolveSummary BroydenLinearSolve(const LinearOperator<Scalar>& apply,
+                                      ConstMatrixRef<Scalar> rhs, MatrixRef<Scalar> u,
+                                      const LinearSolverOptions& options) {
+  internal::LinearMonitor<Scalar> m("broyden", apply, rhs, u, options);
+  const Index n = u.rows(), batch = u.cols();
+  const int mem = options.memory;
+  // Inverse approximation of A for sample b: H = I + sum_{i<count_b} c_i d_i^T.
+  std::vector<Matrix<Scalar>> c(mem, Matrix<Scalar>(n, batch)), d = c;
+  std::vector<int> count(batch, 0);
+  Matrix<Scalar> r(n, batch), u_prev(n, batch), r_prev(n, batch);
+  Vector<Scalar> s(n), y(n), hy(n), hts(n);
+  auto apply_h = [&](Index b, const Vector<Scalar>& v, Vector<Scalar>& out, bool transpose) {
+    out = v;
+    for (int i = 0; i < count[b]; ++i) {
+      const auto& left = transpose ? d[i] : c[i];
+      const auto& right = transpose ? c[i] : d[i];
+      out += right.col(b).dot(v) * left.col(b);
+    }
+  };
+  while (m.Residual(u, r) && m.budget_left()) {
+    for (Index b = 0; b < batch; ++b) {
+      if (!m.active(b)) continue;
+      if (m.iterations() > 0) {
+        // Secant pair: s = step taken, y = A s = r_prev - r.
+        s = u.col(b) - u_prev.col(b);
+        y = r_prev.col(b) - r.col(b);
+        if (count[b] == mem) count[b] = 0;  // restart: memory stays bounded
+        apply_h(b, y, hy, false);
+        const Scalar denom = s.dot(hy);
+        const Scalar scale = s.norm() * hy.norm();
+        if (std::abs(denom) > Scalar(1e3) * std::numeric_limits<Scalar>::epsilon() * scale &&
+            std::isfinite(static_cast<double>(denom))) {
+          apply_h(b, s, hts, true);
+          c[count[b]].col(b) = (s - hy) / denom;
+          d[count[b]].col(b) = hts;
+          ++count[b];
+        } else {
+          count[b] = 0;  // degenerate update: restart from H = I
+        }
+      }
+      u_prev.col(b) = u.col(b);
+      r_prev.col(b) = r.col(b);
+      y = r.col(b);
+      apply_h(b, y, s, false);
+      u.col(b) += s;
+    }
+    m.CountIteration();
+  }
+  return m.Finish();
+}
+
+template <typename Scalar>
+LinearSolveSummary ConjugateGradientSolve(const LinearOperator<Scalar>& apply,
+                                          ConstMatrixRef<Scalar> rhs, MatrixRef<Scalar> u,
+                                          const LinearSolverOptions& options) {
+  internal::LinearMonitor<Scalar> m("cg", apply, rhs, u, options);
+  const Index n = u.rows(), batch = u.cols();
+  Matrix<Scalar> r(n, batch), p(n, batch), ap(n, batch);
+  std::vector<Scalar> rs(batch);
+  std::vector<char> run(batch);
+  // Each cycle restarts from the true residual; a cycle ends for a sample when
+  // its recurrence residual meets the threshold.
+  while (m.Residual(u, r) && m.budget_left()) {
+    p = r;
+    int running = 0;
+    for (Index b = 0; b < batch; ++b) {
+      run[b] = m.active(b);
+      running += run[b];
+      rs[b] = r.col(b).squaredNorm();
+      if (!run[b]) p.col(b).setZero();
+    }
+    while (running > 0 && m.budget_left()) {
+      m.Apply(p, ap);
+      m.CountIteration();
+      for (Index b = 0; b < batch; ++b) {
+        if (!run[b]) continue;
+        const Scalar pap = p.col(b).dot(ap.col(b));
+        if (!(pap > Scalar(0))) {
+          m.Note("cg: p^T A p <= 0 (operator not positive definite)");
+          m.Stop(b, TerminationType::kFailure);
+          run[b] = 0;
+          --running;
+          p.col(b).setZero();
+          continue;
+        }
+        const Scalar alpha = rs[b] / pap;
+        u.col(b) += alpha * p.col(b);
+        r.col(b) -= alpha * ap.col(b);
+        const Scalar rs_new = r.col(b).squaredNorm();
+        if (std::sqrt(static_cast<double>(rs_new)) <= m.threshold(b) ||
+            !std::isfinite(static_cast<double>(rs_new))) {
+          run[b] = 0;
+          --running;
+          p.col(b).setZero();
+          continue;
+        }
+        p.col(b) = r.col(b) + (rs_new / rs[b]) * p.col(b);
+        rs[b] = rs_new;
+      }
+    }
+  }
+  return m.Finish();
+}
+
+template <typename Scalar>
+LinearSolveSummary MinresSolve(const LinearOperator<Scalar>& apply, ConstMatrixRef<Scalar> rhs,
+                               MatrixRef<Scalar> u, const LinearSolverOptions& options) {
+  internal::LinearMonitor<Scalar> m("minres", apply, rhs, u, options);
+  const Index n = u.rows(), batch = u.cols();
+  // Lanczos vectors r1, r2, y, v and search directions w, w1, w2 (Paige-Saunders).
+  Matrix<Scalar> r(n, batch), r1(n, batch), r2(n, batch), y(n, batch), v(n, batch);
+  Matrix<Scalar> w(n, batch), w1(n, batch), w2(n, batch);
+  struct State {
+    double beta, oldb, dbar, epsln, phibar, cs, sn;
+    bool first;
+  };
+  std::vector<State> st(batch);
+  std::vector<char> run(batch);
+  while (m.Residual(u, r) && m.budget_left()) {
+    r1 = r;
+    r2 = r;
+    y = r;
+    w.setZero();
+    w2.setZero();
+    int running = 0;
+    for (Index b = 0; b < batch; ++b) {
+      run[b] = m.active(b);
+      running += run[b];
+      const double beta1 = static_cast<double>(r.col(b).norm());
+      st[b] = {beta1, 0.0, 0.0, 0.0, beta1, -1.0, 0.0, true};
+    }
+    while (running > 0 && m.budget_left()) {
+      for (Index b = 0; b < batch; ++b) {
+        if (run[b]) {
+          v.col(b) = y.col(b) / static_cast<Scalar>(st[b].beta);
+        } else {
+          v.col(b).setZero();
+        }
+      }
+      m.Apply(v, y);
+      m.CountIteration();
+      for (Index b = 0; b < batch; ++b) {
+        if (!run[b]) continue;
+        State& s = st[b];
+        if (!s.first) y.col(b) -= static_cast<Scalar>(s.beta / s.oldb) * r1.col(b);
+        s.first = false;
+        const double alfa = static_cast<double>(v.col(b).dot(y.col(b)));
+        y.col(b) -= static_cast<Scalar>(alfa / s.beta) * r2.col(b);
+        r1.col(b) = r2.col(b);
+        r2.col(b) = y.col(b);
+        s.oldb = s.beta;
+        s.beta = static_cast<double>(y.col(b).norm());
+        const double oldeps = s.epsln;
+        const double delta = s.cs * s.dbar + s.sn * alfa;
+        const double gbar = s.sn * s.dbar - s.cs * alfa;
+        s.epsln = s.sn * s.beta;
+        s.dbar = -s.cs * s.beta;
+        double gamma = std::hypot(gbar, s.beta);
+        gamma = std::max(gamma, std::numeric_limits<double>::min());
+        s.cs = gbar / gamma;
+        s.sn = s.beta / gamma;
+        const double phi = s.cs * s.phibar;
+        s.phibar = s.sn * s.phibar;
+        w1.col(b) = w2.col(b);
+        w2.col(b) = w.col(b);
+        w.col(b) = (v.col(b) - static_cast<Scalar>(oldeps) * w1.col(b) -
+                    static_cast<Scalar>(delta) * w2.col(b)) /
+                   static_cast<Scalar>(gamma);
+        u.col(b) += static_cast<Scalar>(phi) * w.col(b);
+        // Estimate met, Krylov space exhausted (beta = 0) or broken: the next
+        // cycle checks the true residual.
+        if (std::abs(s.phibar) <= m.threshold(b) || !(s.beta > 0.0) ||
+            !std::isfinite(s.phibar)) {
+          run[b] = 0;
+          --running;
+        }
+      }
+    }
+  }
+  return m.Finish();
+}
+
+template <typename Scalar>
+LinearSolveSummary GmresSolve(const LinearOperator<Scalar>& apply, ConstMatrixRef<Scalar> rhs,
+                              MatrixRef<Scalar> u, const LinearSolverOptions& options) {
+  internal::LinearMonitor<Scalar> m("gmres", apply, rhs, u, options);
+  const Index n = u.rows(), batch = u.cols();
+  const int k_max = options.restart;
+  std::vector<Matrix<Scalar>> V(k_max + 1, Matrix<Scalar>(n, batch));
+  Matrix<Scalar> r(n, batch), w(n, batch);
+  // Per sample: Hessenberg (k_max+1 x k_max), Givens cosines/sines, rhs g.
+  std::vector<Matrix<double>> H(batch, Matrix<double>(k_max + 1, k_max));
+  Matrix<double> cs(k_max, batch), sn(k_max, batch), g(k_max + 1, batch);
+  Vector<double> coef(k_max);
+  std::vector<int> steps(batch);
+  std::vector<char> run(batch);
+  while (m.Residual(u, r) && m.budget_left()) {
+    int running = 0;
+    for (Index b = 0; b < batch; ++b) {
+      run[b] = m.active(b);
+      running += run[b];
+      steps[b] = 0;
+      const double beta = static_cast<double>(r.col(b).norm());
+      g.col(b).setZero();
+      g(0, b) = beta;
+      if (run[b]) {
+        V[0].col(b) = r.col(b) / static_cast<Scalar>(beta);
+      } else {
+        V[0].col(b).setZero();
+      }
+    }
+    for (int j = 0; j < k_max && running > 0 && m.budget_left(); ++j) {
+      m.Apply(V[j], w);
+      m.CountIteration();
+      for (Index b = 0; b < batch; ++b) {
+        if (!run[b]) {
+          V[j + 1].col(b).setZero();
+          continue;
+        }
+        Matrix<double>& h = H[b];
+        for (int i = 0; i <= j; ++i) {  // modified Gram-Schmidt
+          const Scalar hij = V[i].col(b).dot(w.col(b));
+          h(i, j) = static_cast<double>(hij);
+          w.col(b) -= hij * V[i].col(b);
+        }
+        const double hnext = static_cast<double>(w.col(b).norm());
+        h(j + 1, j) = hnext;
+        if (hnext > 0) {
+          V[j + 1].col(b) = w.col(b) / static_cast<Scalar>(hnext);
+        } else {
+          V[j + 1].col(b).setZero();
+        }
+        for (int i = 0; i < j; ++i) {  // previous rotations
+          const double a = h(i, j), c = h(i + 1, j);
+          h(i, j) = cs(i, b) * a + sn(i, b) * c;
+          h(i + 1, j) = -sn(i, b) * a + cs(i, b) * c;
+        }
+        const double rho = std::hypot(h(j, j), h(j + 1, j));
+        if (rho > 0) {
+          cs(j, b) = h(j, j) / rho;
+          sn(j, b) = h(j + 1, j) / rho;
+        } else {
+          cs(j, b) = 1.0;
+          sn(j, b) = 0.0;
+        }
+        h(j, j) = rho;
+        h(j + 1, j) = 0.0;
+        g(j + 1, b) = -sn(j, b) * g(j, b);
+        g(j, b) = cs(j, b) * g(j, b);
+        steps[b] = j + 1;
+        if (std::abs(g(j + 1, b)) <= m.threshold(b) || !(hnext > 0) || !(rho > 0) ||
+            !std::isfinite(g(j + 1, b))) {
+          run[b] = 0;
+          --running;
+        }
+      }
+    }
+    // u += V_k y with H_k y = g_k (upper triangular), per sample.
+    for (Index b = 0; b < batch; ++b) {
+      const int k = steps[b];
+      if (k == 0) continue;
+      const Matrix<double>& h = H[b];
+      bool singular = false;
+      for (int i = k - 1; i >= 0; --i) {
+        double sum = g(i, b);
+        for (int l = i + 1; l < k; ++l) sum -= h(i, l) * coef(l);
+        if (!(std::abs(h(i, i)) > 0)) {
+          singular = true;
+          coef(i) = 0.0;
+        } else {
+          coef(i) = sum / h(i, i);
+        }
+      }
+      if (singular) m.Note("gmres: singular Hessenberg matrix (singular operator)");
+      for (int i = 0; i < k; ++i) u.col(b) += static_cast<Scalar>(coef(i)) * V[i].col(b);
+    }
+  }
+  return m.Finish();
+}
+
+template <typename Scalar>
+LinearSolveSummary DirectLinearSolve(const LinearOperator<Scalar>& apply,
+                                     ConstMatrixRef<Scalar> rhs, MatrixRef<Scalar> u,
+                                     const LinearSolverOptions& options) {
+  internal::LinearMonitor<Scalar> m("direct", apply, rhs, u, options);
+  const Index n = u.rows(), batch = u.cols();
+  Matrix<Scalar> r(n, batch);
+  if (m.Residual(u, r)) {
+    // Column i of every sample's matrix from one batch product with e_i.
+    std::vector<Matrix<Scalar>> A(batch, Matrix<Scalar>(n, n));
+    Matrix<Scalar> e = Matrix<Scalar>::Zero(n, batch), ae(n, batch);
+    for (Index i = 0; i < n; ++i) {
+      e.row(i).setOnes();
+      m.Apply(e, ae);
+      e.row(i).setZero();
+      for (Index b = 0; b < batch; ++b) A[b].col(i) = ae.col(b);
+    }
+    for (Index b = 0; b < batch; ++b) {
+      if (!m.active(b)) continue;
+      if (!A[b].allFinite()) {
+        m.Stop(b, TerminationType::kNonFinite);
+        continue;
+      }
+      Eigen::FullPivLU<Matrix<Scalar>> lu(A[b]);
+      if (!lu.isInvertible()) {
+        m.Note("direct: singular matrix (rank " + std::to_string(lu.rank()) + " < " +
+               std::to_string(n) + ")");
+        m.Stop(b, TerminationType::kFailure);
+        continue;
+      }
+      // Solve for the correction from the current residual (one refinement-ready step).
+      u.col(b) += lu.solve(r.col(b));
+    }
+    m.CountIteration();
+    m.Residual(u, r);
+  }
+  return m.Finish();
+}
+
+template <typename Scalar>
+LinearSolveSummary SolveLinearSystem(LinearSolverType type, const LinearOperator<Scalar>& apply,
+                                     ConstMatrixRef<Scalar> rhs, MatrixRef<Scalar> u,
+                                     const LinearSolverOptions& options) {
+  switch (type) {
+    case LinearSolverType::kFixedPoint: return FixedPointLinearSolve<Scalar>(apply, rhs, u, options);
+    case LinearSolverType::kAnderson: return AndersonLinearSolve<Scalar>(apply, rhs, u, options);
+    case LinearSolverType::kBroyden: return BroydenLinearSolve<Scalar>(apply, rhs, u, options);
+    case LinearSolverType::kCg: return ConjugateGradientSolve<Scalar>(apply, rhs, u, options);
+    case LinearSolverType::kMinres: return MinresSolve<Scalar>(apply, rhs, u, options);
+    case LinearSolverType::kGmres: return GmresSolve<Scalar>(apply, rhs, u, options);
+    case LinearSolverType::kDirect: return DirectLinearSolve<Scalar>(apply, rhs, u, options);
+  }
+  throw std::invalid_argument("SolveLinearSystem: unknown LinearSolverType");
+}
+
+}  // namespace implicit

@@ -1,0 +1,143 @@
+// Newton's method on the root problem g(z) = f(z) - z = 0, per sample.
+//
+// Dense path (n <= dense_jacobian_max_dimension): every sample is its own
+// Ceres nonlinear least-squares problem min 0.5 |g(z_b)|^2 (one residual block
+// of size n), solved with Ceres' trust-region machinery, Levenberg-Marquardt or
+// dogleg. The Jacobian J_g = J_f - I is assembled from the map's Jacobian-vector
+// products: n batched JVP calls with v = e_i in every column give column i of
+// every sample's Jacobian at once (this works for maps conditioned on a
+// per-sample input, which cannot evaluate columns on their own). The samples
+// run in lockstep: each sample's Ceres solver runs on its own worker thread and
+// every evaluation any of them asks for is served by one batched call of f (or
+// one batched round of n JVPs) on the calling thread. Each sample keeps its own
+// trust region and its own termination, so one failing sample never affects
+// the others; a NaN/Inf trial point is a rejected step, never an iterate.
+// Solve() uses one worker thread per sample (mostly blocked; the map and the
+// energy are only ever called from the calling thread, on whole batches).
+//
+// Matrix-free path (n > dense_jacobian_max_dimension, or newton_krylov = true):
+// inexact Newton-Krylov. Each iteration solves J_g d = -g per sample with
+// restarted GMRES on Jacobian-vector products (all samples' Krylov iterations
+// share one batched JVP per inner step), to the relative accuracy
+// forcing_term, then backtracks t = 1, 1/2, 1/4, ... until
+// |g(z + t d)| <= (1 - sufficient_decrease t) |g(z)|. Memory is
+// O(n krylov_restart B): nothing of size n^2 is allocated.
+//
+// The map must provide Jacobian-vector products (HasJacobianProducts());
+// otherwise Solve() throws std::invalid_argument.
+//
+// Summary accounting: `iterations` are Newton (trust-region) iterations of the
+// batch, a rejected trust-region step counting as an iteration, as in Ceres;
+// `function_evaluations` counts batched calls of f (each B columns) and
+// `jacobian_products` batched calls of the JVP (each B columns): one dense
+// Jacobian round costs n of them (none is spent at a point where every
+// requesting sample has already met the tolerance).
+//
+//   implicit::NewtonSolver<double>::Options options;
+//   options.trust_region = "dogleg";
+//   options.absolute_tolerance = 1e-12;
+//   implicit::NewtonSolver<double> solver(options);
+//   implicit::Summary summary = solver.Solve(map, z);   // z: n x B, in place
+//
+// Ceres is only used inside the library (newton.cc; instantiated for float and
+// double); Ceres works in double, the map in Scalar.
+#pragma once
+
+#include <implicit/solvers/solver.h>
+
+#include <cmath>
+#include <string>
+
+namespace implicit {
+
+template <typename Scalar>
+class NewtonSolver : public Solver<Scalar> {
+ public:
+  struct Options : SolverOptions {
+    // Trust-region strategy of the dense path: "levenberg_marquardt" or "dogleg".
+    std::string trust_region = "levenberg_marquardt";
+    // Initial trust-region radius of every sample (Ceres'
+    // initial_trust_region_radius; for Levenberg-Marquardt 1/radius is the
+    // initial damping). Finite and > 0.
+    double initial_trust_region_radius = 1e4;
+    // Largest state dimension n for which the dense n x n Jacobian is built;
+    // above it the matrix-free Newton-Krylov path is used. >= 0.
+    int dense_jacobian_max_dimension = 500;
+    // Use the matrix-free Newton-Krylov path whatever n is (for testing it at
+    // small n, or when JVPs are much cheaper than n of them).
+    bool newton_krylov = false;
+
+    // ---- Newton-Krylov path only ----
+    // GMRES restart length (Krylov vectors kept per sample). >= 1.
+    int krylov_restart = 20;
+    // Maximum GMRES iterations (JVPs) per Newton step, over all restarts. >= 1.
+    int max_krylov_iterations = 100;
+    // Inexact-Newton forcing term eta: GMRES stops when
+    // |J_g d + g| <= eta |g|. In (0, 1).
+    double forcing_term = 1e-3;
+    // Backtracking rounds per Newton step (each one batched evaluation of f);
+    // a sample whose |g| does not decrease within them stops with kFailure. >= 0.
+    int max_backtracks = 20;
+    // Armijo constant c of the backtracking test above. In [0, 1).
+    double sufficient_decrease = 1e-4;
+
+    // Checks every field (the shared ones first); on failure names the field in *error.
+    bool IsValid(std::string* error) const {
+      if (!SolverOptions::IsValid(error)) return false;
+      auto fail = [error](const std::string& message) {
+        if (error != nullptr) *error = message;
+        return false;
+      };
+      if (trust_region != "levenberg_marquardt" && trust_region != "dogleg")
+        return fail("trust_region must be \"levenberg_marquardt\" or \"dogleg\", got \"" +
+                    trust_region + "\"");
+      if (!(initial_trust_region_radius > 0.0) || !std::isfinite(initial_trust_region_radius))
+        return fail("initial_trust_region_radius must be finite and > 0, got " +
+                    std::to_string(initial_trust_region_radius));
+      if (dense_jacobian_max_dimension < 0)
+        return fail("dense_jacobian_max_dimension must be >= 0, got " +
+                    std::to_string(dense_jacobian_max_dimension));
+      if (krylov_restart < 1)
+        return fail("krylov_restart must be >= 1, got " + std::to_string(krylov_restart));
+      if (max_krylov_iterations < 1)
+        return fail("max_krylov_iterations must be >= 1, got " +
+                    std::to_string(max_krylov_iterations));
+      if (!(forcing_term > 0.0 && forcing_term < 1.0))
+        return fail("forcing_term must be in (0, 1), got " + std::to_string(forcing_term));
+      if (max_backtracks < 0)
+        return fail("max_backtracks must be >= 0, got " + std::to_string(max_backtracks));
+      if (!(sufficient_decrease >= 0.0 && sufficient_decrease < 1.0))
+        return fail("sufficient_decrease must be in [0, 1), got " +
+                    std::to_string(sufficient_decrease));
+      return true;
+    }
+  };
+
+  // Throws std::invalid_argument("newton: invalid options: <field> ...").
+  explicit NewtonSolver(const Options& options = Options()) : options_(options) {
+    std::string error;
+    internal::ThrowIfInvalid(name(), options_.IsValid(&error), error);
+  }
+  const Options& options() const { return options_; }
+  std::string name() const override { return "newton"; }
+
+  // True when a problem of dimension n is solved matrix-free (Newton-Krylov).
+  bool UsesNewtonKrylov(Index n) const {
+    return options_.newton_krylov || n > options_.dense_jacobian_max_dimension;
+  }
+
+  // Throws std::invalid_argument when the map has no Jacobian-vector products,
+  // for an empty batch or a state of the wrong dimension.
+  Summary Solve(const FixedPointMap<Scalar>& map, MatrixRef<Scalar> z) const override;
+
+ private:
+  Summary SolveDense(const FixedPointMap<Scalar>& map, MatrixRef<Scalar> z) const;
+  Summary SolveKrylov(const FixedPointMap<Scalar>& map, MatrixRef<Scalar> z) const;
+
+  Options options_;
+};
+
+extern template class NewtonSolver<float>;
+extern template class NewtonSolver<double>;
+
+}  // namespace implicit

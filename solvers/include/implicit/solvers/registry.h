@@ -1,0 +1,68 @@
+// Run-time selection of forward solvers by name, for apps and experiments.
+//
+// Solvers: "picard", "anderson", "broyden" (fixed-point methods, any map),
+// "newton" (needs Jacobian-vector products), "lbfgs" and "gradient_flow"
+// (need a map built from an energy, see energy_maps.h). Options are given as
+// strings keyed by the field names of the solver's Options struct: the shared
+// ones (max_iterations, absolute_tolerance, relative_tolerance,
+// max_stall_iterations, divergence_threshold, record_trace) and the solver's
+// own (e.g. anderson's memory, mixing). Nothing is silently ignored: an
+// unknown solver, an unknown key or a malformed value throws
+// std::invalid_argument that names it and lists what is valid; values are
+// then range-checked by the solver's Options::IsValid.
+//
+//   auto options = implicit::ParseOptionList("memory=5,mixing=0.5");
+//   implicit::SolverOptions base;
+//   base.absolute_tolerance = 1e-10;
+//   std::unique_ptr<implicit::Solver<double>> solver =
+//       implicit::MakeSolver<double>("anderson", options, base);
+//   implicit::Summary summary = solver->Solve(map, z);
+//
+// Value syntax: integers and reals as in C (e.g. 100, 1e-8, 0.5); booleans
+// true/false, 1/0, yes/no, on/off; strings verbatim (e.g.
+// trust_region=dogleg).
+#pragma once
+
+#include <implicit/solvers/solver.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace implicit {
+
+// The registered solver names: picard, anderson, broyden, newton, lbfgs, gradient_flow.
+std::vector<std::string> SolverNames();
+
+// The option keys `name` accepts (shared ones first). Throws
+// std::invalid_argument for an unknown solver.
+std::vector<std::string> SolverOptionNames(const std::string& name);
+
+// Whether the solver needs map.energy() (lbfgs, gradient_flow) or the map's
+// Jacobian-vector products (newton). Throw for an unknown solver.
+bool SolverNeedsEnergy(const std::string& name);
+bool SolverNeedsJacobianProducts(const std::string& name);
+
+// Builds the solver `name` with `base` for the shared fields (including the
+// callback), then the string `options` applied on top. Throws
+// std::invalid_argument for an unknown name (listing the valid names), an
+// unknown key (listing the solver's keys), a malformed value (naming key and
+// value) or an out-of-range value (the solver's own validation). Instantiated
+// for float and double.
+template <typename Scalar>
+std::unique_ptr<Solver<Scalar>> MakeSolver(const std::string& name,
+                                           const std::map<std::string, std::string>& options = {},
+                                           const SolverOptions& base = {});
+
+// Parses "key=value,key=value" (whitespace around keys and values is ignored;
+// values cannot contain ','). The empty string gives an empty map. Throws
+// std::invalid_argument for an entry without '=', an empty key or a repeated key.
+std::map<std::string, std::string> ParseOptionList(const std::string& list);
+
+extern template std::unique_ptr<Solver<float>> MakeSolver<float>(
+    const std::string&, const std::map<std::string, std::string>&, const SolverOptions&);
+extern template std::unique_ptr<Solver<double>> MakeSolver<double>(
+    const std::string&, const std::map<std::string, std::string>&, const SolverOptions&);
+
+}  // namespace implicit

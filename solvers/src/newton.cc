@@ -1,0 +1,519 @@
+// NewtonSolver: the Ceres trust-region path (per-sample problems run in
+// lockstep, see lockstep.h) and the matrix-free Newton-Krylov path.
+#include <implicit/solvers/internal/batch_monitor.h>
+#include <implicit/solvers/newton.h>
+
+#include <ceres/ceres.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "lockstep.h"
+
+namespace implicit {
+namespace {
+
+using internal::Lockstep;
+
+// One sample's residual block g(z_b) (n residuals, one parameter block of
+// size n). Every evaluation is posted to the lockstep coordinator.
+class SampleResidual final : public ceres::CostFunction {
+ public:
+  SampleResidual(Lockstep* lockstep, int sample, int n) : lockstep_(lockstep), sample_(sample) {
+    set_num_residuals(n);
+    mutable_parameter_block_sizes()->push_back(n);
+  }
+  bool Evaluate(double const* const* parameters, double* residuals,
+                double** jacobians) const override {
+    Lockstep::Request request;
+    request.sample = sample_;
+    request.point = parameters[0];
+    request.out_vector = residuals;
+    request.out_matrix = (jacobians != nullptr) ? jacobians[0] : nullptr;
+    return lockstep_->Evaluate(&request);
+  }
+
+ private:
+  Lockstep* lockstep_;
+  int sample_;
+};
+
+// Ends every Ceres iteration at the lockstep barrier.
+class BarrierCallback final : public ceres::IterationCallback {
+ public:
+  BarrierCallback(Lockstep* lockstep, int sample) : lockstep_(lockstep), sample_(sample) {}
+  ceres::CallbackReturnType operator()(const ceres::IterationSummary&) override {
+    return lockstep_->EndIteration(sample_) ? ceres::SOLVER_CONTINUE
+                                            : ceres::SOLVER_TERMINATE_SUCCESSFULLY;
+  }
+
+ private:
+  Lockstep* lockstep_;
+  int sample_;
+};
+
+// Status of a sample whose Ceres run ended before our tolerance was met.
+TerminationType FromCeres(ceres::TerminationType type) {
+  switch (type) {
+    case ceres::CONVERGENCE: return TerminationType::kStalled;  // no further progress possible
+    case ceres::NO_CONVERGENCE: return TerminationType::kMaxIterations;
+    default: return TerminationType::kFailure;
+  }
+}
+
+// A point Ceres evaluated and f there (Scalar, at the point rounded to Scalar).
+template <typename Scalar>
+struct CachedPoint {
+  std::vector<double> point;
+  Vector<Scalar> f;
+  bool valid = false;
+  bool Matches(const double* p) const {
+    return valid && std::memcmp(point.data(), p, point.size() * sizeof(double)) == 0;
+  }
+};
+
+template <typename Scalar>
+void CopyPoint(const double* p, Index n, Eigen::Ref<Vector<Scalar>> out) {
+  for (Index i = 0; i < n; ++i) out(i) = static_cast<Scalar>(p[i]);
+}
+
+}  // namespace
+
+template <typename Scalar>
+Summary NewtonSolver<Scalar>::Solve(const FixedPointMap<Scalar>& map, MatrixRef<Scalar> z) const {
+  if (!map.HasJacobianProducts()) {
+    throw std::invalid_argument(
+        "newton: the map provides no Jacobian-vector products (HasJacobianProducts() is "
+        "false); Newton needs them to build J_g = J_f - I. Use picard, anderson or broyden "
+        "for this map");
+  }
+  internal::CheckBatch("newton: initial state z", z, map.dimension());
+  if (UsesNewtonKrylov(map.dimension())) return SolveKrylov(map, z);
+  return SolveDense(map, z);
+}
+
+// ---- dense path: Ceres trust region, one problem per sample ---------------
+template <typename Scalar>
+Summary NewtonSolver<Scalar>::SolveDense(const FixedPointMap<Scalar>& map,
+                                         MatrixRef<Scalar> z) const {
+  internal::BatchMonitor<Scalar> monitor(options_, name());
+  monitor.Begin(map, z);
+  const Index n = z.rows();
+  const int batch = static_cast<int>(z.cols());
+
+  Matrix<Scalar> fz(n, batch), zt(n, batch), ft(n, batch), v(n, batch), jv(n, batch);
+  if (n == 0) {  // nothing to solve: every residual is 0
+    monitor.Observe(z, fz);
+    return monitor.Finish(z);
+  }
+  std::vector<std::vector<double>> params(batch, std::vector<double>(n));
+  std::vector<CachedPoint<Scalar>> candidate(batch), current(batch);
+  for (int b = 0; b < batch; ++b) {
+    for (Index i = 0; i < n; ++i) params[b][i] = static_cast<double>(z(i, b));
+    candidate[b].point.resize(n);
+    current[b].point.resize(n);
+    candidate[b].f.resize(n);
+    current[b].f.resize(n);
+  }
+  std::vector<ceres::TerminationType> ceres_end(batch, ceres::FAILURE);
+  std::vector<std::string> ceres_message(batch);
+
+  // Iteration 0 is observed here, before any Ceres run starts: a sample that
+  // is already converged or non-finite at its start never gets a Ceres problem.
+  map.Evaluate(z, fz);
+  monitor.CountEvaluations();
+  for (int b = 0; b < batch; ++b) {
+    std::copy(params[b].begin(), params[b].end(), current[b].point.begin());
+    current[b].f = fz.col(b);
+    current[b].valid = true;
+  }
+  if (!monitor.Observe(z, fz)) return monitor.Finish(z);
+  std::vector<char> launch(batch);
+  for (int b = 0; b < batch; ++b) launch[b] = monitor.active(b) ? 1 : 0;
+  bool initial_barrier = true;  // Ceres' iteration 0 is the one observed above
+
+  ceres::Solver::Options ceres_options;
+  ceres_options.minimizer_type = ceres::TRUST_REGION;
+  ceres_options.trust_region_strategy_type = options_.trust_region == "dogleg"
+                                                 ? ceres::DOGLEG
+                                                 : ceres::LEVENBERG_MARQUARDT;
+  ceres_options.linear_solver_type = ceres::DENSE_QR;
+  ceres_options.max_num_iterations = options_.max_iterations + 1;  // the monitor stops first
+  ceres_options.function_tolerance = 0.0;  // convergence is decided by the monitor
+  ceres_options.gradient_tolerance = 0.0;
+  ceres_options.parameter_tolerance = 0.0;
+  ceres_options.initial_trust_region_radius = options_.initial_trust_region_radius;
+  ceres_options.max_trust_region_radius =
+      std::max(ceres_options.max_trust_region_radius, options_.initial_trust_region_radius);
+  ceres_options.max_num_consecutive_invalid_steps = 10;
+  ceres_options.logging_type = ceres::SILENT;
+  ceres_options.minimizer_progress_to_stdout = false;
+  ceres_options.update_state_every_iteration = true;
+  ceres_options.num_threads = 1;
+
+  Lockstep lockstep(batch);
+
+  auto body = [&](int b) {
+    if (!launch[b]) return;
+    ceres::Problem problem;  // owns the cost function
+    problem.AddResidualBlock(new SampleResidual(&lockstep, b, static_cast<int>(n)), nullptr,
+                             params[b].data());
+    BarrierCallback barrier(&lockstep, b);
+    ceres::Solver::Options options = ceres_options;
+    options.callbacks.push_back(&barrier);
+    ceres::Solver::Summary summary;
+    ceres::Solve(options, &problem, &summary);
+    ceres_end[b] = summary.termination_type;
+    ceres_message[b] = summary.message;
+  };
+
+  // Serves residual and Jacobian requests: at most one batched f evaluation
+  // and one round of n batched JVPs.
+  std::vector<const CachedPoint<Scalar>*> source;
+  std::vector<char> needs_jacobian;
+  Vector<Scalar> w(n);
+  auto serve = [&](std::vector<Lockstep::Request*>& requests) {
+    source.assign(requests.size(), nullptr);
+    bool evaluate = false, jacobian = false;
+    zt = z;
+    for (std::size_t k = 0; k < requests.size(); ++k) {
+      const Lockstep::Request& r = *requests[k];
+      if (candidate[r.sample].Matches(r.point)) {
+        source[k] = &candidate[r.sample];
+      } else if (current[r.sample].Matches(r.point)) {
+        source[k] = &current[r.sample];
+      } else {
+        evaluate = true;
+        CopyPoint<Scalar>(r.point, n, zt.col(r.sample));
+      }
+    }
+    if (evaluate) {
+      map.Evaluate(zt, ft);
+      monitor.CountEvaluations();
+      for (std::size_t k = 0; k < requests.size(); ++k) {
+        if (source[k] != nullptr) continue;
+        const Lockstep::Request& r = *requests[k];
+        CachedPoint<Scalar>& c = candidate[r.sample];
+        std::copy(r.point, r.point + n, c.point.begin());
+        c.f = ft.col(r.sample);
+        c.valid = true;
+        source[k] = &c;
+      }
+    }
+    needs_jacobian.assign(requests.size(), 0);
+    for (std::size_t k = 0; k < requests.size(); ++k) {
+      Lockstep::Request& r = *requests[k];
+      bool ok = true;
+      for (Index i = 0; i < n; ++i) {
+        const Scalar p = static_cast<Scalar>(r.point[i]);
+        w(i) = p;
+        const double g = static_cast<double>(source[k]->f(i)) - static_cast<double>(p);
+        r.out_vector[i] = g;
+        ok = ok && std::isfinite(g);
+      }
+      r.ok = ok;
+      if (r.out_matrix == nullptr || !ok) continue;
+      // Ceres asks for the Jacobian at every accepted point, before the
+      // iteration's callback. Where the monitor is about to declare the sample
+      // converged (the same test on the same numbers) the Jacobian is never
+      // used: J_g = -I is returned instead of spending n JVPs on it. (Were the
+      // prediction ever wrong, the cost would be one Picard-like step.)
+      const double residual = static_cast<double>((source[k]->f - w).norm());
+      const double f_norm = static_cast<double>(source[k]->f.norm());
+      if (residual <= options_.absolute_tolerance ||
+          residual <= options_.relative_tolerance * f_norm) {
+        for (Index row = 0; row < n; ++row) {
+          for (Index col = 0; col < n; ++col) r.out_matrix[row * n + col] = row == col ? -1.0 : 0.0;
+        }
+      } else {
+        needs_jacobian[k] = 1;
+        jacobian = true;
+      }
+    }
+    if (!jacobian) return;
+    // Column i of every sample's J_f at once: JVP with v = e_i in every column.
+    zt = z;
+    for (std::size_t k = 0; k < requests.size(); ++k) {
+      if (needs_jacobian[k]) CopyPoint<Scalar>(requests[k]->point, n, zt.col(requests[k]->sample));
+    }
+    v.setZero();
+    for (Index i = 0; i < n; ++i) {
+      if (i > 0) v.row(i - 1).setZero();
+      v.row(i).setOnes();
+      map.JacobianVectorProduct(zt, v, jv);
+      monitor.CountJacobianProducts();
+      for (std::size_t k = 0; k < requests.size(); ++k) {
+        if (!needs_jacobian[k]) continue;
+        Lockstep::Request* r = requests[k];
+        double* jac = r->out_matrix;  // row-major n x n: d g_row / d z_i
+        for (Index row = 0; row < n; ++row) {
+          const double value = static_cast<double>(jv(row, r->sample)) - (row == i ? 1.0 : 0.0);
+          jac[row * n + i] = value;
+          if (!std::isfinite(value)) r->ok = false;
+        }
+      }
+    }
+  };
+
+  // At the end of an iteration (or when a sample's Ceres run ended): move each
+  // sample's accepted point into z, observe the batch, decide who continues.
+  std::vector<int> stopped_by_ceres;
+  auto observe = [&](const std::vector<int>& at_barrier, const std::vector<int>& finished,
+                     std::vector<char>* decision) {
+    if (initial_barrier) {  // every Ceres run is at its iteration 0 (or ended there)
+      initial_barrier = false;
+      for (int b : finished) {
+        if (monitor.active(b)) {
+          monitor.StopSample(b, FromCeres(ceres_end[b]));
+          stopped_by_ceres.push_back(b);
+        }
+      }
+      for (int b : at_barrier) (*decision)[b] = monitor.active(b) ? 1 : 0;
+      return;
+    }
+    bool any_active = false, evaluate = false;
+    zt = z;
+    auto take = [&](int b) {
+      const double* x = params[b].data();
+      if (candidate[b].Matches(x)) {
+        current[b] = candidate[b];
+      } else if (!current[b].Matches(x)) {
+        evaluate = true;
+      }
+      CopyPoint<Scalar>(x, n, zt.col(b));
+      any_active = any_active || monitor.active(b);
+    };
+    for (int b : at_barrier) take(b);
+    for (int b : finished) take(b);
+    if (!any_active) return;
+    if (evaluate) {  // only if Ceres ended on a point it never evaluated
+      map.Evaluate(zt, ft);
+      monitor.CountEvaluations();
+      auto refresh = [&](int b) {
+        if (current[b].Matches(params[b].data())) return;
+        std::copy(params[b].begin(), params[b].end(), current[b].point.begin());
+        current[b].f = ft.col(b);
+        current[b].valid = true;
+      };
+      for (int b : at_barrier) refresh(b);
+      for (int b : finished) refresh(b);
+    }
+    auto place = [&](int b) {
+      if (!monitor.active(b)) return;
+      z.col(b) = zt.col(b);
+      fz.col(b) = current[b].f;
+    };
+    for (int b : at_barrier) place(b);
+    for (int b : finished) place(b);
+    monitor.Observe(z, fz);
+    for (int b : finished) {
+      if (monitor.active(b)) {
+        monitor.StopSample(b, FromCeres(ceres_end[b]));
+        stopped_by_ceres.push_back(b);
+      }
+    }
+    for (int b : at_barrier) (*decision)[b] = monitor.active(b) ? 1 : 0;
+  };
+
+  lockstep.Run(body, serve, observe);
+  Summary summary = monitor.Finish(z);
+  if (!stopped_by_ceres.empty()) {
+    const int b = stopped_by_ceres.front();
+    summary.message += "; " + std::to_string(stopped_by_ceres.size()) +
+                       " samples ended by Ceres before the tolerance (first: sample " +
+                       std::to_string(b) + ": " + ceres_message[b] + ")";
+  }
+  return summary;
+}
+
+// ---- matrix-free path: inexact Newton-Krylov with backtracking -------------
+template <typename Scalar>
+Summary NewtonSolver<Scalar>::SolveKrylov(const FixedPointMap<Scalar>& map,
+                                          MatrixRef<Scalar> z) const {
+  internal::BatchMonitor<Scalar> monitor(options_, name());
+  monitor.Begin(map, z);
+  const Index n = z.rows(), batch = z.cols(), m = options_.krylov_restart;
+  const Index basis_stride = m + 1;
+
+  // ---- all memory, allocated once (nothing of size n^2) --------------------
+  Matrix<Scalar> fz(n, batch), g(n, batch), d(n, batch), zt(n, batch), ft(n, batch);
+  Matrix<Scalar> vin(n, batch), jv(n, batch);
+  Matrix<Scalar> basis(n, basis_stride * batch);  // sample b: columns [b (m+1), (b+1)(m+1))
+  Vector<Scalar> w(n);
+  Matrix<double> hess(m + 1, m * batch);          // Hessenberg of sample b: block b
+  Matrix<double> cs(m, batch), sn(m, batch), rhs(m + 1, batch);
+  Vector<double> y(m);
+  std::vector<double> g_norm(batch), target(batch), step(batch);
+  std::vector<int> krylov_iterations(batch), cycle_size(batch);
+  std::vector<char> in_gmres(batch), in_cycle(batch), searching(batch);
+  int line_search_failures = 0;
+  const double eps = static_cast<double>(std::numeric_limits<Scalar>::epsilon());
+
+  auto any = [](const std::vector<char>& flags) {
+    return std::any_of(flags.begin(), flags.end(), [](char c) { return c != 0; });
+  };
+  // d_b += V_b y with y from the triangular system of sample b's cycle.
+  auto update_step = [&](Index b) {
+    const int k = cycle_size[b];
+    for (int i = k - 1; i >= 0; --i) {
+      double s = rhs(i, b);
+      for (int l = i + 1; l < k; ++l) s -= hess(i, b * m + l) * y(l);
+      y(i) = s / hess(i, b * m + i);
+    }
+    for (int i = 0; i < k; ++i) {
+      d.col(b) += static_cast<Scalar>(y(i)) * basis.col(b * basis_stride + i);
+    }
+  };
+
+  map.Evaluate(z, fz);
+  monitor.CountEvaluations();
+  while (monitor.Observe(z, fz)) {
+    // ---- GMRES on J_g d = -g, all samples in lockstep ----
+    g = fz - z;
+    d.setZero();
+    for (Index b = 0; b < batch; ++b) {
+      in_gmres[b] = monitor.active(b) ? 1 : 0;
+      g_norm[b] = static_cast<double>(g.col(b).norm());
+      target[b] = options_.forcing_term * g_norm[b];
+      krylov_iterations[b] = 0;
+    }
+    bool first_cycle = true;
+    while (any(in_gmres)) {
+      // Start a cycle from the true residual r0 = -g - J_g d.
+      if (!first_cycle) {
+        map.JacobianVectorProduct(z, d, jv);
+        monitor.CountJacobianProducts();
+      }
+      for (Index b = 0; b < batch; ++b) {
+        in_cycle[b] = 0;
+        if (!in_gmres[b]) continue;
+        auto v0 = basis.col(b * basis_stride);
+        if (first_cycle) {
+          v0 = -g.col(b);
+        } else {
+          v0 = -g.col(b) - (jv.col(b) - d.col(b));
+        }
+        const double beta = static_cast<double>(v0.norm());
+        if (!std::isfinite(beta)) {
+          in_gmres[b] = 0;
+          monitor.StopSample(b, TerminationType::kNonFinite);
+          continue;
+        }
+        if (beta <= target[b] || beta == 0.0) {
+          in_gmres[b] = 0;
+          continue;
+        }
+        v0 /= static_cast<Scalar>(beta);
+        rhs.col(b).setZero();
+        rhs(0, b) = beta;
+        cycle_size[b] = 0;
+        in_cycle[b] = 1;
+      }
+      first_cycle = false;
+      for (Index j = 0; j < m && any(in_cycle); ++j) {
+        vin.setZero();
+        for (Index b = 0; b < batch; ++b) {
+          if (in_cycle[b]) vin.col(b) = basis.col(b * basis_stride + j);
+        }
+        map.JacobianVectorProduct(z, vin, jv);
+        monitor.CountJacobianProducts();
+        for (Index b = 0; b < batch; ++b) {
+          if (!in_cycle[b]) continue;
+          const Index base = b * basis_stride, hcol = b * m + j;
+          w = jv.col(b) - vin.col(b);  // J_g v_j
+          const double w_norm0 = static_cast<double>(w.norm());
+          for (Index i = 0; i <= j; ++i) {  // modified Gram-Schmidt
+            const double h = static_cast<double>(w.dot(basis.col(base + i)));
+            hess(i, hcol) = h;
+            w -= static_cast<Scalar>(h) * basis.col(base + i);
+          }
+          const double h_next = static_cast<double>(w.norm());
+          hess(j + 1, hcol) = h_next;
+          for (Index i = 0; i < j; ++i) {  // previous rotations
+            const double a = hess(i, hcol), c = hess(i + 1, hcol);
+            hess(i, hcol) = cs(i, b) * a + sn(i, b) * c;
+            hess(i + 1, hcol) = -sn(i, b) * a + cs(i, b) * c;
+          }
+          const double a = hess(j, hcol), c = hess(j + 1, hcol);
+          const double r = std::hypot(a, c);
+          if (!std::isfinite(r) || !std::isfinite(w_norm0)) {
+            in_cycle[b] = in_gmres[b] = 0;
+            monitor.StopSample(b, TerminationType::kNonFinite);
+            continue;
+          }
+          ++krylov_iterations[b];
+          bool done = false;
+          if (r == 0.0) {  // singular Hessenberg column: keep the first j vectors
+            done = true;
+          } else {
+            cs(j, b) = a / r;
+            sn(j, b) = c / r;
+            hess(j, hcol) = r;
+            hess(j + 1, hcol) = 0.0;
+            rhs(j + 1, b) = -sn(j, b) * rhs(j, b);
+            rhs(j, b) = cs(j, b) * rhs(j, b);
+            cycle_size[b] = static_cast<int>(j + 1);
+            const double residual = std::abs(rhs(j + 1, b));
+            const bool breakdown = h_next <= 10.0 * eps * w_norm0;  // invariant subspace
+            done = residual <= target[b] || breakdown;
+          }
+          done = done || krylov_iterations[b] >= options_.max_krylov_iterations;
+          if (done || j + 1 == m) {
+            in_cycle[b] = 0;
+            if (done) in_gmres[b] = 0;
+            if (cycle_size[b] > 0) update_step(b);
+          } else {
+            basis.col(base + j + 1) = w / static_cast<Scalar>(h_next);
+          }
+        }
+      }
+    }
+
+    // ---- backtracking on |g| ----
+    for (Index b = 0; b < batch; ++b) {
+      searching[b] = monitor.active(b) ? 1 : 0;
+      step[b] = 1.0;
+    }
+    for (int round = 0; round <= options_.max_backtracks && any(searching); ++round) {
+      zt = z;
+      for (Index b = 0; b < batch; ++b) {
+        if (searching[b]) zt.col(b) += static_cast<Scalar>(step[b]) * d.col(b);
+      }
+      map.Evaluate(zt, ft);
+      monitor.CountEvaluations();
+      for (Index b = 0; b < batch; ++b) {
+        if (!searching[b]) continue;
+        const double trial = static_cast<double>((ft.col(b) - zt.col(b)).norm());
+        if (trial <= (1.0 - options_.sufficient_decrease * step[b]) * g_norm[b]) {
+          z.col(b) = zt.col(b);
+          fz.col(b) = ft.col(b);
+          searching[b] = 0;
+        } else {
+          step[b] *= 0.5;
+        }
+      }
+    }
+    for (Index b = 0; b < batch; ++b) {
+      if (searching[b]) {
+        monitor.StopSample(b, TerminationType::kFailure);
+        ++line_search_failures;
+      }
+    }
+  }
+  Summary summary = monitor.Finish(z);
+  if (line_search_failures > 0) {
+    summary.message += "; Newton-Krylov line search failed for " +
+                       std::to_string(line_search_failures) + " samples";
+  }
+  return summary;
+}
+
+template class NewtonSolver<float>;
+template class NewtonSolver<double>;
+
+}  // namespace implicit

@@ -1,0 +1,316 @@
+#define BOOST_TEST_MODULE newton
+#include <boost/test/unit_test.hpp>
+
+#include <implicit/core/energy_maps.h>
+#include <implicit/solvers/newton.h>
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "support/h2_solver_problems.h"
+#include "support/test_problems.h"
+
+using namespace implicit;
+using testing::AffineMap;
+using testing::TanhDeqMap;
+
+namespace {
+
+AffineMap<double> MakeAffine(Index n, double norm, unsigned seed) {
+  return AffineMap<double>(testing::RandomMatrixWithNorm<double>(n, n, norm, seed),
+                           testing::RandomMatrix<double>(n, 1, seed + 7));
+}
+
+// f(z) = 0.5 tanh(z) + c elementwise: cheap at any n, Jacobian diag(0.5 (1 - tanh^2)).
+class ElementwiseMap : public FixedPointMap<double> {
+ public:
+  explicit ElementwiseMap(Vector<double> c) : c_(std::move(c)) {}
+  Index dimension() const override { return c_.size(); }
+  void Evaluate(ConstMatrixRef<double> z, MatrixRef<double> out) const override {
+    out = 0.5 * z.array().tanh().matrix();
+    out.colwise() += c_;
+  }
+  bool HasJacobianProducts() const override { return true; }
+  void JacobianVectorProduct(ConstMatrixRef<double> z, ConstMatrixRef<double> v,
+                             MatrixRef<double> out) const override {
+    out = (0.5 * (1.0 - z.array().tanh().square()) * v.array()).matrix();
+  }
+
+ private:
+  Vector<double> c_;
+};
+
+// g(z) = -atan(z) elementwise (f(z) = z - atan z), root 0, but f is NaN in a
+// column with any |z_i| > 3. Full Newton steps from |z| = 2 overshoot past 3.
+class AtanWithNanMap : public FixedPointMap<double> {
+ public:
+  explicit AtanWithNanMap(Index n) : n_(n) {}
+  Index dimension() const override { return n_; }
+  void Evaluate(ConstMatrixRef<double> z, MatrixRef<double> out) const override {
+    out = z - z.array().atan().matrix();
+    for (Index b = 0; b < z.cols(); ++b) {
+      if (z.col(b).cwiseAbs().maxCoeff() > 3.0) out.col(b).setConstant(std::nan(""));
+    }
+  }
+  bool HasJacobianProducts() const override { return true; }
+  void JacobianVectorProduct(ConstMatrixRef<double> z, ConstMatrixRef<double> v,
+                             MatrixRef<double> out) const override {
+    out = v - (v.array() / (1.0 + z.array().square())).matrix();
+  }
+
+ private:
+  Index n_;
+};
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(non_finite_trial_points_are_rejected_never_accepted) {
+  const Index n = 3, B = 2;
+  AtanWithNanMap map(n);
+  for (bool krylov : {false, true}) {
+    Matrix<double> z(n, B);
+    z.col(0) << 2.0, -2.0, 1.9;
+    z.col(1) << 0.3, -0.2, 0.1;  // here plain Newton converges
+    NewtonSolver<double>::Options options;
+    options.newton_krylov = krylov;
+    options.absolute_tolerance = 1e-12;
+    Summary s = NewtonSolver<double>(options).Solve(map, z);
+    BOOST_TEST(s.IsConverged(), s.FullReport());
+    BOOST_TEST(z.norm() <= 1e-10);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(levenberg_marquardt_solves_affine_contraction) {
+  const Index n = 8, B = 3;
+  AffineMap<double> map = MakeAffine(n, 0.9, 1);
+  Matrix<double> z = testing::RandomMatrix<double>(n, B, 3);
+  NewtonSolver<double>::Options options;
+  options.absolute_tolerance = 1e-12;
+  Summary s = NewtonSolver<double>(options).Solve(map, z);
+  BOOST_TEST(s.IsConverged(), s.FullReport());
+  for (Index b = 0; b < B; ++b) BOOST_TEST((z.col(b) - map.Solution()).norm() <= 1e-10);
+  // g is affine, so each Gauss-Newton-like step shrinks |g| by the LM damping
+  // ratio (~1e-4 here): a handful of iterations, far fewer than Picard's ~260.
+  BOOST_TEST(s.iterations <= 6);
+}
+
+BOOST_AUTO_TEST_CASE(dogleg_solves_tanh_deq_in_float_and_double) {
+  const Index n = 6, d = 4, B = 4;
+  for (const char* strategy : {"dogleg", "levenberg_marquardt"}) {
+    TanhDeqMap<double> map(n, d, 0.8, 11);
+    map.SetInput(testing::RandomMatrix<double>(d, B, 12));
+    Matrix<double> z = Matrix<double>::Zero(n, B);
+    NewtonSolver<double>::Options options;
+    options.trust_region = strategy;
+    options.absolute_tolerance = 1e-11;
+    Summary s = NewtonSolver<double>(options).Solve(map, z);
+    BOOST_TEST(s.IsConverged(), s.FullReport());
+    for (double r : testing::IndependentResiduals(map, z)) BOOST_TEST(r <= 1e-11);
+
+    TanhDeqMap<float> mapf(n, d, 0.8, 11);
+    mapf.SetInput(testing::RandomMatrix<float>(d, B, 12));
+    Matrix<float> zf = Matrix<float>::Zero(n, B);
+    NewtonSolver<float>::Options optionsf;
+    optionsf.trust_region = strategy;
+    optionsf.absolute_tolerance = 1e-5;
+    Summary sf = NewtonSolver<float>(optionsf).Solve(mapf, zf);
+    BOOST_TEST(sf.IsConverged(), sf.FullReport());
+    for (double r : testing::IndependentResiduals(mapf, zf)) BOOST_TEST(r <= 1e-5);
+    BOOST_TEST((zf.cast<double>() - z).norm() <= 1e-4);  // same equilibrium
+  }
+}
+
+BOOST_AUTO_TEST_CASE(summary_counts_batched_evaluations_and_jacobian_rounds) {
+  const Index n = 5, d = 3, B = 3;
+  TanhDeqMap<double> map(n, d, 0.7, 21);
+  map.SetInput(testing::RandomMatrix<double>(d, B, 22));
+  testing::SpyMap<double> spy(map);
+  Matrix<double> z = Matrix<double>::Zero(n, B);
+  NewtonSolver<double>::Options options;
+  options.record_trace = true;
+  Summary s = NewtonSolver<double>(options).Solve(spy, z);
+  BOOST_TEST(s.IsConverged());
+  BOOST_TEST(s.function_evaluations == spy.evaluations);
+  BOOST_TEST(s.jacobian_products == spy.jacobian_products);
+  // A dense Jacobian round is n batched JVPs (v = e_i in every column).
+  BOOST_TEST(s.jacobian_products % n == 0);
+  BOOST_TEST(s.jacobian_products >= static_cast<int>(n));
+  BOOST_TEST(s.trace.size() == static_cast<std::size_t>(s.iterations + 1));
+  for (std::size_t k = 1; k < s.trace.size(); ++k) {
+    BOOST_TEST(s.trace[k].function_evaluations >= s.trace[k - 1].function_evaluations);
+  }
+  // Trust-region steps only ever decrease |g|, so the trace's max residual does too.
+  for (std::size_t k = 1; k < s.trace.size(); ++k) {
+    BOOST_TEST(s.trace[k].max_residual <= s.trace[k - 1].max_residual);
+  }
+  const auto r = testing::IndependentResiduals(map, z);
+  for (Index b = 0; b < B; ++b) BOOST_TEST(std::abs(s.sample_residual[b] - r[b]) <= 1e-14);
+}
+
+BOOST_AUTO_TEST_CASE(needs_jacobian_products) {
+  AffineMap<double> map = MakeAffine(4, 0.5, 2);
+  testing::NoJacobianMap<double> plain(map);
+  Matrix<double> z = Matrix<double>::Zero(4, 2);
+  try {
+    NewtonSolver<double>().Solve(plain, z);
+    BOOST_FAIL("expected std::invalid_argument");
+  } catch (const std::invalid_argument& e) {
+    BOOST_TEST(std::string(e.what()).find("Jacobian-vector products") != std::string::npos);
+  }
+  NewtonSolver<double>::Options krylov;
+  krylov.newton_krylov = true;
+  BOOST_CHECK_THROW(NewtonSolver<double>(krylov).Solve(plain, z), std::invalid_argument);
+}
+
+BOOST_AUTO_TEST_CASE(invalid_options_and_shapes_throw) {
+  NewtonSolver<double>::Options options;
+  options.trust_region = "cauchy";
+  try {
+    NewtonSolver<double> solver(options);
+    BOOST_FAIL("expected std::invalid_argument");
+  } catch (const std::invalid_argument& e) {
+    BOOST_TEST(std::string(e.what()).find("trust_region") != std::string::npos);
+  }
+  NewtonSolver<double>::Options bad_forcing;
+  bad_forcing.forcing_term = 1.5;
+  BOOST_CHECK_THROW(NewtonSolver<double>{bad_forcing}, std::invalid_argument);
+  AffineMap<double> map = MakeAffine(4, 0.5, 2);
+  Matrix<double> wrong = Matrix<double>::Zero(5, 2), empty(4, 0);
+  BOOST_CHECK_THROW(NewtonSolver<double>().Solve(map, wrong), std::invalid_argument);
+  BOOST_CHECK_THROW(NewtonSolver<double>().Solve(map, empty), std::invalid_argument);
+}
+
+BOOST_AUTO_TEST_CASE(map_exception_propagates_without_hanging) {
+  // The input has 2 columns but the batch 3: the map throws inside the
+  // lockstep server; the solver must stop every worker and rethrow.
+  TanhDeqMap<double> map(4, 2, 0.5, 5);
+  map.SetInput(testing::RandomMatrix<double>(2, 2, 6));
+  Matrix<double> z = Matrix<double>::Zero(4, 3);
+  BOOST_CHECK_THROW(NewtonSolver<double>().Solve(map, z), std::invalid_argument);
+}
+
+BOOST_AUTO_TEST_CASE(failing_sample_does_not_affect_the_others) {
+  const Index n = 6, B = 3;
+  for (bool krylov : {false, true}) {
+    AffineMap<double> map = MakeAffine(n, 0.8, 31);
+    testing::PoisonedMap<double> poisoned(map, 1);
+    Matrix<double> z0 = testing::RandomMatrix<double>(n, B, 32);
+    Matrix<double> z = z0;
+    NewtonSolver<double>::Options options;
+    options.newton_krylov = krylov;
+    options.absolute_tolerance = 1e-12;
+    Summary s = NewtonSolver<double>(options).Solve(poisoned, z);
+    BOOST_TEST(s.sample_status[0] == TerminationType::kConverged);
+    BOOST_TEST(s.sample_status[1] == TerminationType::kNonFinite);
+    BOOST_TEST(s.sample_status[2] == TerminationType::kConverged);
+    BOOST_TEST(s.termination_type == TerminationType::kNonFinite);
+    BOOST_TEST(z.col(1).allFinite());
+    BOOST_TEST((z.col(1) - z0.col(1)).norm() == 0.0);  // its best finite iterate: the start
+    // The healthy samples end where a solve without the poisoned one ends.
+    Matrix<double> healthy(n, 2);
+    healthy << z0.col(0), z0.col(2);
+    Summary clean = NewtonSolver<double>(options).Solve(map, healthy);
+    BOOST_TEST(clean.IsConverged());
+    BOOST_TEST((z.col(0) - healthy.col(0)).norm() <= 1e-12);
+    BOOST_TEST((z.col(2) - healthy.col(1)).norm() <= 1e-12);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(converged_samples_stop_changing) {
+  const Index n = 5, B = 3;
+  for (bool krylov : {false, true}) {
+    AffineMap<double> map = MakeAffine(n, 0.6, 41);
+    testing::SpyMap<double> spy(map);
+    Matrix<double> z = testing::RandomMatrix<double>(n, B, 42);
+    const Vector<double> solution = map.Solution();
+    z.col(1) = solution;  // already a fixed point (to rounding)
+    NewtonSolver<double>::Options options;
+    options.newton_krylov = krylov;
+    options.absolute_tolerance = 1e-12;
+    Summary s = NewtonSolver<double>(options).Solve(spy, z);
+    BOOST_TEST(s.IsConverged());
+    BOOST_TEST(s.sample_iterations[1] == 0);
+    BOOST_TEST(s.sample_iterations[0] > 0);
+    BOOST_TEST(testing::ColumnNeverChanged(spy.states, 1, solution));
+    BOOST_TEST((z.col(1).array() == solution.array()).all());
+    BOOST_TEST(testing::DistinctColumnValues(spy.states, 0) > 1);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(newton_krylov_matches_dense_newton) {
+  const Index n = 6, d = 3, B = 3;
+  TanhDeqMap<double> map(n, d, 0.9, 51);
+  map.SetInput(testing::RandomMatrix<double>(d, B, 52));
+  testing::SpyMap<double> spy(map);
+  Matrix<double> dense = Matrix<double>::Zero(n, B), krylov = dense;
+  NewtonSolver<double>::Options options;
+  options.absolute_tolerance = 1e-11;
+  Summary sd = NewtonSolver<double>(options).Solve(map, dense);
+  options.newton_krylov = true;
+  NewtonSolver<double> nk(options);
+  BOOST_TEST(nk.UsesNewtonKrylov(n));
+  Summary sk = nk.Solve(spy, krylov);
+  BOOST_TEST(sd.IsConverged());
+  BOOST_TEST(sk.IsConverged(), sk.FullReport());
+  BOOST_TEST((dense - krylov).norm() <= 1e-9);
+  BOOST_TEST(sk.function_evaluations == spy.evaluations);
+  BOOST_TEST(sk.jacobian_products == spy.jacobian_products);
+  BOOST_TEST(sk.iterations <= 10);  // superlinear: a few Newton steps
+}
+
+BOOST_AUTO_TEST_CASE(large_dimension_goes_matrix_free) {
+  const Index n = 3000, B = 2;
+  ElementwiseMap map(testing::RandomMatrix<double>(n, 1, 61));
+  NewtonSolver<double> solver;  // default dense_jacobian_max_dimension = 500
+  BOOST_TEST(solver.UsesNewtonKrylov(n));
+  BOOST_TEST(!solver.UsesNewtonKrylov(500));
+  Matrix<double> z = Matrix<double>::Zero(n, B);
+  Summary s = solver.Solve(map, z);
+  BOOST_TEST(s.IsConverged(), s.FullReport());
+  for (double r : testing::IndependentResiduals(map, z)) BOOST_TEST(r <= 1e-8);
+}
+
+BOOST_AUTO_TEST_CASE(energy_root_problem) {
+  const Index n = 6, B = 2;
+  testing::QuadraticEnergy<double> energy(testing::RandomSpd<double>(n, 0.1, 5.0, 71),
+                                          testing::RandomMatrix<double>(n, 1, 72));
+  EnergyRootMap<double> map(energy);  // I - H is not a contraction here: Picard fails
+  Matrix<double> z = Matrix<double>::Zero(n, B);
+  NewtonSolver<double>::Options options;
+  options.absolute_tolerance = 1e-11;
+  Summary s = NewtonSolver<double>(options).Solve(map, z);
+  BOOST_TEST(s.IsConverged());
+  for (Index b = 0; b < B; ++b) BOOST_TEST((z.col(b) - energy.Minimiser()).norm() <= 1e-9);
+}
+
+BOOST_AUTO_TEST_CASE(iteration_budget_and_user_abort) {
+  const Index n = 5, d = 3, B = 2;
+  TanhDeqMap<double> map(n, d, 0.9, 81);
+  map.SetInput(testing::RandomMatrix<double>(d, B, 82));
+  for (bool krylov : {false, true}) {
+    NewtonSolver<double>::Options options;
+    options.newton_krylov = krylov;
+    options.absolute_tolerance = 1e-300;  // unreachable
+    options.relative_tolerance = 0.0;
+    options.max_stall_iterations = 0;
+    options.max_iterations = 2;
+    Matrix<double> z = Matrix<double>::Zero(n, B);
+    Summary s = NewtonSolver<double>(options).Solve(map, z);
+    BOOST_TEST(s.iterations <= 2);
+    BOOST_TEST(!s.IsConverged());
+    for (TerminationType t : s.sample_status) BOOST_TEST(t != TerminationType::kConverged);
+
+    options.max_iterations = 100;
+    int calls = 0;
+    options.callback = [&calls](const IterationSummary& it) {
+      ++calls;
+      return it.iteration >= 1 ? CallbackReturnType::kAbort : CallbackReturnType::kContinue;
+    };
+    z.setZero();
+    s = NewtonSolver<double>(options).Solve(map, z);
+    BOOST_TEST(s.termination_type == TerminationType::kUserAbort);
+    BOOST_TEST(s.iterations == 1);
+    BOOST_TEST(calls == 2);
+  }
+}
