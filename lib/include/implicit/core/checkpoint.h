@@ -1,0 +1,159 @@
+// Checkpoints: save and restore a training run's parameters and optimiser
+// state in a versioned binary file, written atomically.
+//
+// A Checkpoint holds named parameter sets (each a list of named matrices, the
+// layout of a ParameterSet), named optimiser states, a step counter and
+// free-form string metadata. SaveCheckpoint writes it to a temporary file in
+// the destination's directory, fsyncs it and renames it over the destination,
+// so a crash never leaves a half-written checkpoint under the real name.
+// LoadCheckpoint verifies magic, version, sizes and a checksum and throws
+// std::runtime_error with a message naming the file and what is wrong
+// (truncated, not a checkpoint, unsupported version, checksum mismatch).
+// Restoring into a model of a different shape throws std::runtime_error naming
+// the parameter and both shapes.
+//
+//   implicit::Checkpoint ckpt;
+//   ckpt.step = step;
+//   ckpt.metadata["model"] = "energy-transformer";
+//   ckpt.AddParameters("model", params);          // ParameterSet<S>
+//   ckpt.AddOptimizer("adam", adam.state());
+//   implicit::SaveCheckpoint("run/ckpt.bin", ckpt);
+//
+//   implicit::Checkpoint loaded = implicit::LoadCheckpoint("run/ckpt.bin");
+//   loaded.RestoreParameters("model", &params);   // throws on a shape mismatch
+//   adam.SetState(loaded.Optimizer("adam"), params.size());
+//
+// File format (version 1, all integers little-endian):
+//   bytes 0..7    magic "IMPLCKPT"
+//   uint32        format version (1)
+//   uint32        reserved (0)
+//   uint64        payload size P in bytes
+//   P bytes       payload (see checkpoint.cc)
+//   uint64        FNV-1a 64-bit hash of the payload
+// Values are stored as IEEE-754 float64, so float and double models both
+// round-trip exactly.
+#pragma once
+
+#include <implicit/core/optimizers.h>
+#include <implicit/core/parameters.h>
+#include <implicit/core/types.h>
+
+#include <cstdint>
+#include <map>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace implicit {
+
+// One named matrix of a parameter set, stored in double precision.
+struct CheckpointTensor {
+  std::string name;
+  Index rows = 0;
+  Index cols = 0;
+  Vector<double> values;  // column-major, rows * cols entries
+};
+
+class Checkpoint {
+ public:
+  static constexpr std::uint32_t kFormatVersion = 1;
+
+  std::int64_t step = 0;                          // e.g. training steps done
+  std::map<std::string, std::string> metadata;    // free-form key/value pairs
+
+  // Stores (a copy of) a parameter set under `name`, replacing any previous one.
+  template <typename Scalar>
+  void AddParameters(const std::string& name, const ParameterSet<Scalar>& params) {
+    std::vector<CheckpointTensor> tensors;
+    for (const auto& e : params.entries()) {
+      CheckpointTensor t;
+      t.name = e.name;
+      t.rows = e.rows;
+      t.cols = e.cols;
+      t.values = params.values().segment(e.offset, e.size()).template cast<double>();
+      tensors.push_back(std::move(t));
+    }
+    parameter_sets_[name] = std::move(tensors);
+  }
+
+  // Copies the stored set `name` into `params`, which must have exactly the
+  // same blocks (names, order and shapes). Throws std::runtime_error naming
+  // the parameter and both shapes on a mismatch; `params` is unchanged then.
+  template <typename Scalar>
+  void RestoreParameters(const std::string& name, ParameterSet<Scalar>* params) const {
+    if (params == nullptr) throw std::invalid_argument("Checkpoint::RestoreParameters: null params");
+    const std::vector<CheckpointTensor>& tensors = Parameters(name);
+    const auto& entries = params->entries();
+    for (const auto& e : entries) {
+      const CheckpointTensor* t = nullptr;
+      for (const auto& c : tensors) {
+        if (c.name == e.name) t = &c;
+      }
+      if (t == nullptr) {
+        throw std::runtime_error("checkpoint parameter set '" + name + "' has no parameter '" +
+                                 e.name + "' (model expects " + Shape(e.rows, e.cols) +
+                                 "); the checkpoint was written for a different model");
+      }
+      if (t->rows != e.rows || t->cols != e.cols) {
+        throw std::runtime_error("checkpoint parameter '" + name + "/" + e.name + "' has shape " +
+                                 Shape(t->rows, t->cols) + " but the model expects " +
+                                 Shape(e.rows, e.cols));
+      }
+    }
+    for (const auto& c : tensors) {
+      if (!params->Contains(c.name)) {
+        throw std::runtime_error("checkpoint parameter '" + name + "/" + c.name + "' (" +
+                                 Shape(c.rows, c.cols) +
+                                 ") does not exist in the model; the checkpoint was written "
+                                 "for a different model");
+      }
+    }
+    for (const auto& c : tensors) {
+      const auto& e = params->GetEntry(c.name);
+      params->values().segment(e.offset, e.size()) = c.values.template cast<Scalar>();
+    }
+  }
+
+  bool HasParameters(const std::string& name) const { return parameter_sets_.count(name) > 0; }
+  // The stored set `name`; throws std::runtime_error when absent.
+  const std::vector<CheckpointTensor>& Parameters(const std::string& name) const;
+  const std::map<std::string, std::vector<CheckpointTensor>>& parameter_sets() const {
+    return parameter_sets_;
+  }
+
+  void AddOptimizer(const std::string& name, const OptimizerState& state) {
+    optimizers_[name] = state;
+  }
+  bool HasOptimizer(const std::string& name) const { return optimizers_.count(name) > 0; }
+  // The stored optimiser state `name`; throws std::runtime_error when absent.
+  const OptimizerState& Optimizer(const std::string& name) const;
+  const std::map<std::string, OptimizerState>& optimizers() const { return optimizers_; }
+
+  // Serialises to / parses from the file format above. Deserialize throws
+  // std::runtime_error("<source>: <problem>").
+  std::string Serialize() const;
+  static Checkpoint Deserialize(const std::string& bytes, const std::string& source = "checkpoint");
+
+ private:
+  static std::string Shape(Index rows, Index cols) {
+    std::ostringstream s;
+    s << rows << "x" << cols;
+    return s.str();
+  }
+  std::map<std::string, std::vector<CheckpointTensor>> parameter_sets_;
+  std::map<std::string, OptimizerState> optimizers_;
+};
+
+// Writes `checkpoint` to `path` atomically (temporary file in the same
+// directory, fsync, rename, fsync of the directory). Throws std::runtime_error
+// naming the path and the system error on failure; the destination is then
+// left as it was.
+void SaveCheckpoint(const std::string& path, const Checkpoint& checkpoint);
+
+// Reads and verifies a checkpoint; throws std::runtime_error naming the path
+// and the problem (unreadable, truncated, bad magic, unsupported version,
+// checksum mismatch, malformed contents).
+Checkpoint LoadCheckpoint(const std::string& path);
+
+}  // namespace implicit
