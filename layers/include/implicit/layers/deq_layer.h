@@ -1,0 +1,436 @@
+// DEQ wrappers: turn an explicit block z <- f(z; x, theta) (an MLP, a small
+// transformer-style block, ...) into a FixedPointMap, so that a layer that is
+// not defined by an energy is an implicit layer too: its output is the fixed
+// point z* = f(z*; x, theta), found by any solver, and trained by implicit
+// differentiation (implicit_diff.h) through the map's Jacobian products.
+//
+//   MlpBlockMap<S>                 built-in: f(z; x) = W2 act(W1 z + U x + b1) + b2,
+//                                  closed-form JVP / VJP / parameter and input VJPs
+//   ExplicitBlockMap<Functor, S>   any user block written once as a templated
+//                                  functor; every product is exact, by forward-mode
+//                                  dual numbers (ceres::Jet), like AutoDiffEnergy
+//
+// Contraction. The fixed point is unique and Picard iteration converges when f
+// is a contraction in z. For the MLP block, act is 1-Lipschitz (ReLU, tanh), so
+// Lip_z(f) <= |W2|_2 |W1|_2 = LipschitzBound(); the constructor draws W1 and W2
+// with spectral norms sqrt(Options::init_lipschitz) each, so the block starts
+// as a contraction with constant init_lipschitz (< 1). Training may break this;
+// check LipschitzBound(), or use a damped / accelerated solver.
+//
+//   implicit::MlpBlockMap<double>::Options o;
+//   o.state_dim = 16; o.hidden_dim = 32; o.input_dim = 8;
+//   implicit::MlpBlockMap<double> block(o);
+//   block.SetInput(x);                                   // 8 x B
+//   implicit::AndersonSolver<double> solver;
+//   implicit::ImplicitLayer<double> layer(block, solver);
+//   implicit::Matrix<double> z = implicit::Matrix<double>::Zero(16, x.cols());
+//   layer.Forward(z);                                    // z <- z*
+//   auto grads = layer.Backward(dLdz);                   // grads.parameter_gradient,
+//                                                        // grads.input_gradient
+//
+// A user block: one sample at a time, templated on the scalar type T (double,
+// float, or a ceres::Jet of them), writing f(z; x, theta) into *out (length n):
+//
+//   struct TanhBlock {
+//     implicit::Index n, p;
+//     template <typename T>
+//     void operator()(const implicit::Vector<T>& z, const implicit::Vector<T>& x,
+//                     const implicit::Vector<T>& theta, implicit::Vector<T>* out) const {
+//       Eigen::Map<const implicit::Matrix<T>> W(theta.data(), n, n), U(theta.data() + n * n, n, p);
+//       *out = (W * z + U * x).array().tanh().matrix();
+//     }
+//   };
+//   implicit::ParameterSet<double> params;  params.Add("W", n, n);  params.Add("U", n, p);
+//   implicit::ExplicitBlockMap<TanhBlock, double> map(TanhBlock{n, p}, n, p, params);
+//   map.SetInput(x);
+//
+// Cost of ExplicitBlockMap per sample, C one evaluation of the block, K = kChunk:
+// Evaluate and JacobianVectorProduct C each; VectorJacobianProduct ceil(n/K)
+// K-wide evaluations; parameter VJP ceil(p/K), input VJP ceil(input_dim/K).
+// Fine for small blocks and prototypes; write the products by hand (like
+// MlpBlockMap) for large ones.
+#pragma once
+
+#include <implicit/core/map.h>
+#include <implicit/core/parameters.h>
+#include <implicit/core/types.h>
+
+#include <ceres/jet.h>
+
+#include <Eigen/SVD>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace implicit {
+
+// Elementwise nonlinearity of MlpBlockMap; both are 1-Lipschitz.
+enum class BlockActivation {
+  kRelu,  // max(0, a); derivative 0 at a = 0
+  kTanh,
+};
+
+struct MlpBlockOptions {
+  // n: dimension of the state z (>= 1).
+  Index state_dim = 0;
+  // h: width of the hidden layer (>= 1).
+  Index hidden_dim = 0;
+  // p: dimension of the input injection x (0: no input, no "U").
+  Index input_dim = 0;
+  // The nonlinearity act.
+  BlockActivation activation = BlockActivation::kRelu;
+  // Initial contraction bound |W2|_2 |W1|_2 (each drawn with spectral norm
+  // sqrt(init_lipschitz)); in (0, 1) for a contraction. U is drawn with
+  // entries N(0, 1/p), b1 and b2 start at 0.
+  double init_lipschitz = 0.5;
+  // Seed of the random initialisation.
+  unsigned seed = 0;
+
+  bool IsValid(std::string* error) const {
+    auto fail = [&](const std::string& m) {
+      if (error) *error = m;
+      return false;
+    };
+    if (state_dim < 1) return fail("state_dim must be >= 1, got " + std::to_string(state_dim));
+    if (hidden_dim < 1) return fail("hidden_dim must be >= 1, got " + std::to_string(hidden_dim));
+    if (input_dim < 0) return fail("input_dim must be >= 0, got " + std::to_string(input_dim));
+    if (!(init_lipschitz > 0.0) || !std::isfinite(init_lipschitz)) {
+      return fail("init_lipschitz must be finite and > 0, got " + std::to_string(init_lipschitz));
+    }
+    return true;
+  }
+};
+
+template <typename Scalar>
+class MlpBlockMap : public FixedPointMap<Scalar> {
+ public:
+  using Options = MlpBlockOptions;
+
+  // Parameters: "W1" (h x n), "U" (h x p, when input_dim > 0), "b1" (h x 1),
+  // "W2" (n x h), "b2" (n x 1).
+  explicit MlpBlockMap(const Options& options) : options_(options) {
+    std::string error;
+    if (!options.IsValid(&error)) throw std::invalid_argument("MlpBlockMap::Options: " + error);
+    const Index n = options.state_dim, h = options.hidden_dim, p = options.input_dim;
+    params_.Add("W1", h, n);
+    if (p > 0) params_.Add("U", h, p);
+    params_.Add("b1", h, 1);
+    params_.Add("W2", n, h);
+    params_.Add("b2", n, 1);
+    std::mt19937 gen(options.seed);
+    std::normal_distribution<double> dist(0.0, 1.0);
+    const double root = std::sqrt(options.init_lipschitz);
+    for (const char* name : {"W1", "W2", "U"}) {
+      if (!params_.Contains(name)) continue;
+      auto block = params_.Block(name);
+      Matrix<double> m(block.rows(), block.cols());
+      for (Index j = 0; j < m.cols(); ++j)
+        for (Index i = 0; i < m.rows(); ++i) m(i, j) = dist(gen);
+      if (std::string(name) == "U") {
+        m /= std::sqrt(static_cast<double>(p));
+      } else {
+        m *= root / Eigen::JacobiSVD<Matrix<double>>(m).singularValues()(0);
+      }
+      block = m.cast<Scalar>();
+    }
+  }
+
+  const Options& options() const { return options_; }
+  // x: input_dim x B (the batch the map will be evaluated on).
+  void SetInput(Matrix<Scalar> x) {
+    if (x.rows() != options_.input_dim) {
+      std::ostringstream s;
+      s << "MlpBlockMap::SetInput(x): expected " << options_.input_dim << " rows, got "
+        << x.rows() << "x" << x.cols();
+      throw std::invalid_argument(s.str());
+    }
+    x_ = std::move(x);
+  }
+  const Matrix<Scalar>& input() const { return x_; }
+  // |W2|_2 |W1|_2 >= Lip_z(f); below 1 means f is a contraction.
+  double LipschitzBound() const {
+    const Matrix<double> w1 = params_.Block("W1").template cast<double>();
+    const Matrix<double> w2 = params_.Block("W2").template cast<double>();
+    return Eigen::JacobiSVD<Matrix<double>>(w1).singularValues()(0) *
+           Eigen::JacobiSVD<Matrix<double>>(w2).singularValues()(0);
+  }
+
+  Index dimension() const override { return options_.state_dim; }
+  void Evaluate(ConstMatrixRef<Scalar> z, MatrixRef<Scalar> out) const override {
+    internal::CheckShape("MlpBlockMap::Evaluate(out)", out, z.rows(), z.cols());
+    Matrix<Scalar> a = Preactivation(z, "MlpBlockMap::Evaluate(z)");
+    Activate(&a);
+    out.noalias() = params_.Block("W2") * a;
+    out.colwise() += Vector<Scalar>(params_.Block("b2"));
+  }
+
+  bool HasJacobianProducts() const override { return true; }
+  // J v = W2 diag(act'(a)) W1 v
+  void JacobianVectorProduct(ConstMatrixRef<Scalar> z, ConstMatrixRef<Scalar> v,
+                             MatrixRef<Scalar> out) const override {
+    internal::CheckShape("MlpBlockMap::JacobianVectorProduct(v)", v, z.rows(), z.cols());
+    internal::CheckShape("MlpBlockMap::JacobianVectorProduct(out)", out, z.rows(), z.cols());
+    const Matrix<Scalar> d = Derivative(z, "MlpBlockMap::JacobianVectorProduct(z)");
+    Matrix<Scalar> w = params_.Block("W1") * v;
+    w.array() *= d.array();
+    out.noalias() = params_.Block("W2") * w;
+  }
+  // J^T u = W1^T diag(act'(a)) W2^T u
+  void VectorJacobianProduct(ConstMatrixRef<Scalar> z, ConstMatrixRef<Scalar> u,
+                             MatrixRef<Scalar> out) const override {
+    internal::CheckShape("MlpBlockMap::VectorJacobianProduct(u)", u, z.rows(), z.cols());
+    internal::CheckShape("MlpBlockMap::VectorJacobianProduct(out)", out, z.rows(), z.cols());
+    const Matrix<Scalar> du = HiddenAdjoint(z, u, "MlpBlockMap::VectorJacobianProduct(z)");
+    out.noalias() = params_.Block("W1").transpose() * du;
+  }
+
+  Index num_parameters() const override { return params_.size(); }
+  ParameterSet<Scalar>* parameters() override { return &params_; }
+  void ParameterVectorJacobianProduct(ConstMatrixRef<Scalar> z, ConstMatrixRef<Scalar> u,
+                                      VectorRef<Scalar> out) const override {
+    internal::CheckShape("MlpBlockMap::ParameterVectorJacobianProduct(u)", u, z.rows(), z.cols());
+    internal::CheckShape("MlpBlockMap::ParameterVectorJacobianProduct(out)", out, num_parameters(), 1);
+    Matrix<Scalar> a = Preactivation(z, "MlpBlockMap::ParameterVectorJacobianProduct(z)");
+    Matrix<Scalar> d = a;
+    Activate(&a);
+    ActivationDerivative(&d);
+    Matrix<Scalar> du = params_.Block("W2").transpose() * u;
+    du.array() *= d.array();
+    Vector<Scalar> flat(num_parameters());
+    params_.BlockOf(flat, "W1").noalias() = du * z.transpose();
+    if (options_.input_dim > 0) params_.BlockOf(flat, "U").noalias() = du * x_.transpose();
+    params_.BlockOf(flat, "b1") = du.rowwise().sum();
+    params_.BlockOf(flat, "W2").noalias() = u * a.transpose();
+    params_.BlockOf(flat, "b2") = u.rowwise().sum();
+    out = flat;
+  }
+  Index input_dimension() const override { return options_.input_dim; }
+  void InputVectorJacobianProduct(ConstMatrixRef<Scalar> z, ConstMatrixRef<Scalar> u,
+                                  MatrixRef<Scalar> out) const override {
+    internal::CheckShape("MlpBlockMap::InputVectorJacobianProduct(u)", u, z.rows(), z.cols());
+    internal::CheckShape("MlpBlockMap::InputVectorJacobianProduct(out)", out, options_.input_dim,
+                         z.cols());
+    if (options_.input_dim == 0) return;
+    const Matrix<Scalar> du = HiddenAdjoint(z, u, "MlpBlockMap::InputVectorJacobianProduct(z)");
+    out.noalias() = params_.Block("U").transpose() * du;
+  }
+
+ private:
+  Matrix<Scalar> Preactivation(ConstMatrixRef<Scalar> z, const char* what) const {
+    internal::CheckBatch(what, z, options_.state_dim);
+    Matrix<Scalar> a = params_.Block("W1") * z;
+    if (options_.input_dim > 0) {
+      internal::CheckShape("MlpBlockMap input (SetInput)", x_, options_.input_dim, z.cols());
+      a.noalias() += params_.Block("U") * x_;
+    }
+    a.colwise() += Vector<Scalar>(params_.Block("b1"));
+    return a;
+  }
+  void Activate(Matrix<Scalar>* a) const {
+    if (options_.activation == BlockActivation::kRelu) {
+      *a = a->cwiseMax(Scalar(0));
+    } else {
+      *a = a->array().tanh().matrix();
+    }
+  }
+  void ActivationDerivative(Matrix<Scalar>* a) const {
+    if (options_.activation == BlockActivation::kRelu) {
+      *a = (a->array() > Scalar(0)).template cast<Scalar>().matrix();
+    } else {
+      *a = (Scalar(1) - a->array().tanh().square()).matrix();
+    }
+  }
+  Matrix<Scalar> Derivative(ConstMatrixRef<Scalar> z, const char* what) const {
+    Matrix<Scalar> d = Preactivation(z, what);
+    ActivationDerivative(&d);
+    return d;
+  }
+  // diag(act'(a)) W2^T u
+  Matrix<Scalar> HiddenAdjoint(ConstMatrixRef<Scalar> z, ConstMatrixRef<Scalar> u,
+                               const char* what) const {
+    const Matrix<Scalar> d = Derivative(z, what);
+    Matrix<Scalar> du = params_.Block("W2").transpose() * u;
+    du.array() *= d.array();
+    return du;
+  }
+
+  Options options_;
+  ParameterSet<Scalar> params_;
+  Matrix<Scalar> x_;
+};
+
+// A user's explicit block as a FixedPointMap with exact derivatives (see the top
+// of this file for the functor's form). The functor must write every entry of
+// *out (already sized n) and must not depend on other samples.
+template <typename Functor, typename Scalar, int kChunk = 8>
+class ExplicitBlockMap : public FixedPointMap<Scalar> {
+  static_assert(kChunk >= 1, "ExplicitBlockMap: kChunk must be at least 1");
+
+ public:
+  using Dual1 = ceres::Jet<Scalar, 1>;       // one direction (JVP)
+  using DualK = ceres::Jet<Scalar, kChunk>;  // kChunk directions (VJPs)
+
+  ExplicitBlockMap(Functor functor, Index dimension, Index input_dimension = 0,
+                   ParameterSet<Scalar> parameters = ParameterSet<Scalar>())
+      : functor_(std::move(functor)),
+        n_(dimension),
+        p_(input_dimension),
+        params_(std::move(parameters)) {
+    if (dimension < 1) {
+      throw std::invalid_argument("ExplicitBlockMap: dimension must be >= 1, got " +
+                                  std::to_string(dimension));
+    }
+    if (input_dimension < 0) {
+      throw std::invalid_argument("ExplicitBlockMap: input_dimension must be >= 0, got " +
+                                  std::to_string(input_dimension));
+    }
+  }
+
+  const Functor& functor() const { return functor_; }
+  // x: input_dimension x B.
+  void SetInput(Matrix<Scalar> x) {
+    if (x.rows() != p_) {
+      std::ostringstream s;
+      s << "ExplicitBlockMap::SetInput(x): expected " << p_ << " rows, got " << x.rows() << "x"
+        << x.cols();
+      throw std::invalid_argument(s.str());
+    }
+    x_ = std::move(x);
+  }
+  const Matrix<Scalar>& input() const { return x_; }
+
+  Index dimension() const override { return n_; }
+  void Evaluate(ConstMatrixRef<Scalar> z, MatrixRef<Scalar> out) const override {
+    Check("ExplicitBlockMap::Evaluate", z);
+    internal::CheckShape("ExplicitBlockMap::Evaluate(out)", out, z.rows(), z.cols());
+    Vector<Scalar> zb(n_), xb(p_), fb(n_);
+    for (Index b = 0; b < z.cols(); ++b) {
+      zb = z.col(b);
+      if (p_ > 0) xb = x_.col(b);
+      functor_(zb, xb, params_.values(), &fb);
+      out.col(b) = fb;
+    }
+  }
+
+  bool HasJacobianProducts() const override { return true; }
+  void JacobianVectorProduct(ConstMatrixRef<Scalar> z, ConstMatrixRef<Scalar> v,
+                             MatrixRef<Scalar> out) const override {
+    Check("ExplicitBlockMap::JacobianVectorProduct", z);
+    internal::CheckShape("ExplicitBlockMap::JacobianVectorProduct(v)", v, z.rows(), z.cols());
+    internal::CheckShape("ExplicitBlockMap::JacobianVectorProduct(out)", out, z.rows(), z.cols());
+    const Vector<Dual1> theta = Lift<Dual1>(params_.values());
+    Vector<Dual1> zd(n_), xd(p_), fd(n_);
+    for (Index b = 0; b < z.cols(); ++b) {
+      for (Index i = 0; i < n_; ++i) {
+        zd(i) = Dual1(z(i, b));
+        zd(i).v[0] = v(i, b);
+      }
+      if (p_ > 0) xd = Lift<Dual1>(x_.col(b));
+      functor_(zd, xd, theta, &fd);
+      for (Index i = 0; i < n_; ++i) out(i, b) = fd(i).v[0];
+    }
+  }
+  // out.col(b) = J_b^T u_b, column block by column block of J (forward mode).
+  void VectorJacobianProduct(ConstMatrixRef<Scalar> z, ConstMatrixRef<Scalar> u,
+                             MatrixRef<Scalar> out) const override {
+    Check("ExplicitBlockMap::VectorJacobianProduct", z);
+    internal::CheckShape("ExplicitBlockMap::VectorJacobianProduct(u)", u, z.rows(), z.cols());
+    internal::CheckShape("ExplicitBlockMap::VectorJacobianProduct(out)", out, z.rows(), z.cols());
+    const Vector<DualK> theta = Lift<DualK>(params_.values());
+    Vector<DualK> xd(p_), fd(n_);
+    for (Index b = 0; b < z.cols(); ++b) {
+      Vector<DualK> zd = Lift<DualK>(z.col(b));
+      if (p_ > 0) xd = Lift<DualK>(x_.col(b));
+      ForEachChunk(n_, [&](Index c, Index len) {
+        for (Index k = 0; k < len; ++k) zd(c + k).v[k] = Scalar(1);
+        functor_(zd, xd, theta, &fd);
+        for (Index k = 0; k < len; ++k) {
+          Scalar acc(0);
+          for (Index i = 0; i < n_; ++i) acc += u(i, b) * fd(i).v[k];
+          out(c + k, b) = acc;
+          zd(c + k).v[k] = Scalar(0);
+        }
+      });
+    }
+  }
+
+  Index num_parameters() const override { return params_.size(); }
+  ParameterSet<Scalar>* parameters() override { return &params_; }
+  void ParameterVectorJacobianProduct(ConstMatrixRef<Scalar> z, ConstMatrixRef<Scalar> u,
+                                      VectorRef<Scalar> out) const override {
+    Check("ExplicitBlockMap::ParameterVectorJacobianProduct", z);
+    internal::CheckShape("ExplicitBlockMap::ParameterVectorJacobianProduct(u)", u, z.rows(), z.cols());
+    internal::CheckShape("ExplicitBlockMap::ParameterVectorJacobianProduct(out)", out,
+                         num_parameters(), 1);
+    out.setZero();
+    Vector<DualK> theta = Lift<DualK>(params_.values());
+    Vector<DualK> xd(p_), fd(n_);
+    for (Index b = 0; b < z.cols(); ++b) {
+      const Vector<DualK> zd = Lift<DualK>(z.col(b));
+      if (p_ > 0) xd = Lift<DualK>(x_.col(b));
+      ForEachChunk(num_parameters(), [&](Index c, Index len) {
+        for (Index k = 0; k < len; ++k) theta(c + k).v[k] = Scalar(1);
+        functor_(zd, xd, theta, &fd);
+        for (Index k = 0; k < len; ++k) {
+          Scalar acc(0);
+          for (Index i = 0; i < n_; ++i) acc += u(i, b) * fd(i).v[k];
+          out(c + k) += acc;
+          theta(c + k).v[k] = Scalar(0);
+        }
+      });
+    }
+  }
+  Index input_dimension() const override { return p_; }
+  void InputVectorJacobianProduct(ConstMatrixRef<Scalar> z, ConstMatrixRef<Scalar> u,
+                                  MatrixRef<Scalar> out) const override {
+    Check("ExplicitBlockMap::InputVectorJacobianProduct", z);
+    internal::CheckShape("ExplicitBlockMap::InputVectorJacobianProduct(u)", u, z.rows(), z.cols());
+    internal::CheckShape("ExplicitBlockMap::InputVectorJacobianProduct(out)", out, p_, z.cols());
+    const Vector<DualK> theta = Lift<DualK>(params_.values());
+    Vector<DualK> fd(n_);
+    for (Index b = 0; b < z.cols(); ++b) {
+      const Vector<DualK> zd = Lift<DualK>(z.col(b));
+      Vector<DualK> xd = Lift<DualK>(x_.col(b));
+      ForEachChunk(p_, [&](Index c, Index len) {
+        for (Index k = 0; k < len; ++k) xd(c + k).v[k] = Scalar(1);
+        functor_(zd, xd, theta, &fd);
+        for (Index k = 0; k < len; ++k) {
+          Scalar acc(0);
+          for (Index i = 0; i < n_; ++i) acc += u(i, b) * fd(i).v[k];
+          out(c + k, b) = acc;
+          xd(c + k).v[k] = Scalar(0);
+        }
+      });
+    }
+  }
+
+ private:
+  void Check(const char* function, ConstMatrixRef<Scalar> z) const {
+    internal::CheckBatch((std::string(function) + "(z)").c_str(), z, n_);
+    if (p_ > 0) {
+      internal::CheckShape((std::string(function) + ": input (SetInput)").c_str(), x_, p_, z.cols());
+    }
+  }
+  template <typename F>
+  static void ForEachChunk(Index n, F&& f) {
+    for (Index c = 0; c < n; c += kChunk) f(c, std::min<Index>(kChunk, n - c));
+  }
+  template <typename D, typename Derived>
+  static Vector<D> Lift(const Eigen::MatrixBase<Derived>& values) {
+    Vector<D> out(values.size());
+    for (Index i = 0; i < values.size(); ++i) out(i) = D(values(i));
+    return out;
+  }
+
+  Functor functor_;
+  Index n_, p_;
+  ParameterSet<Scalar> params_;
+  Matrix<Scalar> x_;
+};
+
+}  // namespace implicit

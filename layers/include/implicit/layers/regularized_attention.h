@@ -1,0 +1,219 @@
+// Sparse (regularised) Hopfield attention: the Hopfield-Fenchel-Young energy
+//
+//   E(xi) = 0.5 |xi|^2 - (1/beta) Omega*_alpha(beta X^T xi)
+//
+// of a state (query) xi in R^d and N stored patterns X = [x_1 .. x_N] (d x N),
+// where Omega*_alpha is the conjugate of the Tsallis regulariser (entmax.h):
+// alpha = 1 gives the modern Hopfield energy 0.5|xi|^2 - lse(beta X^T xi)/beta,
+// alpha = 1.5 entmax15 and alpha = 2 sparsemax retrieval, any alpha > 1 works.
+//
+//   grad E   = xi - X p,               p = entmax_alpha(beta X^T xi)
+//   hess E v = v - beta X J (X^T v),   J = dp/ds (entmax.h)
+//   CCCP     xi <- X p                 (the sparse Hopfield update; overrides
+//                                        Energy::CccpUpdate)
+//
+// Because Omega* is convex the CCCP step never increases E; with alpha > 1 the
+// weights p are sparse, so well-separated patterns are retrieved *exactly*
+// (they are fixed points), not only approximately as with softmax.
+//
+// Parameters (ParameterSet): "X" (d x N, the stored patterns, learnable) and,
+// when Options::learn_alpha, "alpha" (1 x 1, must stay > 1). The parameter
+// vector-Jacobian product d/dtheta sum_b <grad E(xi_b), u_b> is
+//   d/dX     = -(U P^T + beta Xi W^T),  W = J (X^T U)  (per sample)
+//   d/dalpha = -sum_b u_b^T X dp_b/dalpha.
+//
+//   implicit::SparseHopfieldEnergy<double>::Options options;
+//   options.alpha = 1.5;
+//   options.beta = 4.0;
+//   implicit::SparseHopfieldEnergy<double> energy(patterns, options);  // d x N
+//   implicit::CccpMap<double> map(energy);        // xi <- X entmax(beta X^T xi)
+//   implicit::PicardSolver<double>().Solve(map, queries);   // d x B, in place
+//
+// Patterns can be masked (SetPatternMask): a masked pattern's score is -inf,
+// so it gets exactly zero weight.
+#pragma once
+
+#include <implicit/core/energy.h>
+#include <implicit/core/parameters.h>
+#include <implicit/core/types.h>
+#include <implicit/layers/entmax.h>
+
+#include <cmath>
+#include <limits>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace implicit {
+
+struct SparseHopfieldOptions {
+  // Tsallis entmax order: 1 = softmax (modern Hopfield), 1.5 = entmax15,
+  // 2 = sparsemax, any finite value >= 1.
+  double alpha = 1.5;
+  // Inverse temperature beta > 0 multiplying the scores X^T xi.
+  double beta = 1.0;
+  // Register "alpha" as a trainable parameter (needs alpha > 1: the alpha
+  // derivative of entmax is singular at alpha = 1).
+  bool learn_alpha = false;
+
+  bool IsValid(std::string* error) const {
+    if (!(alpha >= 1.0) || !std::isfinite(alpha)) {
+      if (error) *error = "alpha must be finite and >= 1, got " + std::to_string(alpha);
+      return false;
+    }
+    if (!(beta > 0.0) || !std::isfinite(beta)) {
+      if (error) *error = "beta must be finite and > 0, got " + std::to_string(beta);
+      return false;
+    }
+    if (learn_alpha && !(alpha > 1.0)) {
+      if (error) *error = "alpha must be > 1 when learn_alpha is set, got " + std::to_string(alpha);
+      return false;
+    }
+    return true;
+  }
+};
+
+template <typename Scalar>
+class SparseHopfieldEnergy : public Energy<Scalar> {
+ public:
+  using Options = SparseHopfieldOptions;
+
+  explicit SparseHopfieldEnergy(const Matrix<Scalar>& patterns, const Options& options = Options())
+      : options_(options) {
+    std::string error;
+    if (!options.IsValid(&error)) {
+      throw std::invalid_argument("SparseHopfieldEnergy::Options: " + error);
+    }
+    if (patterns.rows() == 0 || patterns.cols() == 0) {
+      std::ostringstream s;
+      s << "SparseHopfieldEnergy(patterns): expected a non-empty d x N matrix, got "
+        << patterns.rows() << "x" << patterns.cols();
+      throw std::invalid_argument(s.str());
+    }
+    params_.Add("X", patterns.rows(), patterns.cols());
+    if (options.learn_alpha) params_.Add("alpha", 1, 1);
+    params_.Block("X") = patterns;
+    if (options.learn_alpha) params_.Block("alpha")(0, 0) = static_cast<Scalar>(options.alpha);
+  }
+
+  const Options& options() const { return options_; }
+  Index dimension() const override { return params_.GetEntry("X").rows; }
+  Index num_patterns() const { return params_.GetEntry("X").cols; }
+  typename ParameterSet<Scalar>::ConstBlockMap patterns() const { return params_.Block("X"); }
+  Scalar beta() const { return static_cast<Scalar>(options_.beta); }
+  // The current alpha (the trained value when learn_alpha).
+  Scalar alpha() const {
+    if (!options_.learn_alpha) return static_cast<Scalar>(options_.alpha);
+    const Scalar a = params_.Block("alpha")(0, 0);
+    if (!(a > Scalar(1)) || !std::isfinite(static_cast<double>(a))) {
+      throw std::invalid_argument("SparseHopfieldEnergy: parameter alpha must be > 1, got " +
+                                  std::to_string(static_cast<double>(a)));
+    }
+    return a;
+  }
+
+  // active[i] = false masks pattern i (score -inf, zero weight). Empty: none.
+  void SetPatternMask(std::vector<bool> active) {
+    if (!active.empty() && static_cast<Index>(active.size()) != num_patterns()) {
+      std::ostringstream s;
+      s << "SparseHopfieldEnergy::SetPatternMask(active): expected " << num_patterns()
+        << " entries, got " << active.size();
+      throw std::invalid_argument(s.str());
+    }
+    mask_ = std::move(active);
+  }
+
+  // scores = beta X^T xi (N x B), masked patterns -inf.
+  void Scores(ConstMatrixRef<Scalar> xi, MatrixRef<Scalar> scores) const {
+    internal::CheckBatch("SparseHopfieldEnergy::Scores(xi)", xi, dimension());
+    internal::CheckShape("SparseHopfieldEnergy::Scores(scores)", scores, num_patterns(), xi.cols());
+    scores.noalias() = patterns().transpose() * xi;
+    scores *= beta();
+    for (size_t i = 0; i < mask_.size(); ++i) {
+      if (!mask_[i]) scores.row(static_cast<Index>(i)).setConstant(-std::numeric_limits<Scalar>::infinity());
+    }
+  }
+  // weights = entmax_alpha(beta X^T xi) (N x B): the attention weights.
+  void Weights(ConstMatrixRef<Scalar> xi, MatrixRef<Scalar> weights) const {
+    Matrix<Scalar> s(num_patterns(), xi.cols());
+    Scores(xi, s);
+    entmax::Entmax<Scalar>(s, alpha(), weights);
+  }
+
+  void Value(ConstMatrixRef<Scalar> xi, VectorRef<Scalar> values) const override {
+    internal::CheckBatch("SparseHopfieldEnergy::Value(xi)", xi, dimension());
+    internal::CheckShape("SparseHopfieldEnergy::Value(values)", values, xi.cols(), 1);
+    Matrix<Scalar> s(num_patterns(), xi.cols()), p(num_patterns(), xi.cols());
+    Scores(xi, s);
+    const Scalar a = alpha();
+    entmax::Entmax<Scalar>(s, a, p);
+    Vector<Scalar> conj(xi.cols());
+    entmax::Conjugate<Scalar>(s, p, a, conj);
+    values = Scalar(0.5) * xi.colwise().squaredNorm().transpose() - conj / beta();
+  }
+
+  void Gradient(ConstMatrixRef<Scalar> xi, MatrixRef<Scalar> grad) const override {
+    internal::CheckShape("SparseHopfieldEnergy::Gradient(grad)", grad, xi.rows(), xi.cols());
+    Matrix<Scalar> p(num_patterns(), xi.cols());
+    Weights(xi, p);
+    grad = xi;
+    grad.noalias() -= patterns() * p;
+  }
+
+  // xi <- X entmax(beta X^T xi), exactly (no cancellation in xi - grad E).
+  void CccpUpdate(ConstMatrixRef<Scalar> xi, MatrixRef<Scalar> out) const override {
+    internal::CheckShape("SparseHopfieldEnergy::CccpUpdate(out)", out, xi.rows(), xi.cols());
+    Matrix<Scalar> p(num_patterns(), xi.cols());
+    Weights(xi, p);
+    out.noalias() = patterns() * p;
+  }
+
+  void HessianVectorProduct(ConstMatrixRef<Scalar> xi, ConstMatrixRef<Scalar> v,
+                            MatrixRef<Scalar> out) const override {
+    internal::CheckShape("SparseHopfieldEnergy::HessianVectorProduct(v)", v, xi.rows(), xi.cols());
+    internal::CheckShape("SparseHopfieldEnergy::HessianVectorProduct(out)", out, xi.rows(), xi.cols());
+    Matrix<Scalar> p(num_patterns(), xi.cols());
+    Weights(xi, p);
+    Matrix<Scalar> w = patterns().transpose() * v;
+    entmax::JacobianVectorProduct<Scalar>(p, alpha(), w, w);
+    out = v;
+    out.noalias() -= beta() * (patterns() * w);
+  }
+
+  Index num_parameters() const override { return params_.size(); }
+  ParameterSet<Scalar>* parameters() override { return &params_; }
+  const ParameterSet<Scalar>& parameter_set() const { return params_; }
+
+  void ParameterVectorJacobianProduct(ConstMatrixRef<Scalar> xi, ConstMatrixRef<Scalar> u,
+                                      VectorRef<Scalar> out) const override {
+    internal::CheckBatch("SparseHopfieldEnergy::ParameterVectorJacobianProduct(xi)", xi, dimension());
+    internal::CheckShape("SparseHopfieldEnergy::ParameterVectorJacobianProduct(u)", u, xi.rows(),
+                         xi.cols());
+    internal::CheckShape("SparseHopfieldEnergy::ParameterVectorJacobianProduct(out)", out,
+                         num_parameters(), 1);
+    const Scalar a = alpha();
+    Matrix<Scalar> p(num_patterns(), xi.cols());
+    Weights(xi, p);
+    Matrix<Scalar> w = patterns().transpose() * u;  // X^T u
+    Vector<Scalar> flat = Vector<Scalar>::Zero(num_parameters());
+    if (options_.learn_alpha) {
+      Matrix<Scalar> dp(p.rows(), p.cols());
+      entmax::AlphaDerivative<Scalar>(p, a, dp);
+      params_.BlockOf(flat, "alpha")(0, 0) = -(w.array() * dp.array()).sum();
+    }
+    entmax::JacobianVectorProduct<Scalar>(p, a, w, w);  // W = J X^T u
+    auto dX = params_.BlockOf(flat, "X");
+    dX.noalias() = -(u * p.transpose());
+    dX.noalias() -= beta() * (xi * w.transpose());
+    out = flat;
+  }
+
+ private:
+  Options options_;
+  ParameterSet<Scalar> params_;
+  std::vector<bool> mask_;
+};
+
+}  // namespace implicit
