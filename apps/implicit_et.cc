@@ -1,0 +1,661 @@
+// implicit-et: trains an Energy Transformer on masked digit completion,
+// through its equilibrium (implicit differentiation) or by unrolling.
+//
+// Model. An 8x8 digit (x/8 - 1) is cut into 16 patches of 2x2 pixels. Token 0
+// is a learned class token, tokens 1..16 the patches: a visible patch p gives
+// the token E p + e + P_A (learned embedding E, e and position P_A), a masked
+// patch starts as its position embedding P_A. The visible tokens and the class
+// token are clamped (implicit::ClampedEnergy); the masked tokens move to an
+// equilibrium of the Energy Transformer energy (EnergyTransformer, softmax
+// memory), found by a forward solver on the ET dynamics z <- z - a dE/dg. The
+// equilibrium tokens are decoded to pixels by LayerNorm + a linear map, and
+// the loss is the MSE on the masked pixels.
+//
+// Gradients: --mode implicit (default) uses implicit::ImplicitBackward at the
+// equilibrium (adjoint solve with the Hessian of the clamped energy, MINRES):
+// memory independent of the forward iterations. --mode unroll instead runs
+// --unroll-steps gradient steps z <- z - a grad E and backpropagates through
+// all of them (the model is then that truncated descent, also at test time).
+//
+//   implicit-et                                 # default run, a few minutes on 2 cores
+//   implicit-et --steps 50 --json et.json --image et.png
+//   implicit-et --resume implicit-et.ckpt --steps 400
+#include "common/app_util.h"
+#include "common/problems.h"
+#include "common/solvers.h"
+
+#include <implicit/core/checkpoint.h>
+#include <implicit/core/digits.h>
+#include <implicit/core/energy_maps.h>
+#include <implicit/core/implicit_diff.h>
+#include <implicit/core/losses.h>
+#include <implicit/core/optimizers.h>
+#include <implicit/layers/energy_transformer.h>
+#include <implicit/layers/entmax.h>
+
+#include <algorithm>
+#include <chrono>
+#include <iostream>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace implicit_apps {
+namespace {
+
+const char* kUsage = R"(usage: implicit-et [options]
+
+Trains an Energy Transformer on masked digit completion (16 patch tokens + a class
+token; random patches masked; MSE on masked pixels) and compares the held-out masked
+MSE with mean fill and one-step Hopfield completion on the same masks.
+
+  --steps N            training steps (Adam updates) in total (default 300)
+  --batch N            training digits per step (default 32)
+  --lr X               Adam learning rate (default 0.02)
+  --masked K           patches masked per digit, 1..15 (default 8)
+  --mode M             implicit (gradients at the equilibrium, default) or unroll
+  --unroll             same as --mode unroll
+  --unroll-steps T     gradient steps unrolled in --mode unroll (default 20)
+  --dim D              token dimension (default 16)
+  --heads H            attention heads (default 4); --head-dim Y (default 8)
+  --memories M         Hopfield memories of the energy (default 32)
+  --solver NAME        forward solver on the ET dynamics (default broyden)
+  --tol X              forward tolerance |f(z) - z| (default 1e-6)
+  --max-iter N         forward iteration budget (default 200)
+  --holdout N          held-out digits, the last N of the file (default 297)
+  --seed S             initialisation, batches and masks (default 1)
+  --checkpoint PATH    where checkpoints go (default implicit-et.ckpt)
+  --checkpoint-every N save every N steps (default 50; 0 = only at the end)
+  --resume PATH        continue from a checkpoint (same model options)
+  --image PATH         PNG grid original / masked / ET / Hopfield (default implicit-et.png)
+  --json PATH          write the results as JSON
+  --data PATH          digits.csv.gz, or a directory holding it
+  --check-gradients N  compare N gradient entries with central finite differences
+                       of the loss on one batch, print the errors and exit
+  --quiet              no progress bar
+)";
+
+constexpr Index kPatches = 16, kTokens = 17, kPatchSize = 4;
+
+struct Config {
+  long check_gradients = 0;
+  long steps = 300, batch = 32, masked = 8, unroll_steps = 20, dim = 16, heads = 4, head_dim = 8,
+       memories = 32, max_iter = 200, holdout = 297, seed = 1, checkpoint_every = 50;
+  double backward_tol = 1e-8;
+  double lr = 0.02, tol = 1e-6, step = 0.5, unroll_step = 0.5;
+  bool unroll = false, quiet = false;
+  std::string solver = "broyden", checkpoint = "implicit-et.ckpt", resume, image = "implicit-et.png",
+              json, data;
+};
+
+// Per-token LayerNorm g = gamma (x - mean) / sqrt(var + eps) + delta and its
+// backward, matching EnergyTransformer::LayerNorm.
+struct LayerNormOp {
+  double gamma = 1, delta = 0, eps = 1e-5;
+  void Forward(const Vector<double>& x, Vector<double>* g, Vector<double>* ghat, double* s) const {
+    const double mean = x.mean();
+    const double var = (x.array() - mean).square().mean();
+    *s = std::sqrt(var + eps);
+    *ghat = (x.array() - mean) / *s;
+    *g = gamma * *ghat;
+    g->array() += delta;
+  }
+  // dL/dx from dL/dg = w.
+  Vector<double> Backward(const Vector<double>& ghat, double s, const Vector<double>& w) const {
+    const double wm = w.mean(), wg = w.dot(ghat) / static_cast<double>(w.size());
+    return (gamma / s) * ((w.array() - wm) - ghat.array() * wg).matrix();
+  }
+};
+
+class EtModel {
+ public:
+  explicit EtModel(const Config& c) : config_(c), et_(EtOptions(c)), clamped_(et_) {
+    et_.Initialize(static_cast<unsigned>(c.seed), 0.5 / std::sqrt(static_cast<double>(c.dim)));
+    const Index D = c.dim;
+    params_.Add("embed", D, kPatchSize);
+    params_.Add("embed_bias", D, 1);
+    params_.Add("position", D, kTokens);
+    params_.Add("class", D, 1);
+    params_.Add("decode", kPatches * kPatchSize, D);   // one 4 x D decoder per patch position
+    params_.Add("decode_bias", kPatches * kPatchSize, 1);
+    std::mt19937 gen(static_cast<unsigned>(c.seed) + 17u);
+    params_.Block("embed") = RandomGaussian(D, kPatchSize, 1.0, gen);
+    params_.Block("position") = RandomGaussian(D, kTokens, 0.1, gen);
+    params_.Block("class") = RandomGaussian(D, 1, 1.0, gen);
+    params_.Block("decode") = RandomGaussian(kPatches * kPatchSize, D, 0.1, gen);
+    ln_.gamma = et_.gamma();
+    ln_.delta = et_.delta();
+    ln_.eps = et_.options().eps;
+  }
+
+  implicit::ParameterSet<double>& params() { return params_; }
+  implicit::ParameterSet<double>& energy_params() { return *et_.parameters(); }
+  Index dimension() const { return kTokens * config_.dim; }
+
+  // Clamped values c and the free mask for patches (64 x B) and a patch mask
+  // (16 x B, 1 = masked): a masked token is free and starts at its position
+  // embedding; visible tokens (E p + e + P_A) and the class token are clamped.
+  void Prepare(const Matrix<double>& patches, const Matrix<double>& patch_mask) {
+    const Index D = config_.dim, B = patches.cols();
+    Matrix<double> c(dimension(), B), free_tokens = Matrix<double>::Zero(kTokens, B);
+    const auto embed = params_.Block("embed");
+    const Vector<double> bias = params_.Block("embed_bias");
+    const auto position = params_.Block("position");
+    for (Index b = 0; b < B; ++b) {
+      c.col(b).segment(0, D) = params_.Block("class") + position.col(0);
+      for (Index A = 0; A < kPatches; ++A) {
+        auto token = c.col(b).segment((A + 1) * D, D);
+        token = position.col(A + 1);
+        if (patch_mask(A, b) > 0.5) {
+          free_tokens(A + 1, b) = 1.0;
+        } else {
+          token += embed * patches.col(b).segment(kPatchSize * A, kPatchSize) + bias;
+        }
+      }
+    }
+    clamped_.SetClamp(implicit::TokenMask<double>(free_tokens, D), c);
+    patches_ = patches;
+    patch_mask_ = patch_mask;
+  }
+  const Matrix<double>& clamped_values() const { return clamped_.input(); }
+
+  // The equilibrium of the ET dynamics z <- z - a dE/dg (free tokens) from the
+  // clamped values; there dE/dx = 0 too, so the implicit backward pass may use
+  // the Hessian of the clamped energy.
+  implicit::Summary Equilibrium(Matrix<double>* z) const {
+    *z = clamped_.input();
+    DescentStepMap map(clamped_, config_.step);
+    implicit::SolverOptions o;
+    o.absolute_tolerance = config_.tol;
+    o.max_iterations = static_cast<int>(config_.max_iter);
+    return MakeSolver(config_.solver, o)->Solve(map, *z);
+  }
+  // T gradient steps z <- z - a grad E from the clamped values; trajectory kept.
+  void Unrolled(std::vector<Matrix<double>>* trajectory) const {
+    implicit::GradientStepMap<double> map(clamped_, config_.unroll_step);
+    trajectory->assign(1, clamped_.input());
+    for (long t = 0; t < config_.unroll_steps; ++t) {
+      Matrix<double> next(dimension(), clamped_.input().cols());
+      map.Evaluate(trajectory->back(), next);
+      trajectory->push_back(std::move(next));
+    }
+  }
+
+  // Decoded patches (64 x B) of the state z; when dz != nullptr also
+  // dL/dz (given dL/dpatches = dp) and the decoder's gradient into grad.
+  Matrix<double> Decode(const Matrix<double>& z) const {
+    const Index D = config_.dim, B = z.cols();
+    Matrix<double> out(kPatches * kPatchSize, B);
+    Vector<double> g, ghat;
+    double s;
+    for (Index b = 0; b < B; ++b)
+      for (Index A = 0; A < kPatches; ++A) {
+        ln_.Forward(z.col(b).segment((A + 1) * D, D), &g, &ghat, &s);
+        out.col(b).segment(kPatchSize * A, kPatchSize) =
+            params_.Block("decode").middleRows(kPatchSize * A, kPatchSize) * g +
+            params_.Block("decode_bias").middleRows(kPatchSize * A, kPatchSize);
+      }
+    return out;
+  }
+  Matrix<double> DecodeBackward(const Matrix<double>& z, const Matrix<double>& dp,
+                                implicit::Vector<double>* grad) {
+    const Index D = config_.dim, B = z.cols();
+    Matrix<double> dz = Matrix<double>::Zero(z.rows(), B);
+    Vector<double> g, ghat;
+    double s;
+    auto dW = params_.BlockOf(*grad, "decode");
+    auto db = params_.BlockOf(*grad, "decode_bias");
+    const auto W = params_.Block("decode");
+    for (Index b = 0; b < B; ++b)
+      for (Index A = 0; A < kPatches; ++A) {
+        const Vector<double> d = dp.col(b).segment(kPatchSize * A, kPatchSize);
+        if (d.isZero(0)) continue;
+        ln_.Forward(z.col(b).segment((A + 1) * D, D), &g, &ghat, &s);
+        dW.middleRows(kPatchSize * A, kPatchSize) += d * g.transpose();
+        db.middleRows(kPatchSize * A, kPatchSize) += d;
+        dz.col(b).segment((A + 1) * D, D) =
+            ln_.Backward(ghat, s, W.middleRows(kPatchSize * A, kPatchSize).transpose() * d);
+      }
+    return dz;
+  }
+  // Gradient of the embedding parameters from dL/dc (the clamped values, and
+  // in --mode unroll also the starting state of the masked tokens).
+  void InputBackward(const Matrix<double>& dc, Vector<double>* grad) {
+    const Index D = config_.dim;
+    auto dE = params_.BlockOf(*grad, "embed");
+    auto de = params_.BlockOf(*grad, "embed_bias");
+    auto dP = params_.BlockOf(*grad, "position");
+    auto dcls = params_.BlockOf(*grad, "class");
+    for (Index b = 0; b < dc.cols(); ++b) {
+      dcls += dc.col(b).segment(0, D);
+      dP.col(0) += dc.col(b).segment(0, D);
+      for (Index A = 0; A < kPatches; ++A) {
+        const Vector<double> d = dc.col(b).segment((A + 1) * D, D);
+        dP.col(A + 1) += d;
+        if (patch_mask_(A, b) < 0.5) {
+          dE += d * patches_.col(b).segment(kPatchSize * A, kPatchSize).transpose();
+          de += d;
+        }
+      }
+    }
+  }
+  const implicit::ClampedEnergy<double>& clamped() const { return clamped_; }
+  implicit::ClampedEnergy<double>& clamped() { return clamped_; }
+
+ private:
+  static implicit::EnergyTransformer<double>::Options EtOptions(const Config& c) {
+    implicit::EnergyTransformer<double>::Options o;
+    o.num_tokens = kTokens;
+    o.token_dim = c.dim;
+    o.num_heads = c.heads;
+    o.head_dim = c.head_dim;
+    o.num_memories = c.memories;
+    o.memory = implicit::EnergyTransformerMemory::kSoftmax;
+    return o;
+  }
+  Config config_;
+  implicit::EnergyTransformer<double> et_;
+  implicit::ClampedEnergy<double> clamped_;
+  implicit::ParameterSet<double> params_;
+  LayerNormOp ln_;
+  Matrix<double> patches_, patch_mask_;
+};
+
+// 16 x B patch masks with exactly k ones per column.
+Matrix<double> RandomMasks(Index B, long k, std::mt19937& gen) {
+  Matrix<double> m = Matrix<double>::Zero(kPatches, B);
+  std::vector<Index> idx(kPatches);
+  for (Index b = 0; b < B; ++b) {
+    std::iota(idx.begin(), idx.end(), Index(0));
+    std::shuffle(idx.begin(), idx.end(), gen);
+    for (long j = 0; j < k; ++j) m(idx[j], b) = 1.0;
+  }
+  return m;
+}
+Matrix<double> PixelMask(const Matrix<double>& patch_mask) {
+  Matrix<double> m(kPatches * kPatchSize, patch_mask.cols());
+  for (Index b = 0; b < patch_mask.cols(); ++b)
+    for (Index A = 0; A < kPatches; ++A) m.col(b).segment(kPatchSize * A, kPatchSize).setConstant(patch_mask(A, b));
+  return m;
+}
+
+struct StepStats {
+  double loss = 0;
+  int forward_converged = 0, backward_failed = 0, forward_iterations = 0, backward_products = 0;
+};
+
+// One training step's gradients (model, energy) on a batch; returns the loss.
+StepStats Gradients(EtModel& model, const Config& c, const Matrix<double>& patches,
+                    const Matrix<double>& patch_mask, Vector<double>* gm, Vector<double>* ge) {
+  StepStats st;
+  model.Prepare(patches, patch_mask);
+  const Matrix<double> pixel_mask = PixelMask(patch_mask);
+  gm->setZero(model.params().size());
+  ge->setZero(model.energy_params().size());
+  Matrix<double> dp;
+  if (!c.unroll) {
+    Matrix<double> z;
+    const implicit::Summary fwd = model.Equilibrium(&z);
+    st.forward_converged = fwd.num_converged();
+    st.forward_iterations = fwd.iterations;
+    const Matrix<double> pred = model.Decode(z);
+    st.loss = implicit::MaskedMeanSquaredError<double>(pred, patches, pixel_mask, &dp);
+    const Matrix<double> dz = model.DecodeBackward(z, dp, gm);
+    implicit::EnergyRootMap<double> root(model.clamped());
+    implicit::BackwardOptions bo;
+    bo.linear_solver = "minres";
+    bo.tolerance = c.backward_tol;
+    bo.max_iterations = 300;
+    bo.drop_failed_samples = true;
+    implicit::BackwardResult<double> back = implicit::ImplicitBackward<double>(root, z, dz, bo);
+    st.backward_products = back.summary.products;
+    st.backward_failed = back.summary.num_samples() - back.summary.num_converged();
+    Matrix<double> dc = back.input_gradient;
+    for (Index b = 0; b < dc.cols(); ++b)
+      if (!dc.col(b).allFinite()) dc.col(b).setZero();
+    if (back.parameter_gradient.allFinite()) *ge = back.parameter_gradient;
+    model.InputBackward(dc, gm);
+  } else {
+    std::vector<Matrix<double>> traj;
+    model.Unrolled(&traj);
+    const Matrix<double>& z = traj.back();
+    st.forward_iterations = static_cast<int>(c.unroll_steps);
+    const Matrix<double> pred = model.Decode(z);
+    st.loss = implicit::MaskedMeanSquaredError<double>(pred, patches, pixel_mask, &dp);
+    Matrix<double> a = model.DecodeBackward(z, dp, gm);
+    implicit::GradientStepMap<double> map(model.clamped(), c.unroll_step);
+    Matrix<double> dc = Matrix<double>::Zero(a.rows(), a.cols()), tmp(a.rows(), a.cols());
+    Vector<double> gp(ge->size());
+    for (long t = c.unroll_steps - 1; t >= 0; --t) {
+      const Matrix<double>& zt = traj[static_cast<std::size_t>(t)];
+      map.ParameterVectorJacobianProduct(zt, a, gp);
+      *ge += gp;
+      map.InputVectorJacobianProduct(zt, a, tmp);
+      dc += tmp;
+      map.VectorJacobianProduct(zt, a, tmp);
+      a = tmp;
+      st.backward_products += 3;
+    }
+    dc += a;  // z_0 = c
+    model.InputBackward(dc, gm);
+    st.forward_converged = static_cast<int>(patches.cols());
+  }
+  return st;
+}
+
+// Model predictions (64 x B patches) for the given digits and masks.
+Matrix<double> Predict(EtModel& model, const Config& c, const Matrix<double>& patches,
+                       const Matrix<double>& patch_mask, implicit::Summary* summary) {
+  model.Prepare(patches, patch_mask);
+  if (!c.unroll) {
+    Matrix<double> z;
+    *summary = model.Equilibrium(&z);
+    return model.Decode(z);
+  }
+  std::vector<Matrix<double>> traj;
+  model.Unrolled(&traj);
+  return model.Decode(traj.back());
+}
+
+double MaskedMse(const Matrix<double>& pred, const Matrix<double>& target, const Matrix<double>& mask) {
+  return implicit::MaskedMeanSquaredError<double>(pred, target, mask);
+}
+
+// One-step Hopfield completion: memories X (64 x N patch layout), visible
+// pixels only in the scores.
+Matrix<double> HopfieldComplete(const Matrix<double>& X, const Matrix<double>& queries,
+                                const Matrix<double>& pixel_mask, double beta) {
+  const Matrix<double> visible = ((1.0 - pixel_mask.array()) * queries.array()).matrix();
+  Matrix<double> scores = beta * (X.transpose() * visible);
+  Matrix<double> p(scores.rows(), scores.cols());
+  implicit::entmax::Softmax<double>(scores, p);
+  return X * p;
+}
+
+void WriteGrid(const std::string& path, const std::vector<Matrix<double>>& rows_patches,
+               const Matrix<double>& patch_mask) {
+  // rows: original, masked, ET, Hopfield; columns: digits. Each digit 8x8 -> 48x48.
+  const int scale = 6, pad = 4, cols = static_cast<int>(patch_mask.cols());
+  const int nrows = static_cast<int>(rows_patches.size());
+  const int W = cols * (8 * scale + pad) + pad, H = nrows * (8 * scale + pad) + pad;
+  std::vector<unsigned char> img(static_cast<std::size_t>(W) * H, 255);
+  for (int r = 0; r < nrows; ++r) {
+    const Matrix<double> digits = PatchesToDigits(rows_patches[static_cast<std::size_t>(r)]);
+    for (int b = 0; b < cols; ++b)
+      for (int i = 0; i < 8; ++i)
+        for (int j = 0; j < 8; ++j) {
+          const int A = (i / 2) * 4 + j / 2;
+          double v = (digits(8 * i + j, b) + 1.0) / 2.0;  // [-1, 1] -> [0, 1]
+          v = std::min(1.0, std::max(0.0, v));
+          unsigned char px = static_cast<unsigned char>(std::lround(255.0 * (1.0 - v)));
+          if (r == 1 && patch_mask(A, b) > 0.5) px = 160;  // masked: gray
+          for (int y = 0; y < scale; ++y)
+            for (int x = 0; x < scale; ++x) {
+              const int X = pad + b * (8 * scale + pad) + j * scale + x;
+              const int Y = pad + r * (8 * scale + pad) + i * scale + y;
+              img[static_cast<std::size_t>(Y) * W + X] = px;
+            }
+        }
+  }
+  WriteGrayPng(path, W, H, img);
+}
+
+std::string ConfigKey(const Config& c) {
+  return "dim=" + std::to_string(c.dim) + " heads=" + std::to_string(c.heads) + " head_dim=" +
+         std::to_string(c.head_dim) + " memories=" + std::to_string(c.memories) + " mode=" +
+         (c.unroll ? "unroll" : "implicit");
+}
+
+int Run(int argc, char** argv) {
+  Args args(argc, argv, 1, {"quiet", "help", "unroll"});
+  if (args.Flag("help")) {
+    std::cout << kUsage;
+    return 0;
+  }
+  Config c;
+  c.steps = args.Int("steps", c.steps);
+  c.batch = args.Int("batch", c.batch);
+  c.lr = args.Double("lr", c.lr);
+  c.masked = args.Int("masked", c.masked);
+  const std::string mode = args.String("mode", "implicit");
+  c.unroll = args.Flag("unroll") || mode == "unroll";
+  Args::Require(mode == "implicit" || mode == "unroll", "--mode must be implicit or unroll, got '" + mode + "'");
+  Args::Require(!(args.Flag("unroll") && args.Has("mode") && mode == "implicit"),
+                "--unroll contradicts --mode implicit");
+  c.unroll_steps = args.Int("unroll-steps", c.unroll_steps);
+  c.dim = args.Int("dim", c.dim);
+  c.heads = args.Int("heads", c.heads);
+  c.head_dim = args.Int("head-dim", c.head_dim);
+  c.memories = args.Int("memories", c.memories);
+  c.solver = args.String("solver", c.solver);
+  c.tol = args.Double("tol", c.tol);
+  c.max_iter = args.Int("max-iter", c.max_iter);
+  c.holdout = args.Int("holdout", c.holdout);
+  c.seed = args.Int("seed", c.seed);
+  c.checkpoint = args.String("checkpoint", c.checkpoint);
+  c.checkpoint_every = args.Int("checkpoint-every", c.checkpoint_every);
+  c.resume = args.String("resume");
+  c.image = args.String("image", c.image);
+  c.json = args.String("json");
+  c.data = args.String("data");
+  c.quiet = args.Flag("quiet");
+  c.check_gradients = args.Int("check-gradients", 0);
+  args.CheckNoneLeft();
+  Args::Require(c.check_gradients >= 0 && c.check_gradients <= 10000, "--check-gradients must be in 0..10000");
+  Args::Require(c.steps >= 0 && c.steps <= 1000000, "--steps must be in 0..1000000, got " + std::to_string(c.steps));
+  Args::Require(c.batch >= 1 && c.batch <= 4096, "--batch must be in 1..4096, got " + std::to_string(c.batch));
+  Args::Require(c.lr > 0, "--lr must be > 0, got " + Fmt(c.lr));
+  Args::Require(c.masked >= 1 && c.masked < kPatches, "--masked must be in 1..15, got " + std::to_string(c.masked));
+  Args::Require(c.unroll_steps >= 1 && c.unroll_steps <= 10000, "--unroll-steps must be in 1..10000");
+  Args::Require(c.dim >= 2 && c.dim <= 512, "--dim must be in 2..512, got " + std::to_string(c.dim));
+  Args::Require(c.heads >= 0 && c.heads <= 64, "--heads must be in 0..64");
+  Args::Require(c.head_dim >= 1 && c.head_dim <= 512, "--head-dim must be in 1..512");
+  Args::Require(c.memories >= 0 && c.memories <= 100000, "--memories must be in 0..100000");
+  Args::Require(c.tol > 0, "--tol must be > 0, got " + Fmt(c.tol));
+  Args::Require(c.max_iter >= 1, "--max-iter must be >= 1");
+  Args::Require(c.seed >= 0, "--seed must be >= 0");
+  Args::Require(c.checkpoint_every >= 0, "--checkpoint-every must be >= 0");
+  Args::Require(!c.checkpoint.empty(), "--checkpoint must not be empty");
+  Args::Require(EndsWith(Lower(c.image), ".png"), "--image must name a .png file, got '" + c.image + "'");
+  CheckSolverName(c.solver);
+  CheckWritable(c.checkpoint, "--checkpoint");
+  CheckWritable(c.image, "--image");
+  CheckWritable(c.json, "--json");
+
+  const implicit::DigitsDataset digits = implicit::LoadDigits(FindDigits(c.data));
+  Args::Require(c.holdout >= 1 && c.holdout < digits.size(),
+                "--holdout must be in 1.." + std::to_string(digits.size() - 1) + ", got " + std::to_string(c.holdout));
+  const Matrix<double> all = DigitPatches(digits.Scaled());
+  const Index n_train = digits.size() - c.holdout;
+  const Matrix<double> train = all.leftCols(n_train), test = all.rightCols(c.holdout);
+
+  EtModel model(c);
+  implicit::AdamOptimizer<double>::Options ao;
+  ao.learning_rate = c.lr;
+  ao.clip_norm = 1.0;
+  implicit::AdamOptimizer<double> adam_model(ao), adam_energy(ao);
+  long start_step = 0;
+  if (!c.resume.empty()) {
+    const implicit::Checkpoint ck = implicit::LoadCheckpoint(c.resume);
+    const auto it = ck.metadata.find("config");
+    if (it == ck.metadata.end() || it->second != ConfigKey(c))
+      throw std::runtime_error("checkpoint '" + c.resume + "' was written for " +
+                               (it == ck.metadata.end() ? std::string("another program") : it->second) +
+                               ", this run uses " + ConfigKey(c));
+    ck.RestoreParameters("model", &model.params());
+    ck.RestoreParameters("energy", &model.energy_params());
+    try {
+      adam_model.SetState(ck.Optimizer("adam_model"), model.params().size());
+      adam_energy.SetState(ck.Optimizer("adam_energy"), model.energy_params().size());
+    } catch (const std::invalid_argument& e) {
+      throw std::runtime_error("checkpoint '" + c.resume + "': optimiser state does not fit: " + e.what());
+    }
+    start_step = ck.step;
+    if (!c.quiet) std::cerr << "resumed from " << c.resume << " at step " << start_step << "\n";
+  }
+  if (c.check_gradients > 0) {
+    std::mt19937 gen(static_cast<unsigned>(c.seed) + 99u);
+    const Index B = std::min<long>(c.batch, 8);
+    Matrix<double> batch = train.leftCols(B);
+    const Matrix<double> masks = RandomMasks(B, c.masked, gen);
+    Vector<double> gm, ge;
+    Config tight = c;
+    tight.tol = 1e-11;
+    tight.max_iter = 5000;
+    tight.solver = "picard";  // the ET dynamics themselves: reaches 1e-11 reliably
+    tight.backward_tol = 1e-10;
+    const StepStats st = Gradients(model, tight, batch, masks, &gm, &ge);
+    std::cout << "gradient check on " << B << " digits: forward converged " << st.forward_converged << "/" << B
+              << " (" << st.forward_iterations << " iterations), backward failed " << st.backward_failed
+              << " (" << st.backward_products << " products)\n";
+    auto loss = [&]() {
+      implicit::Summary s;
+      const Matrix<double> pred = Predict(model, tight, batch, masks, &s);
+      return MaskedMse(pred, batch, PixelMask(masks));
+    };
+    Table t({"parameter set", "index", "gradient", "finite difference", "abs error"},
+            {false, true, true, true, true});
+    std::uniform_int_distribution<int> which(0, 1);
+    double worst = 0;
+    for (long k = 0; k < c.check_gradients; ++k) {
+      const bool energy = which(gen) == 1;
+      Vector<double>& values = energy ? model.energy_params().values() : model.params().values();
+      const Vector<double>& grad = energy ? ge : gm;
+      std::uniform_int_distribution<Index> idx(0, values.size() - 1);
+      const Index i = idx(gen);
+      const double h = 1e-5, v = values(i);
+      values(i) = v + h;
+      const double lp = loss();
+      values(i) = v - h;
+      const double lm = loss();
+      values(i) = v;
+      const double fd = (lp - lm) / (2 * h);
+      worst = std::max(worst, std::abs(fd - grad(i)));
+      t.AddRow({energy ? "energy" : "model", std::to_string(i), Fmt(grad(i), 6), Fmt(fd, 6),
+                Fmt(std::abs(fd - grad(i)), 2)});
+    }
+    t.Print(std::cout);
+    std::cout << "largest abs error " << Fmt(worst, 3) << "\n";
+    return 0;
+  }
+  auto save = [&](long step) {
+    implicit::Checkpoint ck;
+    ck.step = step;
+    ck.metadata["program"] = "implicit-et";
+    ck.metadata["config"] = ConfigKey(c);
+    ck.AddParameters("model", model.params());
+    ck.AddParameters("energy", model.energy_params());
+    ck.AddOptimizer("adam_model", adam_model.state());
+    ck.AddOptimizer("adam_energy", adam_energy.state());
+    implicit::SaveCheckpoint(c.checkpoint, ck);
+  };
+
+  std::cout << "implicit-et: " << n_train << " training digits, " << c.holdout << " held out; "
+            << c.masked << " of 16 patches masked; ET " << ConfigKey(c) << ", "
+            << model.params().size() + model.energy_params().size() << " parameters; "
+            << (c.unroll ? "backprop through " + std::to_string(c.unroll_steps) + " unrolled gradient steps"
+                         : "implicit gradients at the equilibrium (" + c.solver + " forward, MINRES adjoint)")
+            << "\n";
+  Progress progress(!c.quiet, 5.0);
+  const auto t0 = std::chrono::steady_clock::now();
+  double first_loss = -1, last_loss = 0, smooth = -1;
+  long backward_failures = 0, forward_unconverged = 0;
+  Vector<double> gm, ge;
+  for (long step = start_step; step < c.steps; ++step) {
+    std::mt19937 gen(static_cast<unsigned>(c.seed) * 7919u + static_cast<unsigned>(step) * 104729u + 1u);
+    std::uniform_int_distribution<Index> pick(0, n_train - 1);
+    Matrix<double> batch(train.rows(), c.batch);
+    for (Index b = 0; b < c.batch; ++b) batch.col(b) = train.col(pick(gen));
+    const Matrix<double> masks = RandomMasks(c.batch, c.masked, gen);
+    const StepStats st = Gradients(model, c, batch, masks, &gm, &ge);
+    adam_model.Step(model.params(), gm);
+    adam_energy.Step(model.energy_params(), ge);
+    backward_failures += st.backward_failed;
+    forward_unconverged += c.batch - st.forward_converged;
+    if (first_loss < 0) first_loss = st.loss;
+    last_loss = st.loss;
+    smooth = smooth < 0 ? st.loss : 0.9 * smooth + 0.1 * st.loss;
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double rate = (step + 1 - start_step) / std::max(elapsed, 1e-9);
+    progress.Update(Progress::Bar(static_cast<double>(step + 1) / c.steps) + " step " +
+                    std::to_string(step + 1) + "/" + std::to_string(c.steps) + "  loss " + Fmt(smooth, 4) +
+                    "  " + FmtFixed(rate, 2) + " steps/s  " + FmtFixed(rate * c.batch, 0) +
+                    " digits/s  fwd it " + std::to_string(st.forward_iterations) + "  eta " +
+                    FmtFixed((c.steps - step - 1) / std::max(rate, 1e-9), 0) + " s");
+    if (c.checkpoint_every > 0 && (step + 1) % c.checkpoint_every == 0 && step + 1 < c.steps) save(step + 1);
+  }
+  progress.Done();
+  const double train_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  save(std::max(c.steps, start_step));
+
+  // ---- held-out evaluation, fixed masks --------------------------------------------
+  std::mt19937 eval_gen(static_cast<unsigned>(c.seed) + 424242u);
+  const Matrix<double> test_masks = RandomMasks(test.cols(), c.masked, eval_gen);
+  const Matrix<double> pixel_mask = PixelMask(test_masks);
+  implicit::Summary eval_summary;
+  const Matrix<double> pred = Predict(model, c, test, test_masks, &eval_summary);
+  const double et_mse = MaskedMse(pred, test, pixel_mask);
+  const Vector<double> mean = train.rowwise().mean();
+  Matrix<double> mean_fill = test;
+  mean_fill.colwise() = mean;
+  const double mean_mse = MaskedMse(mean_fill, test, pixel_mask);
+  double best_beta = 0, hop_mse = 1e300;
+  Matrix<double> hop_pred;
+  for (double beta : {0.25, 0.5, 1.0, 2.0, 4.0}) {
+    Matrix<double> h = HopfieldComplete(train, test, pixel_mask, beta);
+    const double m = MaskedMse(h, test, pixel_mask);
+    if (m < hop_mse) {
+      hop_mse = m;
+      best_beta = beta;
+      hop_pred = h;
+    }
+  }
+  std::cout << "trained " << c.steps - start_step << " steps in " << FmtFixed(train_seconds, 1)
+            << " s; training loss " << Fmt(first_loss, 4) << " -> " << Fmt(last_loss, 4) << "\n";
+  if (!c.unroll)
+    std::cout << "held-out forward: " << eval_summary.BriefReport() << "\n";
+  Table t({"held-out masked MSE", "value", "vs ET"}, {false, true, true});
+  t.AddRow({std::string("energy transformer (") + (c.unroll ? "unrolled" : "implicit") + ")", FmtFixed(et_mse, 4), "1.00x"});
+  t.AddRow({"one-step Hopfield (best beta " + Fmt(best_beta) + ")", FmtFixed(hop_mse, 4), FmtFixed(hop_mse / et_mse, 2) + "x"});
+  t.AddRow({"mean fill", FmtFixed(mean_mse, 4), FmtFixed(mean_mse / et_mse, 2) + "x"});
+  t.Print(std::cout);
+  std::cout << "checkpoint: " << c.checkpoint << "\n";
+
+  const Index shown = std::min<Index>(12, test.cols());
+  // Completions: visible pixels as given, masked pixels predicted.
+  auto complete = [&](const Matrix<double>& p) {
+    return Matrix<double>((pixel_mask.array() * p.array() + (1.0 - pixel_mask.array()) * test.array()).matrix());
+  };
+  WriteGrid(c.image,
+            {test.leftCols(shown), test.leftCols(shown), complete(pred).leftCols(shown),
+             complete(hop_pred).leftCols(shown)},
+            test_masks.leftCols(shown));
+  std::cout << "image: " << c.image
+            << " (rows: original, masked patches in gray, energy transformer completion, one-step Hopfield "
+               "completion)\n";
+
+  if (!c.json.empty()) {
+    JsonObject o;
+    o.Set("mode", c.unroll ? "unroll" : "implicit").Set("steps", c.steps).Set("batch", c.batch)
+        .Set("masked_patches", c.masked).Set("train_digits", static_cast<long>(n_train))
+        .Set("heldout_digits", c.holdout).Set("heldout_mse", et_mse).Set("mean_fill_mse", mean_mse)
+        .Set("hopfield_mse", hop_mse).Set("hopfield_beta", best_beta)
+        .Set("first_train_loss", first_loss).Set("last_train_loss", last_loss)
+        .Set("train_seconds", train_seconds).Set("backward_failures", backward_failures)
+        .Set("forward_unconverged", forward_unconverged)
+        .Set("heldout_forward_status", c.unroll ? "unrolled" : implicit::TerminationTypeToString(eval_summary.termination_type))
+        .Set("parameters", static_cast<long>(model.params().size() + model.energy_params().size()))
+        .Set("checkpoint", c.checkpoint).Set("image", c.image);
+    WriteTextFile(c.json, o.ToString() + "\n", "--json");
+    std::cout << "json: " << c.json << "\n";
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace implicit_apps
+
+int main(int argc, char** argv) {
+  return implicit_apps::Main("implicit-et", [&] { return implicit_apps::Run(argc, argv); });
+}
