@@ -23,6 +23,7 @@ cmake --install build --prefix build/_install
 cmake -S test/consumer -B build/_consumer -G Ninja -DCMAKE_PREFIX_PATH="$root/build/_install"
 cmake --build build/_consumer
 build/_consumer/implicit_consumer
+build/_consumer/implicit_train_deq
 
 if [ "${SKIP_SANITIZE:-0}" != "1" ]; then
   echo "== AddressSanitizer + UBSan build and tests"

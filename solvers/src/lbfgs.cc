@@ -14,6 +14,8 @@
 namespace implicit {
 namespace {
 
+using internal::BarrierCallback;
+using internal::FromCeres;
 using internal::Lockstep;
 
 // E and grad E of one sample; every evaluation goes to the coordinator.
@@ -35,27 +37,6 @@ class SampleEnergy final : public ceres::FirstOrderFunction {
   Lockstep* lockstep_;
   int sample_, n_;
 };
-
-class BarrierCallback final : public ceres::IterationCallback {
- public:
-  BarrierCallback(Lockstep* lockstep, int sample) : lockstep_(lockstep), sample_(sample) {}
-  ceres::CallbackReturnType operator()(const ceres::IterationSummary&) override {
-    return lockstep_->EndIteration(sample_) ? ceres::SOLVER_CONTINUE
-                                            : ceres::SOLVER_TERMINATE_SUCCESSFULLY;
-  }
-
- private:
-  Lockstep* lockstep_;
-  int sample_;
-};
-
-TerminationType FromCeres(ceres::TerminationType type) {
-  switch (type) {
-    case ceres::CONVERGENCE: return TerminationType::kStalled;  // no further progress possible
-    case ceres::NO_CONVERGENCE: return TerminationType::kMaxIterations;
-    default: return TerminationType::kFailure;  // e.g. the line search failed
-  }
-}
 
 }  // namespace
 
@@ -190,12 +171,7 @@ Summary LbfgsSolver<Scalar>::Solve(const FixedPointMap<Scalar>& map, MatrixRef<S
 
   lockstep.Run(body, serve, observe);
   Summary summary = monitor.Finish(z);
-  if (!stopped_by_ceres.empty()) {
-    const int b = stopped_by_ceres.front();
-    summary.message += "; " + std::to_string(stopped_by_ceres.size()) +
-                       " samples ended by Ceres before the tolerance (first: sample " +
-                       std::to_string(b) + ": " + ceres_message[b] + ")";
-  }
+  internal::NoteCeresStops(stopped_by_ceres, ceres_message, &summary);
   return summary;
 }
 

@@ -16,11 +16,17 @@
 // concurrently between barriers.
 #pragma once
 
+#include <implicit/solvers/solver.h>
+
+#include <ceres/iteration_callback.h>
+#include <ceres/types.h>
+
 #include <condition_variable>
 #include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -201,6 +207,41 @@ class Lockstep {
   bool aborted_ = false;
   std::exception_ptr error_;
 };
+
+// Ends every Ceres iteration of `sample` at the lockstep barrier; Ceres stops
+// when the solver decides the sample is done.
+class BarrierCallback final : public ceres::IterationCallback {
+ public:
+  BarrierCallback(Lockstep* lockstep, int sample) : lockstep_(lockstep), sample_(sample) {}
+  ceres::CallbackReturnType operator()(const ceres::IterationSummary&) override {
+    return lockstep_->EndIteration(sample_) ? ceres::SOLVER_CONTINUE
+                                            : ceres::SOLVER_TERMINATE_SUCCESSFULLY;
+  }
+
+ private:
+  Lockstep* lockstep_;
+  int sample_;
+};
+
+// Status of a sample whose Ceres run ended before our tolerance was met.
+inline TerminationType FromCeres(ceres::TerminationType type) {
+  switch (type) {
+    case ceres::CONVERGENCE: return TerminationType::kStalled;  // no further progress possible
+    case ceres::NO_CONVERGENCE: return TerminationType::kMaxIterations;
+    default: return TerminationType::kFailure;  // e.g. a failed line search
+  }
+}
+
+// Appends to the summary how many samples Ceres ended before the tolerance,
+// with the first one's Ceres message.
+inline void NoteCeresStops(const std::vector<int>& stopped, const std::vector<std::string>& messages,
+                           Summary* summary) {
+  if (stopped.empty()) return;
+  const int b = stopped.front();
+  summary->message += "; " + std::to_string(stopped.size()) +
+                      " samples ended by Ceres before the tolerance (first: sample " +
+                      std::to_string(b) + ": " + messages[b] + ")";
+}
 
 }  // namespace internal
 }  // namespace implicit

@@ -18,6 +18,8 @@
 namespace implicit {
 namespace {
 
+using internal::BarrierCallback;
+using internal::FromCeres;
 using internal::Lockstep;
 
 // One sample's residual block g(z_b) (n residuals, one parameter block of
@@ -42,29 +44,6 @@ class SampleResidual final : public ceres::CostFunction {
   Lockstep* lockstep_;
   int sample_;
 };
-
-// Ends every Ceres iteration at the lockstep barrier.
-class BarrierCallback final : public ceres::IterationCallback {
- public:
-  BarrierCallback(Lockstep* lockstep, int sample) : lockstep_(lockstep), sample_(sample) {}
-  ceres::CallbackReturnType operator()(const ceres::IterationSummary&) override {
-    return lockstep_->EndIteration(sample_) ? ceres::SOLVER_CONTINUE
-                                            : ceres::SOLVER_TERMINATE_SUCCESSFULLY;
-  }
-
- private:
-  Lockstep* lockstep_;
-  int sample_;
-};
-
-// Status of a sample whose Ceres run ended before our tolerance was met.
-TerminationType FromCeres(ceres::TerminationType type) {
-  switch (type) {
-    case ceres::CONVERGENCE: return TerminationType::kStalled;  // no further progress possible
-    case ceres::NO_CONVERGENCE: return TerminationType::kMaxIterations;
-    default: return TerminationType::kFailure;
-  }
-}
 
 // A point Ceres evaluated and f there (Scalar, at the point rounded to Scalar).
 template <typename Scalar>
@@ -322,12 +301,7 @@ Summary NewtonSolver<Scalar>::SolveDense(const FixedPointMap<Scalar>& map,
 
   lockstep.Run(body, serve, observe);
   Summary summary = monitor.Finish(z);
-  if (!stopped_by_ceres.empty()) {
-    const int b = stopped_by_ceres.front();
-    summary.message += "; " + std::to_string(stopped_by_ceres.size()) +
-                       " samples ended by Ceres before the tolerance (first: sample " +
-                       std::to_string(b) + ": " + ceres_message[b] + ")";
-  }
+  internal::NoteCeresStops(stopped_by_ceres, ceres_message, &summary);
   return summary;
 }
 

@@ -114,6 +114,7 @@ Fields<typename AndersonSolver<S>::Options> AndersonFields() {
   using O = typename AndersonSolver<S>::Options;
   return With<O>({IMPLICIT_OPTION_FIELD(memory), IMPLICIT_OPTION_FIELD(mixing),
                   IMPLICIT_OPTION_FIELD(ridge), IMPLICIT_OPTION_FIELD(restart_factor),
+                  IMPLICIT_OPTION_FIELD(plain_steps_after_restart),
                   IMPLICIT_OPTION_FIELD(condition_limit)});
 }
 

@@ -11,7 +11,7 @@
 #include <implicit/layers/dense_associative_memory.h>
 #include <implicit/solvers/picard.h>
 
-#include "support/h4_energy_checks.h"
+#include "support/energy_checks.h"
 #include "support/test_problems.h"
 
 #include <bitset>

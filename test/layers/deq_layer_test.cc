@@ -10,7 +10,7 @@
 #include <implicit/solvers/anderson.h>
 #include <implicit/solvers/picard.h>
 
-#include "support/h5_checks.h"
+#include "support/energy_checks.h"
 #include "support/test_problems.h"
 
 #include <cmath>
@@ -104,7 +104,8 @@ BOOST_AUTO_TEST_CASE(mlp_block_products_match_finite_differences) {
       block.SetInput(x);
       const Matrix<double> z = RandomMatrix<double>(5, 4, 6);
       implicit::testing::CheckMapFiniteDifferences(
-          block, z, x, [&](const Matrix<double>& xi) { block.SetInput(xi); }, 1e-7);
+          block, z, 1e-7, "mlp block", block.parameters(),
+          [&](const Matrix<double>& xi) { block.SetInput(xi); }, x, 1e-6);
     }
   }
 }
@@ -172,8 +173,8 @@ BOOST_AUTO_TEST_CASE(transformer_style_block_is_an_implicit_layer) {
   const Matrix<double> x = RandomMatrix<double>(N * D, B, 12);
   block.SetInput(x);
   implicit::testing::CheckMapFiniteDifferences(
-      block, RandomMatrix<double>(N * D, B, 13), x,
-      [&](const Matrix<double>& xi) { block.SetInput(xi); }, 1e-7);
+      block, RandomMatrix<double>(N * D, B, 13), 1e-7, "explicit block", block.parameters(),
+      [&](const Matrix<double>& xi) { block.SetInput(xi); }, x, 1e-6);
   Matrix<double> z = Matrix<double>::Zero(N * D, B), fz(N * D, B);
   implicit::AndersonSolver<double>::Options options;
   options.absolute_tolerance = 1e-12;

@@ -14,7 +14,7 @@
 #include <implicit/solvers/gradient_flow.h>
 #include <implicit/solvers/picard.h>
 
-#include "support/h5_checks.h"
+#include "support/energy_checks.h"
 #include "support/test_problems.h"
 
 #include <cmath>
@@ -307,8 +307,8 @@ BOOST_AUTO_TEST_CASE(dynamics_map_products_are_exact_and_its_fixed_points_are_st
   et.Initialize(30, 0.6);
   implicit::EnergyTransformerMap<double> map(et, 0.7);
   const Matrix<double> x = RandomMatrix<double>(N * D, B, 31);
-  implicit::testing::CheckMapFiniteDifferences(map, x, Matrix<double>(), [](const Matrix<double>&) {},
-                                               1e-7);
+  implicit::testing::CheckMapFiniteDifferences(map, x, 1e-7, "no clamp", map.parameters(), nullptr,
+                                               Matrix<double>(), 1e-6);
   // With a clamp: products, parameter and input VJPs.
   Matrix<double> token_free = Matrix<double>::Zero(N, B);
   token_free(2, 0) = token_free(0, 1) = token_free(3, 1) = 1;
@@ -317,7 +317,8 @@ BOOST_AUTO_TEST_CASE(dynamics_map_products_are_exact_and_its_fixed_points_are_st
   map.SetClamp(mask, image);
   BOOST_TEST(map.input_dimension() == N * D);
   implicit::testing::CheckMapFiniteDifferences(
-      map, x, image, [&](const Matrix<double>& c) { map.SetInput(c); }, 1e-7);
+      map, x, 1e-7, "clamped", map.parameters(), [&](const Matrix<double>& c) { map.SetInput(c); },
+      image, 1e-6);
   // Solve: the clamped tokens equal the image, dE/dg vanishes on the free
   // ones, and they are stationary points of the clamped energy.
   o.eps = 1.0;

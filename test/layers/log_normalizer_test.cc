@@ -13,7 +13,7 @@
 #include <implicit/layers/log_normalizer.h>
 #include <implicit/solvers/picard.h>
 
-#include "support/h4_energy_checks.h"
+#include "support/energy_checks.h"
 #include "support/test_problems.h"
 
 #include <cmath>

@@ -15,7 +15,7 @@
 #include <implicit/layers/rbm.h>
 #include <implicit/solvers/picard.h>
 
-#include "support/h4_energy_checks.h"
+#include "support/energy_checks.h"
 #include "support/test_problems.h"
 
 #include <bitset>

@@ -11,7 +11,7 @@
 #include <implicit/layers/regularized_attention.h>
 #include <implicit/solvers/picard.h>
 
-#include "support/h5_checks.h"
+#include "support/energy_checks.h"
 #include "support/test_problems.h"
 
 #include <cmath>

@@ -1,6 +1,9 @@
 #define BOOST_TEST_MODULE anderson
 #include <boost/test/unit_test.hpp>
 
+#include <implicit/core/digits.h>
+#include <implicit/core/energy_maps.h>
+#include <implicit/layers/hopfield.h>
 #include <implicit/solvers/anderson.h>
 #include <implicit/solvers/picard.h>
 
@@ -174,6 +177,27 @@ BOOST_AUTO_TEST_CASE(relative_ridge_reaches_small_residuals) {
   options.max_iterations = 400;
   Matrix<double> z = Matrix<double>::Zero(20, 2);
   testing::SolveAndCheck<AndersonSolver, double>(options, map, z, 1e-13);
+}
+
+BOOST_AUTO_TEST_CASE(restart_falls_back_instead_of_cycling_on_hopfield_retrieval) {
+  // Modern Hopfield retrieval of 100 digits with the bottom half hidden, beta 4.
+  // Undamped Anderson overshoots on some queries; restarting from the best
+  // iterate and re-extrapolating at once repeated the same bad step until the
+  // stall limit (99/100 converged). With the fallback to plain CCCP steps every
+  // query reaches a fixed point, as Picard's do.
+  const Matrix<double> patterns =
+      LoadDigits(std::string(IMPLICIT_DATA_DIR) + "/digits.csv.gz").Scaled().leftCols(100);
+  ModernHopfieldEnergy<double>::Options energy_options;
+  energy_options.beta = 4.0;
+  ModernHopfieldEnergy<double> energy(patterns, energy_options);
+  CccpMap<double> map(energy);
+  Matrix<double> z = patterns;
+  z.bottomRows(32).setZero();
+  AndersonSolver<double>::Options options;
+  options.max_iterations = 200;
+  const Summary summary = AndersonSolver<double>(options).Solve(map, z);
+  BOOST_TEST(summary.num_converged() == 100, summary.BriefReport());
+  BOOST_TEST(Residuals(map, z).maxCoeff() <= options.absolute_tolerance);
 }
 
 BOOST_AUTO_TEST_CASE(options_validation_names_field) {

@@ -22,7 +22,13 @@
 //    (e.g. a rank-deficient history: repeated directions, or f constant in
 //    some directions); never a NaN from a singular system;
 //  * bad extrapolation: restart from the sample's best iterate when its
-//    residual exceeds restart_factor x its best residual.
+//    residual exceeds restart_factor x its best residual, and fall back to
+//    plain mixing steps z + beta g (history recorded, not used) until the
+//    residual drops below that best residual again, and for at least
+//    plain_steps_after_restart steps. Without the fallback Anderson can cycle
+//    forever around a local minimum of |f(z) - z| that is not a fixed point
+//    (seen on the modern Hopfield map near a saddle of the energy, where the
+//    plain CCCP steps escape and converge).
 //
 //   implicit::AndersonSolver<double>::Options options;
 //   options.memory = 5;
@@ -63,6 +69,10 @@ class AndersonSolver : public Solver<Scalar> {
     // cleared and it restarts from its best iterate (f is re-evaluated there
     // on the next iteration). 0 disables the safeguard; otherwise >= 1.
     double restart_factor = 10.0;
+    // After such a restart, the least number of plain mixing steps z + beta g
+    // taken before extrapolating again; the fallback lasts until the residual
+    // is below the best residual at the restart (the history is kept). >= 0.
+    int plain_steps_after_restart = 5;
     // Ill-conditioning test: during the Cholesky factorisation of the ridged
     // k x k system M, the history is cleared (and a plain mixing step taken)
     // when a pivot d_j = M_jj - sum_{l<j} L_jl^2 satisfies
@@ -87,6 +97,9 @@ class AndersonSolver : public Solver<Scalar> {
       if (!(restart_factor == 0.0 || restart_factor >= 1.0) || std::isnan(restart_factor))
         return fail("restart_factor must be 0 (off) or >= 1, got " +
                     std::to_string(restart_factor));
+      if (plain_steps_after_restart < 0)
+        return fail("plain_steps_after_restart must be >= 0, got " +
+                    std::to_string(plain_steps_after_restart));
       if (!(condition_limit >= 0.0 && condition_limit < 1.0))
         return fail("condition_limit must be in [0, 1), got " + std::to_string(condition_limit));
       return true;
@@ -115,6 +128,8 @@ class AndersonSolver : public Solver<Scalar> {
     Vector<double> rhs(m), gamma(m);
     std::vector<int> count(batch, 0), next(batch, 0);   // stored pairs, next slot to write
     std::vector<char> has_prev(batch, 0);
+    std::vector<int> plain_left(batch, 0);              // fallback: plain steps still due
+    std::vector<double> fallback_until(batch, -1.0);    // fallback while residual >= this
     int restarts = 0;
 
     auto clear_history = [&](Index b) {
@@ -132,14 +147,17 @@ class AndersonSolver : public Solver<Scalar> {
         const Index base = b * m;
 
         // Safeguard: a bad extrapolation sends the sample back to its best iterate.
-        if (options_.restart_factor > 0.0 && has_prev[b]) {
-          const double r = static_cast<double>((fz.col(b) - zb).norm());
-          if (r > options_.restart_factor * monitor.best_residual(b)) {
-            clear_history(b);
-            has_prev[b] = 0;
-            zb = monitor.best_iterate(b);
-            continue;
-          }
+        const double r = static_cast<double>((fz.col(b) - zb).norm());
+        const bool in_fallback = fallback_until[b] >= 0.0;
+        if (in_fallback && plain_left[b] == 0 && r < fallback_until[b]) fallback_until[b] = -1.0;
+        if (!in_fallback && options_.restart_factor > 0.0 && has_prev[b] &&
+            r > options_.restart_factor * monitor.best_residual(b)) {
+          clear_history(b);
+          has_prev[b] = 0;
+          plain_left[b] = options_.plain_steps_after_restart;
+          fallback_until[b] = monitor.best_residual(b);
+          zb = monitor.best_iterate(b);
+          continue;
         }
 
         // Push the newest difference pair into the ring and update the Gram block.
@@ -161,7 +179,8 @@ class AndersonSolver : public Solver<Scalar> {
         auto gb = g_prev.col(b);
 
         const Index k = count[b];
-        bool extrapolate = k > 0;
+        bool extrapolate = k > 0 && fallback_until[b] < 0.0;
+        if (plain_left[b] > 0) --plain_left[b];
         if (extrapolate) {
           for (Index i = 0; i < k; ++i) rhs(i) = static_cast<double>(dg.col(base + i).dot(gb));
           extrapolate = SolveGram(gram.block(0, base, k, k), k, &chol, &rhs, &gamma);

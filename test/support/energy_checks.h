@@ -1,5 +1,5 @@
-// Shared checks for the closed-form attention energies (hopfield, dense
-// associative memory, RBM, log-normaliser tests).
+// Derivative checks shared by the layer tests: a closed-form energy (or map)
+// against an automatic reference and against central finite differences.
 //
 //   CheckEnergyAgainstReference(closed, autodiff, x, tol)   values, gradients,
 //       Hessian-vector and parameter vector-Jacobian products agree
@@ -30,7 +30,7 @@ inline double RelativeError(const Matrix<double>& a, const Matrix<double>& b) {
 // with the same parameter layout and values) agree on x.
 inline void CheckEnergyAgainstReference(Energy<double>& closed, Energy<double>& reference,
                                         const Matrix<double>& x, double tol,
-                                        const std::string& what) {
+                                        const std::string& what = "") {
   BOOST_TEST_CONTEXT(what) {
     const Index n = x.rows(), B = x.cols();
     BOOST_REQUIRE_EQUAL(closed.dimension(), reference.dimension());
@@ -61,7 +61,8 @@ inline void CheckEnergyAgainstReference(Energy<double>& closed, Energy<double>& 
 // Gradient = d Value, HVP = d Gradient, parameter VJP = d/dtheta <Gradient, u>
 // by central differences with step h.
 inline void CheckEnergyFiniteDifferences(Energy<double>& energy, const Matrix<double>& x,
-                                         double tol, const std::string& what, double h = 1e-5) {
+                                         double tol, const std::string& what = "",
+                                         double h = 1e-5) {
   BOOST_TEST_CONTEXT(what) {
     const Index n = x.rows(), B = x.cols();
     Matrix<double> grad(n, B), fd(n, B);
