@@ -11,6 +11,7 @@
 
 #include <implicit/core/digits.h>
 
+#include <algorithm>
 #include <chrono>
 #include <iostream>
 #include <memory>
@@ -110,6 +111,10 @@ void Plot(const std::string& path, const std::vector<std::string>& problems,
   script += "set multiplot layout " + std::to_string(rows) + ",2 columnsfirst\n" +
             std::string("set logscale y\nset format y '10^{%T}'\nset grid\nset key outside right\n");
   std::string left, right;
+  // One colour per solver in every panel (gnuplot's linetype k), in the order of first appearance.
+  std::vector<std::string> solvers;
+  for (const Result& r : results)
+    if (std::find(solvers.begin(), solvers.end(), r.solver) == solvers.end()) solvers.push_back(r.solver);
   for (const std::string& problem : problems) {
     std::vector<std::string> it_plots, time_plots;
     for (const Result& r : results) {
@@ -123,8 +128,12 @@ void Plot(const std::string& path, const std::vector<std::string>& problems,
       const std::string a = "it" + std::to_string(block), b = "t" + std::to_string(block);
       ++block;
       data += GnuplotData(a, it, res) + GnuplotData(b, sec, res, true);
-      it_plots.push_back("$" + a + " with linespoints pt 7 ps 0.4 title " + GnuplotQuote(r.solver));
-      time_plots.push_back("$" + b + " with linespoints pt 7 ps 0.4 title " + GnuplotQuote(r.solver));
+      const std::string style =
+          " with linespoints pt 7 ps 0.4 lt " +
+          std::to_string(1 + (std::find(solvers.begin(), solvers.end(), r.solver) - solvers.begin())) +
+          " title " + GnuplotQuote(r.solver) + " noenhanced";
+      it_plots.push_back("$" + a + style);
+      time_plots.push_back("$" + b + style);
     }
     auto panel = [&](const std::vector<std::string>& plots, const std::string& xlabel,
                      const std::string& title) {
