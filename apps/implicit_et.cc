@@ -2,20 +2,27 @@
 // through its equilibrium (implicit differentiation) or by unrolling.
 //
 // Model. An 8x8 digit (x/8 - 1) is cut into 16 patches of 2x2 pixels. Token 0
-// is a learned class token, tokens 1..16 the patches: a visible patch p gives
-// the token E p + e + P_A (learned embedding E, e and position P_A), a masked
-// patch starts as its position embedding P_A. The visible tokens and the class
-// token are clamped (implicit::ClampedEnergy); the masked tokens move to an
+// is a learned class token, tokens 1..16 the patches: a visible patch p at
+// position A gives the token E_A p + e + P_A (learned per-position embedding
+// E_A, bias e, position embedding P_A); a masked patch starts at a learned mask
+// token m + P_A. Visible tokens and the class token are clamped; of a masked
+// token the first D - pos_dim coordinates are free and the last pos_dim stay at
+// m + P_A, so it keeps its position. The free coordinates move to an
 // equilibrium of the Energy Transformer energy (EnergyTransformer, softmax
-// memory), found by a forward solver on the ET dynamics z <- z - a dE/dg. The
-// equilibrium tokens are decoded to pixels by LayerNorm + a linear map, and
-// the loss is the MSE on the masked pixels.
+// memory), found by a forward solver on the ET dynamics z <- z - a dE/dg
+// (EnergyTransformerMap). Each patch is decoded by LayerNorm + a per-position
+// linear map; the loss is the MSE on the masked pixels. Adam, learning rate
+// with a cosine decay to 10%; the energy's own parameters get a smaller rate
+// (--energy-lr).
+//
+// Each batch is shared out over --threads copies of the model (Workers): the
+// samples are independent, so the combined gradient is exactly the batch's.
 //
 // Gradients: --mode implicit (default) uses implicit::ImplicitBackward at the
-// equilibrium (adjoint solve with the Hessian of the clamped energy, MINRES):
-// memory independent of the forward iterations. --mode unroll instead runs
-// --unroll-steps gradient steps z <- z - a grad E and backpropagates through
-// all of them (the model is then that truncated descent, also at test time).
+// equilibrium (adjoint (I - J)^T u = dL/dz of the dynamics map, GMRES): memory
+// independent of the forward iterations. --mode unroll instead runs
+// --unroll-steps steps of the same dynamics and backpropagates through all of
+// them (the model is then that truncated dynamics, also at test time).
 //
 //   implicit-et                                 # default run, a few minutes on 2 cores
 //   implicit-et --steps 50 --json et.json --image et.png
@@ -26,7 +33,6 @@
 
 #include <implicit/core/checkpoint.h>
 #include <implicit/core/digits.h>
-#include <implicit/core/energy_maps.h>
 #include <implicit/core/implicit_diff.h>
 #include <implicit/core/losses.h>
 #include <implicit/core/optimizers.h>
@@ -37,8 +43,10 @@
 #include <chrono>
 #include <iostream>
 #include <numeric>
+#include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace implicit_apps {
@@ -50,40 +58,51 @@ Trains an Energy Transformer on masked digit completion (16 patch tokens + a cla
 token; random patches masked; MSE on masked pixels) and compares the held-out masked
 MSE with mean fill and one-step Hopfield completion on the same masks.
 
-  --steps N            training steps (Adam updates) in total (default 300)
+  --steps N            training steps (Adam updates) in total (default 4000)
   --batch N            training digits per step (default 32)
-  --lr X               Adam learning rate (default 0.02)
+  --lr X               Adam learning rate of embeddings and decoder (default 0.02)
+  --energy-lr X        Adam learning rate of the energy's parameters (default 0.005);
+                       both decay by a cosine schedule to 10% over --steps
   --masked K           patches masked per digit, 1..15 (default 8)
   --mode M             implicit (gradients at the equilibrium, default) or unroll
   --unroll             same as --mode unroll
-  --unroll-steps T     gradient steps unrolled in --mode unroll (default 20)
-  --dim D              token dimension (default 16)
-  --heads H            attention heads (default 4); --head-dim Y (default 8)
+  --unroll-steps T     steps of the dynamics unrolled in --mode unroll (default 20)
+  --dim D              token dimension (default 32)
+  --heads H            attention heads (default 8); --head-dim Y (default 8)
   --memories M         Hopfield memories of the energy (default 32)
+  --pos-dim P          coordinates of a masked token kept at its position code
+                       (default 8, must be < dim)
+  --step A             step of the ET dynamics z <- z - A dE/dg (default 0.5)
   --solver NAME        forward solver on the ET dynamics (default broyden)
   --tol X              forward tolerance |f(z) - z| (default 1e-6)
   --max-iter N         forward iteration budget (default 200)
   --holdout N          held-out digits, the last N of the file (default 297)
   --seed S             initialisation, batches and masks (default 1)
   --checkpoint PATH    where checkpoints go (default implicit-et.ckpt)
-  --checkpoint-every N save every N steps (default 50; 0 = only at the end)
+  --checkpoint-every N save every N steps (default 100; 0 = only at the end)
   --resume PATH        continue from a checkpoint (same model options)
   --image PATH         PNG grid original / masked / ET / Hopfield (default implicit-et.png)
   --json PATH          write the results as JSON
   --data PATH          digits.csv.gz, or a directory holding it
   --check-gradients N  compare N gradient entries with central finite differences
                        of the loss on one batch, print the errors and exit
+  --threads N          threads that share each batch (default: the number of cores);
+                       results agree to rounding whatever the number
   --quiet              no progress bar
 )";
 
 constexpr Index kPatches = 16, kTokens = 17, kPatchSize = 4;
+// Initial scale of the position embeddings: large enough that the clamped
+// position coordinates of a masked token dominate its LayerNorm at the start.
+constexpr double kPositionScale = 3.0;
 
 struct Config {
   long check_gradients = 0;
-  long steps = 300, batch = 32, masked = 8, unroll_steps = 20, dim = 16, heads = 4, head_dim = 8,
-       memories = 32, max_iter = 200, holdout = 297, seed = 1, checkpoint_every = 50;
+  long threads = std::max(1L, std::min(64L, static_cast<long>(std::thread::hardware_concurrency())));
+  long steps = 4000, batch = 32, masked = 8, unroll_steps = 20, dim = 32, heads = 8, head_dim = 8,
+       memories = 32, pos_dim = 8, max_iter = 200, holdout = 297, seed = 1, checkpoint_every = 100;
   double backward_tol = 1e-8;
-  double lr = 0.02, tol = 1e-6, step = 0.5, unroll_step = 0.5;
+  double lr = 0.02, energy_lr = 0.005, tol = 1e-6, step = 0.5;
   bool unroll = false, quiet = false;
   std::string solver = "broyden", checkpoint = "implicit-et.ckpt", resume, image = "implicit-et.png",
               json, data;
@@ -110,19 +129,21 @@ struct LayerNormOp {
 
 class EtModel {
  public:
-  explicit EtModel(const Config& c) : config_(c), et_(EtOptions(c)), clamped_(et_) {
+  explicit EtModel(const Config& c) : config_(c), et_(EtOptions(c)), map_(et_, c.step) {
     et_.Initialize(static_cast<unsigned>(c.seed), 0.5 / std::sqrt(static_cast<double>(c.dim)));
     const Index D = c.dim;
-    params_.Add("embed", D, kPatchSize);
+    params_.Add("embed", D, kPatchSize * kPatches);  // one D x 4 embedding per patch position
     params_.Add("embed_bias", D, 1);
     params_.Add("position", D, kTokens);
     params_.Add("class", D, 1);
-    params_.Add("decode", kPatches * kPatchSize, D);   // one 4 x D decoder per patch position
+    params_.Add("mask_token", D, 1);
+    params_.Add("decode", kPatches * kPatchSize, D);  // one 4 x D decoder per patch position
     params_.Add("decode_bias", kPatches * kPatchSize, 1);
     std::mt19937 gen(static_cast<unsigned>(c.seed) + 17u);
-    params_.Block("embed") = RandomGaussian(D, kPatchSize, 1.0, gen);
-    params_.Block("position") = RandomGaussian(D, kTokens, 0.1, gen);
+    params_.Block("embed") = RandomGaussian(D, kPatchSize * kPatches, 1.0, gen);
+    params_.Block("position") = RandomGaussian(D, kTokens, kPositionScale, gen);
     params_.Block("class") = RandomGaussian(D, 1, 1.0, gen);
+    params_.Block("mask_token") = RandomGaussian(D, 1, 1.0, gen);
     params_.Block("decode") = RandomGaussian(kPatches * kPatchSize, D, 0.1, gen);
     ln_.gamma = et_.gamma();
     ln_.delta = et_.delta();
@@ -131,16 +152,22 @@ class EtModel {
 
   implicit::ParameterSet<double>& params() { return params_; }
   implicit::ParameterSet<double>& energy_params() { return *et_.parameters(); }
+  const implicit::EnergyTransformerMap<double>& map() const { return map_; }
   Index dimension() const { return kTokens * config_.dim; }
 
-  // Clamped values c and the free mask for patches (64 x B) and a patch mask
-  // (16 x B, 1 = masked): a masked token is free and starts at its position
-  // embedding; visible tokens (E p + e + P_A) and the class token are clamped.
+  // Sets up the clamp for patches (64 x B) and a patch mask (16 x B, 1 =
+  // masked). Visible tokens (E_A p + e + P_A) and the class token are clamped.
+  // A masked token starts at the learned mask token plus its position
+  // embedding P_A; its first D - pos_dim coordinates are free and its last
+  // pos_dim coordinates stay clamped there, so that it keeps knowing where it
+  // is (with every coordinate free, the masked tokens of a digit are
+  // interchangeable under the energy and all settle at the same point).
   void Prepare(const Matrix<double>& patches, const Matrix<double>& patch_mask) {
-    const Index D = config_.dim, B = patches.cols();
-    Matrix<double> c(dimension(), B), free_tokens = Matrix<double>::Zero(kTokens, B);
+    const Index D = config_.dim, B = patches.cols(), F = D - config_.pos_dim;
+    Matrix<double> c(dimension(), B), free_mask = Matrix<double>::Zero(dimension(), B);
     const auto embed = params_.Block("embed");
     const Vector<double> bias = params_.Block("embed_bias");
+    const Vector<double> mask_token = params_.Block("mask_token");
     const auto position = params_.Block("position");
     for (Index b = 0; b < B; ++b) {
       c.col(b).segment(0, D) = params_.Block("class") + position.col(0);
@@ -148,42 +175,41 @@ class EtModel {
         auto token = c.col(b).segment((A + 1) * D, D);
         token = position.col(A + 1);
         if (patch_mask(A, b) > 0.5) {
-          free_tokens(A + 1, b) = 1.0;
+          token += mask_token;
+          free_mask.col(b).segment((A + 1) * D, F).setOnes();
         } else {
-          token += embed * patches.col(b).segment(kPatchSize * A, kPatchSize) + bias;
+          token += embed.middleCols(kPatchSize * A, kPatchSize) *
+                       patches.col(b).segment(kPatchSize * A, kPatchSize) + bias;
         }
       }
     }
-    clamped_.SetClamp(implicit::TokenMask<double>(free_tokens, D), c);
+    map_.SetClamp(free_mask, c);
+    start_ = std::move(c);
     patches_ = patches;
     patch_mask_ = patch_mask;
   }
-  const Matrix<double>& clamped_values() const { return clamped_.input(); }
 
-  // The equilibrium of the ET dynamics z <- z - a dE/dg (free tokens) from the
-  // clamped values; there dE/dx = 0 too, so the implicit backward pass may use
-  // the Hessian of the clamped energy.
-  implicit::Summary Equilibrium(Matrix<double>* z) const {
-    *z = clamped_.input();
-    DescentStepMap map(clamped_, config_.step);
+  // The equilibrium of the ET dynamics z <- z - a dE/dg (free coordinates)
+  // from the clamped values.
+  implicit::Summary Equilibrium(const Config& c, Matrix<double>* z) const {
+    *z = start_;
     implicit::SolverOptions o;
-    o.absolute_tolerance = config_.tol;
-    o.max_iterations = static_cast<int>(config_.max_iter);
-    return MakeSolver(config_.solver, o)->Solve(map, *z);
+    o.absolute_tolerance = c.tol;
+    o.max_iterations = static_cast<int>(c.max_iter);
+    return MakeSolver(c.solver, o)->Solve(map_, *z);
   }
-  // T gradient steps z <- z - a grad E from the clamped values; trajectory kept.
+  // T steps of the same dynamics from the starting state; trajectory kept.
   void Unrolled(std::vector<Matrix<double>>* trajectory) const {
-    implicit::GradientStepMap<double> map(clamped_, config_.unroll_step);
-    trajectory->assign(1, clamped_.input());
+    trajectory->assign(1, start_);
     for (long t = 0; t < config_.unroll_steps; ++t) {
-      Matrix<double> next(dimension(), clamped_.input().cols());
-      map.Evaluate(trajectory->back(), next);
+      Matrix<double> next(dimension(), start_.cols());
+      map_.Evaluate(trajectory->back(), next);
       trajectory->push_back(std::move(next));
     }
   }
 
-  // Decoded patches (64 x B) of the state z; when dz != nullptr also
-  // dL/dz (given dL/dpatches = dp) and the decoder's gradient into grad.
+  // Decoded patches (64 x B) of the state z: patch A is a linear map of
+  // LayerNorm(z_{A+1}).
   Matrix<double> Decode(const Matrix<double>& z) const {
     const Index D = config_.dim, B = z.cols();
     Matrix<double> out(kPatches * kPatchSize, B);
@@ -198,6 +224,7 @@ class EtModel {
       }
     return out;
   }
+  // dL/dz given dL/dpatches = dp; adds the decoder's gradient into grad.
   Matrix<double> DecodeBackward(const Matrix<double>& z, const Matrix<double>& dp,
                                 implicit::Vector<double>* grad) {
     const Index D = config_.dim, B = z.cols();
@@ -219,10 +246,11 @@ class EtModel {
       }
     return dz;
   }
-  // Gradient of the embedding parameters from dL/dc (the clamped values, and
-  // in --mode unroll also the starting state of the masked tokens).
+  // Gradients of the starting state (embedding, position, class and mask
+  // tokens) from dL/dstart = dc.
   void InputBackward(const Matrix<double>& dc, Vector<double>* grad) {
     const Index D = config_.dim;
+    auto dmask = params_.BlockOf(*grad, "mask_token");
     auto dE = params_.BlockOf(*grad, "embed");
     auto de = params_.BlockOf(*grad, "embed_bias");
     auto dP = params_.BlockOf(*grad, "position");
@@ -234,14 +262,15 @@ class EtModel {
         const Vector<double> d = dc.col(b).segment((A + 1) * D, D);
         dP.col(A + 1) += d;
         if (patch_mask_(A, b) < 0.5) {
-          dE += d * patches_.col(b).segment(kPatchSize * A, kPatchSize).transpose();
+          dE.middleCols(kPatchSize * A, kPatchSize) +=
+              d * patches_.col(b).segment(kPatchSize * A, kPatchSize).transpose();
           de += d;
+        } else {
+          dmask += d;
         }
       }
     }
   }
-  const implicit::ClampedEnergy<double>& clamped() const { return clamped_; }
-  implicit::ClampedEnergy<double>& clamped() { return clamped_; }
 
  private:
   static implicit::EnergyTransformer<double>::Options EtOptions(const Config& c) {
@@ -256,10 +285,10 @@ class EtModel {
   }
   Config config_;
   implicit::EnergyTransformer<double> et_;
-  implicit::ClampedEnergy<double> clamped_;
+  implicit::EnergyTransformerMap<double> map_;
   implicit::ParameterSet<double> params_;
   LayerNormOp ln_;
-  Matrix<double> patches_, patch_mask_;
+  Matrix<double> start_, patches_, patch_mask_;
 };
 
 // 16 x B patch masks with exactly k ones per column.
@@ -296,19 +325,18 @@ StepStats Gradients(EtModel& model, const Config& c, const Matrix<double>& patch
   Matrix<double> dp;
   if (!c.unroll) {
     Matrix<double> z;
-    const implicit::Summary fwd = model.Equilibrium(&z);
+    const implicit::Summary fwd = model.Equilibrium(c, &z);
     st.forward_converged = fwd.num_converged();
     st.forward_iterations = fwd.iterations;
     const Matrix<double> pred = model.Decode(z);
     st.loss = implicit::MaskedMeanSquaredError<double>(pred, patches, pixel_mask, &dp);
     const Matrix<double> dz = model.DecodeBackward(z, dp, gm);
-    implicit::EnergyRootMap<double> root(model.clamped());
     implicit::BackwardOptions bo;
-    bo.linear_solver = "minres";
+    bo.linear_solver = "gmres";
     bo.tolerance = c.backward_tol;
     bo.max_iterations = 300;
     bo.drop_failed_samples = true;
-    implicit::BackwardResult<double> back = implicit::ImplicitBackward<double>(root, z, dz, bo);
+    implicit::BackwardResult<double> back = implicit::ImplicitBackward<double>(model.map(), z, dz, bo);
     st.backward_products = back.summary.products;
     st.backward_failed = back.summary.num_samples() - back.summary.num_converged();
     Matrix<double> dc = back.input_gradient;
@@ -324,7 +352,7 @@ StepStats Gradients(EtModel& model, const Config& c, const Matrix<double>& patch
     const Matrix<double> pred = model.Decode(z);
     st.loss = implicit::MaskedMeanSquaredError<double>(pred, patches, pixel_mask, &dp);
     Matrix<double> a = model.DecodeBackward(z, dp, gm);
-    implicit::GradientStepMap<double> map(model.clamped(), c.unroll_step);
+    const implicit::EnergyTransformerMap<double>& map = model.map();
     Matrix<double> dc = Matrix<double>::Zero(a.rows(), a.cols()), tmp(a.rows(), a.cols());
     Vector<double> gp(ge->size());
     for (long t = c.unroll_steps - 1; t >= 0; --t) {
@@ -337,12 +365,68 @@ StepStats Gradients(EtModel& model, const Config& c, const Matrix<double>& patch
       a = tmp;
       st.backward_products += 3;
     }
-    dc += a;  // z_0 = c
+    dc += a;  // z_0 = the starting state
     model.InputBackward(dc, gm);
     st.forward_converged = static_cast<int>(patches.cols());
   }
   return st;
 }
+
+// The batch split over identical copies of the model, one per thread: each
+// copy computes the gradients of its share of the digits (the samples are
+// independent), and the shares are combined with weights proportional to their
+// masked pixels, which gives exactly the gradient of the whole batch's loss.
+// workers[0] is the model that is trained; Sync() copies its parameters to the
+// others after each update.
+class Workers {
+ public:
+  Workers(const Config& c, long threads) {
+    for (long t = 0; t < threads; ++t) models_.push_back(std::make_unique<EtModel>(c));
+  }
+  EtModel& main() { return *models_.front(); }
+  void Sync() {
+    for (std::size_t t = 1; t < models_.size(); ++t) {
+      models_[t]->params().values() = main().params().values();
+      models_[t]->energy_params().values() = main().energy_params().values();
+    }
+  }
+  StepStats Gradients(const Config& c, const Matrix<double>& patches, const Matrix<double>& patch_mask,
+                      Vector<double>* gm, Vector<double>* ge) {
+    const Index B = patches.cols(), T = std::min<Index>(static_cast<Index>(models_.size()), B);
+    std::vector<StepStats> stats(static_cast<std::size_t>(T));
+    std::vector<Vector<double>> gms(stats.size()), ges(stats.size());
+    std::vector<double> weight(stats.size());
+    auto share = [&](Index t) {
+      const Index begin = B * t / T, end = B * (t + 1) / T;
+      const std::size_t i = static_cast<std::size_t>(t);
+      weight[i] = patch_mask.middleCols(begin, end - begin).sum();
+      stats[i] = implicit_apps::Gradients(*models_[i], c, patches.middleCols(begin, end - begin),
+                                          patch_mask.middleCols(begin, end - begin), &gms[i], &ges[i]);
+    };
+    std::vector<std::thread> threads;
+    for (Index t = 1; t < T; ++t) threads.emplace_back(share, t);
+    share(0);
+    for (std::thread& t : threads) t.join();
+    const double total = std::accumulate(weight.begin(), weight.end(), 0.0);
+    StepStats st;
+    gm->setZero(main().params().size());
+    ge->setZero(main().energy_params().size());
+    for (std::size_t i = 0; i < stats.size(); ++i) {
+      const double w = weight[i] / total;
+      *gm += w * gms[i];
+      *ge += w * ges[i];
+      st.loss += w * stats[i].loss;
+      st.forward_converged += stats[i].forward_converged;
+      st.backward_failed += stats[i].backward_failed;
+      st.forward_iterations = std::max(st.forward_iterations, stats[i].forward_iterations);
+      st.backward_products += stats[i].backward_products;
+    }
+    return st;
+  }
+
+ private:
+  std::vector<std::unique_ptr<EtModel>> models_;
+};
 
 // Model predictions (64 x B patches) for the given digits and masks.
 Matrix<double> Predict(EtModel& model, const Config& c, const Matrix<double>& patches,
@@ -350,7 +434,7 @@ Matrix<double> Predict(EtModel& model, const Config& c, const Matrix<double>& pa
   model.Prepare(patches, patch_mask);
   if (!c.unroll) {
     Matrix<double> z;
-    *summary = model.Equilibrium(&z);
+    *summary = model.Equilibrium(c, &z);
     return model.Decode(z);
   }
   std::vector<Matrix<double>> traj;
@@ -401,9 +485,15 @@ void WriteGrid(const std::string& path, const std::vector<Matrix<double>>& rows_
   WriteGrayPng(path, W, H, img);
 }
 
+// Learning-rate factor at `step` of `steps`: cosine from 1 down to 0.1.
+double CosineDecay(long step, long steps) {
+  const double frac = static_cast<double>(step) / static_cast<double>(std::max<long>(steps, 1));
+  return 0.1 + 0.45 * (1.0 + std::cos(3.141592653589793 * frac));
+}
+
 std::string ConfigKey(const Config& c) {
   return "dim=" + std::to_string(c.dim) + " heads=" + std::to_string(c.heads) + " head_dim=" +
-         std::to_string(c.head_dim) + " memories=" + std::to_string(c.memories) + " mode=" +
+         std::to_string(c.head_dim) + " memories=" + std::to_string(c.memories) + " pos_dim=" + std::to_string(c.pos_dim) + " mode=" +
          (c.unroll ? "unroll" : "implicit");
 }
 
@@ -428,6 +518,9 @@ int Run(int argc, char** argv) {
   c.heads = args.Int("heads", c.heads);
   c.head_dim = args.Int("head-dim", c.head_dim);
   c.memories = args.Int("memories", c.memories);
+  c.pos_dim = args.Int("pos-dim", c.pos_dim);
+  c.step = args.Double("step", c.step);
+  c.energy_lr = args.Double("energy-lr", c.energy_lr);
   c.solver = args.String("solver", c.solver);
   c.tol = args.Double("tol", c.tol);
   c.max_iter = args.Int("max-iter", c.max_iter);
@@ -440,8 +533,10 @@ int Run(int argc, char** argv) {
   c.json = args.String("json");
   c.data = args.String("data");
   c.quiet = args.Flag("quiet");
+  c.threads = args.Int("threads", c.threads);
   c.check_gradients = args.Int("check-gradients", 0);
   args.CheckNoneLeft();
+  Args::Require(c.threads >= 1 && c.threads <= 64, "--threads must be in 1..64, got " + std::to_string(c.threads));
   Args::Require(c.check_gradients >= 0 && c.check_gradients <= 10000, "--check-gradients must be in 0..10000");
   Args::Require(c.steps >= 0 && c.steps <= 1000000, "--steps must be in 0..1000000, got " + std::to_string(c.steps));
   Args::Require(c.batch >= 1 && c.batch <= 4096, "--batch must be in 1..4096, got " + std::to_string(c.batch));
@@ -452,6 +547,9 @@ int Run(int argc, char** argv) {
   Args::Require(c.heads >= 0 && c.heads <= 64, "--heads must be in 0..64");
   Args::Require(c.head_dim >= 1 && c.head_dim <= 512, "--head-dim must be in 1..512");
   Args::Require(c.memories >= 0 && c.memories <= 100000, "--memories must be in 0..100000");
+  Args::Require(c.pos_dim >= 0 && c.pos_dim < c.dim, "--pos-dim must be in 0..dim-1, got " + std::to_string(c.pos_dim));
+  Args::Require(c.energy_lr > 0, "--energy-lr must be > 0, got " + Fmt(c.energy_lr));
+  Args::Require(c.step > 0 && c.step <= 1, "--step must be in (0, 1], got " + Fmt(c.step));
   Args::Require(c.tol > 0, "--tol must be > 0, got " + Fmt(c.tol));
   Args::Require(c.max_iter >= 1, "--max-iter must be >= 1");
   Args::Require(c.seed >= 0, "--seed must be >= 0");
@@ -470,11 +568,14 @@ int Run(int argc, char** argv) {
   const Index n_train = digits.size() - c.holdout;
   const Matrix<double> train = all.leftCols(n_train), test = all.rightCols(c.holdout);
 
-  EtModel model(c);
+  Workers workers(c, c.threads);
+  EtModel& model = workers.main();
   implicit::AdamOptimizer<double>::Options ao;
   ao.learning_rate = c.lr;
   ao.clip_norm = 1.0;
-  implicit::AdamOptimizer<double> adam_model(ao), adam_energy(ao);
+  implicit::AdamOptimizer<double>::Options aoe = ao;
+  aoe.learning_rate = c.energy_lr;
+  implicit::AdamOptimizer<double> adam_model(ao), adam_energy(aoe);
   long start_step = 0;
   if (!c.resume.empty()) {
     const implicit::Checkpoint ck = implicit::LoadCheckpoint(c.resume);
@@ -492,6 +593,7 @@ int Run(int argc, char** argv) {
       throw std::runtime_error("checkpoint '" + c.resume + "': optimiser state does not fit: " + e.what());
     }
     start_step = ck.step;
+    workers.Sync();
     if (!c.quiet) std::cerr << "resumed from " << c.resume << " at step " << start_step << "\n";
   }
   if (c.check_gradients > 0) {
@@ -514,16 +616,24 @@ int Run(int argc, char** argv) {
       const Matrix<double> pred = Predict(model, tight, batch, masks, &s);
       return MaskedMse(pred, batch, PixelMask(masks));
     };
-    Table t({"parameter set", "index", "gradient", "finite difference", "abs error"},
+    Table t({"parameter", "index", "gradient", "finite difference", "abs error"},
             {false, true, true, true, true});
-    std::uniform_int_distribution<int> which(0, 1);
+    // Every parameter block in turn (model blocks, then the energy's), a
+    // random entry of it each time.
+    struct Block {
+      bool energy;
+      implicit::ParameterSet<double>::Entry entry;
+    };
+    std::vector<Block> blocks;
+    for (const auto& e : model.params().entries()) blocks.push_back({false, e});
+    for (const auto& e : model.energy_params().entries()) blocks.push_back({true, e});
     double worst = 0;
     for (long k = 0; k < c.check_gradients; ++k) {
-      const bool energy = which(gen) == 1;
-      Vector<double>& values = energy ? model.energy_params().values() : model.params().values();
-      const Vector<double>& grad = energy ? ge : gm;
-      std::uniform_int_distribution<Index> idx(0, values.size() - 1);
-      const Index i = idx(gen);
+      const Block& blk = blocks[static_cast<std::size_t>(k) % blocks.size()];
+      Vector<double>& values = blk.energy ? model.energy_params().values() : model.params().values();
+      const Vector<double>& grad = blk.energy ? ge : gm;
+      std::uniform_int_distribution<Index> idx(0, blk.entry.size() - 1);
+      const Index i = blk.entry.offset + idx(gen);
       const double h = 1e-5, v = values(i);
       values(i) = v + h;
       const double lp = loss();
@@ -532,7 +642,7 @@ int Run(int argc, char** argv) {
       values(i) = v;
       const double fd = (lp - lm) / (2 * h);
       worst = std::max(worst, std::abs(fd - grad(i)));
-      t.AddRow({energy ? "energy" : "model", std::to_string(i), Fmt(grad(i), 6), Fmt(fd, 6),
+      t.AddRow({blk.entry.name, std::to_string(i - blk.entry.offset), Fmt(grad(i), 6), Fmt(fd, 6),
                 Fmt(std::abs(fd - grad(i)), 2)});
     }
     t.Print(std::cout);
@@ -553,9 +663,10 @@ int Run(int argc, char** argv) {
 
   std::cout << "implicit-et: " << n_train << " training digits, " << c.holdout << " held out; "
             << c.masked << " of 16 patches masked; ET " << ConfigKey(c) << ", "
-            << model.params().size() + model.energy_params().size() << " parameters; "
+            << model.params().size() + model.energy_params().size() << " parameters; " << c.threads
+            << (c.threads == 1 ? " thread; " : " threads; ")
             << (c.unroll ? "backprop through " + std::to_string(c.unroll_steps) + " unrolled gradient steps"
-                         : "implicit gradients at the equilibrium (" + c.solver + " forward, MINRES adjoint)")
+                         : "implicit gradients at the equilibrium (" + c.solver + " forward, GMRES adjoint)")
             << "\n";
   Progress progress(!c.quiet, 5.0);
   const auto t0 = std::chrono::steady_clock::now();
@@ -568,9 +679,13 @@ int Run(int argc, char** argv) {
     Matrix<double> batch(train.rows(), c.batch);
     for (Index b = 0; b < c.batch; ++b) batch.col(b) = train.col(pick(gen));
     const Matrix<double> masks = RandomMasks(c.batch, c.masked, gen);
-    const StepStats st = Gradients(model, c, batch, masks, &gm, &ge);
+    const double decay = CosineDecay(step, c.steps);
+    adam_model.set_learning_rate(ao.learning_rate * decay);
+    adam_energy.set_learning_rate(aoe.learning_rate * decay);
+    const StepStats st = workers.Gradients(c, batch, masks, &gm, &ge);
     adam_model.Step(model.params(), gm);
     adam_energy.Step(model.energy_params(), ge);
+    workers.Sync();
     backward_failures += st.backward_failed;
     forward_unconverged += c.batch - st.forward_converged;
     if (first_loss < 0) first_loss = st.loss;

@@ -1,6 +1,8 @@
 // End-to-end runs of implicit-et at a tiny size: the JSON holds the held-out
 // masked MSE and its baselines (all >= 0, mean fill > 0), the PNG grid and the
-// checkpoint are written, --resume continues from the checkpoint, and bad
+// checkpoint are written, --resume continues from the checkpoint, a few
+// hundred steps beat mean fill, the gradients of both training modes match
+// finite differences, and bad
 // input (options, checkpoints of another model, corrupt or truncated
 // checkpoints, malformed data) is a one-line error.
 #define BOOST_TEST_MODULE et
@@ -11,6 +13,7 @@
 #include <cmath>
 #include <fstream>
 #include <string>
+#include <vector>
 
 using implicit::testing::CountLines;
 using implicit::testing::Json;
@@ -23,10 +26,12 @@ namespace {
 
 const std::string kApp = IMPLICIT_APP_ET;
 
-// A tiny model; `dim` and `holdout` can be varied.
-std::string Small(const ScratchDir& dir, int dim = 8, int holdout = 40, const std::string& image = "et.png") {
-  return kApp + " --quiet --batch 6 --holdout " + std::to_string(holdout) + " --dim " + std::to_string(dim) +
-         " --heads 1 --memories 8 --max-iter 60 --tol 1e-5" +
+// A tiny model; `dim`, `holdout`, the image name and `batch` can be varied.
+std::string Small(const ScratchDir& dir, int dim = 8, int holdout = 40, const std::string& image = "et.png",
+                  int batch = 6) {
+  return kApp + " --quiet --batch " + std::to_string(batch) + " --holdout " + std::to_string(holdout) +
+         " --dim " + std::to_string(dim) +
+         " --pos-dim 4 --heads 1 --memories 8 --max-iter 60 --tol 1e-5" +
          " --checkpoint " + dir.File("et.ckpt") + " --image " + dir.File(image);
 }
 
@@ -83,13 +88,55 @@ BOOST_AUTO_TEST_CASE(unrolled_training_runs) {
   BOOST_TEST(j["heldout_mse"].number >= 0.0);
 }
 
+// A few hundred steps of the small model already complete held-out digits
+// better than the mean of the training digits.
+BOOST_AUTO_TEST_CASE(trained_model_beats_mean_fill) {
+  ScratchDir dir;
+  const auto r = RunCommand(Small(dir, 8, 100, "et.png", 16) + " --steps 400 --json " + dir.File("t.json"));
+  BOOST_TEST_INFO("stdout:\n" << r.out << "\nstderr:\n" << r.err);
+  BOOST_REQUIRE(r.exit_code == 0);
+  const Json j = implicit::testing::ParseJson(ReadFile(dir.File("t.json")));
+  BOOST_TEST(j["heldout_forward_status"].string == "converged");
+  BOOST_TEST(j["backward_failures"].number == 0.0);
+  BOOST_TEST(j["last_train_loss"].number < j["first_train_loss"].number);
+  BOOST_TEST(j["heldout_mse"].number < 0.95 * j["mean_fill_mse"].number);
+}
+
+// The batch is shared out over threads, each with its own copy of the model;
+// the shares' gradients are combined with weights proportional to their masked
+// pixels, which is exactly the gradient of the whole batch. So the trained
+// model and its results do not depend on the number of threads (to rounding).
+BOOST_AUTO_TEST_CASE(results_do_not_depend_on_the_number_of_threads) {
+  ScratchDir dir;
+  std::vector<Json> runs;
+  for (const int threads : {1, 4}) {
+    const std::string json = dir.File("t" + std::to_string(threads) + ".json");
+    const auto r = RunCommand(Small(dir) + " --steps 5 --threads " + std::to_string(threads) + " --json " + json);
+    BOOST_TEST_INFO("stderr:\n" << r.err);
+    BOOST_REQUIRE(r.exit_code == 0);
+    runs.push_back(implicit::testing::ParseJson(ReadFile(json)));
+  }
+  for (const char* k : {"first_train_loss", "last_train_loss", "heldout_mse"}) {
+    BOOST_TEST_INFO(k);
+    BOOST_TEST(runs[1][k].number == runs[0][k].number, boost::test_tools::tolerance(1e-9));
+  }
+  // Different data or a different step would change the loss far more.
+  BOOST_TEST(runs[0]["last_train_loss"].number != runs[0]["first_train_loss"].number);
+}
+
+// Every parameter block's gradient (embeddings, decoder, W_K, W_Q, Xi)
+// against central differences of the loss, in both modes.
 BOOST_AUTO_TEST_CASE(gradients_agree_with_finite_differences) {
   ScratchDir dir;
-  const auto r = RunCommand(Small(dir) + " --unroll --check-gradients 6");
-  BOOST_REQUIRE(r.exit_code == 0);
-  const std::size_t at = r.out.find("largest abs error ");
-  BOOST_REQUIRE(at != std::string::npos);
-  BOOST_TEST(std::stod(r.out.substr(at + 18)) < 1e-7);
+  for (const std::string mode : {"implicit", "unroll"}) {
+    BOOST_TEST_CONTEXT(mode) {
+      const auto r = RunCommand(Small(dir) + " --mode " + mode + " --check-gradients 10");
+      BOOST_REQUIRE(r.exit_code == 0);
+      const std::size_t at = r.out.find("largest abs error ");
+      BOOST_REQUIRE(at != std::string::npos);
+      BOOST_TEST(std::stod(r.out.substr(at + 18)) < 1e-7);
+    }
+  }
 }
 
 BOOST_AUTO_TEST_CASE(bad_input_and_bad_checkpoints) {
@@ -98,6 +145,10 @@ BOOST_AUTO_TEST_CASE(bad_input_and_bad_checkpoints) {
   ExpectOneLineError(Small(dir) + " --masked 16", "--masked");
   ExpectOneLineError(Small(dir) + " --lr -1", "--lr");
   ExpectOneLineError(Small(dir) + " --mode sideways", "--mode");
+  ExpectOneLineError(Small(dir) + " --pos-dim 8", "--pos-dim");
+  ExpectOneLineError(Small(dir) + " --energy-lr 0", "--energy-lr");
+  ExpectOneLineError(Small(dir) + " --step 1.5", "--step");
+  ExpectOneLineError(Small(dir) + " --threads 0", "--threads");
   ExpectOneLineError(Small(dir) + " --solver nope", "unknown solver 'nope'");
   ExpectOneLineError(Small(dir, 8, 5000), "--holdout");
   ExpectOneLineError(Small(dir, 8, 40, "x.jpg"), ".png");

@@ -21,8 +21,8 @@ struct LseEnergy {
     using std::exp;
     using std::log;
     const T beta = theta(0);
-    Vector<T> s = X.cast<T>().transpose() * x;
-    s *= beta;
+    Vector<T> s(X.cols());
+    for (Index i = 0; i < X.cols(); ++i) s(i) = beta * X.col(i).cast<T>().dot(x);
     const T m = s.maxCoeff();
     T sum(0);
     for (Index i = 0; i < s.size(); ++i) sum += exp(s(i) - m);
@@ -31,6 +31,10 @@ struct LseEnergy {
 };
 
 // Quartic coupling with a parameter matrix: E = sum_i (W x)_i^4 / 4 + a^T x.
+// W * x is an Eigen matrix-vector product in the dual types on purpose: the one
+// place that covers Eigen's product kernels on ceres::Jet and on the nested
+// Jet<DirectionalJet> (the other reference functors use plain loops, which
+// compile much faster; see support/dual_products.h).
 struct QuarticEnergy {
   Index n;
   template <typename T>

@@ -8,6 +8,7 @@
 #include <implicit/core/energy_maps.h>
 #include <implicit/solvers/picard.h>
 
+#include "support/dual_products.h"
 #include "support/test_problems.h"
 
 using namespace implicit;
@@ -20,7 +21,7 @@ struct SplitEnergy {
   T operator()(const Vector<T>& x, const Vector<T>& theta) const {
     using std::exp;
     using std::log;
-    Vector<T> s = A.cast<T>().transpose() * x;
+    Vector<T> s = testing::MatVec(A.cast<T>().transpose(), x);
     const T m = s.maxCoeff();
     T sum(0);
     for (Index i = 0; i < s.size(); ++i) sum += exp(s(i) - m);

@@ -10,6 +10,7 @@
 #include <implicit/solvers/anderson.h>
 #include <implicit/solvers/picard.h>
 
+#include "support/dual_products.h"
 #include "support/energy_checks.h"
 #include "support/test_problems.h"
 
@@ -18,6 +19,8 @@
 using implicit::Index;
 using implicit::Matrix;
 using implicit::Vector;
+using implicit::testing::MatMul;
+using implicit::testing::MatVec;
 using implicit::testing::RandomMatrix;
 using Mlp = implicit::MlpBlockMap<double>;
 
@@ -52,10 +55,10 @@ struct MlpFunctor {
     Eigen::Map<const Matrix<T>> W2(theta.data() + off, n, h);
     off += n * h;
     Eigen::Map<const Vector<T>> b2(theta.data() + off, n);
-    Vector<T> a = W1 * z + b1;
-    if (p > 0) a += U * x;
+    Vector<T> a = MatVec(W1, z) + b1;
+    if (p > 0) a += MatVec(U, x);
     for (Index i = 0; i < h; ++i) a(i) = relu ? (a(i) > T(0) ? a(i) : T(0)) : tanh(a(i));
-    *out = W2 * a + b2;
+    *out = MatVec(W2, a) + b2;
   }
 };
 
@@ -75,9 +78,9 @@ struct AttentionBlock {
       X.col(A) = x.segment(A * D, D);
       H.col(A) = z.segment(A * D, D) + X.col(A);
     }
-    const Matrix<T> Q = W(0) * H, K = W(1) * H, V = W(2) * H;
+    const Matrix<T> Q = MatMul(W(0), H), K = MatMul(W(1), H), V = MatMul(W(2), H);
     for (Index C = 0; C < N; ++C) {
-      Vector<T> s = K.transpose() * Q.col(C) / T(std::sqrt(double(D)));
+      Vector<T> s = MatVec(K.transpose(), Q.col(C)) / T(std::sqrt(double(D)));
       T m = s(0);
       for (Index B = 1; B < N; ++B) if (s(B) > m) m = s(B);
       T total(0);
@@ -85,10 +88,10 @@ struct AttentionBlock {
         s(B) = exp(s(B) - m);
         total += s(B);
       }
-      Vector<T> a = V * s / total + X.col(C);
-      a = W(3) * a;
+      Vector<T> a = MatVec(V, s) / total + X.col(C);
+      a = MatVec(W(3), a);
       for (Index i = 0; i < D; ++i) a(i) = tanh(a(i));
-      out->segment(C * D, D) = W(4) * a;
+      out->segment(C * D, D) = MatVec(W(4), a);
     }
   }
 };

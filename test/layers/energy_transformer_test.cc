@@ -14,6 +14,7 @@
 #include <implicit/solvers/gradient_flow.h>
 #include <implicit/solvers/picard.h>
 
+#include "support/dual_products.h"
 #include "support/energy_checks.h"
 #include "support/test_problems.h"
 
@@ -22,6 +23,8 @@
 using implicit::Index;
 using implicit::Matrix;
 using implicit::Vector;
+using implicit::testing::MatMul;
+using implicit::testing::MatVec;
 using implicit::testing::RandomMatrix;
 using Et = implicit::EnergyTransformer<double>;
 using Memory = implicit::EnergyTransformerMemory;
@@ -78,8 +81,8 @@ struct EtFunctor {
       E += gx - (T(D) * gamma * s + delta * sum);
     }
     for (Index h = 0; h < H; ++h) {
-      const Matrix<T> K = WK.middleRows(h * Y, Y) * G;
-      const Matrix<T> Q = WQ.middleRows(h * Y, Y) * G;
+      const Matrix<T> K = MatMul(WK.middleRows(h * Y, Y), G);
+      const Matrix<T> Q = MatMul(WQ.middleRows(h * Y, Y), G);
       for (Index C = 0; C < N; ++C) {
         std::vector<T> a;
         for (Index B = 0; B < N; ++B) {
@@ -94,7 +97,7 @@ struct EtFunctor {
       }
     }
     for (Index B = 0; B < N && M > 0; ++B) {
-      Vector<T> t = Xi.transpose() * G.col(B);
+      Vector<T> t = MatVec(Xi.transpose(), G.col(B));
       if (relu) {
         for (Index mu = 0; mu < M; ++mu) if (t(mu) > T(0)) E -= T(0.5) * t(mu) * t(mu);
       } else {

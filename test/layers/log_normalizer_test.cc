@@ -13,6 +13,7 @@
 #include <implicit/layers/log_normalizer.h>
 #include <implicit/solvers/picard.h>
 
+#include "support/dual_products.h"
 #include "support/energy_checks.h"
 #include "support/test_problems.h"
 
@@ -41,7 +42,7 @@ struct DiscreteLogZ {
     using std::exp;
     using std::log;
     Eigen::Map<const Matrix<T>> K(theta.data(), d, N);
-    Vector<T> s = K.transpose() * eta;
+    Vector<T> s = implicit::testing::MatVec(K.transpose(), eta);
     T m = s(0);
     for (Index i = 1; i < N; ++i) if (s(i) > m) m = s(i);
     T sum(0);
@@ -58,7 +59,7 @@ struct GaussianLogZ {
     Eigen::Map<const Vector<T>> mu(theta.data(), d);
     Eigen::Map<const Matrix<T>> S(theta.data() + d, d, d);
     const Matrix<T> Ssym = T(0.5) * (S + S.transpose());
-    return mu.dot(eta) + T(0.5) * eta.dot(Ssym * eta);
+    return mu.dot(eta) + T(0.5) * eta.dot(implicit::testing::MatVec(Ssym, eta));
   }
 };
 

@@ -11,6 +11,7 @@
 #include <implicit/layers/regularized_attention.h>
 #include <implicit/solvers/picard.h>
 
+#include "support/dual_products.h"
 #include "support/energy_checks.h"
 #include "support/test_problems.h"
 
@@ -44,7 +45,7 @@ struct HfyFunctor {
     using std::log;
     Eigen::Map<const Matrix<T>> X(theta.data(), d, N);
     const T a = learn_alpha ? theta(d * N) : T(alpha);
-    Vector<T> s = X.transpose() * x;
+    Vector<T> s = implicit::testing::MatVec(X.transpose(), x);
     s *= T(beta);
     T conj;
     if (!learn_alpha && alpha == 1.0) {

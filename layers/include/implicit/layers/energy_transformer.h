@@ -237,7 +237,7 @@ class EnergyTransformer : public Energy<Scalar> {
     for (Index b = 0; b < x.cols(); ++b) {
       Normalize(x.col(b).data(), &s);
       const Scalar e_ln = -D * gamma() * eps * s.s.cwiseInverse().sum();
-      values(b) = e_ln + Forces(&s, nullptr);
+      values(b) = e_ln + Forces(&s, nullptr, /*with_value=*/true);
     }
   }
 
@@ -395,19 +395,16 @@ class EnergyTransformer : public Energy<Scalar> {
     Matrix<Scalar> xhat;  // D x N, (x - mean) / s
     Vector<Scalar> s;     // N, sqrt(var + eps)
     Matrix<Scalar> g;     // D x N, gamma xhat + delta
-    std::vector<Matrix<Scalar>> K, Q, P;  // per head: Y x N, Y x N, N x N (P(:,C) over B)
+    // All heads stacked, rows h*Y .. h*Y+Y-1 for head h ((H*Y) x N each):
+    // K = W_K G, Q = W_Q G, and per head QPt = Q_h P_h^T, KP = K_h P_h.
+    Matrix<Scalar> K, Q, QPt, KP;
+    std::vector<Matrix<Scalar>> P;        // per head N x N (P(:,C): softmax over B)
     Matrix<Scalar> S;                     // memory scores Xi^T G (M x N)
     Matrix<Scalar> R;                     // ReLU(S), or softmax(beta_m S) per column
   };
 
   Eigen::Map<Matrix<Scalar>> Out(MatrixRef<Scalar> m, Index b) const {
     return Eigen::Map<Matrix<Scalar>>(m.col(b).data(), options_.token_dim, options_.num_tokens);
-  }
-  Matrix<Scalar> WK(Index h) const {
-    return params_.Block("W_K").middleRows(h * options_.head_dim, options_.head_dim);
-  }
-  Matrix<Scalar> WQ(Index h) const {
-    return params_.Block("W_Q").middleRows(h * options_.head_dim, options_.head_dim);
   }
 
   void Normalize(const Scalar* column, Sample* s) const {
@@ -468,32 +465,44 @@ class EnergyTransformer : public Energy<Scalar> {
     *r += Tokens(column);
   }
 
-  // F(G) = E_ATT + E_HN; fills the caches, and dF/dG when grad != nullptr.
-  Scalar Forces(Sample* s, Matrix<Scalar>* grad) const {
-    const Index N = options_.num_tokens, H = options_.num_heads, M = options_.num_memories;
+  // Fills the caches, and dF/dG when grad != nullptr; returns F(G) = E_ATT +
+  // E_HN when with_value (otherwise 0: the log-sum-exps cost as much as the
+  // softmaxes and only Value() needs them).
+  Scalar Forces(Sample* s, Matrix<Scalar>* grad, bool with_value = false) const {
+    const Index N = options_.num_tokens, H = options_.num_heads, M = options_.num_memories,
+                Y = options_.head_dim;
     const Matrix<Scalar>& G = s->g;
     Scalar value(0);
     if (grad) grad->setZero(G.rows(), G.cols());
-    s->K.resize(H);
-    s->Q.resize(H);
-    s->P.resize(H);
-    Vector<Scalar> lse(N);
-    Matrix<Scalar> scores(N, N);
-    for (Index h = 0; h < H; ++h) {
-      const Matrix<Scalar> wk = WK(h), wq = WQ(h);
-      s->K[h].noalias() = wk * G;
-      s->Q[h].noalias() = wq * G;
-      scores.noalias() = beta_ * (s->K[h].transpose() * s->Q[h]);  // (B, C)
-      if (options_.exclude_self) {
-        scores.diagonal().setConstant(-std::numeric_limits<Scalar>::infinity());
+    if (H > 0) {
+      // One product per projection for all heads; the N x N attention per head.
+      const auto wk = params_.Block("W_K"), wq = params_.Block("W_Q");
+      s->K.noalias() = wk * G;
+      s->Q.noalias() = wq * G;
+      s->QPt.resize(H * Y, N);
+      s->KP.resize(H * Y, N);
+      s->P.resize(H);
+      Vector<Scalar> lse(N);
+      Matrix<Scalar> scores(N, N);
+      for (Index h = 0; h < H; ++h) {
+        const auto K = s->K.middleRows(h * Y, Y), Q = s->Q.middleRows(h * Y, Y);
+        scores.noalias() = beta_ * (K.transpose() * Q);  // (B, C)
+        if (options_.exclude_self) {
+          scores.diagonal().setConstant(-std::numeric_limits<Scalar>::infinity());
+        }
+        s->P[h].resize(N, N);
+        entmax::Softmax<Scalar>(scores, s->P[h]);
+        if (with_value) {
+          entmax::LogSumExp<Scalar>(scores, lse);
+          value -= lse.sum() / beta_;
+        }
+        s->QPt.middleRows(h * Y, Y).noalias() = Q * s->P[h].transpose();
+        s->KP.middleRows(h * Y, Y).noalias() = K * s->P[h];
       }
-      s->P[h].resize(N, N);
-      entmax::Softmax<Scalar>(scores, s->P[h]);
-      entmax::LogSumExp<Scalar>(scores, lse);
-      value -= lse.sum() / beta_;
+      // dF/dG = -sum_h (W_K[h]^T Q_h P_h^T + W_Q[h]^T K_h P_h).
       if (grad) {
-        grad->noalias() -= wk.transpose() * (s->Q[h] * s->P[h].transpose());
-        grad->noalias() -= wq.transpose() * (s->K[h] * s->P[h]);
+        grad->noalias() -= wk.transpose() * s->QPt;
+        grad->noalias() -= wq.transpose() * s->KP;
       }
     }
     if (M > 0) {
@@ -505,11 +514,13 @@ class EnergyTransformer : public Energy<Scalar> {
       } else {
         const Scalar bm = static_cast<Scalar>(options_.memory_beta);
         Matrix<Scalar> scaled = bm * s->S;
-        Vector<Scalar> memory_lse(N);
         s->R.resize(M, N);
         entmax::Softmax<Scalar>(scaled, s->R);
-        entmax::LogSumExp<Scalar>(scaled, memory_lse);
-        value -= memory_lse.sum() / bm;
+        if (with_value) {
+          Vector<Scalar> memory_lse(N);
+          entmax::LogSumExp<Scalar>(scaled, memory_lse);
+          value -= memory_lse.sum() / bm;
+        }
       }
       if (grad) grad->noalias() -= xi * s->R;
     }
@@ -519,17 +530,13 @@ class EnergyTransformer : public Energy<Scalar> {
   // out = H_F dG (the G-Hessian of F along dG), from the caches of Forces().
   template <typename Derived>
   void ForcesHvp(const Sample& s, const Eigen::MatrixBase<Derived>& dG, Matrix<Scalar>* out) const {
-    const Index H = options_.num_heads, M = options_.num_memories;
+    const Index M = options_.num_memories;
     out->setZero(dG.rows(), dG.cols());
-    Matrix<Scalar> dK, dQ, dA, dP;
-    for (Index h = 0; h < H; ++h) {
-      const Matrix<Scalar> wk = WK(h), wq = WQ(h);
-      AttentionDirection(s, h, wk, wq, dG, &dK, &dQ, &dA, &dP);
-      Matrix<Scalar> k_side = dQ * s.P[h].transpose();
-      k_side.noalias() += s.Q[h] * dP.transpose();
-      Matrix<Scalar> q_side = dK * s.P[h];
-      q_side.noalias() += s.K[h] * dP;
-      out->noalias() -= wk.transpose() * k_side + wq.transpose() * q_side;
+    if (options_.num_heads > 0) {
+      Matrix<Scalar> k_side, q_side;
+      AttentionDirection(s, dG, &k_side, &q_side);
+      out->noalias() -= params_.Block("W_K").transpose() * k_side;
+      out->noalias() -= params_.Block("W_Q").transpose() * q_side;
     }
     if (M > 0) {
       const auto xi = params_.Block("Xi");
@@ -539,19 +546,31 @@ class EnergyTransformer : public Energy<Scalar> {
     }
   }
 
-  // dK = W_K dG, dQ = W_Q dG, dA = dK^T Q + K^T dQ, dP = beta J_softmax dA.
+  // The derivatives of QPt and KP (see Sample) along dG, all heads stacked:
+  //   k_side = d(Q_h P_h^T) = dQ_h P_h^T + Q_h dP_h^T,  q_side = d(K_h P_h) = dK_h P_h + K_h dP_h
+  // with dK = W_K dG, dQ = W_Q dG, dP_h = beta J_softmax(P_h) (dK_h^T Q_h + K_h^T dQ_h).
   template <typename Derived>
-  void AttentionDirection(const Sample& s, Index h, const Matrix<Scalar>& wk,
-                          const Matrix<Scalar>& wq, const Eigen::MatrixBase<Derived>& dG,
-                          Matrix<Scalar>* dK, Matrix<Scalar>* dQ, Matrix<Scalar>* dA,
-                          Matrix<Scalar>* dP) const {
-    dK->noalias() = wk * dG;
-    dQ->noalias() = wq * dG;
-    dA->noalias() = dK->transpose() * s.Q[h];
-    dA->noalias() += s.K[h].transpose() * *dQ;
-    dP->resize(dA->rows(), dA->cols());
-    entmax::JacobianVectorProduct<Scalar>(s.P[h], Scalar(1), *dA, *dP);
-    *dP *= beta_;
+  void AttentionDirection(const Sample& s, const Eigen::MatrixBase<Derived>& dG,
+                          Matrix<Scalar>* k_side, Matrix<Scalar>* q_side) const {
+    const Index H = options_.num_heads, Y = options_.head_dim, N = dG.cols();
+    const Matrix<Scalar> dK = params_.Block("W_K") * dG, dQ = params_.Block("W_Q") * dG;
+    k_side->resize(H * Y, N);
+    q_side->resize(H * Y, N);
+    Matrix<Scalar> dA(N, N), dP(N, N);
+    for (Index h = 0; h < H; ++h) {
+      const auto K = s.K.middleRows(h * Y, Y), Q = s.Q.middleRows(h * Y, Y);
+      const auto dKh = dK.middleRows(h * Y, Y), dQh = dQ.middleRows(h * Y, Y);
+      dA.noalias() = dKh.transpose() * Q;
+      dA.noalias() += K.transpose() * dQh;
+      entmax::JacobianVectorProduct<Scalar>(s.P[h], Scalar(1), dA, dP);  // alpha = 1: softmax
+      dP *= beta_;
+      auto ks = k_side->middleRows(h * Y, Y);
+      auto qs = q_side->middleRows(h * Y, Y);
+      ks.noalias() = dQh * s.P[h].transpose();
+      ks.noalias() += Q * dP.transpose();
+      qs.noalias() = dKh * s.P[h];
+      qs.noalias() += K * dP;
+    }
   }
 
   // dR = d(ReLU or softmax of the memory scores) along dS.
@@ -567,25 +586,18 @@ class EnergyTransformer : public Energy<Scalar> {
 
   // flat += d/dtheta <dF/dG(G; theta), z> for W_K, W_Q, Xi.
   void ForcesParameterVjp(const Sample& s, const Matrix<Scalar>& z, Vector<Scalar>* flat) const {
-    const Index H = options_.num_heads, M = options_.num_memories, Y = options_.head_dim;
+    const Index M = options_.num_memories;
     const Matrix<Scalar>& G = s.g;
-    Matrix<Scalar> dK, dQ, dA, dP;
-    for (Index h = 0; h < H; ++h) {
-      const Matrix<Scalar> wk = WK(h), wq = WQ(h);
-      AttentionDirection(s, h, wk, wq, z, &dK, &dQ, &dA, &dP);
-      // dF/dW_K[h] = -Q P^T G^T, dF/dW_Q[h] = -K P G^T; differentiate along G -> z.
-      Matrix<Scalar> k_side = dQ * s.P[h].transpose();
-      k_side.noalias() += s.Q[h] * dP.transpose();
-      Matrix<Scalar> q_side = dK * s.P[h];
-      q_side.noalias() += s.K[h] * dP;
-      auto gk_all = params_.BlockOf(*flat, "W_K");
-      auto gq_all = params_.BlockOf(*flat, "W_Q");
-      auto gk = gk_all.middleRows(h * Y, Y);
-      auto gq = gq_all.middleRows(h * Y, Y);
+    if (options_.num_heads > 0) {
+      // dF/dW_K[h] = -Q_h P_h^T G^T, dF/dW_Q[h] = -K_h P_h G^T; differentiate along G -> z.
+      Matrix<Scalar> k_side, q_side;
+      AttentionDirection(s, z, &k_side, &q_side);
+      auto gk = params_.BlockOf(*flat, "W_K");
+      auto gq = params_.BlockOf(*flat, "W_Q");
       gk.noalias() -= k_side * G.transpose();
-      gk.noalias() -= (s.Q[h] * s.P[h].transpose()) * z.transpose();
+      gk.noalias() -= s.QPt * z.transpose();
       gq.noalias() -= q_side * G.transpose();
-      gq.noalias() -= (s.K[h] * s.P[h]) * z.transpose();
+      gq.noalias() -= s.KP * z.transpose();
     }
     if (M > 0) {
       // dF/dXi = -G R^T; differentiate along G -> z.

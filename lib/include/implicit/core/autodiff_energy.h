@@ -10,12 +10,21 @@
 //     template <typename T>
 //     T operator()(const implicit::Vector<T>& x, const implicit::Vector<T>& theta) const {
 //       using std::exp; using std::log;
-//       implicit::Vector<T> s = X.cast<T>().transpose() * x * T(beta);
+//       implicit::Vector<T> s(X.cols());   // s = beta X^T x, one dot product each
+//       for (implicit::Index i = 0; i < X.cols(); ++i) s(i) = T(beta) * X.col(i).cast<T>().dot(x);
 //       T m = s.maxCoeff();
 //       return T(0.5) * x.squaredNorm() - (m + log((s.array() - m).exp().sum())) / T(beta);
 //     }
 //   };
 //   implicit::AutoDiffEnergy<SoftRetrieval, double> energy(SoftRetrieval{X, 2.0}, n);
+//
+// The functor is compiled for three scalar types: Scalar, ceres::Jet<Scalar, K>
+// and the nested ceres::Jet<internal::DirectionalJet<Scalar>, K>. Eigen matrix
+// products (A * x, A * B) work on all of them but instantiate Eigen's general
+// matrix-vector / matrix-matrix kernels for each dual type, which is slow to
+// compile (minutes for a few products, more in sanitizer or debug builds).
+// Element-wise operations, reductions and dot products are cheap; prefer them,
+// or plain loops, for the products that involve T (the states are small).
 //
 // Parameters: pass a ParameterSet to the constructor; theta is its flat
 // values() vector (empty when there are none).

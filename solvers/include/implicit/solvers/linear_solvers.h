@@ -602,7 +602,10 @@ LinearSolveSummary GmresSolve(const LinearOperator<Scalar>& apply, ConstMatrixRe
   internal::LinearMonitor<Scalar> m("gmres", apply, rhs, u, options);
   const Index n = u.rows(), batch = u.cols();
   const int k_max = options.restart;
-  std::vector<Matrix<Scalar>> V(k_max + 1, Matrix<Scalar>(n, batch));
+  // The Krylov basis, allocated as it grows: a solve that converges in a few
+  // products never touches the memory of the other restart - k vectors.
+  std::vector<Matrix<Scalar>> V(k_max + 1);
+  V[0].resize(n, batch);
   Matrix<Scalar> r(n, batch), w(n, batch);
   // Per sample: Hessenberg (k_max+1 x k_max), Givens cosines/sines, rhs g.
   std::vector<Matrix<double>> H(batch, Matrix<double>(k_max + 1, k_max));
@@ -628,6 +631,7 @@ LinearSolveSummary GmresSolve(const LinearOperator<Scalar>& apply, ConstMatrixRe
     for (int j = 0; j < k_max && running > 0 && m.budget_left(); ++j) {
       m.Apply(V[j], w);
       m.CountIteration();
+      if (V[j + 1].size() == 0) V[j + 1].resize(n, batch);
       for (Index b = 0; b < batch; ++b) {
         if (!run[b]) {
           V[j + 1].col(b).setZero();
