@@ -41,9 +41,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <exception>
 #include <iostream>
-#include <numeric>
 #include <memory>
+#include <numeric>
 #include <random>
 #include <string>
 #include <thread>
@@ -376,8 +377,9 @@ StepStats Gradients(EtModel& model, const Config& c, const Matrix<double>& patch
 // copy computes the gradients of its share of the digits (the samples are
 // independent), and the shares are combined with weights proportional to their
 // masked pixels, which gives exactly the gradient of the whole batch's loss.
-// workers[0] is the model that is trained; Sync() copies its parameters to the
-// others after each update.
+// main() is the model that is trained; Sync() copies its parameters to the
+// others after each update. An exception in any share is rethrown once all
+// threads have finished.
 class Workers {
  public:
   Workers(const Config& c, long threads) {
@@ -396,17 +398,24 @@ class Workers {
     std::vector<StepStats> stats(static_cast<std::size_t>(T));
     std::vector<Vector<double>> gms(stats.size()), ges(stats.size());
     std::vector<double> weight(stats.size());
+    std::vector<std::exception_ptr> errors(stats.size());
     auto share = [&](Index t) {
       const Index begin = B * t / T, end = B * (t + 1) / T;
       const std::size_t i = static_cast<std::size_t>(t);
-      weight[i] = patch_mask.middleCols(begin, end - begin).sum();
-      stats[i] = implicit_apps::Gradients(*models_[i], c, patches.middleCols(begin, end - begin),
-                                          patch_mask.middleCols(begin, end - begin), &gms[i], &ges[i]);
+      try {
+        weight[i] = patch_mask.middleCols(begin, end - begin).sum();
+        stats[i] = implicit_apps::Gradients(*models_[i], c, patches.middleCols(begin, end - begin),
+                                            patch_mask.middleCols(begin, end - begin), &gms[i], &ges[i]);
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
     };
     std::vector<std::thread> threads;
     for (Index t = 1; t < T; ++t) threads.emplace_back(share, t);
     share(0);
     for (std::thread& t : threads) t.join();
+    for (const std::exception_ptr& e : errors)
+      if (e) std::rethrow_exception(e);
     const double total = std::accumulate(weight.begin(), weight.end(), 0.0);
     StepStats st;
     gm->setZero(main().params().size());
