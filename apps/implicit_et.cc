@@ -744,6 +744,21 @@ int Run(int argc, char** argv) {
   t.AddRow({"one-step Hopfield (best beta " + Fmt(best_beta) + ")", FmtFixed(hop_mse, 4), FmtFixed(hop_mse / et_mse, 2) + "x"});
   t.AddRow({"mean fill", FmtFixed(mean_mse, 4), FmtFixed(mean_mse / et_mse, 2) + "x"});
   t.Print(std::cout);
+  // Paired over the held-out digits (same digits, same masks): per-digit masked
+  // MSE of the ET minus that of Hopfield, its mean and standard error.
+  const Vector<double> per_digit_diff =
+      ((pred - test).array().square() - (hop_pred - test).array().square()).cwiseProduct(pixel_mask.array())
+          .colwise().sum().transpose().cwiseQuotient(pixel_mask.colwise().sum().transpose().array())
+          .matrix();
+  const double diff_mean = per_digit_diff.mean();
+  const double diff_stderr =
+      std::sqrt((per_digit_diff.array() - diff_mean).square().sum() /
+                std::max<double>(1.0, static_cast<double>(per_digit_diff.size() - 1)) /
+                static_cast<double>(per_digit_diff.size()));
+  const long better = static_cast<long>((per_digit_diff.array() < 0.0).count());
+  std::cout << "ET minus one-step Hopfield, per held-out digit: " << Fmt(diff_mean, 3) << " +- "
+            << Fmt(diff_stderr, 2) << " (standard error); ET better on " << better << "/"
+            << per_digit_diff.size() << " digits\n";
   std::cout << "checkpoint: " << c.checkpoint << "\n";
 
   const Index shown = std::min<Index>(12, test.cols());
@@ -765,6 +780,8 @@ int Run(int argc, char** argv) {
         .Set("masked_patches", c.masked).Set("train_digits", static_cast<long>(n_train))
         .Set("heldout_digits", c.holdout).Set("heldout_mse", et_mse).Set("mean_fill_mse", mean_mse)
         .Set("hopfield_mse", hop_mse).Set("hopfield_beta", best_beta)
+        .Set("hopfield_difference", diff_mean).Set("hopfield_difference_stderr", diff_stderr)
+        .Set("digits_better_than_hopfield", better)
         .Set("first_train_loss", first_loss).Set("last_train_loss", last_loss)
         .Set("train_seconds", train_seconds).Set("backward_failures", backward_failures)
         .Set("forward_unconverged", forward_unconverged)

@@ -100,6 +100,13 @@ BOOST_AUTO_TEST_CASE(trained_model_beats_mean_fill) {
   BOOST_TEST(j["backward_failures"].number == 0.0);
   BOOST_TEST(j["last_train_loss"].number < j["first_train_loss"].number);
   BOOST_TEST(j["heldout_mse"].number < 0.95 * j["mean_fill_mse"].number);
+  // The paired per-digit difference averages to the difference of the MSEs
+  // (every digit has the same number of masked pixels).
+  BOOST_TEST(j["hopfield_difference"].number == j["heldout_mse"].number - j["hopfield_mse"].number,
+             boost::test_tools::tolerance(1e-9));
+  BOOST_TEST(j["hopfield_difference_stderr"].number > 0.0);
+  BOOST_TEST(j["digits_better_than_hopfield"].number >= 0.0);
+  BOOST_TEST(j["digits_better_than_hopfield"].number <= 100.0);
 }
 
 // The batch is shared out over threads, each with its own copy of the model;
