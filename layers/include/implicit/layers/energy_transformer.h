@@ -510,7 +510,7 @@ class EnergyTransformer : public Energy<Scalar> {
       s->S.noalias() = xi.transpose() * G;
       if (options_.memory == EnergyTransformerMemory::kRelu) {
         s->R = s->S.cwiseMax(Scalar(0));
-        value -= Scalar(0.5) * s->R.squaredNorm();
+        if (with_value) value -= Scalar(0.5) * s->R.squaredNorm();
       } else {
         const Scalar bm = static_cast<Scalar>(options_.memory_beta);
         Matrix<Scalar> scaled = bm * s->S;
