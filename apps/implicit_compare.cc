@@ -71,6 +71,19 @@ std::unique_ptr<Problem> MakeProblem(const std::string& name, const implicit::Di
   throw UsageError("unknown problem '" + name + "' (available: " + JoinNames(kProblems) + ")");
 }
 
+long Total(const std::vector<int>& per_sample) {
+  long total = 0;
+  for (int v : per_sample) total += v;
+  return total;
+}
+
+// Mean columns of f evaluated per sample (trial points included).
+double EvaluationsPerSample(const implicit::Summary& s) {
+  return s.num_samples() > 0
+             ? static_cast<double>(s.total_sample_evaluations()) / s.num_samples()
+             : 0.0;
+}
+
 JsonObject ResultJson(const Result& r) {
   JsonObject o;
   o.Set("problem", r.problem).Set("solver", r.solver).Set("status", r.status);
@@ -85,6 +98,11 @@ JsonObject ResultJson(const Result& r) {
   o.Set("iterations", s.iterations)
       .Set("function_evaluations", s.function_evaluations)
       .Set("jacobian_products", s.jacobian_products)
+      .Set("sample_evaluations", static_cast<long>(s.total_sample_evaluations()))
+      .Set("evaluations_per_sample", EvaluationsPerSample(s))
+      .Set("accelerated_steps", Total(s.sample_accelerated_steps))
+      .Set("backtracks", Total(s.sample_backtracks))
+      .Set("fallbacks", Total(s.sample_fallbacks))
       .Set("residual", s.absolute_residual)
       .Set("relative_residual", s.relative_residual)
       .Set("seconds", s.wall_time_seconds)
@@ -264,18 +282,19 @@ int Run(int argc, char** argv) {
   progress.Update("done: " + std::to_string(done) + " runs in " + FmtFixed(total_seconds, 2) + " s", true);
   progress.Done();
 
-  Table table({"problem", "solver", "status", "iterations", "f evals", "J products", "residual",
-               "seconds", "converged"},
-              {false, false, false, true, true, true, true, true, true});
+  Table table({"problem", "solver", "status", "iterations", "f evals", "evals/sample",
+               "J products", "residual", "seconds", "converged"},
+              {false, false, false, true, true, true, true, true, true, true});
   for (const Result& r : results) {
     if (r.skipped || r.failed) {
-      table.AddRow({r.problem, r.solver, r.status, "-", "-", "-", "-", "-",
+      table.AddRow({r.problem, r.solver, r.status, "-", "-", "-", "-", "-", "-",
                     "0/" + std::to_string(r.samples)});
       continue;
     }
     const implicit::Summary& s = r.summary;
     table.AddRow({r.problem, r.solver, r.status, std::to_string(s.iterations),
-                  std::to_string(s.function_evaluations), std::to_string(s.jacobian_products),
+                  std::to_string(s.function_evaluations), FmtFixed(EvaluationsPerSample(s), 1),
+                  std::to_string(s.jacobian_products),
                   Fmt(s.absolute_residual, 3), FmtFixed(s.wall_time_seconds, 3),
                   std::to_string(s.num_converged()) + "/" + std::to_string(s.num_samples())});
   }

@@ -31,7 +31,8 @@ inline void CheckSolverName(const std::string& name) {
 }
 
 // Why `solver` cannot run on `map` ("" when it can).
-inline std::string SkipReason(const std::string& solver, const implicit::FixedPointMap<double>& map) {
+template <typename Scalar>
+std::string SkipReason(const std::string& solver, const implicit::FixedPointMap<Scalar>& map) {
   if (implicit::SolverNeedsEnergy(solver) && map.energy() == nullptr)
     return solver + " minimises an energy; this problem is an explicit map without one";
   if (implicit::SolverNeedsJacobianProducts(solver) && !map.HasJacobianProducts())
@@ -40,12 +41,14 @@ inline std::string SkipReason(const std::string& solver, const implicit::FixedPo
 }
 
 // The solver `name` with the shared options `common` and solver-specific
-// string options (registry syntax, e.g. {"memory", "5"}).
-inline std::unique_ptr<implicit::Solver<double>> MakeSolver(
+// string options (registry syntax, e.g. {"memory", "5"}); MakeSolver<float>
+// for float problems.
+template <typename Scalar = double>
+std::unique_ptr<implicit::Solver<Scalar>> MakeSolver(
     const std::string& name, const implicit::SolverOptions& common,
     const std::map<std::string, std::string>& options = {}) {
   CheckSolverName(name);
-  return implicit::MakeSolver<double>(name, options, common);
+  return implicit::MakeSolver<Scalar>(name, options, common);
 }
 
 }  // namespace implicit_apps

@@ -93,7 +93,8 @@ template <typename O>
 Fields<O> SharedFields() {
   return {IMPLICIT_OPTION_FIELD(max_iterations),       IMPLICIT_OPTION_FIELD(absolute_tolerance),
           IMPLICIT_OPTION_FIELD(relative_tolerance),   IMPLICIT_OPTION_FIELD(max_stall_iterations),
-          IMPLICIT_OPTION_FIELD(divergence_threshold), IMPLICIT_OPTION_FIELD(record_trace)};
+          IMPLICIT_OPTION_FIELD(divergence_threshold), IMPLICIT_OPTION_FIELD(record_trace),
+          IMPLICIT_OPTION_FIELD(use_energy)};
 }
 
 template <typename O>
@@ -113,17 +114,17 @@ template <typename S>
 Fields<typename AndersonSolver<S>::Options> AndersonFields() {
   using O = typename AndersonSolver<S>::Options;
   return With<O>({IMPLICIT_OPTION_FIELD(memory), IMPLICIT_OPTION_FIELD(mixing),
-                  IMPLICIT_OPTION_FIELD(ridge), IMPLICIT_OPTION_FIELD(restart_factor),
-                  IMPLICIT_OPTION_FIELD(plain_steps_after_restart),
-                  IMPLICIT_OPTION_FIELD(condition_limit)});
+                  IMPLICIT_OPTION_FIELD(ridge), IMPLICIT_OPTION_FIELD(condition_limit),
+                  IMPLICIT_OPTION_FIELD(sufficient_decrease), IMPLICIT_OPTION_FIELD(max_backtracks),
+                  IMPLICIT_OPTION_FIELD(backtrack_factor), IMPLICIT_OPTION_FIELD(residual_factor)});
 }
 
 template <typename S>
 Fields<typename BroydenSolver<S>::Options> BroydenFields() {
   using O = typename BroydenSolver<S>::Options;
-  return With<O>({IMPLICIT_OPTION_FIELD(memory), IMPLICIT_OPTION_FIELD(line_search),
+  return With<O>({IMPLICIT_OPTION_FIELD(memory), IMPLICIT_OPTION_FIELD(sufficient_decrease),
                   IMPLICIT_OPTION_FIELD(max_backtracks), IMPLICIT_OPTION_FIELD(backtrack_factor),
-                  IMPLICIT_OPTION_FIELD(sufficient_decrease)});
+                  IMPLICIT_OPTION_FIELD(residual_factor)});
 }
 
 template <typename S>

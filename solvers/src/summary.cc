@@ -44,6 +44,12 @@ int Summary::num_converged() const {
       std::count(sample_status.begin(), sample_status.end(), TerminationType::kConverged));
 }
 
+long long Summary::total_sample_evaluations() const {
+  long long total = 0;
+  for (int e : sample_evaluations) total += e;
+  return total;
+}
+
 std::string Summary::BriefReport() const {
   char line[512];
   std::snprintf(line, sizeof line,

@@ -1,10 +1,13 @@
-// Automatic derivatives of user energies agree with central finite differences.
+// Automatic derivatives of user energies agree with central finite differences;
+// the one-pass GradientAndValue / CccpUpdateAndValue agree with the separate
+// calls, and subsets of a batch evaluate like those columns.
 #define BOOST_TEST_MODULE autodiff_energy
 #include <boost/test/unit_test.hpp>
 
 #include <implicit/core/autodiff_energy.h>
 #include <implicit/core/energy_maps.h>
 
+#include "support/fused_energy_checks.h"
 #include "support/test_problems.h"
 
 using implicit::Index;
@@ -140,4 +143,21 @@ BOOST_AUTO_TEST_CASE(shape_errors_name_the_argument) {
   }
   Matrix<double> empty(4, 0);
   BOOST_CHECK_THROW(energy.Gradient(empty, g), std::invalid_argument);
+}
+
+BOOST_AUTO_TEST_CASE(one_pass_evaluations_and_subsets) {
+  const Index n = 11, N = 5, B = 4;  // n not a multiple of the dual chunk width
+  implicit::ParameterSet<double> p;
+  p.Add("beta", 1, 1);
+  p.Block("beta")(0, 0) = 1.3;
+  implicit::AutoDiffEnergy<LseEnergy, double> lse(
+      LseEnergy{implicit::testing::RandomMatrix<double>(n, N, 21)}, n, p);
+  const Matrix<double> x = implicit::testing::RandomMatrix<double>(n, B, 22);
+  implicit::testing::CheckOnePassEvaluations<double>(lse, x, 1e-14);
+  BOOST_TEST(lse.SupportsSubsets());
+  implicit::testing::CheckSubsetEvaluation<double>(lse, x, 1e-14);
+  implicit::AutoDiffEnergy<Sq, float> sq(Sq{}, 4);
+  const Matrix<float> xf = implicit::testing::RandomMatrix<float>(4, 3, 23);
+  implicit::testing::CheckOnePassEvaluations<float>(sq, xf, 1e-6);
+  implicit::testing::CheckSubsetEvaluation<float>(sq, xf, 1e-6);
 }

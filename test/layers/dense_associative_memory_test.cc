@@ -1,7 +1,8 @@
 // Dense associative memories: continuous energies against automatic
 // derivatives and finite differences, the classical quadratic Hopfield energy,
 // binary retrieval dynamics (energy descent, fixed points, capacity, no
-// overflow), float32, and training through the implicit backward pass.
+// overflow), float32, training through the implicit backward pass, and the
+// one-pass evaluations and subset evaluation.
 #define BOOST_TEST_MODULE dense_associative_memory
 #include <boost/test/unit_test.hpp>
 
@@ -12,10 +13,12 @@
 #include <implicit/solvers/picard.h>
 
 #include "support/energy_checks.h"
+#include "support/fused_energy_checks.h"
 #include "support/test_problems.h"
 
 #include <bitset>
 #include <cmath>
+#include <tuple>
 
 using implicit::BinaryRetrievalOptions;
 using implicit::DenseAssociativeMemoryEnergy;
@@ -318,4 +321,31 @@ BOOST_AUTO_TEST_CASE(continuous_memory_trains_through_implicit_backward) {
   }
   BOOST_TEST_MESSAGE("dense associative memory: loss " << first << " -> " << last);
   BOOST_TEST(last < 0.1 * first);
+}
+
+using OnePassScalars = std::tuple<float, double>;
+
+// CccpUpdateAndValue / GradientAndValue (one product X^T x) agree with the
+// separate calls for every interaction and both domains, in float and double;
+// no per-sample data, so any subset of a batch evaluates like those columns.
+BOOST_AUTO_TEST_CASE_TEMPLATE(one_pass_evaluations_and_subsets, S, OnePassScalars) {
+  const double tol = sizeof(S) == 4 ? 1e-5 : 1e-13;
+  const Index n = 6, N = 5, B = 4;
+  const Matrix<S> X = RandomMatrix<S>(n, N, 80, 0.4);
+  const Matrix<S> x = (0.6 * RandomMatrix<double>(n, B, 81).array().tanh()).matrix().cast<S>();
+  for (const Interaction f : {Interaction::Quadratic(), Interaction::Polynomial(3),
+                              Interaction::RectifiedPolynomial(4), Interaction::Exponential(0.7)}) {
+    for (const StateDomain domain : {StateDomain::kEuclidean, StateDomain::kBox}) {
+      BOOST_TEST_CONTEXT(f.ToString() << (domain == StateDomain::kBox ? ", box" : ", euclidean")) {
+        typename DenseAssociativeMemoryEnergy<S>::Options o;
+        o.interaction = f;
+        o.domain = domain;
+        o.box_gain = 1.5;
+        DenseAssociativeMemoryEnergy<S> energy(X, o);
+        implicit::testing::CheckOnePassEvaluations<S>(energy, x, tol);
+        BOOST_TEST(energy.SupportsSubsets());
+        implicit::testing::CheckSubsetEvaluation<S>(energy, x, tol);
+      }
+    }
+  }
 }

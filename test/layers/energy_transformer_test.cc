@@ -2,7 +2,8 @@
 // vector product and parameter derivatives agree with automatic derivatives of
 // the energy written as a plain templated function and with finite
 // differences; the descent direction is dE/dg; the energy never increases
-// along its dynamics; masked-token (clamped) completion.
+// along its dynamics; masked-token (clamped) completion; the one-pass
+// evaluations and subset evaluation.
 #define BOOST_TEST_MODULE energy_transformer
 #include <boost/test/unit_test.hpp>
 
@@ -16,9 +17,11 @@
 
 #include "support/dual_products.h"
 #include "support/energy_checks.h"
+#include "support/fused_energy_checks.h"
 #include "support/test_problems.h"
 
 #include <cmath>
+#include <tuple>
 
 using implicit::Index;
 using implicit::Matrix;
@@ -483,4 +486,34 @@ BOOST_AUTO_TEST_CASE(masked_completion_trains_through_implicit_differentiation) 
   const double final_loss = loss_at(nullptr);
   BOOST_TEST_MESSAGE("loss " << initial << " -> " << final_loss);
   BOOST_TEST(final_loss < 0.5 * initial);
+}
+
+using OnePassScalars = std::tuple<float, double>;
+
+// GradientAndValue / CccpUpdateAndValue (one pass per sample) agree with the
+// separate calls, in float and double, for both memories and the clamped
+// energy; the plain energy evaluates any subset of a batch like those
+// columns, the clamped one (per-sample clamps) does not allow subsets.
+BOOST_AUTO_TEST_CASE_TEMPLATE(one_pass_evaluations_and_subsets, S, OnePassScalars) {
+  const double tol = sizeof(S) == 4 ? 2e-5 : 1e-12;
+  const Index N = 4, D = 5, B = 3;
+  for (const Config c : {Config{2, 6, Memory::kRelu, true, false},
+                         Config{1, 4, Memory::kSoftmax, false, true},
+                         Config{0, 3, Memory::kSoftmax, true, false}}) {
+    BOOST_TEST_CONTEXT("H " << c.H << ", M " << c.M) {
+      implicit::EnergyTransformer<S> et(MakeOptions(N, D, c.H, 3, c.M, c.memory, c.exclude_self,
+                                                    c.learn_ln));
+      et.Initialize(13, 0.7);
+      const Matrix<S> x = RandomMatrix<S>(N * D, B, 14);
+      implicit::testing::CheckOnePassEvaluations<S>(et, x, tol);
+      BOOST_TEST(et.SupportsSubsets());
+      implicit::testing::CheckSubsetEvaluation<S>(et, x, tol);
+      Matrix<S> token_free = Matrix<S>::Zero(N, B);
+      token_free(1, 0) = token_free(2, 1) = token_free(3, 2) = 1;
+      implicit::ClampedEnergy<S> clamped(et);
+      clamped.SetClamp(implicit::TokenMask<S>(token_free, D), RandomMatrix<S>(N * D, B, 15));
+      implicit::testing::CheckOnePassEvaluations<S>(clamped, x, tol);
+      BOOST_TEST(!clamped.SupportsSubsets());
+    }
+  }
 }

@@ -1,7 +1,9 @@
 // Modern Hopfield energy and the Hopfield layers: closed-form derivatives
 // against automatic derivatives and finite differences, the CCCP step as
 // softmax attention, retrieval of stored patterns, numerical robustness, and
-// training through the implicit backward pass.
+// training through the implicit backward pass. Also the column softmax's
+// special columns, the one-pass evaluations (update and value together),
+// subset evaluation, and concurrent calls on one energy.
 #define BOOST_TEST_MODULE hopfield
 #include <boost/test/unit_test.hpp>
 
@@ -12,11 +14,15 @@
 #include <implicit/solvers/picard.h>
 
 #include "support/energy_checks.h"
+#include "support/fused_energy_checks.h"
 #include "support/test_problems.h"
 
 #include <bitset>
 #include <cmath>
 #include <limits>
+#include <thread>
+#include <tuple>
+#include <vector>
 
 using implicit::Index;
 using implicit::Matrix;
@@ -543,4 +549,201 @@ BOOST_AUTO_TEST_CASE(float_layer_agrees_with_double) {
     BOOST_TEST(gf.ok());
     BOOST_TEST(RelativeError(gf.parameters.cast<double>(), gd.parameters) <= 1e-3);
   }
+}
+
+// ---- The column softmax, one-pass evaluations, subsets, threads ------------
+
+using Scalars = std::tuple<float, double>;
+
+// Every documented special column, at lengths that exercise both the
+// vectorised body and the scalar head/tail of each column, in place and not.
+BOOST_AUTO_TEST_CASE_TEMPLATE(column_softmax_special_columns, S, Scalars) {
+  const S inf = std::numeric_limits<S>::infinity(), nan = std::numeric_limits<S>::quiet_NaN();
+  for (const Index N : {1, 3, 8, 17, 64}) {
+    BOOST_TEST_CONTEXT("N = " << N) {
+      const Index B = 8;
+      Matrix<S> a = RandomMatrix<S>(N, B, 40, 3.0);
+      // column 0: ordinary; 1: some entries masked; 2: all masked; 3: +inf entries
+      // (and a masked one); 4: NaN (with +inf); 5: NaN among masked entries;
+      // 6: huge scores; 7: NaN among finite scores.
+      for (Index i = 0; i < N; i += 2) a(i, 1) = -inf;
+      a(N - 1, 1) = S(0.5);
+      a.col(2).setConstant(-inf);
+      a(N / 2, 3) = inf;
+      a(N - 1, 3) = inf;
+      a(0, 3) = N > 2 ? -inf : a(0, 3);
+      a(0, 4) = inf;
+      a(N - 1, 4) = nan;
+      a.col(5).setConstant(-inf);
+      a(N / 2, 5) = nan;
+      a.col(6) *= S(1e30);
+      a(N / 2, 7) = nan;
+      Matrix<S> p(N, B);
+      Vector<S> lse;
+      implicit::ColumnSoftmax<S>(a, p, &lse);
+      // In place gives the same; ColumnLogSumExp the same lse.
+      Matrix<S> q = a;
+      Vector<S> lse2;
+      implicit::ColumnSoftmax<S>(q, q, &lse2);
+      Vector<S> lse3(B);
+      implicit::ColumnLogSumExp<S>(a, lse3);
+      const double tol = sizeof(S) == 4 ? 1e-6 : 1e-14;
+      BOOST_TEST(implicit::testing::AgreeEntrywise(q, p, tol));
+      BOOST_TEST(implicit::testing::AgreeEntrywise(lse2, lse, tol));
+      BOOST_TEST(implicit::testing::AgreeEntrywise(lse3, lse, tol));
+      for (const Index b : {0, 1, 6}) {
+        // Reference in long double over the unmasked entries.
+        long double m = -INFINITY, sum = 0;
+        for (Index i = 0; i < N; ++i)
+          if (a(i, b) != -inf) m = std::max<long double>(m, a(i, b));
+        for (Index i = 0; i < N; ++i)
+          if (a(i, b) != -inf) sum += std::exp(static_cast<long double>(a(i, b)) - m);
+        BOOST_TEST(std::abs(lse(b) - static_cast<double>(m + std::log(sum))) <=
+                   tol * (1 + std::abs(static_cast<double>(m))));
+        for (Index i = 0; i < N; ++i) {
+          if (a(i, b) == -inf) {
+            BOOST_TEST(p(i, b) == S(0));  // exactly
+          } else {
+            const double ref = static_cast<double>(std::exp(a(i, b) - m) / sum);
+            BOOST_TEST(std::abs(p(i, b) - ref) <= tol);
+          }
+        }
+        BOOST_TEST(std::abs(p.col(b).sum() - S(1)) <= S(10 * tol));
+      }
+      BOOST_TEST(lse(2) == -inf);
+      BOOST_TEST(p.col(2).norm() == S(0));
+      BOOST_TEST(lse(3) == inf);
+      for (Index i = 0; i < N; ++i) {
+        BOOST_TEST(p(i, 3) == (a(i, 3) == inf ? S(1) / S(N == 1 ? 1 : 2) : S(0)));
+      }
+      for (const Index b : {4, 5, 7}) {
+        BOOST_TEST(std::isnan(lse(b)));
+        BOOST_TEST(p.col(b).array().isNaN().all());
+      }
+    }
+  }
+}
+
+namespace {
+
+template <typename S>
+implicit::ModernHopfieldEnergy<S> MakeEnergyOf(const Matrix<double>& X, double beta) {
+  typename implicit::ModernHopfieldEnergy<S>::Options o;
+  o.beta = beta;
+  return implicit::ModernHopfieldEnergy<S>(X.cast<S>(), o);
+}
+
+// The masks the energy accepts: none, one for every sample (log priors and
+// -inf), and one per sample (including a sample with every pattern masked).
+template <typename S>
+std::vector<Matrix<S>> Masks(Index N, Index B) {
+  const S inf = std::numeric_limits<S>::infinity();
+  Matrix<S> shared = RandomMatrix<S>(N, 1, 41, 0.5);
+  shared(1, 0) = -inf;
+  shared(N - 1, 0) = -inf;
+  Matrix<S> per_sample = RandomMatrix<S>(N, B, 42, 0.5);
+  per_sample(0, 0) = -inf;
+  per_sample.col(B - 1).setConstant(-inf);
+  return {Matrix<S>(), shared, per_sample};
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(one_pass_evaluations_agree_with_separate_ones, S, Scalars) {
+  const double tol = sizeof(S) == 4 ? 1e-5 : 1e-13;
+  const Index n = 6, N = 11, B = 5;
+  const Matrix<double> X = RandomMatrix<double>(n, N, 43);
+  const Matrix<S> xi = RandomMatrix<S>(n, B, 44);
+  for (const double beta : {0.5, 3.0}) {
+    auto energy = MakeEnergyOf<S>(X, beta);
+    for (const Matrix<S>& mask : Masks<S>(N, B)) {
+      BOOST_TEST_CONTEXT("beta " << beta << ", mask " << mask.rows() << "x" << mask.cols()) {
+        energy.SetMask(mask);
+        implicit::testing::CheckOnePassEvaluations<S>(energy, xi, tol);
+        // The fused update may overwrite its own input.
+        Matrix<S> in_place = xi, expected(n, B);
+        Vector<S> e(B), e1(B);
+        energy.CccpUpdateAndValue(xi, expected, e);
+        energy.CccpUpdateAndValue(in_place, in_place, e1);
+        BOOST_TEST(implicit::testing::AgreeEntrywise(in_place, expected, 0.0));
+        BOOST_TEST(implicit::testing::AgreeEntrywise(e1, e, 0.0));
+      }
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(subsets_of_the_batch_evaluate_like_the_whole, S, Scalars) {
+  const double tol = sizeof(S) == 4 ? 1e-5 : 1e-13;
+  const Index n = 6, N = 11, B = 5;
+  const Matrix<double> X = RandomMatrix<double>(n, N, 45);
+  const Matrix<S> xi = RandomMatrix<S>(n, B, 46);
+  auto energy = MakeEnergyOf<S>(X, 2.0);
+  const auto masks = Masks<S>(N, B);
+  energy.SetMask(masks[0]);
+  implicit::testing::CheckSubsetEvaluation<S>(energy, xi, tol);
+  energy.SetMask(masks[1]);
+  implicit::testing::CheckSubsetEvaluation<S>(energy, xi, tol);
+  energy.SetMask(masks[2]);  // per-sample mask: the samples differ
+  BOOST_TEST(!energy.SupportsSubsets());
+  implicit::CccpMap<S> map(energy);
+  BOOST_TEST(!map.SupportsSubsets());
+  energy.SetMask(Matrix<S>());
+  BOOST_TEST(map.SupportsSubsets());
+}
+
+BOOST_AUTO_TEST_CASE(layer_energy_one_pass_and_subsets) {
+  const Matrix<double> R = RandomMatrix<double>(6, 4, 47), Y = RandomMatrix<double>(5, 7, 48);
+  const Matrix<double> xi = RandomMatrix<double>(6, 4, 49);
+  Vector<double> shared = Vector<double>::Zero(7);
+  shared(2) = -kInf;
+  Matrix<double> per_sample = Matrix<double>::Zero(7, 4);
+  per_sample(3, 1) = -kInf;
+  for (const double a : {0.0, 0.3}) {
+    auto o = LayerOptions(true, a);
+    implicit::HopfieldLayer<double> layer(o);
+    for (const Matrix<double>& mask : {Matrix<double>(), Matrix<double>(shared), per_sample}) {
+      BOOST_TEST_CONTEXT("a " << a << ", mask " << mask.rows() << "x" << mask.cols()) {
+        layer.Forward(R, Y, mask);
+        const auto& energy = layer.energy();
+        implicit::testing::CheckOnePassEvaluations<double>(energy, xi, 1e-13);
+        const bool shared_energy = a == 0.0 && mask.cols() <= 1;
+        BOOST_TEST(energy.SupportsSubsets() == shared_energy);
+        if (shared_energy) implicit::testing::CheckSubsetEvaluation<double>(energy, xi, 1e-13);
+      }
+    }
+  }
+}
+
+// One const energy called from several threads at once, with different batch
+// sizes (each thread has its own scratch), gives the serial results.
+BOOST_AUTO_TEST_CASE(concurrent_calls_on_one_energy_agree_with_serial_ones) {
+  const Index n = 8, N = 40;
+  const Matrix<double> X = RandomMatrix<double>(n, N, 50);
+  const auto energy = MakeEnergyOf<double>(X, 2.0);
+  const int T = 4;
+  std::vector<Matrix<double>> xs, expected_out(T), out(T);
+  std::vector<Vector<double>> expected_e(T), e(T);
+  for (int t = 0; t < T; ++t) {
+    xs.push_back(RandomMatrix<double>(n, 3 + 5 * t, 51 + t));
+    expected_out[t].resize(n, xs[t].cols());
+    expected_e[t].resize(xs[t].cols());
+    energy.CccpUpdateAndValue(xs[t], expected_out[t], expected_e[t]);
+  }
+  std::vector<std::thread> threads;
+  std::vector<int> ok(T, 1);
+  for (int t = 0; t < T; ++t) {
+    threads.emplace_back([&, t] {
+      out[t].resize(n, xs[t].cols());
+      e[t].resize(xs[t].cols());
+      Matrix<double> g(n, xs[t].cols());
+      Vector<double> v(xs[t].cols());
+      for (int rep = 0; rep < 200; ++rep) {
+        energy.CccpUpdateAndValue(xs[t], out[t], e[t]);
+        energy.GradientAndValue(xs[(t + 1) % T].leftCols(2), g.leftCols(2), v.head(2));
+        ok[t] &= (out[t] == expected_out[t]) && (e[t] == expected_e[t]);
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < T; ++t) BOOST_TEST(ok[t] == 1);
 }

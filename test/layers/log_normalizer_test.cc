@@ -2,7 +2,8 @@
 // attention, of the Gaussian family mu + Sigma eta (also as the limit of a
 // discrete family over Gaussian samples); derivatives against automatic
 // derivatives and finite differences; the residual LayerNorm map's Jacobian
-// products; robustness; training through the implicit backward pass.
+// products; robustness; training through the implicit backward pass; the
+// one-pass evaluations and subset evaluation.
 #define BOOST_TEST_MODULE log_normalizer
 #include <boost/test/unit_test.hpp>
 
@@ -15,11 +16,13 @@
 
 #include "support/dual_products.h"
 #include "support/energy_checks.h"
+#include "support/fused_energy_checks.h"
 #include "support/test_problems.h"
 
 #include <cmath>
 #include <limits>
 #include <random>
+#include <tuple>
 
 using implicit::DiscreteLogNormalizer;
 using implicit::GaussianLogNormalizer;
@@ -279,4 +282,43 @@ BOOST_AUTO_TEST_CASE(residual_map_trains_through_implicit_backward) {
   GaussianLogNormalizer<double> gteacher(RandomMatrix<double>(d, 1, 23), Spd(d, 24));
   GaussianLogNormalizer<double> gstudent(Vector<double>::Zero(d), Matrix<double>::Identity(d, d));
   train(gteacher, gstudent, 0.5, "gaussian mean and covariance");
+}
+
+using OnePassScalars = std::tuple<float, double>;
+
+// GradientAndValue (one softmax head / one product Sigma eta) agrees with the
+// separate calls, and LogNormalizerEnergy's CccpUpdateAndValue with CccpUpdate
+// + Value, in float and double, with and without a base measure; subsets of a
+// batch evaluate like those columns unless the base measure is per sample.
+BOOST_AUTO_TEST_CASE_TEMPLATE(one_pass_evaluations_and_subsets, S, OnePassScalars) {
+  const double tol = sizeof(S) == 4 ? 1e-5 : 1e-13;
+  const S inf = std::numeric_limits<S>::infinity();
+  const Index d = 4, N = 7, B = 4;
+  const Matrix<S> K = RandomMatrix<S>(d, N, 90), eta = RandomMatrix<S>(d, B, 91);
+  DiscreteLogNormalizer<S> discrete(K);
+  Matrix<S> shared = RandomMatrix<S>(N, 1, 92, 0.3);
+  shared(2, 0) = -inf;
+  Matrix<S> per_sample = Matrix<S>::Zero(N, B);
+  per_sample(1, 2) = -inf;
+  for (const Matrix<S>& m : {Matrix<S>(), shared, per_sample}) {
+    BOOST_TEST_CONTEXT("base measure " << m.rows() << "x" << m.cols()) {
+      discrete.SetLogBaseMeasure(m);
+      implicit::LogNormalizerEnergy<S> energy(discrete);
+      implicit::testing::CheckOnePassEvaluations<S>(discrete, eta, tol, /*cccp=*/false);
+      implicit::testing::CheckOnePassEvaluations<S>(energy, eta, tol);
+      BOOST_TEST(discrete.SupportsSubsets() == (m.cols() <= 1));
+      BOOST_TEST(energy.SupportsSubsets() == (m.cols() <= 1));
+      if (m.cols() <= 1) {
+        implicit::testing::CheckSubsetEvaluation<S>(discrete, eta, tol, false);
+        implicit::testing::CheckSubsetEvaluation<S>(energy, eta, tol);
+      }
+    }
+  }
+  const Matrix<S> A = RandomMatrix<S>(d, d, 93, 0.3);
+  GaussianLogNormalizer<S> gaussian(RandomMatrix<S>(d, 1, 94).col(0), A * A.transpose());
+  implicit::LogNormalizerEnergy<S> gaussian_energy(gaussian);
+  implicit::testing::CheckOnePassEvaluations<S>(gaussian, eta, tol, false);
+  implicit::testing::CheckOnePassEvaluations<S>(gaussian_energy, eta, tol);
+  implicit::testing::CheckSubsetEvaluation<S>(gaussian, eta, tol, false);
+  implicit::testing::CheckSubsetEvaluation<S>(gaussian_energy, eta, tol);
 }

@@ -3,7 +3,7 @@
 // classical quadratic Hopfield energy, the Poisson prior the exponential one,
 // the Bernoulli prior has cumulants of all orders, constant units mix into the
 // modern Hopfield energy; binary dynamics; float32; training through the
-// implicit backward pass.
+// implicit backward pass; the one-pass evaluations and subset evaluation.
 #define BOOST_TEST_MODULE rbm
 #include <boost/test/unit_test.hpp>
 
@@ -16,11 +16,13 @@
 #include <implicit/solvers/picard.h>
 
 #include "support/energy_checks.h"
+#include "support/fused_energy_checks.h"
 #include "support/test_problems.h"
 
 #include <bitset>
 #include <cmath>
 #include <memory>
+#include <tuple>
 
 using implicit::Index;
 using implicit::Matrix;
@@ -351,4 +353,58 @@ BOOST_AUTO_TEST_CASE(rbm_trains_through_implicit_backward) {
   }
   BOOST_TEST_MESSAGE("rbm: loss " << first << " -> " << last);
   BOOST_TEST(last < 0.1 * first);
+}
+
+namespace {
+
+template <typename S>
+std::shared_ptr<const implicit::HiddenPrior<S>> MakePriorOf(PriorKind kind, Index M) {
+  const Vector<S> a = (Vector<double>::LinSpaced(M, 0.2, 0.7)).cast<S>();
+  switch (kind) {
+    case PriorKind::kGaussian: return std::make_shared<implicit::GaussianPrior<S>>(a, a);
+    case PriorKind::kPoisson: return std::make_shared<implicit::PoissonPrior<S>>(a);
+    case PriorKind::kBernoulli: return std::make_shared<implicit::BernoulliPrior<S>>(a);
+    case PriorKind::kConstant: return std::make_shared<implicit::ConstantPrior<S>>(a);
+    case PriorKind::kLogCosh:
+      return std::make_shared<implicit::CustomPrior<S>>(
+          "rademacher", [](S t, Index) { return S(std::log(std::cosh(t))); },
+          [](S t, Index) { return S(std::tanh(t)); },
+          [](S t, Index) { return S(1 - std::tanh(t) * std::tanh(t)); });
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+using OnePassScalars = std::tuple<float, double>;
+
+// CccpUpdateAndValue / GradientAndValue (one product W^T v) agree with the
+// separate calls for every prior, both visible types (binary: no CCCP step, it
+// throws like CccpUpdate), with a bias, in float and double; no per-sample
+// data, so any subset of a batch evaluates like those columns of the whole.
+BOOST_AUTO_TEST_CASE_TEMPLATE(one_pass_evaluations_and_subsets, S, OnePassScalars) {
+  const double tol = sizeof(S) == 4 ? 1e-5 : 1e-13;
+  const Index n = 5, M = 4, B = 4;
+  const Matrix<S> W = RandomMatrix<S>(n, M, 70, 0.5), v = RandomMatrix<S>(n, B, 71);
+  for (const auto kind : {PriorKind::kGaussian, PriorKind::kPoisson, PriorKind::kBernoulli,
+                          PriorKind::kConstant, PriorKind::kLogCosh}) {
+    for (const auto visible : {VisibleType::kGaussian, VisibleType::kBinary}) {
+      BOOST_TEST_CONTEXT("prior " << static_cast<int>(kind) << ", visible "
+                                  << static_cast<int>(visible)) {
+        typename RbmEnergy<S>::Options o;
+        o.visible = visible;
+        o.learn_bias = true;
+        RbmEnergy<S> energy(W, MakePriorOf<S>(kind, M), o);
+        energy.parameters()->Block("b") = RandomMatrix<S>(n, 1, 72);
+        const bool cccp = visible == VisibleType::kGaussian;
+        implicit::testing::CheckOnePassEvaluations<S>(energy, v, tol, cccp);
+        implicit::testing::CheckSubsetEvaluation<S>(energy, v, tol, cccp);
+        if (!cccp) {
+          Matrix<S> out(n, B);
+          Vector<S> e(B);
+          BOOST_CHECK_THROW(energy.CccpUpdateAndValue(v, out, e), std::logic_error);
+        }
+      }
+    }
+  }
 }

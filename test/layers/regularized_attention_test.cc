@@ -1,7 +1,8 @@
 // Sparse Hopfield / Hopfield-Fenchel-Young energy (regularized_attention.h):
 // closed-form derivatives against automatic derivatives of the same energy
 // written as a plain templated function and against finite differences; the
-// CCCP update is (sparse) attention; stored patterns are exact fixed points.
+// CCCP update is (sparse) attention; stored patterns are exact fixed points;
+// the one-pass evaluations and subset evaluation.
 #define BOOST_TEST_MODULE regularized_attention
 #include <boost/test/unit_test.hpp>
 
@@ -13,10 +14,13 @@
 
 #include "support/dual_products.h"
 #include "support/energy_checks.h"
+#include "support/fused_energy_checks.h"
 #include "support/test_problems.h"
 
 #include <cmath>
 #include <limits>
+#include <tuple>
+#include <vector>
 
 using implicit::Index;
 using implicit::Matrix;
@@ -319,4 +323,32 @@ BOOST_AUTO_TEST_CASE(sparse_hopfield_trains_through_implicit_differentiation) {
   const double final_loss = loss_at(nullptr);
   BOOST_TEST_MESSAGE("loss " << initial << " -> " << final_loss);
   BOOST_TEST(final_loss < 0.5 * initial);
+}
+
+using OnePassScalars = std::tuple<float, double>;
+
+// CccpUpdateAndValue / GradientAndValue (one score GEMM, one entmax pass)
+// agree with the separate calls, for softmax, entmax15, sparsemax and a
+// bisection alpha, with and without masked patterns, in float and double; the
+// pattern mask is shared by all samples, so any subset of a batch evaluates
+// like those columns of the whole batch.
+BOOST_AUTO_TEST_CASE_TEMPLATE(one_pass_evaluations_and_subsets, S, OnePassScalars) {
+  const double tol = sizeof(S) == 4 ? 1e-5 : 1e-12;
+  const Index d = 5, N = 9, B = 4;
+  const Matrix<S> X = RandomMatrix<S>(d, N, 60), xi = RandomMatrix<S>(d, B, 61);
+  for (const double alpha : {1.0, 1.5, 2.0, 1.7}) {
+    for (const bool masked : {false, true}) {
+      BOOST_TEST_CONTEXT("alpha " << alpha << (masked ? ", masked" : "")) {
+        implicit::SparseHopfieldEnergy<S> energy(X, MakeOptions(alpha, 2.0));
+        if (masked) {
+          std::vector<bool> active(N, true);
+          active[0] = active[4] = false;
+          energy.SetPatternMask(active);
+        }
+        implicit::testing::CheckOnePassEvaluations<S>(energy, xi, tol);
+        BOOST_TEST(energy.SupportsSubsets());
+        implicit::testing::CheckSubsetEvaluation<S>(energy, xi, tol);
+      }
+    }
+  }
 }

@@ -220,10 +220,10 @@ BOOST_AUTO_TEST_CASE(options_validation_names_field) {
   { auto b = o; b.mixing = 0; expect(b, "mixing"); }
   { auto b = o; b.mixing = -1; expect(b, "mixing"); }
   { auto b = o; b.ridge = -1e-3; expect(b, "ridge"); }
-  { auto b = o; b.restart_factor = 0.5; expect(b, "restart_factor"); }
+  { auto b = o; b.residual_factor = 0.5; expect(b, "residual_factor"); }
   { auto b = o; b.condition_limit = 1.0; expect(b, "condition_limit"); }
   { auto b = o; b.condition_limit = -1.0; expect(b, "condition_limit"); }
   { auto b = o; b.absolute_tolerance = -1; expect(b, "absolute_tolerance"); }
   { auto b = o; b.max_iterations = -1; expect(b, "max_iterations"); }
-  { auto b = o; b.restart_factor = 0.0; BOOST_TEST(b.IsValid(&error)); }
+  { auto b = o; b.residual_factor = 0.0; BOOST_TEST(b.IsValid(&error)); }
 }

@@ -12,10 +12,10 @@ using namespace implicit;
 using implicit::testing::Residuals;
 
 BOOST_AUTO_TEST_CASE(broyden_solves_standard_problems_double) {
-  for (bool line_search : {false, true}) {
-    BOOST_TEST_CONTEXT("line_search " << line_search) {
+  for (double residual_factor : {0.0, 1.0}) {
+    BOOST_TEST_CONTEXT("residual_factor " << residual_factor) {
       BroydenSolver<double>::Options options;
-      options.line_search = line_search;
+      options.residual_factor = residual_factor;
       options.max_iterations = 200;
       testing::CheckSolvesStandardProblems<BroydenSolver, double>(options, 1e-10);
     }
@@ -23,10 +23,10 @@ BOOST_AUTO_TEST_CASE(broyden_solves_standard_problems_double) {
 }
 
 BOOST_AUTO_TEST_CASE(broyden_solves_standard_problems_float) {
-  for (bool line_search : {false, true}) {
-    BOOST_TEST_CONTEXT("line_search " << line_search) {
+  for (double residual_factor : {0.0, 1.0}) {
+    BOOST_TEST_CONTEXT("residual_factor " << residual_factor) {
       BroydenSolver<float>::Options options;
-      options.line_search = line_search;
+      options.residual_factor = residual_factor;
       options.max_iterations = 200;
       testing::CheckSolvesStandardProblems<BroydenSolver, float>(options, 1e-4);
     }
@@ -68,7 +68,7 @@ BOOST_AUTO_TEST_CASE(broyden_beats_picard_on_ill_conditioned_contraction) {
   BOOST_TEST(3 * broyden.iterations < picard.iterations);
 }
 
-BOOST_AUTO_TEST_CASE(broyden_one_evaluation_per_iteration_without_line_search) {
+BOOST_AUTO_TEST_CASE(broyden_one_evaluation_per_iteration_without_guard) {
   testing::AffineMap<double> map(testing::RandomMatrixWithNorm<double>(8, 8, 0.9, 7),
                                  testing::RandomMatrix<double>(8, 1, 8));
   Matrix<double> z = Matrix<double>::Zero(8, 2);
@@ -78,10 +78,10 @@ BOOST_AUTO_TEST_CASE(broyden_one_evaluation_per_iteration_without_line_search) {
   BOOST_TEST(s.solver == "broyden");
 }
 
-BOOST_AUTO_TEST_CASE(line_search_rescues_far_starts_per_sample) {
+BOOST_AUTO_TEST_CASE(residual_guard_rescues_far_starts_per_sample) {
   // g(z) = -atan(z): full secant steps overshoot from |z0| >~ 1.4 and cycle.
-  // A batch mixes near and far starts; the batched line search backtracks
-  // only where needed and every sample converges.
+  // A batch mixes near and far starts; the batched residual guard backtracks
+  // towards the safe step only where needed and every sample converges.
   testing::AtanMap<double> map(3);
   Matrix<double> z0(3, 4);
   z0.col(0).setConstant(0.5);
@@ -89,16 +89,16 @@ BOOST_AUTO_TEST_CASE(line_search_rescues_far_starts_per_sample) {
   z0.col(2).setConstant(-10.0);
   z0.col(3) << 30.0, -2.0, 0.1;
   BroydenSolver<double>::Options options;
-  options.line_search = true;
+  options.residual_factor = 1.0;
   options.max_iterations = 100;
   Matrix<double> z = z0;
   const Summary s = testing::SolveAndCheck<BroydenSolver, double>(options, map, z, 1e-10);
   BOOST_TEST(z.cwiseAbs().maxCoeff() <= 1e-9);  // the only root is 0
   BOOST_TEST(s.function_evaluations > s.iterations + 1);  // it did backtrack
 
-  // Without the line search the far samples do not converge; that is
+  // Without the guard the far samples do not converge; that is
   // reported honestly, at their best iterate.
-  options.line_search = false;
+  options.residual_factor = 0.0;
   z = z0;
   const Summary full = BroydenSolver<double>(options).Solve(map, z);
   BOOST_TEST(!full.IsConverged());
@@ -111,12 +111,12 @@ BOOST_AUTO_TEST_CASE(line_search_rescues_far_starts_per_sample) {
   }
 }
 
-BOOST_AUTO_TEST_CASE(line_search_limits_and_float) {
+BOOST_AUTO_TEST_CASE(residual_guard_limits_and_float) {
   testing::AtanMap<float> map(2);
   Matrix<float> z = Matrix<float>::Constant(2, 3, 8.0f);
   z.col(1).setConstant(-0.3f);
   BroydenSolver<float>::Options options;
-  options.line_search = true;
+  options.residual_factor = 1.0;
   options.max_backtracks = 2;
   options.backtrack_factor = 0.3;
   options.max_iterations = 100;
@@ -129,12 +129,12 @@ BOOST_AUTO_TEST_CASE(converged_samples_stop_changing) {
                                    testing::RandomMatrix<double>(n, 1, 13));
   testing::ColumnRecorderMap<double> map(inner, 0);
   const Vector<double> start = inner.Solution();  // easy: already at the fixed point
-  for (bool line_search : {false, true}) {
+  for (double residual_factor : {0.0, 1.0}) {
     Matrix<double> z(n, 2);
     z.col(0) = start;
     z.col(1) = testing::RandomMatrix<double>(n, 1, 14, 10.0);  // hard: far away
     BroydenSolver<double>::Options options;
-    options.line_search = line_search;
+    options.residual_factor = residual_factor;
     const Summary s = BroydenSolver<double>(options).Solve(map, z);
     BOOST_TEST(s.IsConverged());
     BOOST_TEST(s.sample_iterations[0] == 0);
@@ -161,10 +161,10 @@ BOOST_AUTO_TEST_CASE(options_validation_names_field) {
   std::string error;
   BOOST_TEST(o.IsValid(&error));
   { auto b = o; b.memory = 0; expect(b, "memory"); }
-  { auto b = o; b.max_backtracks = 0; expect(b, "max_backtracks"); }
+  { auto b = o; b.max_backtracks = -1; expect(b, "max_backtracks"); }
   { auto b = o; b.backtrack_factor = 1.0; expect(b, "backtrack_factor"); }
   { auto b = o; b.backtrack_factor = 0.0; expect(b, "backtrack_factor"); }
-  { auto b = o; b.sufficient_decrease = 1.0; expect(b, "sufficient_decrease"); }
+  { auto b = o; b.sufficient_decrease = 1.5; expect(b, "sufficient_decrease"); }
   { auto b = o; b.sufficient_decrease = -0.1; expect(b, "sufficient_decrease"); }
   { auto b = o; b.relative_tolerance = -1; expect(b, "relative_tolerance"); }
   { auto b = o; b.divergence_threshold = 1; expect(b, "divergence_threshold"); }

@@ -16,8 +16,8 @@
 using namespace implicit;
 using implicit::testing::Residuals;
 
-// Every failure case runs over the three solvers (and Broyden with its line search).
-struct WithLineSearch {};  // tag: BroydenSolver<double> with line_search = true
+// Every failure case runs over the three solvers (and Broyden with its residual guard).
+struct WithLineSearch {};  // tag: BroydenSolver<double> with residual_factor = 1
 
 template <typename T>
 struct SolverOf {
@@ -29,7 +29,7 @@ struct SolverOf<WithLineSearch> {
   using type = BroydenSolver<double>;
   static BroydenSolver<double>::Options Options() {
     BroydenSolver<double>::Options o;
-    o.line_search = true;
+    o.residual_factor = 1.0;
     return o;
   }
 };
@@ -120,15 +120,15 @@ BOOST_AUTO_TEST_CASE(secant_methods_find_the_repelling_fixed_point) {
 
 BOOST_AUTO_TEST_CASE(divergence_is_reported_by_quasi_newton_methods) {
   // f(z) = 10 Q z + c, Q orthogonal (n = 50): the expansion rotates, so
-  // limited-memory secant models cannot capture it. Without its restart
-  // safeguard Anderson diverges; Broyden diverges.
+  // limited-memory secant models cannot capture it. Without its residual
+  // guard Anderson diverges; Broyden diverges.
   const Index n = 50;
   Matrix<double> Q = testing::RandomMatrix<double>(n, n, 1).householderQr().householderQ();
   testing::AffineMap<double> map(10.0 * Q, testing::RandomMatrix<double>(n, 1, 2));
   const Matrix<double> z0 = testing::RandomMatrix<double>(n, 2, 3);
   {
     AndersonSolver<double>::Options options;
-    options.restart_factor = 0.0;
+    options.residual_factor = 0.0;
     Matrix<double> z = z0;
     const Summary s = AndersonSolver<double>(options).Solve(map, z);
     BOOST_TEST(s.termination_type == TerminationType::kDiverged);
@@ -245,7 +245,7 @@ BOOST_AUTO_TEST_CASE(invalid_options_name_the_field) {
   { AndersonSolver<double>::Options o; o.absolute_tolerance = -1e-3; check(o, anderson, "absolute_tolerance"); }
   { AndersonSolver<double>::Options o; o.max_stall_iterations = -1; check(o, anderson, "max_stall_iterations"); }
   { BroydenSolver<double>::Options o; o.memory = 0; check(o, broyden, "memory"); }
-  { BroydenSolver<double>::Options o; o.max_backtracks = 0; check(o, broyden, "max_backtracks"); }
+  { BroydenSolver<double>::Options o; o.max_backtracks = -1; check(o, broyden, "max_backtracks"); }
   { BroydenSolver<double>::Options o; o.absolute_tolerance = -1; check(o, broyden, "absolute_tolerance"); }
   { BroydenSolver<double>::Options o; o.max_iterations = -5; check(o, broyden, "max_iterations"); }
 }

@@ -28,6 +28,7 @@ struct EigenAssertion : std::runtime_error {
 #define BOOST_TEST_MODULE no_allocation
 #include <boost/test/unit_test.hpp>
 
+#include <implicit/core/energy_maps.h>
 #include <implicit/solvers/anderson.h>
 #include <implicit/solvers/broyden.h>
 #include <implicit/solvers/picard.h>
@@ -195,11 +196,60 @@ BOOST_AUTO_TEST_CASE(broyden_loop_does_not_allocate) {
 BOOST_AUTO_TEST_CASE(broyden_line_search_and_guards_do_not_allocate) {
   // Far starts make the batched line search backtrack.
   BroydenSolver<double>::Options options;
-  options.line_search = true;
+  options.residual_factor = 1.0;
   Matrix<double> z(3, 3);
   z << 10.0, -3.0, 0.5, 20.0, 2.0, -0.1, -8.0, 1.0, 0.2;
   BOOST_TEST(!RunsWithoutAllocation<BroydenSolver<double>>(options, testing::AtanMap<double>(3), z));
   // Zero denominators (g constant): the guard restarts.
   BOOST_TEST(!RunsWithoutAllocation<BroydenSolver<double>>(
       options, testing::ScalarAffineMap<double>(4, 1.0, 1.0), Matrix<double>::Zero(4, 2)));
+}
+
+namespace {
+// E(x) = 0.5 sum_i d_i x_i^2 + 0.25 sum_i x_i^4 (no temporaries, so that the
+// test sees the solvers' own allocations only); usable on column subsets.
+class QuarticEnergy : public Energy<double> {
+ public:
+  explicit QuarticEnergy(Index n) : d_(Vector<double>::LinSpaced(n, 0.1, 1.0)) {}
+  Index dimension() const override { return d_.size(); }
+  void Value(ConstMatrixRef<double> x, VectorRef<double> values) const override {
+    for (Index b = 0; b < x.cols(); ++b)
+      values(b) = 0.5 * (d_.array() * x.col(b).array().square()).sum() +
+                  0.25 * x.col(b).array().square().square().sum();
+  }
+  void Gradient(ConstMatrixRef<double> x, MatrixRef<double> grad) const override {
+    for (Index b = 0; b < x.cols(); ++b)
+      grad.col(b) = (d_.array() * x.col(b).array() + x.col(b).array().cube()).matrix();
+  }
+  void HessianVectorProduct(ConstMatrixRef<double> x, ConstMatrixRef<double> v,
+                            MatrixRef<double> out) const override {
+    for (Index b = 0; b < x.cols(); ++b)
+      out.col(b) = ((d_.array() + 3.0 * x.col(b).array().square()) * v.col(b).array()).matrix();
+  }
+  bool SupportsSubsets() const override { return true; }
+
+ private:
+  Vector<double> d_;
+};
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(energy_guard_and_active_set_do_not_allocate) {
+  // An energy map: every iteration evaluates E with f, backtracks where the
+  // guard rejects a trial, and evaluates only the active columns (sample 0
+  // starts at the minimiser, converges at once and leaves the active set).
+  QuarticEnergy energy(8);
+  GradientStepMap<double> map(energy, 0.5);
+  Matrix<double> z = testing::RandomMatrix<double>(8, 5, 4, 2.0);
+  z.col(0).setZero();
+  for (bool use_energy : {true, false}) {
+    BOOST_TEST_CONTEXT("use_energy " << use_energy) {
+      PicardSolver<double>::Options picard;
+      AndersonSolver<double>::Options anderson;
+      BroydenSolver<double>::Options broyden;
+      picard.use_energy = anderson.use_energy = broyden.use_energy = use_energy;
+      BOOST_TEST(!RunsWithoutAllocation<PicardSolver<double>>(picard, map, z, 20));
+      BOOST_TEST(!RunsWithoutAllocation<AndersonSolver<double>>(anderson, map, z, 20));
+      BOOST_TEST(!RunsWithoutAllocation<BroydenSolver<double>>(broyden, map, z, 20));
+    }
+  }
 }

@@ -123,9 +123,9 @@ BOOST_AUTO_TEST_CASE(options_reach_the_solver) {
     BOOST_TEST(o.max_iterations == 77);
   }
   {
-    auto s = MakeSolver<float>("broyden", ParseOptionList("line_search=on,max_backtracks=3"), base);
+    auto s = MakeSolver<float>("broyden", ParseOptionList("residual_factor=2,max_backtracks=3"), base);
     const auto& o = dynamic_cast<BroydenSolver<float>&>(*s).options();
-    BOOST_TEST(o.line_search);
+    BOOST_TEST(o.residual_factor == 2.0);
     BOOST_TEST(o.max_backtracks == 3);
   }
   {

@@ -65,8 +65,12 @@ inline void CheckSummaryConsistent(const Summary& s, const SolverOptions& option
   }
   double max_residual = 0.0;
   int converged = 0;
+  BOOST_TEST(s.sample_evaluations.size() == static_cast<size_t>(batch));
   for (Index b = 0; b < batch; ++b) {
     BOOST_TEST(s.sample_iterations[b] <= s.iterations);
+    // Evaluated at the start and at least once in every iteration it took part in.
+    BOOST_TEST(s.sample_evaluations[b] >= s.sample_iterations[b] + 1);
+    BOOST_TEST(s.sample_evaluations[b] <= s.function_evaluations);
     max_residual = std::max(max_residual, s.sample_residual[b]);
     if (s.sample_status[b] == TerminationType::kConverged) {
       ++converged;

@@ -29,7 +29,9 @@
 // +-1 patterns as T grows. For kBox, CccpMap's Jacobian products are those of
 // the gradient step (I - hess E), not of the tanh update: fine for Picard /
 // Anderson and for implicit differentiation (the fixed points are the same),
-// use EnergyRootMap for Newton.
+// use EnergyRootMap for Newton. CccpUpdateAndValue / GradientAndValue give E
+// with the update from one product X^T x; no per-sample data, so
+// SupportsSubsets() is true.
 //
 // RetrieveBinary runs the binary dynamics: each neuron i is set to the sign
 // that gives the lower energy with the others held fixed,
@@ -168,6 +170,20 @@ struct SeparableEnergy {
              g.colwise().sum().transpose();
     if (bias != nullptr) values.noalias() -= x.transpose() * (*bias);
   }
+  // *r = bias + W G'(W^T x) and values = E(x), from one product W^T x.
+  template <typename WT, typename Eval>
+  void RetrievalAndValue(const WT& W, const Vector<Scalar>* bias, const Eval& eval,
+                         ConstMatrixRef<Scalar> x, Matrix<Scalar>* r,
+                         VectorRef<Scalar> values) const {
+    const Matrix<Scalar> s = W.transpose() * x;
+    Matrix<Scalar> g, dg;
+    eval(s, &g, &dg, nullptr);
+    values = (Scalar(0.5) * q) * x.colwise().squaredNorm().transpose() -
+             g.colwise().sum().transpose();
+    if (bias != nullptr) values.noalias() -= x.transpose() * (*bias);
+    r->noalias() = W * dg;
+    if (bias != nullptr) r->colwise() += *bias;
+  }
   // grad = q x - bias - W G'(W^T x);   *retrieval (optional) = bias + W G'(W^T x).
   template <typename WT, typename Eval>
   void Gradient(const WT& W, const Vector<Scalar>* bias, const Eval& eval,
@@ -283,13 +299,7 @@ class DenseAssociativeMemoryEnergy : public Energy<Scalar> {
     internal::CheckBatch("DenseAssociativeMemoryEnergy::Value(x)", x, n_);
     internal::CheckShape("DenseAssociativeMemoryEnergy::Value(values)", values, x.cols(), 1);
     kernel_.Value(patterns(), nullptr, Eval(), x, values);
-    if (box_) {
-      for (Index b = 0; b < x.cols(); ++b) {
-        Scalar sum(0);
-        for (Index i = 0; i < n_; ++i) sum += Barrier(x(i, b));
-        values(b) += sum / T_;
-      }
-    }
+    AddBarrier(x, values);
   }
   // kEuclidean: x - X F'(X^T x); kBox: atanh(x) / T - X F'(X^T x).
   void Gradient(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> grad) const override {
@@ -310,6 +320,37 @@ class DenseAssociativeMemoryEnergy : public Energy<Scalar> {
       out = r;
     }
   }
+  // The update and E from one product X^T x.
+  void CccpUpdateAndValue(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> out,
+                          VectorRef<Scalar> values) const override {
+    internal::CheckBatch("DenseAssociativeMemoryEnergy::CccpUpdateAndValue(x)", x, n_);
+    internal::CheckShape("DenseAssociativeMemoryEnergy::CccpUpdateAndValue(out)", out, n_, x.cols());
+    internal::CheckShape("DenseAssociativeMemoryEnergy::CccpUpdateAndValue(values)", values,
+                         x.cols(), 1);
+    Matrix<Scalar> r;
+    kernel_.RetrievalAndValue(patterns(), nullptr, Eval(), x, &r, values);
+    AddBarrier(x, values);
+    if (box_) {
+      out = (T_ * r.array()).tanh().matrix();
+    } else {
+      out = r;
+    }
+  }
+  // grad E and E from one product X^T x.
+  void GradientAndValue(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> grad,
+                        VectorRef<Scalar> values) const override {
+    internal::CheckBatch("DenseAssociativeMemoryEnergy::GradientAndValue(x)", x, n_);
+    internal::CheckShape("DenseAssociativeMemoryEnergy::GradientAndValue(grad)", grad, n_, x.cols());
+    internal::CheckShape("DenseAssociativeMemoryEnergy::GradientAndValue(values)", values,
+                         x.cols(), 1);
+    Matrix<Scalar> r;
+    kernel_.RetrievalAndValue(patterns(), nullptr, Eval(), x, &r, values);
+    AddBarrier(x, values);
+    grad = kernel_.q * x - r;
+    if (box_) grad += (x.array().atanh() / T_).matrix();
+  }
+  // No per-sample data: any subset of a batch's columns may be evaluated.
+  bool SupportsSubsets() const override { return true; }
   void HessianVectorProduct(ConstMatrixRef<Scalar> x, ConstMatrixRef<Scalar> v,
                             MatrixRef<Scalar> out) const override {
     internal::CheckBatch("DenseAssociativeMemoryEnergy::HessianVectorProduct(x)", x, n_);
@@ -340,6 +381,15 @@ class DenseAssociativeMemoryEnergy : public Energy<Scalar> {
     return [f](const Matrix<Scalar>& s, Matrix<Scalar>* g, Matrix<Scalar>* dg, Matrix<Scalar>* d2g) {
       f.Evaluate(s, g, dg, d2g);
     };
+  }
+  // kBox: values += (1/T) sum_i phi(x_i); nothing for kEuclidean.
+  void AddBarrier(ConstMatrixRef<Scalar> x, VectorRef<Scalar> values) const {
+    if (!box_) return;
+    for (Index b = 0; b < x.cols(); ++b) {
+      Scalar sum(0);
+      for (Index i = 0; i < n_; ++i) sum += Barrier(x(i, b));
+      values(b) += sum / T_;
+    }
   }
   // phi(x) = u log u + w log w, u = (1+x)/2, w = (1-x)/2; 0 log 0 = 0.
   static Scalar Barrier(Scalar x) {

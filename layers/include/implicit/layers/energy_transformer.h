@@ -54,6 +54,10 @@
 // the energy (any energy). TokenMask() expands a per-token mask (N x B) to the
 // coordinate mask.
 //
+// GradientAndValue gives E with dE/dx in one pass per sample. The plain energy
+// has no per-sample data (SupportsSubsets() is true: a solver may evaluate any
+// subset of the batch's columns); ClampedEnergy's clamps are per sample (false).
+//
 //   implicit::EnergyTransformer<double>::Options o;
 //   o.num_tokens = 16; o.token_dim = 32; o.num_heads = 4; o.head_dim = 8;
 //   o.num_memories = 64;                       // ReLU^2 Hopfield memory
@@ -264,6 +268,38 @@ class EnergyTransformer : public Energy<Scalar> {
       Out(grad, b) = mr;
     }
   }
+
+  // dE/dx and E from one pass over each sample (the softmaxes' log-sum-exps
+  // come with them).
+  void GradientAndValue(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> grad,
+                        VectorRef<Scalar> values) const override {
+    internal::CheckBatch("EnergyTransformer::GradientAndValue(x)", x, dimension());
+    internal::CheckShape("EnergyTransformer::GradientAndValue(grad)", grad, x.rows(), x.cols());
+    internal::CheckShape("EnergyTransformer::GradientAndValue(values)", values, x.cols(), 1);
+    Sample s;
+    Matrix<Scalar> r, mr;
+    const Scalar D = static_cast<Scalar>(options_.token_dim);
+    const Scalar eps = static_cast<Scalar>(options_.eps);
+    for (Index b = 0; b < x.cols(); ++b) {
+      Normalize(x.col(b).data(), &s);
+      const Scalar e_ln = -D * gamma() * eps * s.s.cwiseInverse().sum();
+      const Scalar f = Forces(&s, &r, /*with_value=*/true);
+      r += Tokens(x.col(b).data());
+      ApplyM(s, r, gamma(), &mr);
+      values(b) = e_ln + f;
+      Out(grad, b) = mr;
+    }
+  }
+  // x - dE/dx (Energy's default CCCP update) and E in one pass.
+  void CccpUpdateAndValue(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> out,
+                          VectorRef<Scalar> values) const override {
+    GradientAndValue(x, out, values);
+    out = x - out;
+  }
+  // Each sample's energy depends on its own tokens only (no per-sample
+  // inputs): any subset of a batch's columns may be evaluated. (ClampedEnergy,
+  // which clamps per sample, may not.)
+  bool SupportsSubsets() const override { return true; }
 
   void HessianVectorProduct(ConstMatrixRef<Scalar> x, ConstMatrixRef<Scalar> v,
                             MatrixRef<Scalar> out) const override {
@@ -701,6 +737,21 @@ class ClampedEnergy : public Energy<Scalar> {
     base_.DescentDirection(y, out);
     Combine(x, out);
   }
+  void GradientAndValue(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> grad,
+                        VectorRef<Scalar> values) const override {
+    const Matrix<Scalar> y = Merge(x);
+    base_.GradientAndValue(y, grad, values);
+    values += Scalar(0.5) *
+              ((Scalar(1) - mask_.array()) * (x - values_).array()).matrix().colwise().squaredNorm().transpose();
+    Combine(x, grad);
+  }
+  void CccpUpdateAndValue(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> out,
+                          VectorRef<Scalar> values) const override {
+    GradientAndValue(x, out, values);
+    out = x - out;
+  }
+  // The clamp (mask and values) is per sample: never evaluate a subset.
+  bool SupportsSubsets() const override { return false; }
   void HessianVectorProduct(ConstMatrixRef<Scalar> x, ConstMatrixRef<Scalar> v,
                             MatrixRef<Scalar> out) const override {
     const Matrix<Scalar> y = Merge(x);

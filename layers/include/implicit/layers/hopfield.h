@@ -30,6 +30,13 @@
 // Scores are max-shifted before exponentiating (scores of 1e8 are fine), and
 // -inf mask entries get weight exactly 0. A sample whose patterns are all
 // masked has E = +inf and grad E = xi.
+//
+// Speed: CccpUpdateAndValue / GradientAndValue give E together with the update
+// from one score GEMM X^T xi, one softmax pass (weights and lse) and one GEMM
+// X p; ModernHopfieldEnergy keeps the N x B weights in per-thread scratch, so
+// repeated evaluations do not allocate. SupportsSubsets() (a solver may
+// evaluate any subset of the batch's columns) holds unless the mask is per
+// sample (N x B) or, for the layer's energy, the query anchors it.
 #pragma once
 
 #include <implicit/core/energy.h>
@@ -167,43 +174,88 @@ class ModernHopfieldEnergy : public Energy<Scalar> {
   void Attention(ConstMatrixRef<Scalar> xi, MatrixRef<Scalar> p) const {
     internal::CheckBatch("ModernHopfieldEnergy::Attention(xi)", xi, n_);
     internal::CheckShape("ModernHopfieldEnergy::Attention(p)", p, N_, xi.cols());
-    p = Head(xi, "ModernHopfieldEnergy::Attention").p;
+    const Scalar b = CheckedBeta("ModernHopfieldEnergy::Attention");
+    p.noalias() = patterns().transpose() * xi;
+    internal::ScaledColumnSoftmaxInPlace<Scalar>(p, b, mask_, nullptr,
+                                                 "ModernHopfieldEnergy::Attention");
   }
+
+  // The evaluations below (Value, Gradient, CccpUpdate, CccpUpdateAndValue,
+  // GradientAndValue, HessianVectorProduct) keep the N x B weights in
+  // per-thread scratch buffers (log_sum_exp.h): after the first call, calls
+  // with the same or a smaller batch do not allocate (large products may still
+  // let Eigen's GEMM allocate its packing buffers). out may alias xi.
 
   void Value(ConstMatrixRef<Scalar> xi, VectorRef<Scalar> values) const override {
     internal::CheckBatch("ModernHopfieldEnergy::Value(xi)", xi, n_);
     internal::CheckShape("ModernHopfieldEnergy::Value(values)", values, xi.cols(), 1);
-    const auto head = Head(xi, "ModernHopfieldEnergy::Value");
-    const Scalar b = beta();
-    for (Index j = 0; j < xi.cols(); ++j) {
-      values(j) = Scalar(0.5) * xi.col(j).squaredNorm() +
-                  internal::NegativeScaledLse(head.lse(j), b);
-    }
+    const Scalar b = CheckedBeta("ModernHopfieldEnergy::Value");
+    auto lse = internal::ThreadScratch<Scalar, 1>(xi.cols(), 1);
+    Weights(xi, b, lse.data(), /*want_weights=*/false, "ModernHopfieldEnergy::Value");
+    StoreValues(xi, lse, b, values);
   }
 
   void Gradient(ConstMatrixRef<Scalar> xi, MatrixRef<Scalar> grad) const override {
     internal::CheckBatch("ModernHopfieldEnergy::Gradient(xi)", xi, n_);
     internal::CheckShape("ModernHopfieldEnergy::Gradient(grad)", grad, n_, xi.cols());
-    const auto head = Head(xi, "ModernHopfieldEnergy::Gradient");
-    grad.noalias() = -(patterns() * head.p);
-    grad += xi;
+    const Scalar b = CheckedBeta("ModernHopfieldEnergy::Gradient");
+    const auto p = Weights(xi, b, nullptr, true, "ModernHopfieldEnergy::Gradient");
+    grad = xi;
+    grad.noalias() -= patterns() * p;
   }
 
   // xi <- X softmax(beta X^T xi + m), computed directly (not as xi - grad E).
   void CccpUpdate(ConstMatrixRef<Scalar> xi, MatrixRef<Scalar> out) const override {
     internal::CheckBatch("ModernHopfieldEnergy::CccpUpdate(xi)", xi, n_);
     internal::CheckShape("ModernHopfieldEnergy::CccpUpdate(out)", out, n_, xi.cols());
-    const auto head = Head(xi, "ModernHopfieldEnergy::CccpUpdate");
-    out.noalias() = patterns() * head.p;
+    const Scalar b = CheckedBeta("ModernHopfieldEnergy::CccpUpdate");
+    const auto p = Weights(xi, b, nullptr, true, "ModernHopfieldEnergy::CccpUpdate");
+    out.noalias() = patterns() * p;
   }
+
+  // The CCCP update and E from one score GEMM X^T xi, one softmax pass (p and
+  // lse) and one GEMM X p.
+  void CccpUpdateAndValue(ConstMatrixRef<Scalar> xi, MatrixRef<Scalar> out,
+                          VectorRef<Scalar> values) const override {
+    internal::CheckBatch("ModernHopfieldEnergy::CccpUpdateAndValue(xi)", xi, n_);
+    internal::CheckShape("ModernHopfieldEnergy::CccpUpdateAndValue(out)", out, n_, xi.cols());
+    internal::CheckShape("ModernHopfieldEnergy::CccpUpdateAndValue(values)", values, xi.cols(), 1);
+    const Scalar b = CheckedBeta("ModernHopfieldEnergy::CccpUpdateAndValue");
+    auto lse = internal::ThreadScratch<Scalar, 1>(xi.cols(), 1);
+    const auto p = Weights(xi, b, lse.data(), true, "ModernHopfieldEnergy::CccpUpdateAndValue");
+    StoreValues(xi, lse, b, values);  // before out is written: out may alias xi
+    out.noalias() = patterns() * p;
+  }
+
+  // grad E = xi - X p and E, with the work of one CCCP update.
+  void GradientAndValue(ConstMatrixRef<Scalar> xi, MatrixRef<Scalar> grad,
+                        VectorRef<Scalar> values) const override {
+    internal::CheckBatch("ModernHopfieldEnergy::GradientAndValue(xi)", xi, n_);
+    internal::CheckShape("ModernHopfieldEnergy::GradientAndValue(grad)", grad, n_, xi.cols());
+    internal::CheckShape("ModernHopfieldEnergy::GradientAndValue(values)", values, xi.cols(), 1);
+    const Scalar b = CheckedBeta("ModernHopfieldEnergy::GradientAndValue");
+    auto lse = internal::ThreadScratch<Scalar, 1>(xi.cols(), 1);
+    const auto p = Weights(xi, b, lse.data(), true, "ModernHopfieldEnergy::GradientAndValue");
+    StoreValues(xi, lse, b, values);
+    grad = xi;
+    grad.noalias() -= patterns() * p;
+  }
+
+  // The same function for every sample unless the mask is per sample (N x B).
+  bool SupportsSubsets() const override { return mask_.size() == 0 || mask_.cols() == 1; }
 
   void HessianVectorProduct(ConstMatrixRef<Scalar> xi, ConstMatrixRef<Scalar> v,
                             MatrixRef<Scalar> out) const override {
     internal::CheckBatch("ModernHopfieldEnergy::HessianVectorProduct(xi)", xi, n_);
     internal::CheckShape("ModernHopfieldEnergy::HessianVectorProduct(v)", v, n_, xi.cols());
     internal::CheckShape("ModernHopfieldEnergy::HessianVectorProduct(out)", out, n_, xi.cols());
-    const auto head = Head(xi, "ModernHopfieldEnergy::HessianVectorProduct");
-    out = v - head.CovarianceProduct(patterns(), v, beta());
+    const Scalar b = CheckedBeta("ModernHopfieldEnergy::HessianVectorProduct");
+    const auto p = Weights(xi, b, nullptr, true, "ModernHopfieldEnergy::HessianVectorProduct");
+    auto w = internal::ThreadScratch<Scalar, 2>(N_, xi.cols());
+    w.noalias() = patterns().transpose() * v;
+    internal::SoftmaxJacobianProduct<Scalar>(p, w, w);
+    out = v;
+    out.noalias() -= b * (patterns() * w);
   }
 
   Index num_parameters() const override { return params_.size(); }
@@ -240,6 +292,26 @@ class ModernHopfieldEnergy : public Energy<Scalar> {
     internal::SoftmaxHead<Scalar> head;
     head.Compute(patterns(), xi, b, mask_, who);
     return head;
+  }
+  Scalar CheckedBeta(const char* who) const {
+    const Scalar b = beta();
+    internal::CheckBeta(who, b);
+    return b;
+  }
+  // p = softmax(beta X^T xi + m) (N x B) in this thread's scratch slot 0, and
+  // lse[b] when lse != nullptr. With want_weights = false only lse is valid.
+  Eigen::Map<Matrix<Scalar>> Weights(ConstMatrixRef<Scalar> xi, Scalar b, Scalar* lse,
+                                     bool want_weights, const char* who) const {
+    auto p = internal::ThreadScratch<Scalar, 0>(N_, xi.cols());
+    p.noalias() = patterns().transpose() * xi;
+    internal::ScaledColumnSoftmaxInPlace<Scalar>(p, b, mask_, lse, who, want_weights);
+    return p;
+  }
+  // values = 0.5 |xi|^2 - lse / beta (lse = -inf, everything masked: +inf).
+  template <typename Lse>
+  static void StoreValues(ConstMatrixRef<Scalar> xi, const Lse& lse, Scalar b,
+                          VectorRef<Scalar> values) {
+    values = Scalar(0.5) * xi.colwise().squaredNorm().transpose() - lse.col(0) / b;
   }
 
   Options options_;
@@ -384,6 +456,41 @@ class HopfieldLayerEnergy : public Energy<Scalar> {
       out.middleRows(h * dk_, dk_).noalias() = (Scalar(1) - a_) * (K.middleRows(h * dk_, dk_) * head.p);
     }
     if (a_ != Scalar(0)) out += a_ * Anchor(xi.cols());
+  }
+
+  // The CCCP update and E from one softmax head evaluation per head.
+  void CccpUpdateAndValue(ConstMatrixRef<Scalar> xi, MatrixRef<Scalar> out,
+                          VectorRef<Scalar> values) const override {
+    Check("HopfieldLayerEnergy::CccpUpdateAndValue(xi)", xi);
+    internal::CheckShape("HopfieldLayerEnergy::CccpUpdateAndValue(out)", out, xi.rows(), xi.cols());
+    internal::CheckShape("HopfieldLayerEnergy::CccpUpdateAndValue(values)", values, xi.cols(), 1);
+    const Matrix<Scalar> K = Keys();
+    values = Scalar(0.5) * xi.colwise().squaredNorm().transpose();
+    Matrix<Scalar> anchor;
+    if (a_ != Scalar(0)) {
+      anchor = Anchor(xi.cols());
+      values -= a_ * (xi.array() * anchor.array()).colwise().sum().transpose().matrix();
+    }
+    // Head h reads only rows h of xi and writes only rows h of out (out may alias xi).
+    for (Index h = 0; h < H_; ++h) {
+      const auto head = HeadAt(K, xi, h, "HopfieldLayerEnergy::CccpUpdateAndValue");
+      for (Index j = 0; j < xi.cols(); ++j) {
+        values(j) += (Scalar(1) - a_) * internal::NegativeScaledLse(head.lse(j), beta(h));
+      }
+      out.middleRows(h * dk_, dk_).noalias() = (Scalar(1) - a_) * (K.middleRows(h * dk_, dk_) * head.p);
+    }
+    if (a_ != Scalar(0)) out += a_ * anchor;
+  }
+  void GradientAndValue(ConstMatrixRef<Scalar> xi, MatrixRef<Scalar> grad,
+                        VectorRef<Scalar> values) const override {
+    internal::CheckShape("HopfieldLayerEnergy::GradientAndValue(grad)", grad, xi.rows(), xi.cols());
+    CccpUpdateAndValue(xi, grad, values);
+    grad = xi - grad;
+  }
+  // Every sample sees the same energy unless the queries anchor it
+  // (query_weight > 0: q = W_Q R per sample) or the mask is per sample.
+  bool SupportsSubsets() const override {
+    return a_ == Scalar(0) && (mask_.size() == 0 || mask_.cols() == 1);
   }
 
   void HessianVectorProduct(ConstMatrixRef<Scalar> xi, ConstMatrixRef<Scalar> v,

@@ -15,7 +15,9 @@
 //
 // Both derive from Energy<S> as *scalar functions of eta*: Value is log Z,
 // Gradient its gradient (the attention output), HessianVectorProduct the
-// covariance times v, ParameterVectorJacobianProduct d/dtheta <grad log Z, u>.
+// covariance times v, ParameterVectorJacobianProduct d/dtheta <grad log Z, u>;
+// GradientAndValue gives both from one pass, and SupportsSubsets() holds
+// unless the discrete base measure is per sample (N x B).
 // (They are convex functions to ascend, not energies to minimise: do not hand
 // them to an energy minimiser.) Any user log-normaliser written as a templated
 // functor and wrapped in AutoDiffEnergy plugs in the same way.
@@ -126,6 +128,18 @@ class DiscreteLogNormalizer : public Energy<Scalar> {
     internal::CheckShape("DiscreteLogNormalizer::Gradient(grad)", grad, d_, eta.cols());
     grad.noalias() = keys() * Head(eta, "DiscreteLogNormalizer::Gradient").p;
   }
+  // grad log Z and log Z from one softmax head.
+  void GradientAndValue(ConstMatrixRef<Scalar> eta, MatrixRef<Scalar> grad,
+                        VectorRef<Scalar> values) const override {
+    internal::CheckBatch("DiscreteLogNormalizer::GradientAndValue(eta)", eta, d_);
+    internal::CheckShape("DiscreteLogNormalizer::GradientAndValue(grad)", grad, d_, eta.cols());
+    internal::CheckShape("DiscreteLogNormalizer::GradientAndValue(values)", values, eta.cols(), 1);
+    const auto head = Head(eta, "DiscreteLogNormalizer::GradientAndValue");
+    values = head.lse;
+    grad.noalias() = keys() * head.p;
+  }
+  // The same function for every sample unless the base measure is per sample (N x B).
+  bool SupportsSubsets() const override { return mask_.size() == 0 || mask_.cols() == 1; }
   void HessianVectorProduct(ConstMatrixRef<Scalar> eta, ConstMatrixRef<Scalar> v,
                             MatrixRef<Scalar> out) const override {
     internal::CheckBatch("DiscreteLogNormalizer::HessianVectorProduct(eta)", eta, d_);
@@ -227,6 +241,20 @@ class GaussianLogNormalizer : public Energy<Scalar> {
     grad.noalias() = covariance() * eta;
     grad.colwise() += mean();
   }
+  // mu + Sigma eta and log Z from one product Sigma eta.
+  void GradientAndValue(ConstMatrixRef<Scalar> eta, MatrixRef<Scalar> grad,
+                        VectorRef<Scalar> values) const override {
+    internal::CheckBatch("GaussianLogNormalizer::GradientAndValue(eta)", eta, d_);
+    internal::CheckShape("GaussianLogNormalizer::GradientAndValue(grad)", grad, d_, eta.cols());
+    internal::CheckShape("GaussianLogNormalizer::GradientAndValue(values)", values, eta.cols(), 1);
+    const Matrix<Scalar> Se = covariance() * eta;
+    const Vector<Scalar> mu = mean();
+    values = eta.transpose() * mu;
+    values += Scalar(0.5) * (eta.array() * Se.array()).colwise().sum().transpose().matrix();
+    grad = Se;
+    grad.colwise() += mu;
+  }
+  bool SupportsSubsets() const override { return true; }
   void HessianVectorProduct(ConstMatrixRef<Scalar> eta, ConstMatrixRef<Scalar> v,
                             MatrixRef<Scalar> out) const override {
     internal::CheckBatch("GaussianLogNormalizer::HessianVectorProduct(eta)", eta, d_);
@@ -283,6 +311,19 @@ class LogNormalizerEnergy : public Energy<Scalar> {
   void CccpUpdate(ConstMatrixRef<Scalar> eta, MatrixRef<Scalar> out) const override {
     log_z_.Gradient(eta, out);
   }
+  // One pass of the log-normaliser (its GradientAndValue) for both.
+  void CccpUpdateAndValue(ConstMatrixRef<Scalar> eta, MatrixRef<Scalar> out,
+                          VectorRef<Scalar> values) const override {
+    log_z_.GradientAndValue(eta, out, values);
+    values = Scalar(0.5) * eta.colwise().squaredNorm().transpose() - values;
+  }
+  void GradientAndValue(ConstMatrixRef<Scalar> eta, MatrixRef<Scalar> grad,
+                        VectorRef<Scalar> values) const override {
+    log_z_.GradientAndValue(eta, grad, values);
+    values = Scalar(0.5) * eta.colwise().squaredNorm().transpose() - values;
+    grad = eta - grad;
+  }
+  bool SupportsSubsets() const override { return log_z_.SupportsSubsets(); }
   void HessianVectorProduct(ConstMatrixRef<Scalar> eta, ConstMatrixRef<Scalar> v,
                             MatrixRef<Scalar> out) const override {
     log_z_.HessianVectorProduct(eta, v, out);

@@ -17,16 +17,174 @@
 //   implicit::ColumnSoftmax<double>(scores, p, &lse);  // p = softmax, lse = log sum exp
 //
 // p may alias a (in-place softmax).
+//
+// Speed: each column is processed while it sits in cache (max, one vectorised
+// exp pass that also zeroes the masked entries, the sum, the scaling), so the
+// N x B matrix is streamed through memory once. Also here, for the attention
+// energies' hot paths (internal): the in-place scaled softmax
+// softmax(beta a + mask) (ScaledColumnSoftmaxInPlace), the log-sum-exp alone
+// without storing the weights, and per-thread scratch buffers (ThreadScratch)
+// that make repeated evaluations allocation-free and keep const energies safe
+// to call from several threads at once. Built with OpenMP, large matrices are
+// processed on Eigen::nbThreads() threads, a column each (same results).
 #pragma once
 
 #include <implicit/core/types.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <sstream>
 #include <stdexcept>
 
 namespace implicit {
+namespace internal {
+
+// x -> exp(x - shift), exactly 0 where x = -inf (Eigen's vectorised exp returns
+// a denormal there, not 0) and NaN where x is NaN. Vectorised.
+template <typename Scalar>
+struct ShiftedMaskedExp {
+  Scalar shift;
+  Scalar operator()(const Scalar& x) const {
+    return x == -std::numeric_limits<Scalar>::infinity() ? Scalar(0) : std::exp(x - shift);
+  }
+  template <typename Packet>
+  Packet packetOp(const Packet& x) const {
+    namespace ei = Eigen::internal;
+    const Packet e = ei::pexp(ei::psub(x, ei::pset1<Packet>(shift)));
+    return ei::pandnot(e, ei::pcmp_eq(x, ei::pset1<Packet>(-std::numeric_limits<Scalar>::infinity())));
+  }
+};
+
+}  // namespace internal
+}  // namespace implicit
+
+namespace Eigen {
+namespace internal {
+template <typename Scalar>
+struct functor_traits<implicit::internal::ShiftedMaskedExp<Scalar>> {
+  enum {
+    Cost = functor_traits<scalar_exp_op<Scalar>>::Cost + 3 * NumTraits<Scalar>::AddCost,
+    PacketAccess = packet_traits<Scalar>::HasExp && packet_traits<Scalar>::HasCmp
+  };
+};
+}  // namespace internal
+}  // namespace Eigen
+
+namespace implicit {
+namespace internal {
+
+// The special columns (see the top of this file) once the maximum m of the
+// column is known not to be finite, or a NaN was seen: fills p (when given)
+// and returns lse. a and p may alias.
+template <typename Scalar>
+Scalar SpecialSoftmaxColumn(Eigen::Ref<const Vector<Scalar>> a, Scalar m, bool seen_nan,
+                            Eigen::Ref<Vector<Scalar>>* p) {
+  const Scalar inf = std::numeric_limits<Scalar>::infinity();
+  const Scalar nan = std::numeric_limits<Scalar>::quiet_NaN();
+  if (seen_nan || std::isnan(m) || a.hasNaN()) {
+    if (p != nullptr) p->setConstant(nan);
+    return nan;
+  }
+  if (m == -inf) {  // every entry masked
+    if (p != nullptr) p->setZero();
+    return -inf;
+  }
+  // m == +inf: the weight is shared by the +inf entries.
+  if (p != nullptr) {
+    const Scalar w = Scalar(1) / static_cast<Scalar>((a.array() == inf).count());
+    for (Index i = 0; i < a.size(); ++i) (*p)(i) = (a(i) == inf) ? w : Scalar(0);
+  }
+  return inf;
+}
+
+// p = softmax(a) of one column; returns log sum exp(a). a and p may alias.
+template <typename Scalar>
+Scalar SoftmaxColumn(Eigen::Ref<const Vector<Scalar>> a, Eigen::Ref<Vector<Scalar>> p) {
+  const Scalar m = a.maxCoeff();
+  if (!std::isfinite(m)) return SpecialSoftmaxColumn<Scalar>(a, m, false, &p);
+  p = a.unaryExpr(ShiftedMaskedExp<Scalar>{m});  // masked entries: exactly 0
+  const Scalar sum = p.sum();                    // >= 1: the maximum contributes exp(0)
+  if (std::isnan(sum)) return SpecialSoftmaxColumn<Scalar>(a, m, true, &p);
+  p *= Scalar(1) / sum;
+  return m + std::log(sum);
+}
+
+// log sum exp(a) of one column, without storing the weights.
+template <typename Scalar>
+Scalar LogSumExpColumn(Eigen::Ref<const Vector<Scalar>> a) {
+  const Scalar m = a.maxCoeff();
+  if (!std::isfinite(m)) return SpecialSoftmaxColumn<Scalar>(a, m, false, nullptr);
+  const Scalar sum = a.unaryExpr(ShiftedMaskedExp<Scalar>{m}).sum();
+  if (std::isnan(sum)) return SpecialSoftmaxColumn<Scalar>(a, m, true, nullptr);
+  return m + std::log(sum);
+}
+
+#ifdef _OPENMP
+// Threads for a column-by-column pass over an N x B matrix under OpenMP: as
+// many as Eigen may use (Eigen::setNbThreads; 1 while an app runs its own
+// threads), for matrices large enough to be worth it. Each column is computed
+// the same way whatever the thread count, so results do not depend on it.
+inline int ColumnThreads(Index rows, Index cols) {
+  if (rows * cols < (Index(1) << 16) || cols < 2) return 1;
+  return static_cast<int>(std::max<Index>(1, std::min<Index>(Eigen::nbThreads(), cols)));
+}
+#endif
+
+// Throws unless mask is empty, N x 1 or N x B for scores of shape N x B.
+template <typename Scalar>
+void CheckScoreMask(const Matrix<Scalar>& mask, Index N, Index B, const char* who) {
+  if (mask.size() == 0) return;
+  if (mask.rows() != N || (mask.cols() != 1 && mask.cols() != B)) {
+    std::ostringstream s;
+    s << who << ": mask is " << mask.rows() << "x" << mask.cols() << ", expected " << N
+      << "x1 or " << N << "x" << B;
+    throw std::invalid_argument(s.str());
+  }
+}
+
+// In place, column by column: a <- softmax(beta a + mask) (the mask is empty,
+// N x 1 or N x B; additive), and lse[b] = log sum exp(beta a_b + mask_b) when
+// lse != nullptr (B entries). With want_weights = false only lse is computed
+// and a holds beta a + mask on return. Does not allocate.
+template <typename Scalar>
+void ScaledColumnSoftmaxInPlace(MatrixRef<Scalar> a, Scalar beta, const Matrix<Scalar>& mask,
+                                Scalar* lse, const char* who, bool want_weights = true) {
+  CheckScoreMask<Scalar>(mask, a.rows(), a.cols(), who);
+#ifdef _OPENMP
+  const int threads = ColumnThreads(a.rows(), a.cols());
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
+#endif
+  for (Index b = 0; b < a.cols(); ++b) {
+    auto col = a.col(b);
+    if (mask.size() == 0) {
+      if (beta != Scalar(1)) col *= beta;
+    } else {
+      const auto m = mask.col(mask.cols() == 1 ? 0 : b);
+      if (beta != Scalar(1)) {
+        col = beta * col + m;
+      } else {
+        col += m;
+      }
+    }
+    const Scalar l = want_weights ? SoftmaxColumn<Scalar>(col, col) : LogSumExpColumn<Scalar>(col);
+    if (lse != nullptr) lse[b] = l;
+  }
+}
+
+// A per-thread scratch matrix (rows x cols) for the hot paths: the buffer only
+// grows, so repeated calls with the same or fewer entries do not allocate, and
+// each thread has its own, so const energies stay safe to call concurrently.
+// Slot tells apart the buffers one evaluation uses at the same time. The view
+// is valid until the next call with the same Scalar and Slot on this thread.
+template <typename Scalar, int Slot>
+Eigen::Map<Matrix<Scalar>> ThreadScratch(Index rows, Index cols) {
+  static thread_local Vector<Scalar> buffer;
+  if (buffer.size() < rows * cols) buffer.resize(rows * cols);
+  return Eigen::Map<Matrix<Scalar>>(buffer.data(), rows, cols);
+}
+
+}  // namespace internal
 
 // p.col(b) = softmax(a.col(b)); when lse != nullptr also (*lse)(b) = log sum_i exp(a(i, b))
 // (lse is resized to B).
@@ -35,42 +193,13 @@ void ColumnSoftmax(ConstMatrixRef<Scalar> a, MatrixRef<Scalar> p,
                    Vector<Scalar>* lse = nullptr) {
   internal::CheckShape("ColumnSoftmax(p)", p, a.rows(), a.cols());
   if (lse != nullptr) lse->resize(a.cols());
-  const Scalar inf = std::numeric_limits<Scalar>::infinity();
-  const Scalar nan = std::numeric_limits<Scalar>::quiet_NaN();
-  const Index n = a.rows();
+#ifdef _OPENMP
+  const int threads = internal::ColumnThreads(a.rows(), a.cols());
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
+#endif
   for (Index b = 0; b < a.cols(); ++b) {
-    Scalar m = -inf;
-    bool has_nan = false;
-    for (Index i = 0; i < n; ++i) {
-      const Scalar v = a(i, b);
-      if (std::isnan(v)) has_nan = true;
-      if (v > m) m = v;
-    }
-    if (has_nan) {
-      p.col(b).setConstant(nan);
-      if (lse != nullptr) (*lse)(b) = nan;
-      continue;
-    }
-    if (m == -inf) {  // every entry masked
-      p.col(b).setZero();
-      if (lse != nullptr) (*lse)(b) = -inf;
-      continue;
-    }
-    if (m == inf) {  // weight shared by the +inf entries
-      Scalar count(0);
-      for (Index i = 0; i < n; ++i) count += (a(i, b) == inf) ? Scalar(1) : Scalar(0);
-      for (Index i = 0; i < n; ++i) p(i, b) = (a(i, b) == inf) ? Scalar(1) / count : Scalar(0);
-      if (lse != nullptr) (*lse)(b) = inf;
-      continue;
-    }
-    Scalar sum(0);
-    for (Index i = 0; i < n; ++i) {
-      const Scalar e = std::exp(a(i, b) - m);  // exp(-inf) = 0 for masked entries
-      p(i, b) = e;
-      sum += e;
-    }
-    p.col(b) /= sum;  // sum >= 1: the maximum contributes exp(0)
-    if (lse != nullptr) (*lse)(b) = m + std::log(sum);
+    const Scalar l = internal::SoftmaxColumn<Scalar>(a.col(b), p.col(b));
+    if (lse != nullptr) (*lse)(b) = l;
   }
 }
 
@@ -78,10 +207,7 @@ void ColumnSoftmax(ConstMatrixRef<Scalar> a, MatrixRef<Scalar> p,
 template <typename Scalar>
 void ColumnLogSumExp(ConstMatrixRef<Scalar> a, VectorRef<Scalar> out) {
   internal::CheckShape("ColumnLogSumExp(out)", out, a.cols(), 1);
-  Matrix<Scalar> p(a.rows(), a.cols());
-  Vector<Scalar> lse;
-  ColumnSoftmax<Scalar>(a, p, &lse);
-  out = lse;
+  for (Index b = 0; b < a.cols(); ++b) out(b) = internal::LogSumExpColumn<Scalar>(a.col(b));
 }
 
 namespace internal {
@@ -92,29 +218,22 @@ template <typename Scalar>
 void SoftmaxJacobianProduct(ConstMatrixRef<Scalar> p, ConstMatrixRef<Scalar> g,
                             MatrixRef<Scalar> out) {
   for (Index b = 0; b < p.cols(); ++b) {
-    Scalar mean(0);
+    const auto pb = p.col(b).array();
+    const auto gb = g.col(b).array();
+    // Vectorised when <p, g> is finite (then g is finite wherever p != 0 and
+    // nowhere +-inf where p == 0, since 0 * inf = NaN would show up).
+    Scalar mean = p.col(b).dot(g.col(b));
+    if (std::isfinite(mean)) {
+      out.col(b) = (pb * (gb - mean)).matrix();
+      continue;
+    }
+    mean = Scalar(0);
     for (Index i = 0; i < p.rows(); ++i) {
       if (p(i, b) != Scalar(0)) mean += p(i, b) * g(i, b);
     }
     for (Index i = 0; i < p.rows(); ++i) {
       out(i, b) = (p(i, b) != Scalar(0)) ? p(i, b) * (g(i, b) - mean) : Scalar(0);
     }
-  }
-}
-// Adds an additive score mask (N x 1: broadcast, or N x B) to a (N x B).
-template <typename Scalar>
-void AddScoreMask(const Matrix<Scalar>& mask, MatrixRef<Scalar> a, const char* who) {
-  if (mask.size() == 0) return;
-  if (mask.rows() != a.rows() || (mask.cols() != 1 && mask.cols() != a.cols())) {
-    std::ostringstream s;
-    s << who << ": mask is " << mask.rows() << "x" << mask.cols() << ", expected "
-      << a.rows() << "x1 or " << a.rows() << "x" << a.cols();
-    throw std::invalid_argument(s.str());
-  }
-  if (mask.cols() == 1) {
-    a.colwise() += mask.col(0);
-  } else {
-    a += mask;
   }
 }
 
@@ -130,10 +249,9 @@ struct SoftmaxHead {
   void Compute(const KT& K, const XT& xi, Scalar beta, const Matrix<Scalar>& mask,
                const char* who) {
     scores.noalias() = K.transpose() * xi;
-    Matrix<Scalar> a = beta * scores;
-    AddScoreMask<Scalar>(mask, a, who);
-    p.resize(a.rows(), a.cols());
-    ColumnSoftmax<Scalar>(a, p, &lse);
+    p = scores;
+    lse.resize(xi.cols());
+    ScaledColumnSoftmaxInPlace<Scalar>(p, beta, mask, lse.data(), who);
   }
 
   // Derivatives of sum_b <K p_b, u_b> (the retrieval K p paired with u):

@@ -32,6 +32,8 @@
 // Closed form, for S = W^T V (M x B): grad E = q v - b - W K'(S); hess E =
 // q I - W diag(K''(S)) W^T; CCCP step (Gaussian visible; K is convex)
 // v <- b + W K'(W^T v); parameter VJP w.r.t. W (and b when learned).
+// CccpUpdateAndValue / GradientAndValue give E with the update from one
+// product W^T v; no per-sample data, so SupportsSubsets() is true.
 //
 //   auto prior = std::make_shared<implicit::BernoulliPrior<double>>(0.3);
 //   implicit::RbmEnergy<double> energy(W, prior);               // Gaussian visible
@@ -295,6 +297,36 @@ class RbmEnergy : public Energy<Scalar> {
     kernel_.Retrieval(weights(), &b, Eval(), v, &r);
     out = r;
   }
+  // The CCCP update (Gaussian visible units; binary: std::logic_error) and E
+  // from one product W^T v.
+  void CccpUpdateAndValue(ConstMatrixRef<Scalar> v, MatrixRef<Scalar> out,
+                          VectorRef<Scalar> values) const override {
+    if (options_.visible != VisibleType::kGaussian) {
+      throw std::logic_error("RbmEnergy::CccpUpdateAndValue: binary visible units have no CCCP "
+                             "step; use RetrieveBinary");
+    }
+    internal::CheckBatch("RbmEnergy::CccpUpdateAndValue(v)", v, n_);
+    internal::CheckShape("RbmEnergy::CccpUpdateAndValue(out)", out, n_, v.cols());
+    internal::CheckShape("RbmEnergy::CccpUpdateAndValue(values)", values, v.cols(), 1);
+    const Vector<Scalar> b = bias();
+    Matrix<Scalar> r;
+    kernel_.RetrievalAndValue(weights(), &b, Eval(), v, &r, values);
+    out = r;
+  }
+  // grad E = q v - b - W K'(W^T v) and E from one product W^T v.
+  void GradientAndValue(ConstMatrixRef<Scalar> v, MatrixRef<Scalar> grad,
+                        VectorRef<Scalar> values) const override {
+    internal::CheckBatch("RbmEnergy::GradientAndValue(v)", v, n_);
+    internal::CheckShape("RbmEnergy::GradientAndValue(grad)", grad, n_, v.cols());
+    internal::CheckShape("RbmEnergy::GradientAndValue(values)", values, v.cols(), 1);
+    const Vector<Scalar> b = bias();
+    Matrix<Scalar> r;
+    kernel_.RetrievalAndValue(weights(), &b, Eval(), v, &r, values);
+    grad = kernel_.q * v - r;
+  }
+  // No per-sample data (the bias is per visible unit): any subset of a batch's
+  // columns may be evaluated.
+  bool SupportsSubsets() const override { return true; }
   void HessianVectorProduct(ConstMatrixRef<Scalar> v, ConstMatrixRef<Scalar> dv,
                             MatrixRef<Scalar> out) const override {
     internal::CheckBatch("RbmEnergy::HessianVectorProduct(v)", v, n_);

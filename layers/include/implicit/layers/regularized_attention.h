@@ -30,7 +30,9 @@
 //   implicit::PicardSolver<double>().Solve(map, queries);   // d x B, in place
 //
 // Patterns can be masked (SetPatternMask): a masked pattern's score is -inf,
-// so it gets exactly zero weight.
+// so it gets exactly zero weight. The mask is shared by every sample, so
+// SupportsSubsets() is true; CccpUpdateAndValue / GradientAndValue give E with
+// the update from one score GEMM and one entmax pass.
 #pragma once
 
 #include <implicit/core/energy.h>
@@ -170,6 +172,26 @@ class SparseHopfieldEnergy : public Energy<Scalar> {
     out.noalias() = patterns() * p;
   }
 
+  // The CCCP update X p and E from one score GEMM and one entmax pass.
+  void CccpUpdateAndValue(ConstMatrixRef<Scalar> xi, MatrixRef<Scalar> out,
+                          VectorRef<Scalar> values) const override {
+    internal::CheckShape("SparseHopfieldEnergy::CccpUpdateAndValue(out)", out, xi.rows(), xi.cols());
+    Matrix<Scalar> p(num_patterns(), xi.cols());
+    WeightsAndValues(xi, p, values, "SparseHopfieldEnergy::CccpUpdateAndValue(values)");
+    out.noalias() = patterns() * p;
+  }
+  // grad E = xi - X p and E, with the work of one CCCP update.
+  void GradientAndValue(ConstMatrixRef<Scalar> xi, MatrixRef<Scalar> grad,
+                        VectorRef<Scalar> values) const override {
+    internal::CheckShape("SparseHopfieldEnergy::GradientAndValue(grad)", grad, xi.rows(), xi.cols());
+    Matrix<Scalar> p(num_patterns(), xi.cols());
+    WeightsAndValues(xi, p, values, "SparseHopfieldEnergy::GradientAndValue(values)");
+    grad = xi;
+    grad.noalias() -= patterns() * p;
+  }
+  // The pattern mask is shared by all samples: no per-sample data.
+  bool SupportsSubsets() const override { return true; }
+
   void HessianVectorProduct(ConstMatrixRef<Scalar> xi, ConstMatrixRef<Scalar> v,
                             MatrixRef<Scalar> out) const override {
     internal::CheckShape("SparseHopfieldEnergy::HessianVectorProduct(v)", v, xi.rows(), xi.cols());
@@ -211,6 +233,20 @@ class SparseHopfieldEnergy : public Energy<Scalar> {
   }
 
  private:
+  // p = entmax(s) and values = E from the scores s = beta X^T xi (one GEMM).
+  void WeightsAndValues(ConstMatrixRef<Scalar> xi, Matrix<Scalar>& p, VectorRef<Scalar> values,
+                        const char* values_name) const {
+    internal::CheckBatch("SparseHopfieldEnergy(xi)", xi, dimension());
+    internal::CheckShape(values_name, values, xi.cols(), 1);
+    Matrix<Scalar> s(num_patterns(), xi.cols());
+    Scores(xi, s);
+    const Scalar a = alpha();
+    entmax::Entmax<Scalar>(s, a, p);
+    Vector<Scalar> conj(xi.cols());
+    entmax::Conjugate<Scalar>(s, p, a, conj);
+    values = Scalar(0.5) * xi.colwise().squaredNorm().transpose() - conj / beta();
+  }
+
   Options options_;
   ParameterSet<Scalar> params_;
   std::vector<bool> mask_;

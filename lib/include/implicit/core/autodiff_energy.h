@@ -38,6 +38,8 @@
 // so a gradient of an energy whose own cost grows like n costs O(n^2): fine
 // for prototyping and for checking closed-form layers, not for large states.
 // Built-in layers implement the same products in closed form at O(C).
+// GradientAndValue costs what Gradient costs (E is the duals' value part), and
+// SupportsSubsets() is true: E has no per-sample input.
 #pragma once
 
 #include <implicit/core/energy.h>
@@ -140,6 +142,37 @@ class AutoDiffEnergy : public Energy<Scalar> {
       });
     }
   }
+
+  // The gradient's dual evaluations carry E in their value part: no extra
+  // evaluation for the value.
+  void GradientAndValue(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> grad,
+                        VectorRef<Scalar> values) const override {
+    internal::CheckBatch("AutoDiffEnergy::GradientAndValue(x)", x, dimension_);
+    internal::CheckShape("AutoDiffEnergy::GradientAndValue(grad)", grad, x.rows(), x.cols());
+    internal::CheckShape("AutoDiffEnergy::GradientAndValue(values)", values, x.cols(), 1);
+    const Vector<Dual> theta = Lift<Dual>(parameters_.values());
+    for (Index b = 0; b < x.cols(); ++b) {
+      Vector<Dual> xd = Lift<Dual>(x.col(b));
+      ForEachChunk(dimension_, [&](Index c, Index len) {
+        for (Index k = 0; k < len; ++k) xd(c + k).v[k] = Scalar(1);
+        const Dual e = functor_(xd, theta);
+        if (c == 0) values(b) = e.a;
+        for (Index k = 0; k < len; ++k) {
+          grad(c + k, b) = e.v[k];
+          xd(c + k).v[k] = Scalar(0);
+        }
+      });
+    }
+  }
+  // x - grad E (Energy's default CCCP update) and E.
+  void CccpUpdateAndValue(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> out,
+                          VectorRef<Scalar> values) const override {
+    GradientAndValue(x, out, values);
+    out = x - out;
+  }
+  // E depends on x and theta only (no per-sample input): any subset of a
+  // batch's columns may be evaluated.
+  bool SupportsSubsets() const override { return true; }
 
   void HessianVectorProduct(ConstMatrixRef<Scalar> x, ConstMatrixRef<Scalar> v,
                             MatrixRef<Scalar> out) const override {

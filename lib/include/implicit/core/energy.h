@@ -62,6 +62,28 @@ class Energy {
     out = x - out;
   }
 
+  // ---- One pass for several quantities (optional, for speed) --------------
+  // Energy-guarded solvers need E at every point where they evaluate the map.
+  // Energies whose update and value share work (the attention energies: one
+  // score GEMM gives both lse and softmax) override these; the defaults make
+  // two calls. values is B x 1, out/grad dimension() x B.
+  virtual void CccpUpdateAndValue(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> out,
+                                  VectorRef<Scalar> values) const {
+    CccpUpdate(x, out);
+    Value(x, values);
+  }
+  virtual void GradientAndValue(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> grad,
+                                VectorRef<Scalar> values) const {
+    Gradient(x, grad);
+    Value(x, values);
+  }
+
+  // Active set: true when the energy is the same function of every sample
+  // (no per-sample inputs, masks or clamps), so that it may be evaluated on any
+  // subset of a batch's columns. Solvers then evaluate only the samples still
+  // iterating. The default, false, is safe for every energy.
+  virtual bool SupportsSubsets() const { return false; }
+
   // ---- Training -----------------------------------------------------------
   // Number of trainable parameters theta (0: none).
   virtual Index num_parameters() const { return 0; }

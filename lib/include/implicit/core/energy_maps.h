@@ -73,6 +73,12 @@ class GradientStepMap : public FixedPointMap<Scalar> {
     out *= -step_;
   }
   const Energy<Scalar>* energy() const override { return &energy_; }
+  void EvaluateWithEnergy(ConstMatrixRef<Scalar> z, MatrixRef<Scalar> out,
+                          VectorRef<Scalar> energies) const override {
+    energy_.GradientAndValue(z, out, energies);
+    out = z - step_ * out;
+  }
+  bool SupportsSubsets() const override { return energy_.SupportsSubsets(); }
 
  private:
   const Energy<Scalar>& energy_;
@@ -87,6 +93,10 @@ class CccpMap : public GradientStepMap<Scalar> {
       : GradientStepMap<Scalar>(energy, Scalar(1)) {}
   void Evaluate(ConstMatrixRef<Scalar> z, MatrixRef<Scalar> out) const override {
     this->energy()->CccpUpdate(z, out);
+  }
+  void EvaluateWithEnergy(ConstMatrixRef<Scalar> z, MatrixRef<Scalar> out,
+                          VectorRef<Scalar> energies) const override {
+    this->energy()->CccpUpdateAndValue(z, out, energies);
   }
 };
 

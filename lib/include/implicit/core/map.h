@@ -87,8 +87,28 @@ class FixedPointMap {
   }
 
   // The energy this map was built from (energy_maps.h), or nullptr. Energy
-  // minimisers (L-BFGS, gradient flow) require one.
+  // minimisers (L-BFGS, gradient flow) require one; Picard, Anderson and
+  // Broyden use it as a merit function (energy-guarded steps, stall rule).
   virtual const Energy<Scalar>* energy() const { return nullptr; }
+
+  // out = f(z) and energies(b) = E(z_b) (E = *energy()) at the same points.
+  // Only called when energy() != nullptr. The default makes two calls; maps
+  // whose f and E share work (CccpMap over the attention energies: one score
+  // GEMM for both) override it.
+  virtual void EvaluateWithEnergy(ConstMatrixRef<Scalar> z, MatrixRef<Scalar> out,
+                                  VectorRef<Scalar> energies) const {
+    Evaluate(z, out);
+    energy()->Value(z, energies);
+  }
+
+  // ---- Active set (optional) -----------------------------------------------
+  // True when f is the same function for every sample, so that Evaluate (and
+  // EvaluateWithEnergy) may be called on any subset of the batch's columns:
+  // solvers then evaluate only the samples still iterating, compacted into
+  // one block. Maps with per-sample data (an input injection, per-sample
+  // masks or clamps) keep the default, false, and are always evaluated on the
+  // whole batch.
+  virtual bool SupportsSubsets() const { return false; }
 };
 
 }  // namespace implicit

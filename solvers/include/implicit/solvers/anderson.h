@@ -1,34 +1,35 @@
-// Anderson acceleration (type II, "Anderson mixing") for z = f(z).
+// Anderson acceleration (type II, "Anderson mixing") for z = f(z), guarded.
 //
 // Each sample keeps its own short history of the last `memory` differences of
 // iterates dZ = [z_i+1 - z_i] and of residuals dG = [g_i+1 - g_i], with
 // g(z) = f(z) - z, and solves its own small regularised least-squares problem
 //
 //   gamma = argmin_gamma |g_k - dG gamma|^2 + lambda |gamma|^2
-//   z_k+1 = z_k + beta g_k - (dZ + beta dG) gamma          (beta = mixing)
+//   q     = beta g_k - (dZ + beta dG) gamma          (beta = mixing)
 //
-// (with an empty history this is the damped Picard step z + beta g). One
-// evaluation of f per iteration; memory 2 n m B scalars plus an m x m Gram
-// matrix per sample, all allocated before the loop (the loop never touches the
-// heap). For a linear map Anderson with full memory reproduces GMRES, so it
-// usually needs far fewer iterations than Picard on slowly contracting maps.
+// q is the Anderson step from z_k (with an empty history, the damped Picard
+// step beta g). Memory: 2 n m B scalars plus an m x m Gram matrix per
+// sample, all allocated before the loop (the loop never touches the heap).
+// For a linear map Anderson with full memory reproduces GMRES.
 //
-// Safeguards (each one a per-sample restart = the sample's history is cleared):
+// The step is guarded (internal/guarded_step.h, ../shared/ACCELERATION.md):
+//  * maps with an energy (CccpMap, GradientStepMap, the Energy Transformer's
+//    map): E is the merit function. q must be a descent direction; the trial
+//    points z + (1 - tau) beta g + tau q (tau = 1, 1/2, ...) must decrease E by
+//    sufficient_decrease * beta |g|^2 / 2; otherwise the safe step z + beta g
+//    is taken and the history cleared. The accepted iterates never increase E,
+//    and a root-finder's pull towards saddles of E is refused: Anderson ends
+//    at minima, like the safe step it accelerates. A trial's E comes with its
+//    f from one evaluation; an accepted trial costs nothing more.
+//  * maps without an energy: a trial whose residual exceeds residual_factor x
+//    the sample's best residual is rejected the same way.
 //  * relative ridge: lambda = ridge * trace(dG^T dG) / k scales with the
-//    history, so it keeps regularising as residuals shrink (an absolute ridge
-//    would dominate dG^T dG near convergence and stall the method);
-//  * ill-conditioned history: restart when a Cholesky pivot of the k x k
-//    system falls to condition_limit * (its largest diagonal entry) or below
-//    (e.g. a rank-deficient history: repeated directions, or f constant in
-//    some directions); never a NaN from a singular system;
-//  * bad extrapolation: restart from the sample's best iterate when its
-//    residual exceeds restart_factor x its best residual, and fall back to
-//    plain mixing steps z + beta g (history recorded, not used) until the
-//    residual drops below that best residual again, and for at least
-//    plain_steps_after_restart steps. Without the fallback Anderson can cycle
-//    forever around a local minimum of |f(z) - z| that is not a fixed point
-//    (seen on the modern Hopfield map near a saddle of the energy, where the
-//    plain CCCP steps escape and converge).
+//    history (an absolute ridge would dominate near convergence and stall);
+//  * ill-conditioned history: the history is cleared when a Cholesky pivot of
+//    the k x k system falls to condition_limit x its largest diagonal entry
+//    (never a NaN from a singular system).
+// Summary::sample_accelerated_steps / sample_backtracks / sample_fallbacks
+// count what the guard did per sample; only active samples are evaluated.
 //
 //   implicit::AndersonSolver<double>::Options options;
 //   options.memory = 5;
@@ -37,7 +38,9 @@
 //   implicit::Summary summary = solver.Solve(map, z);   // z: n x B, updated in place
 #pragma once
 
+#include <implicit/solvers/internal/batch_evaluator.h>
 #include <implicit/solvers/internal/batch_monitor.h>
+#include <implicit/solvers/internal/guarded_step.h>
 #include <implicit/solvers/solver.h>
 
 #include <algorithm>
@@ -51,7 +54,7 @@ namespace implicit {
 template <typename Scalar>
 class AndersonSolver : public Solver<Scalar> {
  public:
-  struct Options : SolverOptions {
+  struct Options : SolverOptions, internal::GuardOptions {
     // m: the number of (dZ, dG) difference pairs each sample keeps (the oldest
     // is overwritten when full). >= 1.
     int memory = 5;
@@ -64,27 +67,20 @@ class AndersonSolver : public Solver<Scalar> {
     // Being relative it scales with the residuals; an absolute ridge would
     // swamp dG^T dG at small residuals and stall the method. Finite and >= 0.
     double ridge = 1e-10;
-    // Safeguard: when a sample's residual |f(z_b) - z_b| exceeds
-    // restart_factor x its best residual so far, the sample's history is
-    // cleared and it restarts from its best iterate (f is re-evaluated there
-    // on the next iteration). 0 disables the safeguard; otherwise >= 1.
-    double restart_factor = 10.0;
-    // After such a restart, the least number of plain mixing steps z + beta g
-    // taken before extrapolating again; the fallback lasts until the residual
-    // is below the best residual at the restart (the history is kept). >= 0.
-    int plain_steps_after_restart = 5;
     // Ill-conditioning test: during the Cholesky factorisation of the ridged
-    // k x k system M, the history is cleared (and a plain mixing step taken)
+    // k x k system M, the history is cleared (and the safe step taken)
     // when a pivot d_j = M_jj - sum_{l<j} L_jl^2 satisfies
     // d_j <= condition_limit * max_i M_ii (or is not finite). The ratio
     // approximates 1/cond(M) = 1/cond(dG)^2. In [0, 1); the default,
     // 100 x machine epsilon of Scalar, only catches numerically singular
     // systems (in double the relative ridge acts first).
     double condition_limit = 100.0 * static_cast<double>(std::numeric_limits<Scalar>::epsilon());
+    // The guard (sufficient_decrease, max_backtracks, backtrack_factor,
+    // residual_factor) is described at the top of this file.
 
     // Checks every field (the shared ones first); on failure names the field in *error.
     bool IsValid(std::string* error) const {
-      if (!SolverOptions::IsValid(error)) return false;
+      if (!SolverOptions::IsValid(error) || !GuardOptions::IsValid(error)) return false;
       auto fail = [error](const std::string& message) {
         if (error != nullptr) *error = message;
         return false;
@@ -94,12 +90,6 @@ class AndersonSolver : public Solver<Scalar> {
         return fail("mixing must be finite and > 0, got " + std::to_string(mixing));
       if (!(ridge >= 0.0) || !std::isfinite(ridge))
         return fail("ridge must be finite and >= 0, got " + std::to_string(ridge));
-      if (!(restart_factor == 0.0 || restart_factor >= 1.0) || std::isnan(restart_factor))
-        return fail("restart_factor must be 0 (off) or >= 1, got " +
-                    std::to_string(restart_factor));
-      if (plain_steps_after_restart < 0)
-        return fail("plain_steps_after_restart must be >= 0, got " +
-                    std::to_string(plain_steps_after_restart));
       if (!(condition_limit >= 0.0 && condition_limit < 1.0))
         return fail("condition_limit must be in [0, 1), got " + std::to_string(condition_limit));
       return true;
@@ -118,48 +108,26 @@ class AndersonSolver : public Solver<Scalar> {
     monitor.Begin(map, z);
     const Index n = z.rows(), batch = z.cols(), m = options_.memory;
     const Scalar beta = static_cast<Scalar>(options_.mixing);
+    internal::BatchEvaluator<Scalar> evaluator(map, batch, internal::UsesEnergy(options_, map));
+    internal::GuardedStepper<Scalar> stepper(options_, n, batch, beta);
 
     // ---- all memory, allocated once -------------------------------------
-    Matrix<Scalar> fz(n, batch);
+    Matrix<Scalar> fz(n, batch), q(n, batch);           // f(z), proposed steps
+    Vector<Scalar> e(batch);                            // E(z) (maps with an energy)
+    Vector<Scalar>* energies = evaluator.with_energy() ? &e : nullptr;
     Matrix<Scalar> z_prev(n, batch), g_prev(n, batch);  // last iterate and its residual
     Matrix<Scalar> dz(n, m * batch), dg(n, m * batch);  // sample b: columns [b m, b m + m)
     Matrix<double> gram(m, m * batch);                  // dG^T dG of sample b: block b
     Matrix<double> chol(m, m);                          // ridged system, then its factor
     Vector<double> rhs(m), gamma(m);
     std::vector<int> count(batch, 0), next(batch, 0);   // stored pairs, next slot to write
-    std::vector<char> has_prev(batch, 0);
-    std::vector<int> plain_left(batch, 0);              // fallback: plain steps still due
-    std::vector<double> fallback_until(batch, -1.0);    // fallback while residual >= this
-    int restarts = 0;
+    std::vector<char> has_prev(batch, 0), proposal(batch, 0);
 
-    auto clear_history = [&](Index b) {
-      count[b] = 0;
-      next[b] = 0;
-      ++restarts;
-    };
-
-    map.Evaluate(z, fz);
-    monitor.CountEvaluations();
-    while (monitor.Observe(z, fz)) {
-      for (Index b = 0; b < batch; ++b) {
-        if (!monitor.active(b)) continue;
+    evaluator.Evaluate(z, monitor.active_columns(), fz, energies, &monitor);
+    while (monitor.Observe(z, fz, energies)) {
+      for (Index b : monitor.active_columns()) {
         auto zb = z.col(b);
         const Index base = b * m;
-
-        // Safeguard: a bad extrapolation sends the sample back to its best iterate.
-        const double r = static_cast<double>((fz.col(b) - zb).norm());
-        const bool in_fallback = fallback_until[b] >= 0.0;
-        if (in_fallback && plain_left[b] == 0 && r < fallback_until[b]) fallback_until[b] = -1.0;
-        if (!in_fallback && options_.restart_factor > 0.0 && has_prev[b] &&
-            r > options_.restart_factor * monitor.best_residual(b)) {
-          clear_history(b);
-          has_prev[b] = 0;
-          plain_left[b] = options_.plain_steps_after_restart;
-          fallback_until[b] = monitor.best_residual(b);
-          zb = monitor.best_iterate(b);
-          continue;
-        }
-
         // Push the newest difference pair into the ring and update the Gram block.
         if (has_prev[b]) {
           const Index slot = next[b];
@@ -178,28 +146,27 @@ class AndersonSolver : public Solver<Scalar> {
         has_prev[b] = 1;
         auto gb = g_prev.col(b);
 
+        // The proposal q = beta g - (dZ + beta dG) gamma (the Anderson step from z).
         const Index k = count[b];
-        bool extrapolate = k > 0 && fallback_until[b] < 0.0;
-        if (plain_left[b] > 0) --plain_left[b];
-        if (extrapolate) {
-          for (Index i = 0; i < k; ++i) rhs(i) = static_cast<double>(dg.col(base + i).dot(gb));
-          extrapolate = SolveGram(gram.block(0, base, k, k), k, &chol, &rhs, &gamma);
-          if (!extrapolate) clear_history(b);
+        proposal[b] = 0;
+        if (k == 0) continue;
+        for (Index i = 0; i < k; ++i) rhs(i) = static_cast<double>(dg.col(base + i).dot(gb));
+        if (!SolveGram(gram.block(0, base, k, k), k, &chol, &rhs, &gamma)) {
+          count[b] = next[b] = 0;  // ill-conditioned history: safe step, fresh history
+          continue;
         }
-        zb += beta * gb;
-        if (extrapolate) {
-          for (Index i = 0; i < k; ++i) {
-            const Scalar c = static_cast<Scalar>(gamma(i));
-            zb -= c * (dz.col(base + i) + beta * dg.col(base + i));
-          }
+        q.col(b) = beta * gb;
+        for (Index i = 0; i < k; ++i) {
+          q.col(b) -= static_cast<Scalar>(gamma(i)) * (dz.col(base + i) + beta * dg.col(base + i));
         }
+        proposal[b] = 1;
       }
-      map.Evaluate(z, fz);
-      monitor.CountEvaluations();
+      stepper.Step(z, fz, energies, q, proposal, &evaluator, &monitor);
+      for (Index b : monitor.active_columns()) {
+        if (proposal[b] && !stepper.accelerated(b)) count[b] = next[b] = 0;  // fell back
+      }
     }
-    Summary summary = monitor.Finish(z);
-    if (restarts > 0) summary.message += "; " + std::to_string(restarts) + " history restarts";
-    return summary;
+    return monitor.Finish(z);
   }
 
  private:

@@ -5,13 +5,17 @@
 // The simplest solver and the baseline of every comparison: one evaluation of
 // f per iteration, no memory beyond the batch, converges linearly for a
 // contraction (any 0 < damping <= 1), and for non-expansive maps when
-// damping < 1.
+// damping < 1. Only the samples still iterating are evaluated when the map
+// SupportsSubsets(). On a CCCP map (damping 1) every step decreases the
+// energy by at least half its squared residual, and Picard is repelled from
+// saddles of E: it is the safe step the accelerated solvers fall back to.
 //
 //   implicit::PicardSolver<double>::Options options;
 //   options.damping = 0.5;
 //   implicit::Summary s = implicit::PicardSolver<double>(options).Solve(map, z);
 #pragma once
 
+#include <implicit/solvers/internal/batch_evaluator.h>
 #include <implicit/solvers/internal/batch_monitor.h>
 #include <implicit/solvers/solver.h>
 
@@ -45,16 +49,15 @@ class PicardSolver : public Solver<Scalar> {
   Summary Solve(const FixedPointMap<Scalar>& map, MatrixRef<Scalar> z) const override {
     internal::BatchMonitor<Scalar> monitor(options_, name());
     monitor.Begin(map, z);
+    internal::BatchEvaluator<Scalar> evaluator(map, z.cols(), internal::UsesEnergy(options_, map));
     Matrix<Scalar> fz(z.rows(), z.cols());
+    Vector<Scalar> e(z.cols());
+    Vector<Scalar>* energies = evaluator.with_energy() ? &e : nullptr;
     const Scalar damping = static_cast<Scalar>(options_.damping);
-    map.Evaluate(z, fz);
-    monitor.CountEvaluations();
-    while (monitor.Observe(z, fz)) {
-      for (Index b = 0; b < z.cols(); ++b) {
-        if (monitor.active(b)) z.col(b) += damping * (fz.col(b) - z.col(b));
-      }
-      map.Evaluate(z, fz);
-      monitor.CountEvaluations();
+    evaluator.Evaluate(z, monitor.active_columns(), fz, energies, &monitor);
+    while (monitor.Observe(z, fz, energies)) {
+      for (Index b : monitor.active_columns()) z.col(b) += damping * (fz.col(b) - z.col(b));
+      evaluator.Evaluate(z, monitor.active_columns(), fz, energies, &monitor);
     }
     return monitor.Finish(z);
   }

@@ -15,8 +15,11 @@
 //
 // Never a false "converged": a NaN or Inf makes a sample kNonFinite and its
 // column is reset to the best finite iterate. Every sample that did not
-// converge is returned at its best iterate (smallest residual seen). Bad
-// options, mismatched shapes and empty batches throw std::invalid_argument.
+// converge is returned at its best iterate: the lowest-energy one when the
+// solver uses the map's energy (SolverOptions::use_energy), else the
+// smallest-residual one. Solvers evaluate only the samples still iterating
+// when the map SupportsSubsets() (an active set). Bad options, mismatched
+// shapes and empty batches throw std::invalid_argument.
 #pragma once
 
 #include <implicit/core/map.h>
@@ -34,7 +37,7 @@ enum class TerminationType {
   kMaxIterations,  // iteration budget spent first
   kDiverged,       // residual grew past divergence_threshold x initial residual
   kNonFinite,      // NaN or Inf in the state or the map's value
-  kStalled,        // no new best residual in max_stall_iterations iterations
+  kStalled,        // no progress (residual or energy) in max_stall_iterations iterations
   kUserAbort,      // the iteration callback asked to stop
   kInvalidInput,   // the problem could not be posed (reported, e.g., by apps)
   kFailure,        // the method itself broke down (e.g. a singular inner solve)
@@ -65,9 +68,18 @@ struct SolverOptions {
   double absolute_tolerance = 1e-8;
   // ... or when |f(z_b) - z_b|_2 <= relative_tolerance * |f(z_b)|_2 (0 = off).
   double relative_tolerance = 0.0;
-  // Sample b stalled when its best residual has not decreased for this many
-  // consecutive iterations (0 = never declare a stall).
+  // Sample b stalled when it made no progress for this many consecutive
+  // iterations (0 = never declare a stall). Progress is a new smallest
+  // residual or, when the solver uses the map's energy (use_energy), a new
+  // lowest energy: energy-descent methods may raise the residual for a long
+  // while as they pass a saddle region, and that is not a stall.
   int max_stall_iterations = 50;
+  // For maps with an energy (map.energy() != nullptr): evaluate E with f at
+  // every iterate (free for CccpMap over the attention energies: the same
+  // score GEMM), judge stalls by it, return an unconverged sample at its
+  // lowest-energy iterate, and guard accelerated steps with it (anderson,
+  // broyden). false: residual only, as for maps without an energy.
+  bool use_energy = true;
   // Sample b diverged when its residual exceeds divergence_threshold times its
   // initial residual (and is above the tolerance).
   double divergence_threshold = 1e8;
@@ -109,6 +121,17 @@ struct Summary {
   std::vector<TerminationType> sample_status;
   std::vector<double> sample_residual;   // final absolute residual
   std::vector<int> sample_iterations;    // iterations until the sample stopped
+  // Columns of f evaluated for sample b (trial points included). Solvers
+  // evaluate only the samples still iterating when the map SupportsSubsets(),
+  // so total_sample_evaluations() can be far below function_evaluations x B.
+  std::vector<int> sample_evaluations;
+  // Energy-guarded acceleration (anderson, broyden), per sample: accelerated
+  // steps accepted, trial points rejected (each followed by a shorter trial),
+  // and safe steps f(z) taken instead of an accelerated one (after a failed
+  // descent gate or when no trial point passed; the history is then cleared).
+  std::vector<int> sample_accelerated_steps;
+  std::vector<int> sample_backtracks;
+  std::vector<int> sample_fallbacks;
 
   std::vector<TraceEntry> trace;  // when Options::record_trace
   double wall_time_seconds = 0.0;
@@ -116,6 +139,7 @@ struct Summary {
   bool IsConverged() const { return termination_type == TerminationType::kConverged; }
   int num_samples() const { return static_cast<int>(sample_status.size()); }
   int num_converged() const;
+  long long total_sample_evaluations() const;
   // One line: solver, status, iterations, evaluations, residual, time.
   std::string BriefReport() const;
   // Several lines, including per-status sample counts.

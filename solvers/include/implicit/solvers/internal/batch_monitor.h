@@ -1,11 +1,25 @@
 // Per-sample bookkeeping shared by every forward solver (internal).
 //
-// A solver evaluates f on the whole batch, hands (z, f(z)) to Observe(), and
-// updates only the columns that are still active(). The monitor decides
-// convergence, divergence, stalls and non-finite values per sample, keeps each
-// sample's best iterate, records the trace, calls the user callback, and in
-// Finish() writes the best iterate back for every sample that did not converge.
-// All memory is allocated in Begin(); Observe() does not allocate.
+// A solver evaluates f (and, for maps with an energy, E) at its iterates,
+// hands (z, f(z), E(z)) to Observe(), and updates only the samples that are
+// still active(). The monitor decides convergence, divergence, stalls and
+// non-finite values per sample, keeps the iterate each unconverged sample is
+// returned at, counts work, records the trace, calls the user callback, and in
+// Finish() writes the kept iterates back. All memory is allocated in Begin();
+// Observe() does not allocate.
+//
+// Two ways of judging progress:
+//  * residual only (maps without an energy, or SolverOptions::use_energy off):
+//    a sample stalls when its residual has not set a new record for
+//    max_stall_iterations iterations; an unconverged sample is returned at
+//    its smallest-residual iterate;
+//  * with the energy (Observe() given E): a sample stalls only when NEITHER its
+//    energy NOR its residual has set a new record (beyond rounding) for
+//    max_stall_iterations iterations — energy-descent methods may raise the
+//    residual for a long while as they leave a saddle region while E keeps
+//    falling, and that is progress. An unconverged sample is returned at its
+//    lowest-energy iterate (for the energy-monotone solvers, the current one),
+//    never at an older iterate that merely had a smaller residual.
 #pragma once
 
 #include <implicit/core/map.h>
@@ -35,30 +49,53 @@ class BatchMonitor {
     CheckBatch((summary_.solver + ": initial state z").c_str(), z, map.dimension());
     start_ = std::chrono::steady_clock::now();
     const Index batch = z.cols();
-    best_z_ = z;
-    best_residual_.assign(batch, std::numeric_limits<double>::infinity());
-    best_relative_.assign(batch, std::numeric_limits<double>::infinity());
+    kept_z_ = z;
+    const double inf = std::numeric_limits<double>::infinity();
+    record_residual_.assign(batch, inf);
+    record_energy_.assign(batch, inf);
+    kept_residual_.assign(batch, inf);
+    kept_relative_.assign(batch, inf);
     initial_residual_.assign(batch, 0.0);
     stall_count_.assign(batch, 0);
     active_.assign(batch, 1);
+    active_columns_.resize(batch);
+    for (Index b = 0; b < batch; ++b) active_columns_[b] = b;
     num_active_ = static_cast<int>(batch);
     summary_.sample_status.assign(batch, TerminationType::kMaxIterations);
-    summary_.sample_residual.assign(batch, std::numeric_limits<double>::infinity());
+    summary_.sample_residual.assign(batch, inf);
     summary_.sample_iterations.assign(batch, 0);
+    summary_.sample_evaluations.assign(batch, 0);
+    summary_.sample_accelerated_steps.assign(batch, 0);
+    summary_.sample_backtracks.assign(batch, 0);
+    summary_.sample_fallbacks.assign(batch, 0);
     if (options_.record_trace) summary_.trace.reserve(options_.max_iterations + 1);
     iteration_ = -1;
   }
 
   bool active(Index b) const { return active_[b] != 0; }
   int num_active() const { return num_active_; }
+  // The active samples' column indices, ascending (refreshed by Observe()).
+  const std::vector<Index>& active_columns() const { return active_columns_; }
   int iteration() const { return iteration_; }
-  double best_residual(Index b) const { return best_residual_[b]; }
-  // Column b's best iterate so far (for solvers that restart from it).
-  auto best_iterate(Index b) const { return best_z_.col(b); }
+  // The smallest residual sample b has had so far.
+  double best_residual(Index b) const { return record_residual_[b]; }
   const SolverOptions& options() const { return options_; }
 
-  void CountEvaluations(int n = 1) { summary_.function_evaluations += n; }
+  // A batch evaluation of f over all B columns.
+  void CountEvaluations(int n = 1) {
+    summary_.function_evaluations += n;
+    for (int& e : summary_.sample_evaluations) e += n;
+  }
+  // A batch evaluation of f over the listed columns only.
+  void CountEvaluations(const std::vector<Index>& columns) {
+    ++summary_.function_evaluations;
+    for (Index b : columns) ++summary_.sample_evaluations[b];
+  }
   void CountJacobianProducts(int n = 1) { summary_.jacobian_products += n; }
+  // Energy-guarded acceleration statistics of sample b.
+  void CountAcceleratedStep(Index b) { ++summary_.sample_accelerated_steps[b]; }
+  void CountBacktrack(Index b) { ++summary_.sample_backtracks[b]; }
+  void CountFallback(Index b) { ++summary_.sample_fallbacks[b]; }
 
   // Ends sample b with `status` (e.g. kFailure when a solver's inner step broke).
   void StopSample(Index b, TerminationType status) {
@@ -69,9 +106,11 @@ class BatchMonitor {
     summary_.sample_iterations[b] = std::max(iteration_, 0);
   }
 
-  // Observes iteration k's state z and its image fz = f(z) (both n x B).
+  // Observes iteration k's state z and its image fz = f(z) (both n x B) and,
+  // when energies != nullptr, E(z) (B x 1). Only active columns are read.
   // Returns true while some sample is still active.
-  bool Observe(ConstMatrixRef<Scalar> z, ConstMatrixRef<Scalar> fz) {
+  bool Observe(ConstMatrixRef<Scalar> z, ConstMatrixRef<Scalar> fz,
+               const Vector<Scalar>* energies = nullptr) {
     ++iteration_;
     double max_residual = 0.0, sum_residual = 0.0;
     const Index batch = z.cols();
@@ -84,24 +123,37 @@ class BatchMonitor {
       }
       const double r = static_cast<double>((fz.col(b) - z.col(b)).norm());
       const double f_norm = static_cast<double>(fz.col(b).norm());
+      const double e = energies != nullptr ? static_cast<double>((*energies)(b)) : 0.0;
       summary_.sample_residual[b] = r;
-      if (!std::isfinite(r) || !std::isfinite(f_norm) || !z.col(b).allFinite()) {
+      if (!std::isfinite(r) || !std::isfinite(f_norm) || !std::isfinite(e) ||
+          !z.col(b).allFinite()) {
         StopSample(b, TerminationType::kNonFinite);
         continue;
       }
       max_residual = std::max(max_residual, r);
       sum_residual += r;
       if (iteration_ == 0) initial_residual_[b] = r;
-      if (r < best_residual_[b]) {
-        best_residual_[b] = r;
-        best_relative_[b] = f_norm > 0 ? r / f_norm : r;
-        best_z_.col(b) = z.col(b);
-        stall_count_[b] = 0;
-      } else {
-        ++stall_count_[b];
+      const bool residual_record = r < record_residual_[b];
+      if (residual_record) record_residual_[b] = r;
+      bool keep = residual_record;
+      bool progress = residual_record;
+      if (energies != nullptr) {
+        // A new energy record counts as progress only beyond rounding; the
+        // kept iterate is the lowest-energy one (ties: the later one).
+        const double slack = 16.0 * std::numeric_limits<Scalar>::epsilon() * (1.0 + std::abs(e));
+        progress = progress || e < record_energy_[b] - slack;
+        keep = e <= record_energy_[b];
+        if (keep) record_energy_[b] = e;
       }
+      if (keep) {
+        kept_residual_[b] = r;
+        kept_relative_[b] = f_norm > 0 ? r / f_norm : r;
+        kept_z_.col(b) = z.col(b);
+      }
+      stall_count_[b] = progress ? 0 : stall_count_[b] + 1;
       if (r <= options_.absolute_tolerance ||
           r <= options_.relative_tolerance * f_norm) {
+        kept_relative_[b] = f_norm > 0 ? r / f_norm : r;
         StopSample(b, TerminationType::kConverged);
       } else if (iteration_ > 0 &&
                  r > options_.divergence_threshold *
@@ -140,25 +192,29 @@ class BatchMonitor {
         loop_end_ = TerminationType::kUserAbort;
       }
     }
+    // Refresh the active list in place (never grows: no allocation).
+    active_columns_.clear();
+    for (Index b = 0; b < batch; ++b)
+      if (active(b)) active_columns_.push_back(b);
     return num_active_ > 0;
   }
 
-  // Writes each unconverged sample's best finite iterate back into z and
-  // returns the completed Summary.
+  // Writes each unconverged sample's kept iterate back into z and returns the
+  // completed Summary.
   Summary Finish(MatrixRef<Scalar> z) {
     const Index batch = z.cols();
     double max_abs = 0.0, max_rel = 0.0;
     for (Index b = 0; b < batch; ++b) {
       if (active(b)) StopSample(b, TerminationType::kMaxIterations);
       if (summary_.sample_status[b] != TerminationType::kConverged &&
-          std::isfinite(best_residual_[b])) {
-        z.col(b) = best_z_.col(b);
-        summary_.sample_residual[b] = best_residual_[b];
+          std::isfinite(kept_residual_[b])) {
+        z.col(b) = kept_z_.col(b);
+        summary_.sample_residual[b] = kept_residual_[b];
       }
       const double r = summary_.sample_residual[b];
       max_abs = std::isfinite(r) ? std::max(max_abs, r)
                                  : std::numeric_limits<double>::infinity();
-      const double rel = best_relative_[b];
+      const double rel = kept_relative_[b];
       max_rel = std::isfinite(rel) ? std::max(max_rel, rel)
                                    : std::numeric_limits<double>::infinity();
     }
@@ -207,10 +263,13 @@ class BatchMonitor {
 
   SolverOptions options_;
   Summary summary_;
-  Matrix<Scalar> best_z_;
-  std::vector<double> best_residual_, best_relative_, initial_residual_;
+  Matrix<Scalar> kept_z_;
+  std::vector<double> record_residual_, record_energy_;  // best seen (progress tests)
+  std::vector<double> kept_residual_, kept_relative_;    // at the kept iterate
+  std::vector<double> initial_residual_;
   std::vector<int> stall_count_;
   std::vector<char> active_;
+  std::vector<Index> active_columns_;
   int num_active_ = 0;
   int iteration_ = -1;
   TerminationType loop_end_ = TerminationType::kConverged;

@@ -1,0 +1,180 @@
+// Guarded acceleration: the acceptance rule and batched backtracking that
+// Anderson and Broyden share (internal). See ../shared/ACCELERATION.md.
+//
+// Per active sample b the solver holds x = z_b, f = f(x), E = E(x) and a
+// proposal q (its accelerated step from x), or none. With r = f - x and the
+// safe step s = x + beta r (the map's own, damped step), the trial points are
+//
+//   y(tau) = x + (1 - tau) beta r + tau q,    tau = 1, t, t^2, ... t^k  (t = backtrack_factor)
+//
+// and, when none is accepted, the safe step itself (always taken). Acceptance:
+//  * maps with an energy (the merit function):
+//      E(y) <= E - c * beta |r|^2 / 2       (c = sufficient_decrease)
+//    For a CCCP map the safe step satisfies this with c = 1 (majorisation:
+//    E(T(x)) <= E(x) - |T(x) - x|^2 / 2), so the guard keeps the energy
+//    monotone and keeps the safe step's convergence. When beta |r|^2 / 2 is
+//    below the rounding of E (near convergence), the energy cannot decide and
+//    the trial is accepted when its residual is no larger than |r| and its
+//    energy no larger than E up to rounding.
+//    Before any trial, q must be a descent direction, q . r > 0 (r is -grad E
+//    for the gradient and CCCP maps); otherwise the safe step is taken.
+//  * maps without an energy: |f(y) - y| <= residual_factor * (the sample's
+//    best residual so far); residual_factor = 0 accepts every trial.
+// Each round evaluates f (and E) once, at the trial points of the samples
+// still searching only (an active set of its own); samples that accepted wait.
+// The accepted y, f(y), E(y) replace x, f, E: no second evaluation.
+#pragma once
+
+#include <implicit/solvers/internal/batch_evaluator.h>
+#include <implicit/solvers/internal/batch_monitor.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+namespace implicit {
+namespace internal {
+
+// The guard's settings; each accelerated solver's Options derives from this.
+struct GuardOptions {
+  // c of the energy test E(y) <= E - c beta |r|^2 / 2 (maps with an energy).
+  // In [0, 1]; 0 asks for plain monotonicity.
+  double sufficient_decrease = 0.5;
+  // Trial steps shortened after the full accelerated one (tau = t, ..., t^k
+  // with t = backtrack_factor) before the safe step is taken. >= 0.
+  int max_backtracks = 3;
+  // t above. In (0, 1).
+  double backtrack_factor = 0.5;
+  // Maps without an energy: a trial is rejected when its residual exceeds
+  // residual_factor x the sample's best residual. 0 (off) or >= 1.
+  double residual_factor = 10.0;
+
+  bool IsValid(std::string* error) const {
+    auto fail = [error](const std::string& message) {
+      if (error != nullptr) *error = message;
+      return false;
+    };
+    if (!(sufficient_decrease >= 0.0 && sufficient_decrease <= 1.0))
+      return fail("sufficient_decrease must be in [0, 1], got " +
+                  std::to_string(sufficient_decrease));
+    if (max_backtracks < 0)
+      return fail("max_backtracks must be >= 0, got " + std::to_string(max_backtracks));
+    if (!(backtrack_factor > 0.0 && backtrack_factor < 1.0))
+      return fail("backtrack_factor must be in (0, 1), got " + std::to_string(backtrack_factor));
+    if (!(residual_factor == 0.0 || residual_factor >= 1.0) || std::isnan(residual_factor))
+      return fail("residual_factor must be 0 (off) or >= 1, got " +
+                  std::to_string(residual_factor));
+    return true;
+  }
+};
+
+template <typename Scalar>
+class GuardedStepper {
+ public:
+  // All memory is allocated here.
+  GuardedStepper(const GuardOptions& options, Index n, Index batch, Scalar beta)
+      : options_(options), beta_(beta), y_(n, batch), fy_(n, batch), ey_(batch) {
+    y_.setZero();
+    pending_.reserve(batch);
+    next_.reserve(batch);
+    tau_.assign(batch, 0.0);
+    accelerated_.assign(batch, 0);
+  }
+
+  // One guarded step of every active sample. has_proposal[b] says whether
+  // q.col(b) holds a proposal (otherwise the safe step is taken). On return
+  // z, fz (and *e with an energy) hold the accepted points, and accelerated(b)
+  // tells whether b took an accelerated trial (false: the safe step).
+  void Step(MatrixRef<Scalar> z, MatrixRef<Scalar> fz, Vector<Scalar>* e,
+            ConstMatrixRef<Scalar> q, const std::vector<char>& has_proposal,
+            BatchEvaluator<Scalar>* evaluator, BatchMonitor<Scalar>* monitor) {
+    const bool energy = evaluator->with_energy();
+    // Maps evaluated on the whole batch see the other samples' current states.
+    if (!evaluator->supports_subsets()) y_ = z;
+    pending_.clear();
+    for (Index b : monitor->active_columns()) {
+      accelerated_[b] = 0;
+      double tau = 0.0;
+      if (has_proposal[b]) {
+        const Scalar descent = q.col(b).dot(fz.col(b) - z.col(b));
+        if (!energy || descent > Scalar(0)) {
+          tau = 1.0;
+        } else {
+          monitor->CountFallback(b);  // not a descent direction
+        }
+      }
+      tau_[b] = tau;
+      SetTrial(b, z, fz, q);
+      pending_.push_back(b);
+    }
+    while (!pending_.empty()) {
+      evaluator->Evaluate(y_, pending_, fy_, &ey_, monitor);
+      next_.clear();
+      for (Index b : pending_) {
+        if (tau_[b] == 0.0 || Accept(b, z, fz, e, energy, *monitor)) {
+          if (tau_[b] != 0.0) {
+            accelerated_[b] = 1;
+            monitor->CountAcceleratedStep(b);
+          }
+          z.col(b) = y_.col(b);
+          fz.col(b) = fy_.col(b);
+          if (energy) (*e)(b) = ey_(b);
+          continue;
+        }
+        monitor->CountBacktrack(b);
+        tau_[b] *= options_.backtrack_factor;
+        if (tau_[b] < min_tau()) {
+          tau_[b] = 0.0;  // the safe step
+          monitor->CountFallback(b);
+        }
+        SetTrial(b, z, fz, q);
+        next_.push_back(b);
+      }
+      pending_.swap(next_);
+    }
+  }
+
+  bool accelerated(Index b) const { return accelerated_[b] != 0; }
+
+ private:
+  double min_tau() const {
+    return std::pow(options_.backtrack_factor, options_.max_backtracks) * 0.999;
+  }
+
+  void SetTrial(Index b, ConstMatrixRef<Scalar> z, ConstMatrixRef<Scalar> fz,
+                ConstMatrixRef<Scalar> q) {
+    const Scalar tau = static_cast<Scalar>(tau_[b]);
+    y_.col(b) = z.col(b) + ((Scalar(1) - tau) * beta_) * (fz.col(b) - z.col(b));
+    if (tau != Scalar(0)) y_.col(b) += tau * q.col(b);
+  }
+
+  bool Accept(Index b, ConstMatrixRef<Scalar> z, ConstMatrixRef<Scalar> fz,
+              const Vector<Scalar>* e, bool energy, const BatchMonitor<Scalar>& monitor) const {
+    const double trial_residual = static_cast<double>((fy_.col(b) - y_.col(b)).norm());
+    if (!std::isfinite(trial_residual)) return false;
+    if (!energy) {
+      return options_.residual_factor == 0.0 ||
+             trial_residual <= options_.residual_factor * monitor.best_residual(b);
+    }
+    const double e_x = static_cast<double>((*e)(b)), e_y = static_cast<double>(ey_(b));
+    if (!std::isfinite(e_y)) return false;
+    const double r = static_cast<double>((fz.col(b) - z.col(b)).norm());
+    const double decrease = options_.sufficient_decrease * 0.5 * static_cast<double>(beta_) * r * r;
+    const double rounding =
+        64.0 * static_cast<double>(std::numeric_limits<Scalar>::epsilon()) * (1.0 + std::abs(e_x));
+    if (0.5 * static_cast<double>(beta_) * r * r > rounding) return e_y <= e_x - decrease;
+    return trial_residual <= r && e_y <= e_x + rounding;
+  }
+
+  const GuardOptions options_;
+  const Scalar beta_;
+  Matrix<Scalar> y_, fy_;  // trial points and f there
+  Vector<Scalar> ey_;      // E there
+  std::vector<Index> pending_, next_;
+  std::vector<double> tau_;
+  std::vector<char> accelerated_;
+};
+
+}  // namespace internal
+}  // namespace implicit

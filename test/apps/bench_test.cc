@@ -1,0 +1,199 @@
+// End-to-end runs of implicit-bench at tiny sizes: the JSON holds the machine
+// (core count, build flags), one floor per (problem, precision) and one row per
+// (problem, precision, solver) with sane counts and a positive, finite ratio to
+// the floor; bad flags are a one-line error naming the flag with exit status 2.
+// Nothing here is timed: no assertion compares speeds.
+#define BOOST_TEST_MODULE bench
+#include <boost/test/unit_test.hpp>
+
+#include "support/app_runner.h"
+
+#include <cmath>
+#include <set>
+#include <string>
+
+using implicit::testing::CountLines;
+using implicit::testing::Json;
+using implicit::testing::ReadFile;
+using implicit::testing::RunCommand;
+using implicit::testing::ScratchDir;
+
+#ifdef IMPLICIT_APP_BENCH
+namespace {
+
+const std::string kApp = IMPLICIT_APP_BENCH;
+
+const std::set<std::string> kStatuses = {"converged", "max_iterations", "diverged", "non_finite",
+                                         "stalled",   "user_abort",     "invalid_input", "failure",
+                                         "skipped"};
+
+bool PositiveFinite(const Json& v) { return v.type == Json::kNumber && std::isfinite(v.number) && v.number > 0; }
+
+// Bad arguments: exit status 2 (not a signal), one line on stderr naming `expect`.
+void ExpectUsageError(const std::string& args, const std::string& expect, int status = 2) {
+  const auto r = RunCommand(kApp + " --quiet " + args);
+  BOOST_TEST_CONTEXT("args: " << args << "\nstderr: " << r.err) {
+    BOOST_TEST(r.signal == 0);
+    BOOST_TEST(r.exit_code == status);
+    BOOST_TEST(CountLines(r.err) == 1);
+    BOOST_TEST(r.err.find("implicit-bench: error") != std::string::npos);
+    BOOST_TEST(r.err.find(expect) != std::string::npos);
+  }
+}
+
+// Checks one floor of the JSON's "floors".
+void CheckFloor(const Json& f, double samples, double repeat) {
+  BOOST_TEST(f["samples"].number == samples);
+  BOOST_TEST(f["dimension"].number >= 1.0);
+  BOOST_TEST(PositiveFinite(f["floor"]["seconds"]));
+  BOOST_TEST(PositiveFinite(f["floor"]["flops"]));
+  BOOST_TEST(PositiveFinite(f["floor"]["gflops_per_second"]));
+  BOOST_TEST(f["floor"]["repetitions"].array.size() == static_cast<std::size_t>(repeat));
+  BOOST_TEST(!f["floor"]["products"].string.empty());
+  BOOST_TEST(!f["floor"]["note"].string.empty());
+  BOOST_TEST(PositiveFinite(f["map"]["seconds"]));
+}
+
+// Checks one row of the JSON's "results".
+void CheckRow(const Json& row, double samples) {
+  for (const char* field : {"problem", "precision", "solver", "status", "samples", "converged_samples",
+                            "tolerance", "floor_seconds"})
+    BOOST_REQUIRE_MESSAGE(row.Has(field), "missing field " << field);
+  const std::string status = row["status"].string;
+  BOOST_TEST(kStatuses.count(status) == 1u);
+  const double B = row["samples"].number, converged = row["converged_samples"].number;
+  BOOST_TEST(B == samples);
+  BOOST_TEST(converged >= 0.0);
+  BOOST_TEST(converged <= B);
+  BOOST_TEST(PositiveFinite(row["floor_seconds"]));
+  if (status == "skipped") {
+    BOOST_TEST(!row["message"].string.empty());
+    return;
+  }
+  BOOST_REQUIRE(status != "invalid_input");
+  for (const char* field : {"iterations", "function_evaluations", "sample_evaluations", "evals_counted",
+                            "seconds", "seconds_per_sample_evaluation", "ratio_to_floor"})
+    BOOST_REQUIRE_MESSAGE(row.Has(field), "missing field " << field);
+  BOOST_TEST((status == "converged") == (converged == B));
+  const double evals = row["function_evaluations"].number, sample_evals = row["sample_evaluations"].number;
+  BOOST_TEST(evals >= 1.0);
+  BOOST_TEST(sample_evals >= 1.0);
+  BOOST_TEST(sample_evals <= evals * B);  // at most B columns per batch evaluation
+  const std::string counted = row["evals_counted"].string;
+  BOOST_TEST((counted == "per_sample" || counted == "function_evaluations_x_B"));
+  if (counted == "function_evaluations_x_B") BOOST_TEST(sample_evals == evals * B);
+  BOOST_TEST(row["seconds"].number >= 0.0);
+  BOOST_TEST(PositiveFinite(row["ratio_to_floor"]));
+  BOOST_TEST(PositiveFinite(row["seconds_per_sample_evaluation"]));
+}
+
+// Checks a JSON file written with --patterns `samples` --repeat `repeat`;
+// returns the set of "problem/precision/solver" rows.
+std::set<std::string> CheckJson(const Json& j, double samples, double repeat) {
+  // The machine and the build flags the program saw.
+  BOOST_TEST(j["machine"]["cores"].number >= 1.0);
+  BOOST_TEST(j["machine"]["usable_cores"].number >= 1.0);
+  for (const char* flag : {"__AVX2__", "_OPENMP", "NDEBUG", "__OPTIMIZE__"})
+    BOOST_TEST(j["build"][flag].type == Json::kBool, "build flag " << flag);
+  BOOST_TEST(j["build"]["eigen_threads"].number >= 1.0);
+  BOOST_TEST(!j["build"]["compiler"].string.empty());
+
+  std::set<std::string> floors;
+  for (const Json& f : j["floors"].array) {
+    const std::string key = f["problem"].string + "/" + f["precision"].string;
+    BOOST_TEST_CONTEXT("floor " << key) {
+      BOOST_TEST(floors.insert(key).second);  // each once
+      CheckFloor(f, samples, repeat);
+    }
+  }
+  std::set<std::string> rows;
+  for (const Json& row : j["results"].array) {
+    const std::string key = row["problem"].string + "/" + row["precision"].string + "/" + row["solver"].string;
+    BOOST_TEST_CONTEXT(key << ": " << row["status"].string) {
+      BOOST_TEST(rows.insert(key).second);  // each once
+      BOOST_TEST(floors.count(row["problem"].string + "/" + row["precision"].string) == 1u);
+      CheckRow(row, samples);
+    }
+  }
+  return rows;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(tiny_hopfield_run_writes_sane_json) {
+  ScratchDir dir;
+  const auto r = RunCommand(kApp + " --quiet --patterns 50 --problem hopfield-digits --repeat 3 --max-iter 200"
+                                   " --json " + dir.File("b.json"));
+  BOOST_TEST_INFO("stdout:\n" << r.out << "\nstderr:\n" << r.err);
+  BOOST_REQUIRE(r.exit_code == 0);
+  BOOST_TEST(r.err.empty());  // --quiet
+  for (const char* column : {"problem", "solver", "status", "converged", "iterations", "f evals", "sample evals",
+                             "seconds", "x floor", "floor ms", "machine:", "build:"})
+    BOOST_TEST(r.out.find(column) != std::string::npos, "missing " << column);
+  const Json j = implicit::testing::ParseJson(ReadFile(dir.File("b.json")));
+  BOOST_TEST(j["settings"]["patterns"].number == 50.0);
+  const std::set<std::string> rows = CheckJson(j, 50, 3);
+  BOOST_TEST(rows.count("hopfield-digits/double/picard") == 1u);
+  BOOST_TEST(rows.count("hopfield-digits/double/newton") == 0u);  // not in the default list
+  // Picard (the CCCP step) retrieves every query at this size.
+  for (const Json& row : j["results"].array)
+    if (row["solver"].string == "picard") BOOST_TEST(row["status"].string == "converged");
+}
+
+BOOST_AUTO_TEST_CASE(every_problem_every_solver_in_float_too) {
+  ScratchDir dir;
+  const auto r = RunCommand(kApp + " --quiet --patterns 12 --solvers all --float --repeat 2 --max-iter 60"
+                                   " --threads 1 --json " + dir.File("b.json"));
+  BOOST_TEST_INFO("stdout:\n" << r.out << "\nstderr:\n" << r.err);
+  BOOST_REQUIRE(r.exit_code == 0);
+  const Json j = implicit::testing::ParseJson(ReadFile(dir.File("b.json")));
+  BOOST_TEST(j["build"]["eigen_threads"].number == 1.0);
+  const std::set<std::string> rows = CheckJson(j, 12, 2);
+  const std::set<std::string> problems = {"hopfield-digits", "sparse-hopfield", "rbm", "deq-tanh", "et-digits"};
+  BOOST_TEST(j["floors"].array.size() == 2 * problems.size());  // double and float each
+  for (const std::string& p : problems)
+    for (const char* precision : {"double", "float"})
+      for (const char* solver : {"picard", "newton", "lbfgs"})
+        BOOST_TEST(rows.count(p + "/" + precision + "/" + solver) == 1u, p << "/" << precision << "/" << solver);
+  for (const Json& row : j["results"].array) {
+    if (row["precision"].string == "float") BOOST_TEST(row["tolerance"].number == 1e-5);
+    if (row["precision"].string == "double") BOOST_TEST(row["tolerance"].number == 1e-8);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(bad_flags_are_a_one_line_error_with_status_2) {
+  ExpectUsageError("--patterns 0", "--patterns");
+  ExpectUsageError("--patterns 5000", "--patterns 5000 exceeds");
+  ExpectUsageError("--patterns x", "--patterns");
+  ExpectUsageError("--repeat 0", "--repeat");
+  ExpectUsageError("--repeat 2.5", "--repeat");
+  ExpectUsageError("--tol -1", "--tol");
+  ExpectUsageError("--tol nan", "--tol");
+  ExpectUsageError("--max-iter 0", "--max-iter");
+  ExpectUsageError("--beta -1", "--beta");
+  ExpectUsageError("--beta abc", "--beta");
+  ExpectUsageError("--time-limit -1", "--time-limit");
+  ExpectUsageError("--threads -1", "--threads");
+  ExpectUsageError("--float-tol 0", "--float-tol");
+  ExpectUsageError("--float=1", "--float");
+  ExpectUsageError("--problem nope", "unknown problem 'nope'");
+  ExpectUsageError("--problem hopfield-digits,,rbm", "--problem");
+  ExpectUsageError("--solvers picard,nope", "unknown solver 'nope'");
+  ExpectUsageError("--frobnicate 3", "unknown option --frobnicate");
+  ExpectUsageError("--json", "--json");
+  // An unwritable output is not a usage error (status 1), found before the run.
+  ExpectUsageError("--json /nonexistent/dir/b.json", "/nonexistent/dir/b.json", 1);
+}
+
+BOOST_AUTO_TEST_CASE(help_succeeds) {
+  const auto r = RunCommand(kApp + " --help");
+  BOOST_TEST(r.exit_code == 0);
+  for (const char* flag : {"--problem", "--solvers", "--patterns", "--beta", "--tol", "--max-iter", "--repeat",
+                           "--float", "--json", "--quiet"})
+    BOOST_TEST(r.out.find(flag) != std::string::npos, "missing " << flag);
+}
+#else
+BOOST_AUTO_TEST_CASE(skipped_without_apps) {
+  BOOST_TEST_MESSAGE("implicit-bench was not built (IMPLICIT_BUILD_APPS=OFF): skipping");
+}
+#endif

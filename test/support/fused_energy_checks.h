@@ -1,0 +1,131 @@
+// Checks of an energy's one-pass evaluations and of subset evaluation, shared
+// by the layer tests (any Energy<S>, float or double):
+//
+//   CheckOnePassEvaluations(energy, x, tol)   CccpUpdateAndValue and
+//       GradientAndValue agree with CccpUpdate + Value and Gradient + Value
+//   CheckSubsetEvaluation(energy, x, tol)     energy.SupportsSubsets(), and
+//       every evaluation on a subset of x's columns (reordered) equals those
+//       columns of the evaluation on the whole batch
+//
+// "Agree" is entry-wise, within tol times the largest finite entry (at least
+// 1); equal infinities agree, and a NaN agrees only with a NaN. Pass
+// cccp = false for energies whose CCCP update throws (log-normalisers, binary
+// visible units).
+#pragma once
+
+#include <implicit/core/energy.h>
+
+#include <boost/test/unit_test.hpp>
+
+#include "support/test_problems.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace implicit {
+namespace testing {
+
+template <typename DerivedA, typename DerivedB>
+bool AgreeEntrywise(const Eigen::MatrixBase<DerivedA>& a, const Eigen::MatrixBase<DerivedB>& b,
+                    double tol) {
+  if (a.rows() != b.rows() || a.cols() != b.cols()) return false;
+  double scale = 1.0;
+  for (Index j = 0; j < b.cols(); ++j)
+    for (Index i = 0; i < b.rows(); ++i) {
+      const double y = static_cast<double>(b(i, j));
+      if (std::isfinite(y)) scale = std::max(scale, std::abs(y));
+    }
+  for (Index j = 0; j < a.cols(); ++j)
+    for (Index i = 0; i < a.rows(); ++i) {
+      const double x = static_cast<double>(a(i, j)), y = static_cast<double>(b(i, j));
+      if (std::isnan(x) || std::isnan(y)) {
+        if (!(std::isnan(x) && std::isnan(y))) return false;
+        continue;
+      }
+      if (x == y) continue;  // also equal infinities
+      if (!std::isfinite(x) || !std::isfinite(y)) return false;
+      if (std::abs(x - y) > tol * scale) return false;
+    }
+  return true;
+}
+
+template <typename Scalar>
+void CheckOnePassEvaluations(const Energy<Scalar>& energy, const Matrix<Scalar>& x, double tol,
+                             bool cccp = true) {
+  const Index n = x.rows(), B = x.cols();
+  Vector<Scalar> e(B), e1(B);
+  energy.Value(x, e);
+  Matrix<Scalar> g(n, B), g1(n, B);
+  energy.Gradient(x, g);
+  energy.GradientAndValue(x, g1, e1);
+  BOOST_TEST_INFO("GradientAndValue: gradient");
+  BOOST_TEST(AgreeEntrywise(g1, g, tol));
+  BOOST_TEST_INFO("GradientAndValue: value");
+  BOOST_TEST(AgreeEntrywise(e1, e, tol));
+  if (cccp) {
+    Matrix<Scalar> c(n, B), c1(n, B);
+    Vector<Scalar> e2(B);
+    energy.CccpUpdate(x, c);
+    energy.CccpUpdateAndValue(x, c1, e2);
+    BOOST_TEST_INFO("CccpUpdateAndValue: update");
+    BOOST_TEST(AgreeEntrywise(c1, c, tol));
+    BOOST_TEST_INFO("CccpUpdateAndValue: value");
+    BOOST_TEST(AgreeEntrywise(e2, e, tol));
+  }
+}
+
+template <typename Scalar>
+void CheckSubsetEvaluation(const Energy<Scalar>& energy, const Matrix<Scalar>& x, double tol,
+                           bool cccp = true) {
+  BOOST_REQUIRE(energy.SupportsSubsets());
+  const Index n = x.rows(), B = x.cols();
+  BOOST_REQUIRE(B >= 3);
+  const std::vector<Index> cols = {B - 1, 0, B / 2};  // reordered, not contiguous
+  const Index k = static_cast<Index>(cols.size());
+  const Matrix<Scalar> v = RandomMatrix<Scalar>(n, B, 977);
+  Matrix<Scalar> xs(n, k), vs(n, k);
+  for (Index j = 0; j < k; ++j) {
+    xs.col(j) = x.col(cols[j]);
+    vs.col(j) = v.col(cols[j]);
+  }
+  auto pick = [&](const Matrix<Scalar>& full) {
+    Matrix<Scalar> m(full.rows(), k);
+    for (Index j = 0; j < k; ++j) m.col(j) = full.col(cols[j]);
+    return m;
+  };
+  auto check = [&](const char* what, const Matrix<Scalar>& subset, const Matrix<Scalar>& full) {
+    BOOST_TEST_INFO(what);
+    BOOST_TEST(AgreeEntrywise(subset, pick(full), tol));
+  };
+  Vector<Scalar> e(B), es(k);
+  energy.Value(x, e);
+  energy.Value(xs, es);
+  check("Value", es.transpose(), e.transpose());
+  Matrix<Scalar> f(n, B), fs(n, k);
+  energy.Gradient(x, f);
+  energy.Gradient(xs, fs);
+  check("Gradient", fs, f);
+  energy.DescentDirection(x, f);
+  energy.DescentDirection(xs, fs);
+  check("DescentDirection", fs, f);
+  energy.HessianVectorProduct(x, v, f);
+  energy.HessianVectorProduct(xs, vs, fs);
+  check("HessianVectorProduct", fs, f);
+  energy.GradientAndValue(x, f, e);
+  energy.GradientAndValue(xs, fs, es);
+  check("GradientAndValue: gradient", fs, f);
+  check("GradientAndValue: value", es.transpose(), e.transpose());
+  if (cccp) {
+    energy.CccpUpdate(x, f);
+    energy.CccpUpdate(xs, fs);
+    check("CccpUpdate", fs, f);
+    energy.CccpUpdateAndValue(x, f, e);
+    energy.CccpUpdateAndValue(xs, fs, es);
+    check("CccpUpdateAndValue: update", fs, f);
+    check("CccpUpdateAndValue: value", es.transpose(), e.transpose());
+  }
+}
+
+}  // namespace testing
+}  // namespace implicit
