@@ -1,5 +1,6 @@
 // NewtonSolver: the Ceres trust-region path (per-sample problems run in
 // lockstep, see lockstep.h) and the matrix-free Newton-Krylov path.
+#include <implicit/solvers/internal/batch_evaluator.h>
 #include <implicit/solvers/internal/batch_monitor.h>
 #include <implicit/solvers/newton.h>
 
@@ -72,6 +73,9 @@ Summary NewtonSolver<Scalar>::Solve(const FixedPointMap<Scalar>& map, MatrixRef<
         "for this map");
   }
   internal::CheckBatch("newton: initial state z", z, map.dimension());
+  if (internal::UsesEnergy(options_, map) && map.HasSymmetricJacobian()) {
+    return SolveOnEnergy(map, z);
+  }
   if (UsesNewtonKrylov(map.dimension())) return SolveKrylov(map, z);
   return SolveDense(map, z);
 }
@@ -485,6 +489,85 @@ Summary NewtonSolver<Scalar>::SolveKrylov(const FixedPointMap<Scalar>& map,
                        std::to_string(line_search_failures) + " samples";
   }
   return summary;
+}
+
+// ---- energy path: truncated Newton-CG, guarded ------------------------------
+template <typename Scalar>
+Summary NewtonSolver<Scalar>::SolveOnEnergy(const FixedPointMap<Scalar>& map,
+                                            MatrixRef<Scalar> z) const {
+  internal::BatchMonitor<Scalar> monitor(options_, name());
+  monitor.Begin(map, z);
+  const Index n = z.rows(), batch = z.cols();
+  const bool subsets = map.SupportsSubsets();
+  internal::BatchEvaluator<Scalar> evaluator(map, batch, /*with_energy=*/true);
+  internal::GuardedStepper<Scalar> stepper(options_, n, batch, Scalar(1));
+
+  // ---- all memory, allocated once -------------------------------------
+  Matrix<Scalar> fz(n, batch), q(n, batch), res(n, batch), d(n, batch), ad(n, batch);
+  Matrix<Scalar> zc(n, batch), dc(n, batch), jc(n, batch);  // compacted JVP operands
+  Vector<Scalar> e(batch);
+  std::vector<char> proposal(batch, 1);
+  std::vector<double> rr(batch, 0.0), target(batch, 0.0);
+  std::vector<Index> cg, next;
+  cg.reserve(batch);
+  next.reserve(batch);
+  const double tiny = static_cast<double>(std::numeric_limits<Scalar>::epsilon());
+
+  // ad.col(b) = d - J_f d for b in `columns`: one batched JVP.
+  auto apply = [&](const std::vector<Index>& columns) {
+    const Index k = static_cast<Index>(columns.size());
+    if (subsets) {
+      for (Index j = 0; j < k; ++j) {
+        zc.col(j) = z.col(columns[j]);
+        dc.col(j) = d.col(columns[j]);
+      }
+      map.JacobianVectorProduct(zc.leftCols(k), dc.leftCols(k), jc.leftCols(k));
+      for (Index j = 0; j < k; ++j) ad.col(columns[j]) = d.col(columns[j]) - jc.col(j);
+    } else {
+      dc.setZero();
+      for (Index b : columns) dc.col(b) = d.col(b);
+      map.JacobianVectorProduct(z, dc, jc);
+      for (Index b : columns) ad.col(b) = d.col(b) - jc.col(b);
+    }
+    monitor.CountJacobianProducts();
+  };
+
+  evaluator.Evaluate(z, monitor.active_columns(), fz, &e, &monitor);
+  while (monitor.Observe(z, fz, &e)) {
+    cg.clear();
+    for (Index b : monitor.active_columns()) {
+      res.col(b) = fz.col(b) - z.col(b);  // r, the right-hand side
+      d.col(b) = res.col(b);
+      q.col(b).setZero();
+      rr[b] = static_cast<double>(res.col(b).squaredNorm());
+      const double eta = std::min(0.5, std::sqrt(std::sqrt(rr[b])));
+      target[b] = eta * eta * rr[b];
+      cg.push_back(b);
+    }
+    for (int it = 0; it < options_.max_krylov_iterations && !cg.empty(); ++it) {
+      apply(cg);
+      next.clear();
+      for (Index b : cg) {
+        const double curvature = static_cast<double>(d.col(b).dot(ad.col(b)));
+        const double dd = static_cast<double>(d.col(b).squaredNorm());
+        if (!(curvature > tiny * dd) || !std::isfinite(curvature)) {
+          if (it == 0) q.col(b) = d.col(b);  // no positive curvature at all: the safe step r
+          continue;                          // otherwise stop at the last CG iterate
+        }
+        const Scalar alpha = static_cast<Scalar>(rr[b] / curvature);
+        q.col(b) += alpha * d.col(b);
+        res.col(b) -= alpha * ad.col(b);
+        const double rr_new = static_cast<double>(res.col(b).squaredNorm());
+        if (rr_new <= target[b]) continue;
+        d.col(b) = res.col(b) + static_cast<Scalar>(rr_new / rr[b]) * d.col(b);
+        rr[b] = rr_new;
+        next.push_back(b);
+      }
+      cg.swap(next);
+    }
+    stepper.Step(z, fz, &e, q, proposal, &evaluator, &monitor);
+  }
+  return monitor.Finish(z);
 }
 
 template class NewtonSolver<float>;

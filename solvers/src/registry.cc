@@ -136,13 +136,17 @@ Fields<typename NewtonSolver<S>::Options> NewtonFields() {
                   IMPLICIT_OPTION_FIELD(newton_krylov), IMPLICIT_OPTION_FIELD(krylov_restart),
                   IMPLICIT_OPTION_FIELD(max_krylov_iterations),
                   IMPLICIT_OPTION_FIELD(forcing_term), IMPLICIT_OPTION_FIELD(max_backtracks),
-                  IMPLICIT_OPTION_FIELD(sufficient_decrease)});
+                  IMPLICIT_OPTION_FIELD(sufficient_decrease),
+                  IMPLICIT_OPTION_FIELD(backtrack_factor)});
 }
 
 template <typename S>
 Fields<typename LbfgsSolver<S>::Options> LbfgsFields() {
   using O = typename LbfgsSolver<S>::Options;
-  return With<O>({IMPLICIT_OPTION_FIELD(memory), IMPLICIT_OPTION_FIELD(eigenvalue_scaling)});
+  return With<O>({IMPLICIT_OPTION_FIELD(memory), IMPLICIT_OPTION_FIELD(eigenvalue_scaling),
+                  IMPLICIT_OPTION_FIELD(curvature_threshold),
+                  IMPLICIT_OPTION_FIELD(sufficient_decrease), IMPLICIT_OPTION_FIELD(max_backtracks),
+                  IMPLICIT_OPTION_FIELD(backtrack_factor), IMPLICIT_OPTION_FIELD(residual_factor)});
 }
 
 template <typename S>

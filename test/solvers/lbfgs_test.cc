@@ -37,16 +37,16 @@ BOOST_AUTO_TEST_CASE(minimises_a_quadratic) {
   EnergyRootMap<double> map(energy);
   Matrix<double> z = testing::RandomMatrix<double>(n, B, 3);
   LbfgsSolver<double>::Options options;
-  options.absolute_tolerance = 3e-8;  // an energy minimiser's attainable |grad E| (see lbfgs.h)
+  options.absolute_tolerance = 1e-10;  // no floor: below E's rounding the guard uses |r|
   Summary s = LbfgsSolver<double>(options).Solve(map, z);
   BOOST_TEST(s.IsConverged(), s.FullReport());
-  // |z - z*| <= |grad E| / lambda_min(H) = 1.5e-7.
-  for (Index b = 0; b < B; ++b) BOOST_TEST((z.col(b) - energy.Minimiser()).norm() <= 1.5e-7);
+  // |z - z*| <= |grad E| / lambda_min(H) = 5e-10.
+  for (Index b = 0; b < B; ++b) BOOST_TEST((z.col(b) - energy.Minimiser()).norm() <= 5e-10);
   // For EnergyRootMap the residual is |grad E|, computed here independently.
   Matrix<double> grad(n, B);
   energy.Gradient(z, grad);
   for (Index b = 0; b < B; ++b) {
-    BOOST_TEST(grad.col(b).norm() <= 3e-8);
+    BOOST_TEST(grad.col(b).norm() <= 1e-10);
     BOOST_TEST(std::abs(s.sample_residual[b] - grad.col(b).norm()) <= 1e-14);
   }
 }
@@ -57,22 +57,22 @@ BOOST_AUTO_TEST_CASE(minimises_a_convex_energy_in_float_and_double) {
   EnergyRootMap<double> map(energy);
   Matrix<double> z = 2.0 * testing::RandomMatrix<double>(n, B, 13);
   LbfgsSolver<double>::Options options;
-  options.absolute_tolerance = 3e-8;
+  options.absolute_tolerance = 1e-10;
   Summary s = LbfgsSolver<double>(options).Solve(map, z);
   BOOST_TEST(s.IsConverged(), s.FullReport());
-  for (double r : testing::IndependentResiduals(map, z)) BOOST_TEST(r <= 3e-8);
+  for (double r : testing::IndependentResiduals(map, z)) BOOST_TEST(r <= 1e-10);
   // Strictly convex (hess E >= 0.5 I): one minimiser, |z_b - z*| <= 2 |grad E|.
-  for (Index b = 1; b < B; ++b) BOOST_TEST((z.col(b) - z.col(0)).norm() <= 1.2e-7);
+  for (Index b = 1; b < B; ++b) BOOST_TEST((z.col(b) - z.col(0)).norm() <= 1e-8);
 
   auto energyf = MakeLogCosh<float>(n, 11);
   EnergyRootMap<float> mapf(energyf);
   Matrix<float> zf = 2.0f * testing::RandomMatrix<float>(n, B, 13);
   LbfgsSolver<float>::Options optionsf;
-  optionsf.absolute_tolerance = 1e-3;
+  optionsf.absolute_tolerance = 1e-4;
   Summary sf = LbfgsSolver<float>(optionsf).Solve(mapf, zf);
   BOOST_TEST(sf.IsConverged(), sf.FullReport());
-  for (double r : testing::IndependentResiduals(mapf, zf)) BOOST_TEST(r <= 1e-3 * 1.001);
-  for (Index b = 0; b < B; ++b) BOOST_TEST((zf.col(b).cast<double>() - z.col(b)).norm() <= 3e-3);
+  for (double r : testing::IndependentResiduals(mapf, zf)) BOOST_TEST(r <= 1e-4 * 1.001);
+  for (Index b = 0; b < B; ++b) BOOST_TEST((zf.col(b).cast<double>() - z.col(b)).norm() <= 3e-4);
 }
 
 BOOST_AUTO_TEST_CASE(needs_an_energy) {
@@ -122,11 +122,14 @@ BOOST_AUTO_TEST_CASE(summary_counts_every_batched_call) {
   options.record_trace = true;
   Summary s = LbfgsSolver<double>(options).Solve(map, z);
   BOOST_TEST(s.IsConverged());
-  // map evaluations + line-search Value calls + line-search Gradient calls; the
-  // map's own evaluations reach the energy as Gradient calls too.
-  const int line_search_gradients = energy.gradient_calls - map.evaluations;
-  BOOST_TEST(s.function_evaluations == map.evaluations + energy.values_calls + line_search_gradients);
-  BOOST_TEST(map.evaluations == s.iterations + 1);  // one residual evaluation per iteration
+  // Every batch call is one evaluation of f with E at the same points (the
+  // spy map has no fused call: f reaches the energy as a Gradient call, E as a
+  // Value call), at least one per iteration plus the start, more when the
+  // guard backtracks.
+  BOOST_TEST(s.function_evaluations == map.evaluations);
+  BOOST_TEST(energy.values_calls == map.evaluations);
+  BOOST_TEST(energy.gradient_calls == map.evaluations);
+  BOOST_TEST(map.evaluations >= s.iterations + 1);
   BOOST_TEST(s.jacobian_products == 0);
   BOOST_TEST(s.trace.size() == static_cast<std::size_t>(s.iterations + 1));
   // L-BFGS with a line search never increases E; the residual is not monotone.

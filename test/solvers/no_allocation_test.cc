@@ -31,6 +31,7 @@ struct EigenAssertion : std::runtime_error {
 #include <implicit/core/energy_maps.h>
 #include <implicit/solvers/anderson.h>
 #include <implicit/solvers/broyden.h>
+#include <implicit/solvers/lbfgs.h>
 #include <implicit/solvers/picard.h>
 
 #include "support/solver_test_maps.h"
@@ -246,10 +247,12 @@ BOOST_AUTO_TEST_CASE(energy_guard_and_active_set_do_not_allocate) {
       PicardSolver<double>::Options picard;
       AndersonSolver<double>::Options anderson;
       BroydenSolver<double>::Options broyden;
-      picard.use_energy = anderson.use_energy = broyden.use_energy = use_energy;
+      LbfgsSolver<double>::Options lbfgs;
+      picard.use_energy = anderson.use_energy = broyden.use_energy = lbfgs.use_energy = use_energy;
       BOOST_TEST(!RunsWithoutAllocation<PicardSolver<double>>(picard, map, z, 20));
       BOOST_TEST(!RunsWithoutAllocation<AndersonSolver<double>>(anderson, map, z, 20));
       BOOST_TEST(!RunsWithoutAllocation<BroydenSolver<double>>(broyden, map, z, 20));
+      BOOST_TEST(!RunsWithoutAllocation<LbfgsSolver<double>>(lbfgs, map, z, 20));
     }
   }
 }

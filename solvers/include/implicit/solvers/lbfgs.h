@@ -1,67 +1,80 @@
-// L-BFGS minimisation of the energy behind an energy-based map, per sample.
+// L-BFGS on the energy behind an energy-based map, batched and guarded.
 //
-// For maps built from an Energy (GradientStepMap, CccpMap, EnergyRootMap in
-// energy_maps.h) the equilibrium is a stationary point of E, so it can be
-// found by minimising E directly. Every sample is its own
-// ceres::GradientProblem (L-BFGS direction, strong-Wolfe line search); the
-// samples run in lockstep so that every value/gradient any sample asks for is
-// served by one batched Energy::Value / Energy::Gradient call, and each sample
-// keeps its own line search, curvature memory and termination.
-// Solve() uses one worker thread per sample (mostly blocked; the map and the
-// energy are only ever called from the calling thread, on whole batches).
+// For maps built from an Energy (CccpMap, GradientStepMap, EnergyRootMap in
+// energy_maps.h) the residual r = f(z) - z is -a grad E (a = the map's step,
+// 1 for CCCP), so the equilibrium is a stationary point of E. Each sample runs
+// limited-memory BFGS on g = -r with its own curvature pairs
 //
-// Convergence is judged, like every solver's, on the residual |f(z_b) - z_b|
-// of the GIVEN map (for EnergyRootMap that is |grad E(z_b)|), evaluated once
-// per iteration on the batch of accepted points.
+//   s = z_k+1 - z_k,   y = g_k+1 - g_k = r_k - r_k+1,
 //
-// Attainable accuracy: L-BFGS accepts steps by comparing energy VALUES. Near
-// the minimiser a step lowers E by about |grad E|^2 / (2 curvature), which
-// drops below the rounding of E itself (~ eps |E|) once |grad E| is about
-// sqrt(eps |E| curvature): roughly 1e-8 to 1e-7 in double and 1e-3 in float
-// for energies and curvatures of order 1. Tighter tolerances end with status kStalled (Ceres
-// reports no further decrease) at the best iterate. Root solvers (newton,
-// anderson, ...) and gradient_flow work on the gradient and have no such floor.
+// and proposes q = -H g = H r by the two-loop recursion with H_0 = I (or,
+// with eigenvalue_scaling, (s^T y / y^T y) I of the newest pair). With
+// H_0 = I the first proposal is the map's own step: on a CCCP map, L-BFGS is
+// "CCCP-preconditioned" quasi-Newton. A pair with s^T y <= curvature_threshold
+// |s| |y| is not stored, so H stays positive definite and every proposal is a
+// descent direction: saddles of E are left, not solved for.
 //
-// Summary accounting: `function_evaluations` counts every batched call into
-// the problem: Energy::Value and Energy::Gradient calls of the line searches
-// plus the one map evaluation per iteration; `jacobian_products` is 0.
+// Steps are guarded like Anderson's and Broyden's (internal/guarded_step.h):
+// trial points z + (1 - tau) r + tau q must decrease E sufficiently (one
+// evaluation of f and E for the samples still searching per round), else the
+// safe step f(z) is taken and the memory cleared. The acceptance test falls
+// back to the residual when the decrease is below the rounding of E, so
+// tight tolerances (1e-10 in double) are reachable: there is no accuracy
+// floor from comparing energy values. Only active samples are evaluated
+// (maps that SupportsSubsets()); no threads; the loop never allocates.
 //
-//   implicit::EnergyRootMap<double> map(energy);
+// Summary accounting: `function_evaluations` counts batch evaluations of f
+// (each with E); `jacobian_products` is 0.
+//
+//   implicit::CccpMap<double> map(energy);
 //   implicit::LbfgsSolver<double>::Options options;
 //   options.memory = 10;
 //   implicit::Summary summary = implicit::LbfgsSolver<double>(options).Solve(map, z);
 //
 // Solve() throws std::invalid_argument("lbfgs needs an energy; this map has
-// none") for a map whose energy() is nullptr. Ceres works in double; it is only
-// used inside the library (lbfgs.cc, instantiated for float and double).
+// none") for a map whose energy() is nullptr.
 #pragma once
 
+#include <implicit/solvers/internal/batch_evaluator.h>
+#include <implicit/solvers/internal/batch_monitor.h>
+#include <implicit/solvers/internal/guarded_step.h>
 #include <implicit/solvers/solver.h>
 
+#include <cmath>
+#include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace implicit {
 
 template <typename Scalar>
 class LbfgsSolver : public Solver<Scalar> {
  public:
-  struct Options : SolverOptions {
-    // Number of (s, y) correction pairs each sample keeps (Ceres'
-    // max_lbfgs_rank). >= 1.
-    int memory = 20;
-    // Scale the initial inverse-Hessian approximation by an estimate of an
-    // eigenvalue of the inverse Hessian (Oren's scaling; Ceres'
-    // use_approximate_eigenvalue_bfgs_scaling) instead of using I. Helps
-    // energies whose curvature is far from 1; can hurt badly scaled ones.
+  struct Options : SolverOptions, internal::GuardOptions {
+    // Number of (s, y) correction pairs each sample keeps (the oldest is
+    // overwritten when full). >= 1.
+    int memory = 10;
+    // H_0 = (s^T y / y^T y) I from the newest pair (Oren's scaling) instead of
+    // I. Helps energies whose curvature is far from 1; with I the first step
+    // of a CCCP map is exactly the CCCP step.
     bool eigenvalue_scaling = false;
+    // A pair is stored only when s^T y > curvature_threshold |s| |y|
+    // (positive curvature along s). In [0, 1).
+    double curvature_threshold = 1e-8;
+    // The guard (sufficient_decrease, max_backtracks, backtrack_factor,
+    // residual_factor) is described in internal/guarded_step.h.
 
     // Checks every field (the shared ones first); on failure names the field in *error.
     bool IsValid(std::string* error) const {
-      if (!SolverOptions::IsValid(error)) return false;
-      if (memory < 1) {
-        if (error != nullptr) *error = "memory must be >= 1, got " + std::to_string(memory);
+      if (!SolverOptions::IsValid(error) || !GuardOptions::IsValid(error)) return false;
+      auto fail = [error](const std::string& message) {
+        if (error != nullptr) *error = message;
         return false;
-      }
+      };
+      if (memory < 1) return fail("memory must be >= 1, got " + std::to_string(memory));
+      if (!(curvature_threshold >= 0.0 && curvature_threshold < 1.0))
+        return fail("curvature_threshold must be in [0, 1), got " +
+                    std::to_string(curvature_threshold));
       return true;
     }
   };
@@ -74,13 +87,98 @@ class LbfgsSolver : public Solver<Scalar> {
   const Options& options() const { return options_; }
   std::string name() const override { return "lbfgs"; }
 
-  Summary Solve(const FixedPointMap<Scalar>& map, MatrixRef<Scalar> z) const override;
+  Summary Solve(const FixedPointMap<Scalar>& map, MatrixRef<Scalar> z) const override {
+    const Energy<Scalar>* energy = map.energy();
+    if (energy == nullptr) throw std::invalid_argument("lbfgs needs an energy; this map has none");
+    if (energy->dimension() != map.dimension()) {
+      throw std::invalid_argument("lbfgs: the map's energy has dimension " +
+                                  std::to_string(energy->dimension()) + " but the map has " +
+                                  std::to_string(map.dimension()));
+    }
+    internal::BatchMonitor<Scalar> monitor(options_, name());
+    monitor.Begin(map, z);
+    const Index n = z.rows(), batch = z.cols(), m = options_.memory;
+    internal::BatchEvaluator<Scalar> evaluator(map, batch, internal::UsesEnergy(options_, map));
+    internal::GuardedStepper<Scalar> stepper(options_, n, batch, Scalar(1));
+
+    // ---- all memory, allocated once -------------------------------------
+    Matrix<Scalar> fz(n, batch), q(n, batch);
+    Matrix<Scalar> z_prev(n, batch), r_prev(n, batch);
+    Vector<Scalar> e(batch);
+    Vector<Scalar>* energies = evaluator.with_energy() ? &e : nullptr;
+    Matrix<Scalar> s(n, m * batch), y(n, m * batch);  // sample b: columns [b m, b m + m)
+    Matrix<Scalar> rho(m, batch);                      // 1 / s^T y per stored pair
+    Vector<Scalar> alpha(m);
+    std::vector<int> count(batch, 0), newest(batch, -1);
+    std::vector<char> has_prev(batch, 0), proposal(batch, 0);
+
+    evaluator.Evaluate(z, monitor.active_columns(), fz, energies, &monitor);
+    while (monitor.Observe(z, fz, energies)) {
+      for (Index b : monitor.active_columns()) {
+        const Index base = b * m;
+        auto rb = fz.col(b) - z.col(b);
+        if (has_prev[b]) StorePair(b, base, z.col(b) - z_prev.col(b), r_prev.col(b) - rb, &s, &y,
+                                   &rho, &count, &newest);
+        z_prev.col(b) = z.col(b);
+        r_prev.col(b) = rb;
+        has_prev[b] = 1;
+        proposal[b] = count[b] > 0 ? 1 : 0;
+        if (proposal[b]) TwoLoop(b, base, r_prev.col(b), s, y, rho, count[b], newest[b], &alpha, &q);
+      }
+      stepper.Step(z, fz, energies, q, proposal, &evaluator, &monitor);
+      for (Index b : monitor.active_columns()) {
+        if (proposal[b] && !stepper.accelerated(b)) count[b] = 0, newest[b] = -1;  // fell back
+      }
+    }
+    return monitor.Finish(z);
+  }
 
  private:
+  // Stores (ds, dy) in sample b's ring when the curvature is positive enough.
+  template <typename S, typename Y>
+  void StorePair(Index b, Index base, const S& ds, const Y& dy, Matrix<Scalar>* s_ring,
+                 Matrix<Scalar>* y_ring, Matrix<Scalar>* rho, std::vector<int>* count,
+                 std::vector<int>* newest) const {
+    const Index m = options_.memory;
+    const Scalar sy = ds.dot(dy);
+    const Scalar scale = ds.norm() * dy.norm();
+    if (!(sy > static_cast<Scalar>(options_.curvature_threshold) * scale) ||
+        !std::isfinite(static_cast<double>(sy))) {
+      return;  // not stored: H stays positive definite
+    }
+    const Index slot = base + ((*newest)[b] + 1) % m;
+    s_ring->col(slot) = ds;
+    y_ring->col(slot) = dy;
+    (*rho)((slot - base), b) = Scalar(1) / sy;
+    (*newest)[b] = static_cast<int>(slot - base);
+    (*count)[b] = std::min<int>((*count)[b] + 1, static_cast<int>(m));
+  }
+
+  // q.col(b) = H r (two-loop recursion over sample b's k stored pairs).
+  template <typename R>
+  void TwoLoop(Index b, Index base, const R& r, const Matrix<Scalar>& s_ring,
+               const Matrix<Scalar>& y_ring, const Matrix<Scalar>& rho, int k, int newest,
+               Vector<Scalar>* alpha, Matrix<Scalar>* q_out) const {
+    const Index m = options_.memory;
+    auto q = q_out->col(b);
+    q = r;
+    for (int i = 0; i < k; ++i) {  // newest to oldest
+      const Index j = (newest - i + m) % m;
+      (*alpha)(i) = rho(j, b) * s_ring.col(base + j).dot(q);
+      q -= (*alpha)(i) * y_ring.col(base + j);
+    }
+    if (options_.eigenvalue_scaling) {
+      const Index j = newest;
+      q *= Scalar(1) / (rho(j, b) * y_ring.col(base + j).squaredNorm());
+    }
+    for (int i = k - 1; i >= 0; --i) {  // oldest to newest
+      const Index j = (newest - i + m) % m;
+      const Scalar beta = rho(j, b) * y_ring.col(base + j).dot(q);
+      q += ((*alpha)(i) - beta) * s_ring.col(base + j);
+    }
+  }
+
   Options options_;
 };
-
-extern template class LbfgsSolver<float>;
-extern template class LbfgsSolver<double>;
 
 }  // namespace implicit

@@ -1,5 +1,18 @@
 // Newton's method on the root problem g(z) = f(z) - z = 0, per sample.
 //
+// Energy path (maps with an energy and a symmetric Jacobian — CccpMap,
+// GradientStepMap, EnergyRootMap — when use_energy): truncated Newton-CG on
+// E, batched and guarded. Each iteration runs conjugate gradients on
+// (I - J_f) q = r (r = f(z) - z; I - J_f = a hess E for a gradient-step map)
+// with one batched JVP per CG step for the samples still iterating, to the
+// relative accuracy min(0.5, sqrt|r|) or max_krylov_iterations. CG stops at
+// the first direction of non-positive curvature d^T (I - J_f) d <= 0 and
+// returns what it has (the safe step r if it is the first), so the proposal is
+// always a descent direction and negative curvature is never solved through:
+// Newton leaves saddles of E instead of converging to them. The proposal is
+// then taken through the same energy guard as Anderson's
+// (internal/guarded_step.h: Armijo backtracking on E, safe-step fallback).
+// No threads, no dense Jacobian, O(n B) memory.
 // Dense path (n <= dense_jacobian_max_dimension): every sample is its own
 // Ceres nonlinear least-squares problem min 0.5 |g(z_b)|^2 (one residual block
 // of size n), solved with Ceres' trust-region machinery, Levenberg-Marquardt or
@@ -26,7 +39,7 @@
 // The map must provide Jacobian-vector products (HasJacobianProducts());
 // otherwise Solve() throws std::invalid_argument.
 //
-// Summary accounting: `iterations` are Newton (trust-region) iterations of the
+// Summary accounting (dense and Krylov paths): `iterations` are Newton (trust-region) iterations of the
 // batch, a rejected trust-region step counting as an iteration, as in Ceres;
 // `function_evaluations` counts batched calls of f (each B columns) and
 // `jacobian_products` batched calls of the JVP (each B columns): one dense
@@ -43,6 +56,7 @@
 // double); Ceres works in double, the map in Scalar.
 #pragma once
 
+#include <implicit/solvers/internal/guarded_step.h>
 #include <implicit/solvers/solver.h>
 
 #include <cmath>
@@ -53,7 +67,7 @@ namespace implicit {
 template <typename Scalar>
 class NewtonSolver : public Solver<Scalar> {
  public:
-  struct Options : SolverOptions {
+  struct Options : SolverOptions, internal::GuardOptions {
     // Trust-region strategy of the dense path: "levenberg_marquardt" or "dogleg".
     std::string trust_region = "levenberg_marquardt";
     // Initial trust-region radius of every sample (Ceres'
@@ -67,23 +81,26 @@ class NewtonSolver : public Solver<Scalar> {
     // small n, or when JVPs are much cheaper than n of them).
     bool newton_krylov = false;
 
-    // ---- Newton-Krylov path only ----
+    // ---- Newton-Krylov and energy paths ----
     // GMRES restart length (Krylov vectors kept per sample). >= 1.
     int krylov_restart = 20;
-    // Maximum GMRES iterations (JVPs) per Newton step, over all restarts. >= 1.
+    // Maximum GMRES (Krylov path) or CG (energy path) iterations, i.e. JVPs,
+    // per Newton step. >= 1.
     int max_krylov_iterations = 100;
-    // Inexact-Newton forcing term eta: GMRES stops when
+    // Inexact-Newton forcing term eta of the Krylov path: GMRES stops when
     // |J_g d + g| <= eta |g|. In (0, 1).
     double forcing_term = 1e-3;
-    // Backtracking rounds per Newton step (each one batched evaluation of f);
-    // a sample whose |g| does not decrease within them stops with kFailure. >= 0.
-    int max_backtracks = 20;
-    // Armijo constant c of the backtracking test above. In [0, 1).
-    double sufficient_decrease = 1e-4;
+    // The guard's fields (internal/guarded_step.h). On the Krylov path,
+    // max_backtracks (default 20 here) bounds the backtracking rounds per Newton
+    // step (each one batched evaluation of f; a sample whose |g| does not
+    // decrease within them stops with kFailure) and sufficient_decrease (1e-4)
+    // is the Armijo constant c of |g(z + t d)| <= (1 - c t) |g(z)|; on the
+    // energy path they act as in Anderson's guard.
+    Options() { max_backtracks = 20; }
 
     // Checks every field (the shared ones first); on failure names the field in *error.
     bool IsValid(std::string* error) const {
-      if (!SolverOptions::IsValid(error)) return false;
+      if (!SolverOptions::IsValid(error) || !GuardOptions::IsValid(error)) return false;
       auto fail = [error](const std::string& message) {
         if (error != nullptr) *error = message;
         return false;
@@ -104,11 +121,6 @@ class NewtonSolver : public Solver<Scalar> {
                     std::to_string(max_krylov_iterations));
       if (!(forcing_term > 0.0 && forcing_term < 1.0))
         return fail("forcing_term must be in (0, 1), got " + std::to_string(forcing_term));
-      if (max_backtracks < 0)
-        return fail("max_backtracks must be >= 0, got " + std::to_string(max_backtracks));
-      if (!(sufficient_decrease >= 0.0 && sufficient_decrease < 1.0))
-        return fail("sufficient_decrease must be in [0, 1), got " +
-                    std::to_string(sufficient_decrease));
       return true;
     }
   };
@@ -133,6 +145,7 @@ class NewtonSolver : public Solver<Scalar> {
  private:
   Summary SolveDense(const FixedPointMap<Scalar>& map, MatrixRef<Scalar> z) const;
   Summary SolveKrylov(const FixedPointMap<Scalar>& map, MatrixRef<Scalar> z) const;
+  Summary SolveOnEnergy(const FixedPointMap<Scalar>& map, MatrixRef<Scalar> z) const;
 
   Options options_;
 };

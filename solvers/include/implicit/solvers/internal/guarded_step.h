@@ -7,15 +7,24 @@
 //
 //   y(tau) = x + (1 - tau) beta r + tau q,    tau = 1, t, t^2, ... t^k  (t = backtrack_factor)
 //
-// and, when none is accepted, the safe step itself (always taken). Acceptance:
-//  * maps with an energy (the merit function):
-//      E(y) <= E - c * beta |r|^2 / 2       (c = sufficient_decrease)
-//    For a CCCP map the safe step satisfies this with c = 1 (majorisation:
+// and, when none is accepted, the safe step. Acceptance:
+//  * maps with an energy (the merit function), Armijo's test with the
+//    first-order model -grad E = r (exact for CccpMap and EnergyRootMap):
+//      E(y) <= E - c r . (y - x)            (c = sufficient_decrease)
+//    For a CCCP map the safe step satisfies this with c = 1/2 (majorisation:
 //    E(T(x)) <= E(x) - |T(x) - x|^2 / 2), so the guard keeps the energy
-//    monotone and keeps the safe step's convergence. When beta |r|^2 / 2 is
+//    monotone and keeps the safe step's convergence; being first-order, the
+//    test does not depend on the energy's curvature (a Newton step on a
+//    quadratic passes it for any c < 1/2). When r . (y - x) is
 //    below the rounding of E (near convergence), the energy cannot decide and
 //    the trial is accepted when its residual is no larger than |r| and its
 //    energy no larger than E up to rounding.
+//    The safe step is taken when it does not increase E (up to rounding);
+//    otherwise — a gradient-step map whose step is too long for the
+//    curvature, e.g. EnergyRootMap with |hess E| > 2 — it is shortened,
+//    x + sigma beta r with sigma = t, t^2, ..., until E does not increase
+//    (each shortening counts as a backtrack; below sigma = 1e-6 it is taken
+//    as it is).
 //    Before any trial, q must be a descent direction, q . r > 0 (r is -grad E
 //    for the gradient and CCCP maps); otherwise the safe step is taken.
 //  * maps without an energy: |f(y) - y| <= residual_factor * (the sample's
@@ -38,9 +47,9 @@ namespace internal {
 
 // The guard's settings; each accelerated solver's Options derives from this.
 struct GuardOptions {
-  // c of the energy test E(y) <= E - c beta |r|^2 / 2 (maps with an energy).
-  // In [0, 1]; 0 asks for plain monotonicity.
-  double sufficient_decrease = 0.5;
+  // c of the energy test E(y) <= E - c r.(y - x) (Armijo with -grad E = r;
+  // maps with an energy). In [0, 1]; 0 asks for plain monotonicity.
+  double sufficient_decrease = 1e-4;
   // Trial steps shortened after the full accelerated one (tau = t, ..., t^k
   // with t = backtrack_factor) before the safe step is taken. >= 0.
   int max_backtracks = 3;
@@ -79,6 +88,7 @@ class GuardedStepper {
     pending_.reserve(batch);
     next_.reserve(batch);
     tau_.assign(batch, 0.0);
+    sigma_.assign(batch, 1.0);
     accelerated_.assign(batch, 0);
   }
 
@@ -105,6 +115,7 @@ class GuardedStepper {
         }
       }
       tau_[b] = tau;
+      sigma_[b] = 1.0;
       SetTrial(b, z, fz, q);
       pending_.push_back(b);
     }
@@ -112,7 +123,8 @@ class GuardedStepper {
       evaluator->Evaluate(y_, pending_, fy_, &ey_, monitor);
       next_.clear();
       for (Index b : pending_) {
-        if (tau_[b] == 0.0 || Accept(b, z, fz, e, energy, *monitor)) {
+        const bool safe = tau_[b] == 0.0;
+        if (safe ? AcceptSafe(b, e, energy) : Accept(b, z, fz, e, energy, *monitor)) {
           if (tau_[b] != 0.0) {
             accelerated_[b] = 1;
             monitor->CountAcceleratedStep(b);
@@ -123,10 +135,14 @@ class GuardedStepper {
           continue;
         }
         monitor->CountBacktrack(b);
-        tau_[b] *= options_.backtrack_factor;
-        if (tau_[b] < min_tau()) {
-          tau_[b] = 0.0;  // the safe step
-          monitor->CountFallback(b);
+        if (safe) {
+          sigma_[b] *= options_.backtrack_factor;
+        } else {
+          tau_[b] *= options_.backtrack_factor;
+          if (tau_[b] < min_tau()) {
+            tau_[b] = 0.0;  // the safe step
+            monitor->CountFallback(b);
+          }
         }
         SetTrial(b, z, fz, q);
         next_.push_back(b);
@@ -145,8 +161,19 @@ class GuardedStepper {
   void SetTrial(Index b, ConstMatrixRef<Scalar> z, ConstMatrixRef<Scalar> fz,
                 ConstMatrixRef<Scalar> q) {
     const Scalar tau = static_cast<Scalar>(tau_[b]);
-    y_.col(b) = z.col(b) + ((Scalar(1) - tau) * beta_) * (fz.col(b) - z.col(b));
+    const Scalar sigma = tau == Scalar(0) ? static_cast<Scalar>(sigma_[b]) : Scalar(1);
+    y_.col(b) = z.col(b) + ((Scalar(1) - tau) * sigma * beta_) * (fz.col(b) - z.col(b));
     if (tau != Scalar(0)) y_.col(b) += tau * q.col(b);
+  }
+
+  // The safe step: taken unless it increases E and can still be shortened.
+  bool AcceptSafe(Index b, const Vector<Scalar>* e, bool energy) const {
+    if (!energy || sigma_[b] < 1e-6) return true;
+    const double e_x = static_cast<double>((*e)(b)), e_y = static_cast<double>(ey_(b));
+    return e_y <= e_x + Rounding(e_x) || !std::isfinite(e_x);
+  }
+  static double Rounding(double e) {
+    return 64.0 * static_cast<double>(std::numeric_limits<Scalar>::epsilon()) * (1.0 + std::abs(e));
   }
 
   bool Accept(Index b, ConstMatrixRef<Scalar> z, ConstMatrixRef<Scalar> fz,
@@ -159,11 +186,12 @@ class GuardedStepper {
     }
     const double e_x = static_cast<double>((*e)(b)), e_y = static_cast<double>(ey_(b));
     if (!std::isfinite(e_y)) return false;
+    // The decrease a first-order model predicts along the step, with
+    // -grad E = r (exact for the CCCP and root maps; r / a for a gradient step a).
+    const double predicted = static_cast<double>((fz.col(b) - z.col(b)).dot(y_.col(b) - z.col(b)));
+    const double rounding = Rounding(e_x);
+    if (predicted > rounding) return e_y <= e_x - options_.sufficient_decrease * predicted;
     const double r = static_cast<double>((fz.col(b) - z.col(b)).norm());
-    const double decrease = options_.sufficient_decrease * 0.5 * static_cast<double>(beta_) * r * r;
-    const double rounding =
-        64.0 * static_cast<double>(std::numeric_limits<Scalar>::epsilon()) * (1.0 + std::abs(e_x));
-    if (0.5 * static_cast<double>(beta_) * r * r > rounding) return e_y <= e_x - decrease;
     return trial_residual <= r && e_y <= e_x + rounding;
   }
 
@@ -172,7 +200,7 @@ class GuardedStepper {
   Matrix<Scalar> y_, fy_;  // trial points and f there
   Vector<Scalar> ey_;      // E there
   std::vector<Index> pending_, next_;
-  std::vector<double> tau_;
+  std::vector<double> tau_, sigma_;  // trial and safe-step lengths
   std::vector<char> accelerated_;
 };
 
