@@ -44,11 +44,15 @@ int Summary::num_converged() const {
       std::count(sample_status.begin(), sample_status.end(), TerminationType::kConverged));
 }
 
-long long Summary::total_sample_evaluations() const {
+namespace {
+long long SumOf(const std::vector<int>& per_sample) {
   long long total = 0;
-  for (int e : sample_evaluations) total += e;
+  for (int v : per_sample) total += v;
   return total;
 }
+}  // namespace
+
+long long Summary::total_sample_evaluations() const { return SumOf(sample_evaluations); }
 
 std::string Summary::BriefReport() const {
   char line[512];
@@ -69,6 +73,7 @@ std::string Summary::FullReport() const {
     << "  iterations             " << iterations << "\n"
     << "  function evaluations   " << function_evaluations << "\n"
     << "  jacobian products      " << jacobian_products << "\n"
+    << "  sample evaluations     " << total_sample_evaluations() << "\n"
     << "  absolute residual      " << absolute_residual << "\n"
     << "  relative residual      " << relative_residual << "\n"
     << "  wall time (s)          " << wall_time_seconds << "\n"
@@ -79,6 +84,12 @@ std::string Summary::FullReport() const {
         TerminationType::kFailure}) {
     const auto count = std::count(sample_status.begin(), sample_status.end(), t);
     if (count > 0) s << "    " << TerminationTypeToString(t) << ": " << count << "\n";
+  }
+  const long long accelerated = SumOf(sample_accelerated_steps),
+                  backtracks = SumOf(sample_backtracks), fallbacks = SumOf(sample_fallbacks);
+  if (accelerated + backtracks + fallbacks > 0) {
+    s << "  energy guard           " << accelerated << " accelerated steps, " << backtracks
+      << " backtracks, " << fallbacks << " fallbacks\n";
   }
   if (!trace.empty()) s << "  trace entries          " << trace.size() << "\n";
   return s.str();
