@@ -3,6 +3,12 @@
 function(implicit_target_options target)
   target_compile_options(${target} PRIVATE
     $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra>)
+  if(IMPLICIT_NATIVE)
+    # GCC 12 reports -Wmaybe-uninitialized inside Eigen's AVX-512 reductions
+    # (avx512fintrin.h), a false positive of the intrinsics, not of our code.
+    target_compile_options(${target} PRIVATE
+      $<$<COMPILE_LANGUAGE:CXX>:-Wno-maybe-uninitialized>)
+  endif()
   if(IMPLICIT_SANITIZE)
     target_compile_options(${target} PRIVATE
       $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined>)

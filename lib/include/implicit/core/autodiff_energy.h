@@ -129,18 +129,7 @@ class AutoDiffEnergy : public Energy<Scalar> {
   void Gradient(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> grad) const override {
     internal::CheckBatch("AutoDiffEnergy::Gradient(x)", x, dimension_);
     internal::CheckShape("AutoDiffEnergy::Gradient(grad)", grad, x.rows(), x.cols());
-    const Vector<Dual> theta = Lift<Dual>(parameters_.values());
-    for (Index b = 0; b < x.cols(); ++b) {
-      Vector<Dual> xd = Lift<Dual>(x.col(b));
-      ForEachChunk(dimension_, [&](Index c, Index len) {
-        for (Index k = 0; k < len; ++k) xd(c + k).v[k] = Scalar(1);
-        const Dual e = functor_(xd, theta);
-        for (Index k = 0; k < len; ++k) {
-          grad(c + k, b) = e.v[k];
-          xd(c + k).v[k] = Scalar(0);
-        }
-      });
-    }
+    GradientWithValue(x, grad, nullptr);
   }
 
   // The gradient's dual evaluations carry E in their value part: no extra
@@ -150,19 +139,7 @@ class AutoDiffEnergy : public Energy<Scalar> {
     internal::CheckBatch("AutoDiffEnergy::GradientAndValue(x)", x, dimension_);
     internal::CheckShape("AutoDiffEnergy::GradientAndValue(grad)", grad, x.rows(), x.cols());
     internal::CheckShape("AutoDiffEnergy::GradientAndValue(values)", values, x.cols(), 1);
-    const Vector<Dual> theta = Lift<Dual>(parameters_.values());
-    for (Index b = 0; b < x.cols(); ++b) {
-      Vector<Dual> xd = Lift<Dual>(x.col(b));
-      ForEachChunk(dimension_, [&](Index c, Index len) {
-        for (Index k = 0; k < len; ++k) xd(c + k).v[k] = Scalar(1);
-        const Dual e = functor_(xd, theta);
-        if (c == 0) values(b) = e.a;
-        for (Index k = 0; k < len; ++k) {
-          grad(c + k, b) = e.v[k];
-          xd(c + k).v[k] = Scalar(0);
-        }
-      });
-    }
+    GradientWithValue(x, grad, &values);
   }
   // x - grad E (Energy's default CCCP update) and E.
   void CccpUpdateAndValue(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> out,
@@ -216,6 +193,25 @@ class AutoDiffEnergy : public Energy<Scalar> {
   }
 
  private:
+  // grad.col(b) = grad E(x_b) by forward-mode duals, K directions per
+  // evaluation; (*values)(b) = E(x_b) from the first evaluation's value part.
+  void GradientWithValue(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> grad,
+                         VectorRef<Scalar>* values) const {
+    const Vector<Dual> theta = Lift<Dual>(parameters_.values());
+    for (Index b = 0; b < x.cols(); ++b) {
+      Vector<Dual> xd = Lift<Dual>(x.col(b));
+      ForEachChunk(dimension_, [&](Index c, Index len) {
+        for (Index k = 0; k < len; ++k) xd(c + k).v[k] = Scalar(1);
+        const Dual e = functor_(xd, theta);
+        if (c == 0 && values != nullptr) (*values)(b) = e.a;
+        for (Index k = 0; k < len; ++k) {
+          grad(c + k, b) = e.v[k];
+          xd(c + k).v[k] = Scalar(0);
+        }
+      });
+    }
+  }
+
   template <typename F>
   static void ForEachChunk(Index n, F&& f) {
     for (Index c = 0; c < n; c += kChunk) f(c, std::min<Index>(kChunk, n - c));
