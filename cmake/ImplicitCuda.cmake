@@ -27,20 +27,26 @@ else()
   message(STATUS "libimplicit: CUDA backend OFF")
 endif()
 
-# implicit_add_cuda_backend(<target>): compiles lib/cuda/*.cu into <target>
-# and links cuBLAS when the backend is on.
-function(implicit_add_cuda_backend target)
+# implicit_add_cuda_backend(): the target implicit_cuda (implicit::cuda): the
+# lib/cuda/*.cu sources with cuBLAS when the backend is on, else the stubs of
+# lib/cuda/cuda_unavailable.cc that report why no GPU can be used.
+function(implicit_add_cuda_backend)
+  if(IMPLICIT_WITH_CUDA)
+    file(GLOB _cuda_sources CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/lib/cuda/*.cu)
+  else()
+    set(_cuda_sources ${PROJECT_SOURCE_DIR}/lib/cuda/cuda_unavailable.cc)
+  endif()
+  add_library(implicit_cuda ${_cuda_sources})
+  add_library(implicit::cuda ALIAS implicit_cuda)
+  target_link_libraries(implicit_cuda PUBLIC implicit)
+  set_target_properties(implicit_cuda PROPERTIES POSITION_INDEPENDENT_CODE ON EXPORT_NAME cuda)
+  implicit_target_options(implicit_cuda)
   if(NOT IMPLICIT_WITH_CUDA)
     return()
   endif()
-  file(GLOB _cuda_sources CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/lib/cuda/*.cu)
-  if(NOT _cuda_sources)
-    return()
-  endif()
-  target_sources(${target} PRIVATE ${_cuda_sources})
-  target_link_libraries(${target} PUBLIC CUDA::cudart CUDA::cublas)
-  target_compile_definitions(${target} PUBLIC IMPLICIT_WITH_CUDA=1)
+  target_link_libraries(implicit_cuda PUBLIC CUDA::cudart CUDA::cublas)
+  target_compile_definitions(implicit_cuda PUBLIC IMPLICIT_WITH_CUDA=1)
   # Eigen's headers (seen through the Map interface) need relaxed constexpr.
-  target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr>)
-  set_target_properties(${target} PROPERTIES CUDA_SEPARABLE_COMPILATION OFF)
+  target_compile_options(implicit_cuda PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr>)
+  set_target_properties(implicit_cuda PROPERTIES CUDA_SEPARABLE_COMPILATION OFF)
 endfunction()

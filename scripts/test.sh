@@ -24,6 +24,7 @@ cmake -S test/consumer -B build/_consumer -G Ninja -DCMAKE_PREFIX_PATH="$root/bu
 cmake --build build/_consumer
 build/_consumer/implicit_consumer
 build/_consumer/implicit_train_deq
+build/_consumer/implicit_cuda_check
 
 if [ "${SKIP_SANITIZE:-0}" != "1" ]; then
   echo "== AddressSanitizer + UBSan build and tests"
