@@ -22,9 +22,9 @@
 //    The safe step is taken when it does not increase E (up to rounding);
 //    otherwise — a gradient-step map whose step is too long for the
 //    curvature, e.g. EnergyRootMap with |hess E| > 2 — it is shortened,
-//    x + sigma beta r with sigma = t, t^2, ..., until E does not increase
-//    (each shortening counts as a backtrack; below sigma = 1e-6 it is taken
-//    as it is).
+//    x + sigma beta r with sigma = t, t^2, ..., t^k, until E does not
+//    increase (each shortening counts as a backtrack; after k = max_backtracks
+//    shortenings it is taken as it is).
 //    Before any trial, q must be a descent direction, q . r > 0 (r is -grad E
 //    for the gradient and CCCP maps); otherwise the safe step is taken.
 //  * maps without an energy: |f(y) - y| <= residual_factor * (the sample's
@@ -168,7 +168,7 @@ class GuardedStepper {
 
   // The safe step: taken unless it increases E and can still be shortened.
   bool AcceptSafe(Index b, const Vector<Scalar>* e, bool energy) const {
-    if (!energy || sigma_[b] < 1e-6) return true;
+    if (!energy || sigma_[b] < min_tau()) return true;
     const double e_x = static_cast<double>((*e)(b)), e_y = static_cast<double>(ey_(b));
     return e_y <= e_x + Rounding(e_x) || !std::isfinite(e_x);
   }
