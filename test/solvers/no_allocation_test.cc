@@ -194,7 +194,7 @@ BOOST_AUTO_TEST_CASE(broyden_loop_does_not_allocate) {
       BroydenSolver<float>::Options(), Affine<float>(16, 0.95, 1), z.cast<float>().eval()));
 }
 
-BOOST_AUTO_TEST_CASE(broyden_line_search_and_guards_do_not_allocate) {
+BOOST_AUTO_TEST_CASE(broyden_residual_guard_does_not_allocate) {
   // Far starts make the batched line search backtrack.
   BroydenSolver<double>::Options options;
   options.residual_factor = 1.0;
