@@ -12,12 +12,13 @@
 // sample, all allocated before the loop (the loop never touches the heap).
 // For a linear map Anderson with full memory reproduces GMRES.
 //
-// The step is guarded (internal/guarded_step.h, ../shared/ACCELERATION.md):
+// The step is guarded (internal/guarded_step.h, docs/acceleration.md):
 //  * maps with an energy (CccpMap, GradientStepMap, the Energy Transformer's
 //    map): E is the merit function. q must be a descent direction; the trial
-//    points z + (1 - tau) beta g + tau q (tau = 1, 1/2, ...) must decrease E by
-//    sufficient_decrease * beta |g|^2 / 2; otherwise the safe step z + beta g
-//    is taken and the history cleared. The accepted iterates never increase E,
+//    points y = z + (1 - tau) beta g + tau q (tau = 1, 1/2, ...) must pass
+//    Armijo's test E(y) <= E(z) - sufficient_decrease * g . (y - z) (-grad E
+//    = g); otherwise the safe step z + beta g is taken and the history
+//    cleared. The accepted iterates never increase E,
 //    and a root-finder's pull towards saddles of E is refused: Anderson ends
 //    at minima, like the safe step it accelerates. A trial's E comes with its
 //    f from one evaluation; an accepted trial costs nothing more.

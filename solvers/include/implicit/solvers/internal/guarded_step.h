@@ -1,5 +1,6 @@
 // Guarded acceleration: the acceptance rule and batched backtracking that
-// Anderson and Broyden share (internal). See ../shared/ACCELERATION.md.
+// Anderson, Broyden, L-BFGS and Newton-CG share (internal). See
+// docs/acceleration.md.
 //
 // Per active sample b the solver holds x = z_b, f = f(x), E = E(x) and a
 // proposal q (its accelerated step from x), or none. With r = f - x and the
