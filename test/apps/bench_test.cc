@@ -23,10 +23,6 @@ namespace {
 
 const std::string kApp = IMPLICIT_APP_BENCH;
 
-const std::set<std::string> kStatuses = {"converged", "max_iterations", "diverged", "non_finite",
-                                         "stalled",   "user_abort",     "invalid_input", "failure",
-                                         "skipped"};
-
 bool PositiveFinite(const Json& v) { return v.type == Json::kNumber && std::isfinite(v.number) && v.number > 0; }
 
 // Bad arguments: exit status 2 (not a signal), one line on stderr naming `expect`.
@@ -60,7 +56,7 @@ void CheckRow(const Json& row, double samples) {
                             "tolerance", "floor_seconds"})
     BOOST_REQUIRE_MESSAGE(row.Has(field), "missing field " << field);
   const std::string status = row["status"].string;
-  BOOST_TEST(kStatuses.count(status) == 1u);
+  BOOST_TEST(implicit::testing::RunStatuses().count(status) == 1u);
   const double B = row["samples"].number, converged = row["converged_samples"].number;
   BOOST_TEST(B == samples);
   BOOST_TEST(converged >= 0.0);

@@ -20,10 +20,6 @@ namespace {
 
 const std::string kApp = IMPLICIT_APP_COMPARE;
 
-const std::set<std::string> kStatuses = {"converged", "max_iterations", "diverged", "non_finite",
-                                         "stalled",   "user_abort",     "invalid_input", "failure",
-                                         "skipped"};
-
 // Runs the program expecting failure: non-zero exit (not a signal), one line on
 // stderr containing `expect`.
 void ExpectOneLineError(const std::string& args, const std::string& expect) {
@@ -57,7 +53,7 @@ BOOST_AUTO_TEST_CASE(small_comparison_writes_sane_json_and_csv) {
     const std::string status = row["status"].string;
     const std::string pair = row["problem"].string + "/" + row["solver"].string;
     BOOST_TEST_INFO(pair << ": " << status);
-    BOOST_TEST(kStatuses.count(status) == 1u);
+    BOOST_TEST(implicit::testing::RunStatuses().count(status) == 1u);
     BOOST_TEST(pairs.insert(pair).second);  // each pair once
     problems.insert(row["problem"].string);
     solvers.insert(row["solver"].string);

@@ -17,6 +17,7 @@
 #include <iterator>
 #include <map>
 #include <memory>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -207,6 +208,15 @@ inline int CountLines(const std::string& text) {
     }
   }
   return n + in_line;
+}
+
+// The statuses the apps write for a run (implicit::TerminationTypeToString
+// names, plus "skipped" for a solver that does not apply to a problem).
+inline const std::set<std::string>& RunStatuses() {
+  static const std::set<std::string> statuses = {
+      "converged", "max_iterations", "diverged", "non_finite", "stalled",
+      "user_abort", "invalid_input", "failure", "skipped"};
+  return statuses;
 }
 
 }  // namespace testing
