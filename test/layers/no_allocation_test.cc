@@ -3,26 +3,10 @@
 // not allocate (Eigen) heap memory once a call has sized the per-thread
 // scratch: repeated calls with the same or a smaller batch run allocation-free.
 //
-// Method (as test/solvers/no_allocation_test.cc): EIGEN_RUNTIME_NO_MALLOC is
-// defined before any include, so every Eigen heap allocation first checks
-// Eigen::internal::is_malloc_allowed(); eigen_assert is redefined to throw (and
-// NDEBUG undefined) so a forbidden allocation fails the test in Release builds
-// too. The batches are small enough for Eigen's products to keep their
-// packing buffers on the stack.
-#undef NDEBUG
-#define EIGEN_RUNTIME_NO_MALLOC
-#include <stdexcept>
-#include <string>
-namespace implicit_layers_no_malloc_test {
-struct EigenAssertion : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-}  // namespace implicit_layers_no_malloc_test
-#define eigen_assert(x)                                                                        \
-  do {                                                                                         \
-    if (!static_cast<bool>(x))                                                                 \
-      throw ::implicit_layers_no_malloc_test::EigenAssertion("Eigen assertion failed: " #x);   \
-  } while (false)
+// Method (support/no_malloc_guard.h): every Eigen heap allocation is checked
+// and a forbidden one throws, in Release builds too. The batches are small
+// enough for Eigen's products to keep their packing buffers on the stack.
+#include "support/no_malloc_guard.h"
 
 #define BOOST_TEST_MODULE layers_no_allocation
 #include <boost/test/unit_test.hpp>
@@ -39,7 +23,7 @@ using implicit::Index;
 using implicit::Matrix;
 using implicit::Vector;
 using implicit::testing::RandomMatrix;
-using implicit_layers_no_malloc_test::EigenAssertion;
+using implicit_no_malloc_test::EigenAssertion;
 
 namespace {
 

@@ -7,23 +7,9 @@
 // at the end of every iteration before the last one (and allows it again at
 // its start), so exactly the work between two callbacks - the solver's update
 // and the batch evaluation of f - runs with allocation forbidden; Begin() and
-// Finish() may allocate. eigen_assert is redefined to throw (and NDEBUG
-// undefined) so a forbidden allocation fails the test instead of passing
-// silently in Release builds.
-#undef NDEBUG
-#define EIGEN_RUNTIME_NO_MALLOC
-#include <stdexcept>
-#include <string>
-namespace implicit_no_malloc_test {
-struct EigenAssertion : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-}  // namespace implicit_no_malloc_test
-#define eigen_assert(x)                                                                    \
-  do {                                                                                     \
-    if (!static_cast<bool>(x))                                                             \
-      throw ::implicit_no_malloc_test::EigenAssertion("Eigen assertion failed: " #x);      \
-  } while (false)
+// Finish() may allocate. support/no_malloc_guard.h makes a forbidden allocation
+// throw, so it fails the test instead of passing silently in Release builds.
+#include "support/no_malloc_guard.h"
 
 #define BOOST_TEST_MODULE no_allocation
 #include <boost/test/unit_test.hpp>
