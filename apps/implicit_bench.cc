@@ -2,7 +2,7 @@
 //
 // For each built-in problem it times the floor (the dense products one
 // full-batch evaluation of the problem's map must do, FloorTiming in
-// common/problems.h) and one full-batch map evaluation, then runs every
+// apps/problems/floor.h) and one full-batch map evaluation, then runs every
 // selected solver to tolerance and reports the time per sample-iteration as a
 // multiple of the floor's time per sample:
 //
@@ -15,9 +15,14 @@
 //
 //   implicit-bench                                     # the default run (about 1-2 min, 2 cores)
 //   implicit-bench --problem hopfield-digits --solvers picard,anderson --float --json bench.json
-#include "common/app_util.h"
-#include "common/problems.h"
+#include "common/cli.h"
+#include "common/data_paths.h"
+#include "common/format.h"
+#include "common/json_output.h"
+#include "common/output_files.h"
 #include "common/solvers.h"
+#include "common/table.h"
+#include "problems/problem_options.h"
 
 #include <implicit/core/digits.h>
 
@@ -40,50 +45,17 @@
 namespace implicit_apps {
 namespace {
 
-const char* kUsage = R"(usage: implicit-bench [options]
-
-Times each problem's floor (the dense products, GEMMs, that one full-batch
+const char* kDescription = R"(Times each problem's floor (the dense products, GEMMs, that one full-batch
 evaluation of its map must do; median of --repeat runs) and one full-batch map
 evaluation, then runs each solver to tolerance once and reports its wall time,
 converged samples, evaluations and its time per sample-iteration as a multiple
 of the floor's time per sample:
-  x floor = (solve seconds / sample evaluations) / (floor seconds / B).
+  x floor = (solve seconds / sample evaluations) / (floor seconds / B).)";
 
-  --problem LIST      comma-separated problems (default: all)
-                        hopfield-digits  modern Hopfield retrieval, floor X^T Z + X P
-                        sparse-hopfield  the same with the entmax update, same floor
-                        rbm              RBM-effective energy, floor W^T V + W S
-                        deq-tanh         z = tanh(W z + U x + b), floor W Z
-                        et-digits        Energy Transformer block; floor: an estimate
-                                         of its GEMMs (see the notes it prints)
-  --solvers LIST      comma-separated solver names, or "all" for every registered
-                      one (default: all registered but newton, whose dense Jacobian
-                      costs n Jacobian-vector products per iteration: one iteration
-                      on the 1797 Hopfield queries alone takes longer than the
-                      whole default run should)
-  --patterns N        stored patterns = queries B of every problem, 1..1797
-                      (default: 1797 = all digits for hopfield-digits,
-                      sparse-hopfield and rbm; 500 for deq-tanh and et-digits)
-  --beta B            inverse temperature of the Hopfield-type problems (default 2)
-  --tol X             absolute residual tolerance |f(z) - z| per sample (default 1e-8)
-  --max-iter N        iteration budget per solve (default 500)
-  --time-limit S      stop a solve at the first iteration that ends after S
-                      seconds, reported as user_abort with what had converged by
-                      then; 0 = no limit (default 5)
-  --repeat N          timed runs of each floor and map evaluation, 1..1000 (default 7)
-  --threads N         threads for Eigen's matrix products (OpenMP builds only);
-                      0 = Eigen's default, OMP_NUM_THREADS or all cores (default 0)
-  --float             also build each problem in float: float floors, map times
-                      and solves (tolerance --float-tol)
-  --float-tol X       absolute tolerance of the float solves (default 1e-5)
-  --seed N            seed of the random weights (default 1)
-  --data PATH         digits.csv.gz, or a directory holding it
-  --json PATH         write every number (machine, build flags, floors, results)
-  --quiet             no progress lines on stderr
-  --help              this text
-)";
-
-// The default solver list: every registered solver but newton (see kUsage).
+// The default solver list: every registered solver but newton, whose dense
+// Jacobian costs n Jacobian-vector products per iteration: one iteration on
+// the 1797 Hopfield queries alone takes longer than the whole default run
+// should.
 std::vector<std::string> DefaultSolvers() {
   std::vector<std::string> names;
   for (const std::string& n : AvailableSolvers())
@@ -91,14 +63,72 @@ std::vector<std::string> DefaultSolvers() {
   return names;
 }
 
-const std::vector<std::string> kProblems = {"hopfield-digits", "sparse-hopfield", "rbm", "deq-tanh",
-                                            "et-digits"};
-// --patterns default per problem (see kUsage): the whole digits set for the
-// Hopfield-type problems; deq-tanh and et-digits are not about the number of
-// stored patterns, and et-digits' slowest solvers would take minutes at 1797.
+// --patterns default per problem: the whole digits set, or the problem's
+// bench_patterns (deq-tanh and et-digits are not about the number of stored
+// patterns, and et-digits' slowest solvers would take minutes at 1797).
 long DefaultPatterns(const std::string& problem, long available) {
-  if (problem == "deq-tanh" || problem == "et-digits") return std::min(500L, available);
-  return available;
+  const int n = FindProblem(problem).bench_patterns;
+  return n > 0 ? std::min<long>(n, available) : available;
+}
+
+std::string PatternsDefaultText() {
+  std::string text;
+  for (const ProblemInfo& p : RegisteredProblems())
+    text += (text.empty() ? "" : ", ") + p.name + " " +
+            (p.bench_patterns > 0 ? std::to_string(p.bench_patterns) : std::string("all"));
+  return text;
+}
+
+struct Options {
+  ProblemSelection problems;
+  std::vector<std::string> solvers = DefaultSolvers();
+  long patterns = 0;  // 0: each problem's default
+  double tol = 1e-8, time_limit = 5.0, float_tol = 1e-5;
+  long max_iter = 500, threads = 0, repeat = 7, seed = 1;
+  bool with_float = false, quiet = false;
+  std::string data, json;
+};
+
+// The command line into `o`; false when it asked for --help or --list-problems.
+bool ParseOptions(int argc, char** argv, Options* o) {
+  CLI::App app(kDescription, "implicit-bench");
+  ConfigureApp(app);
+  o->problems.settings.beta = 2.0;
+  AddProblemOptions(app, &o->problems, true);
+  AddList(app, "--solvers", &o->solvers,
+          "comma-separated solver names, or \"all\" for every registered one\n"
+          "(default: all registered but newton, whose dense Jacobian costs n\n"
+          "Jacobian-vector products per iteration)",
+          JoinNames(DefaultSolvers(), ","));
+  app.add_option("--patterns", o->patterns, "stored patterns = queries B of every problem, up to 1797")
+      ->check(IntIn(1, 1000000))
+      ->default_str(PatternsDefaultText());
+  app.add_option("--beta", o->problems.settings.beta, "inverse temperature of the Hopfield-type problems")
+      ->check(Positive());
+  app.add_option("--tol", o->tol, "absolute residual tolerance |f(z) - z| per sample")->check(Positive());
+  app.add_option("--max-iter", o->max_iter, "iteration budget per solve")->check(IntIn(1, 1000000));
+  app.add_option("--time-limit", o->time_limit,
+                 "stop a solve at the first iteration that ends after S seconds, reported\n"
+                 "as user_abort with what had converged by then; 0 = no limit")
+      ->check(AtLeast(0));
+  app.add_option("--repeat", o->repeat, "timed runs of each floor and map evaluation")->check(IntIn(1, 1000));
+  app.add_option("--threads", o->threads,
+                 "threads for Eigen's matrix products (OpenMP builds only);\n"
+                 "0 = Eigen's default, OMP_NUM_THREADS or all cores")
+      ->check(IntIn(0, 1024));
+  app.add_flag("--float", o->with_float,
+               "also build each problem in float: float floors, map times and solves\n(tolerance --float-tol)");
+  app.add_option("--float-tol", o->float_tol, "absolute tolerance of the float solves")->check(Positive());
+  app.add_option("--seed", o->seed, "seed of the random weights")->check(IntIn(0, 4294967295L));
+  app.add_option("--data", o->data, "digits.csv.gz, or a directory holding it")->default_str("");
+  app.add_option("--json", o->json, "write every number (machine, build flags, floors, results)");
+  app.add_flag("--quiet", o->quiet, "no progress lines on stderr");
+  if (!Parse(app, argc, argv) || !CheckProblemSelection(o->problems)) return false;
+  if (o->solvers.size() == 1 && o->solvers[0] == "all") o->solvers = AvailableSolvers();
+  for (const std::string& s : o->solvers) CheckSolverName(s);
+  o->problems.settings.seed = static_cast<unsigned>(o->seed);
+  CheckWritable(o->json, "--json");
+  return true;
 }
 
 // ---- machine and build ------------------------------------------------------------
@@ -305,192 +335,159 @@ Result RunSolver(const ProblemT<S>& problem, const std::string& solver_name, con
 
 std::string Ms(double seconds) { return std::isfinite(seconds) ? Fmt(seconds * 1e3, 4) : "-"; }
 
-JsonObject TimingJson(const FloorTiming& t) {
-  JsonObject o;
-  o.Set("products", t.products).Set("note", t.note).Set("flops", t.flops).Set("seconds", t.seconds);
-  o.Set("gflops_per_second", t.flops > 0 && t.seconds > 0 ? t.flops / t.seconds * 1e-9
-                                                           : std::numeric_limits<double>::quiet_NaN());
-  o.Set("repetitions", t.samples);
+Json TimingJson(const FloorTiming& t) {
+  Json o;
+  o["products"] = t.products;
+  o["note"] = t.note;
+  o["flops"] = t.flops;
+  o["seconds"] = t.seconds;
+  o["gflops_per_second"] =
+      t.flops > 0 && t.seconds > 0 ? t.flops / t.seconds * 1e-9 : std::numeric_limits<double>::quiet_NaN();
+  o["repetitions"] = t.samples;
   return o;
 }
 
-JsonObject ResultJson(const Result& r) {
-  JsonObject o;
-  o.Set("problem", r.problem).Set("precision", r.precision).Set("solver", r.solver).Set("status", r.status);
-  o.Set("skipped", r.skipped);
-  o.Set("dimension", static_cast<long>(r.dimension)).Set("samples", static_cast<long>(r.samples));
-  o.Set("tolerance", r.tolerance);
-  o.Set("converged_samples", r.converged);
-  o.Set("floor_seconds", r.floor_seconds);
-  if (r.skipped || r.failed) return o.Set("message", r.message);
-  o.Set("iterations", r.iterations)
-      .Set("function_evaluations", r.function_evaluations)
-      .Set("jacobian_products", r.jacobian_products)
-      .Set("sample_evaluations", static_cast<long>(r.sample_evaluations))
-      .Set("evals_counted", r.counted_per_sample ? "per_sample" : "function_evaluations_x_B")
-      .Set("seconds", r.seconds)
-      .Set("seconds_per_sample_evaluation", r.seconds_per_sample_evaluation)
-      .Set("ratio_to_floor", r.ratio)
-      .Set("residual", r.residual)
-      .Set("message", r.message);
+Json ResultJson(const Result& r) {
+  Json o;
+  o["problem"] = r.problem;
+  o["precision"] = r.precision;
+  o["solver"] = r.solver;
+  o["status"] = r.status;
+  o["skipped"] = r.skipped;
+  o["dimension"] = r.dimension;
+  o["samples"] = r.samples;
+  o["tolerance"] = r.tolerance;
+  o["converged_samples"] = r.converged;
+  o["floor_seconds"] = r.floor_seconds;
+  if (!r.skipped && !r.failed) {
+    o["iterations"] = r.iterations;
+    o["function_evaluations"] = r.function_evaluations;
+    o["jacobian_products"] = r.jacobian_products;
+    o["sample_evaluations"] = r.sample_evaluations;
+    o["evals_counted"] = r.counted_per_sample ? "per_sample" : "function_evaluations_x_B";
+    o["seconds"] = r.seconds;
+    o["seconds_per_sample_evaluation"] = r.seconds_per_sample_evaluation;
+    o["ratio_to_floor"] = r.ratio;
+    o["residual"] = r.residual;
+  }
+  o["message"] = r.message;
   return o;
 }
 
-int Run(int argc, char** argv) {
-  Args args(argc, argv, 1, {"quiet", "help", "float"});
-  if (args.Flag("help")) {
-    std::cout << kUsage;
-    return 0;
-  }
-  const std::vector<std::string> problems = args.List("problem", kProblems);
-  std::vector<std::string> solvers = args.List("solvers", DefaultSolvers());
-  if (solvers.size() == 1 && solvers[0] == "all") solvers = AvailableSolvers();
-  const bool patterns_given = args.Has("patterns");
-  const long patterns = args.Int("patterns", 1797);
-  ProblemSettings settings;
-  settings.beta = args.Double("beta", 2.0);
-  const double tol = args.Double("tol", 1e-8);
-  const long max_iter = args.Int("max-iter", 500);
-  const double time_limit = args.Double("time-limit", 5.0);
-  const long threads = args.Int("threads", 0);
-  const long repeat = args.Int("repeat", 7);
-  const bool with_float = args.Flag("float");
-  const double float_tol = args.Double("float-tol", 1e-5);
-  const long seed = args.Int("seed", 1);
-  const std::string data_option = args.String("data");
-  const std::string json_path = args.String("json");
-  const bool quiet = args.Flag("quiet");
-  args.CheckNoneLeft();
-
-  Args::Require(patterns >= 1, "--patterns must be >= 1, got " + std::to_string(patterns));
-  Args::Require(settings.beta > 0, "--beta must be > 0, got " + Fmt(settings.beta));
-  Args::Require(tol > 0, "--tol must be > 0, got " + Fmt(tol));
-  Args::Require(max_iter >= 1 && max_iter <= 1000000,
-                "--max-iter must be in 1..1000000, got " + std::to_string(max_iter));
-  Args::Require(time_limit >= 0, "--time-limit must be >= 0 (0 = none), got " + Fmt(time_limit));
-  Args::Require(repeat >= 1 && repeat <= 1000, "--repeat must be in 1..1000, got " + std::to_string(repeat));
-  Args::Require(threads >= 0 && threads <= 1024, "--threads must be in 0..1024 (0 = default), got " +
-                                                     std::to_string(threads));
-  Args::Require(float_tol > 0, "--float-tol must be > 0, got " + Fmt(float_tol));
-  Args::Require(seed >= 0, "--seed must be >= 0, got " + std::to_string(seed));
-  settings.seed = static_cast<unsigned>(seed);
-  CheckWritable(json_path, "--json");
-  for (const auto& p : problems) {
-    if (std::find(kProblems.begin(), kProblems.end(), p) == kProblems.end())
-      throw UsageError("unknown problem '" + p + "' (available: " + JoinNames(kProblems) + ")");
-  }
-  for (const auto& s : solvers) CheckSolverName(s);
-
-  const implicit::DigitsDataset digits = implicit::LoadDigits(FindDigits(data_option));
-  Args::Require(patterns <= digits.size(), "--patterns " + std::to_string(patterns) + " exceeds the " +
-                                               std::to_string(digits.size()) + " digits in " + digits.source);
-
-  if (threads > 0) Eigen::setNbThreads(static_cast<int>(threads));
-  const int cores = static_cast<int>(std::thread::hardware_concurrency());
-  const int usable = UsableCores();
-  const std::vector<BuildFlag> flags = BuildFlags();
-  std::string flag_text;
-  for (const BuildFlag& f : flags) flag_text += std::string(flag_text.empty() ? "" : " ") + f.name + "=" + (f.defined ? "1" : "0");
-  std::cout << "machine: " << cores << " cores (" << usable << " usable by this process), " << CpuModel() << "\n"
-            << "build: " << CompilerVersion() << ", Eigen " << EigenVersion() << " (SIMD "
-            << Eigen::SimdInstructionSetsInUse() << ", " << Eigen::nbThreads() << " thread(s)); "
-            << flag_text << "\n";
-
+struct Measurements {
   std::vector<FloorRow> floors;
   std::vector<Result> results;
-  const std::vector<std::string> precisions = with_float ? std::vector<std::string>{"double", "float"}
-                                                         : std::vector<std::string>{"double"};
-  const int total = static_cast<int>(problems.size() * solvers.size() * precisions.size());
+  double seconds = 0;
+};
+
+// The floor, the map and every solver on one problem in one precision.
+template <typename S>
+void MeasureProblem(const Options& o, const ProblemT<S>& problem, const std::string& precision, Measurements* m,
+                    int* done, int total) {
+  auto progress = [&](const std::string& text) {
+    if (!o.quiet) std::cerr << text << std::endl;
+  };
+  if (precision == "double") progress(problem.name() + ": " + problem.description());
+  FloorRow row;
+  row.problem = problem.name();
+  row.precision = precision;
+  row.dimension = problem.map().dimension();
+  row.samples = problem.initial().cols();
+  progress(row.problem + " (" + precision + "): timing the floor and the map, " + std::to_string(o.repeat) +
+           " runs each");
+  row.floor = problem.MeasureFloor(static_cast<int>(o.repeat));
+  row.map = TimeMap(problem, static_cast<int>(o.repeat));
+  m->floors.push_back(row);
+  for (const std::string& solver_name : o.solvers) {
+    progress("[" + std::to_string(++*done) + "/" + std::to_string(total) + "] " + row.problem + " / " +
+             solver_name + " (" + precision + ")");
+    m->results.push_back(RunSolver(problem, solver_name, precision, precision == "float" ? o.float_tol : o.tol,
+                                   o.max_iter, o.time_limit, row.floor));
+  }
+}
+
+Measurements MeasureAll(const Options& o, const implicit::DigitsDataset& digits) {
+  Measurements m;
+  const int total = static_cast<int>(o.problems.names.size() * o.solvers.size() * (o.with_float ? 2 : 1));
   int done = 0;
   const auto start = std::chrono::steady_clock::now();
-  auto progress = [&](const std::string& text) {
-    if (!quiet) std::cerr << text << std::endl;
-  };
-  for (const std::string& problem_name : problems) {
-    ProblemSettings s = settings;
-    s.patterns = static_cast<int>(patterns_given ? patterns : DefaultPatterns(problem_name, digits.size()));
-    for (const std::string& precision : precisions) {
-      auto run = [&](const auto& problem) {
-        if (precision == "double") progress(problem->name() + ": " + problem->description());
-        FloorRow row;
-        row.problem = problem_name;
-        row.precision = precision;
-        row.dimension = problem->map().dimension();
-        row.samples = problem->initial().cols();
-        progress(problem_name + " (" + precision + "): timing the floor and the map, " +
-                 std::to_string(repeat) + " runs each");
-        row.floor = problem->MeasureFloor(static_cast<int>(repeat));
-        row.map = TimeMap(*problem, static_cast<int>(repeat));
-        floors.push_back(row);
-        for (const std::string& solver_name : solvers) {
-          progress("[" + std::to_string(++done) + "/" + std::to_string(total) + "] " + problem_name + " / " +
-                   solver_name + " (" + precision + ")");
-          results.push_back(RunSolver(*problem, solver_name, precision, precision == "float" ? float_tol : tol,
-                                      max_iter, time_limit, row.floor));
-        }
-      };
-      if (precision == "double") {
-        run(MakeProblemOf<double>(problem_name, digits, s));
-      } else {
-        run(MakeProblemOf<float>(problem_name, digits, s));
-      }
-    }
+  for (const std::string& problem_name : o.problems.names) {
+    ProblemSettings s = o.problems.settings;
+    s.patterns = static_cast<int>(o.patterns > 0 ? o.patterns : DefaultPatterns(problem_name, digits.size()));
+    MeasureProblem(o, *MakeProblemOf<double>(problem_name, digits, s), "double", &m, &done, total);
+    if (o.with_float) MeasureProblem(o, *MakeProblemOf<float>(problem_name, digits, s), "float", &m, &done, total);
   }
-  const double total_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  m.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return m;
+}
 
-  // ---- floors ----
-  std::cout << "\nfloors (median of " << repeat << " runs; map = one full-batch evaluation of f)\n";
-  Table floor_table({"problem", "type", "n", "B", "GFLOP", "floor ms", "GFLOP/s", "map ms", "map/floor"},
-                    {false, false, true, true, true, true, true, true, true});
+std::string BuildFlagText() {
+  std::string text;
+  for (const BuildFlag& f : BuildFlags())
+    text += std::string(text.empty() ? "" : " ") + f.name + "=" + (f.defined ? "1" : "0");
+  return text;
+}
+
+void PrintMachine() {
+  std::cout << "machine: " << std::thread::hardware_concurrency() << " cores (" << UsableCores()
+            << " usable by this process), " << CpuModel() << "\n"
+            << "build: " << CompilerVersion() << ", Eigen " << EigenVersion() << " (SIMD "
+            << Eigen::SimdInstructionSetsInUse() << ", " << Eigen::nbThreads() << " thread(s)); " << BuildFlagText()
+            << "\n";
+}
+
+void PrintFloors(const Options& o, const std::vector<FloorRow>& floors) {
+  std::cout << "\nfloors (median of " << o.repeat << " runs; map = one full-batch evaluation of f)\n";
+  Table table({"problem", "type", "n", "B", "GFLOP", "floor ms", "GFLOP/s", "map ms", "map/floor"},
+              {false, false, true, true, true, true, true, true, true});
   for (const FloorRow& f : floors) {
-    floor_table.AddRow({f.problem, f.precision, std::to_string(f.dimension), std::to_string(f.samples),
-                        Fmt(f.floor.flops * 1e-9, 3), Ms(f.floor.seconds),
-                        Fmt(f.floor.flops / f.floor.seconds * 1e-9, 3), Ms(f.map.seconds),
-                        Fmt(f.map.seconds / f.floor.seconds, 3)});
+    table.AddRow({f.problem, f.precision, std::to_string(f.dimension), std::to_string(f.samples),
+                  Fmt(f.floor.flops * 1e-9, 3), Ms(f.floor.seconds), Fmt(f.floor.flops / f.floor.seconds * 1e-9, 3),
+                  Ms(f.map.seconds), Fmt(f.map.seconds / f.floor.seconds, 3)});
   }
-  floor_table.Print(std::cout);
-  for (const std::string& problem_name : problems) {
+  table.Print(std::cout);
+  for (const std::string& problem_name : o.problems.names) {
     for (const FloorRow& f : floors) {
       if (f.problem != problem_name) continue;
       std::cout << "  " << f.problem << ": " << f.floor.products << "\n    " << f.floor.note << "\n";
       break;
     }
   }
+}
 
-  // ---- solves ----
+// The table row of one solve (with a type column when float runs too).
+std::vector<std::string> ResultRow(const Result& r, bool with_float) {
+  std::vector<std::string> row;
+  if (r.skipped || r.failed) {
+    row = {r.problem, r.solver, r.status, "-", "-", "-", "-", "-", "-", "-"};
+  } else {
+    row = {r.problem, r.solver, r.status, std::to_string(r.converged) + "/" + std::to_string(r.samples),
+           std::to_string(r.iterations), std::to_string(r.function_evaluations),
+           std::to_string(r.sample_evaluations), r.counted_per_sample ? "per sample" : "f evals x B",
+           Fmt(r.seconds, 3), Fmt(r.ratio, 3)};
+  }
+  if (with_float) row.insert(row.begin() + 1, r.precision);
+  return row;
+}
+
+void PrintResults(const Options& o, const Measurements& m) {
   std::cout << "\nsolves (one run each; x floor = (seconds / sample evals) / (floor seconds / B))\n";
   std::vector<std::string> header = {"problem", "solver", "status", "converged", "iterations", "f evals",
                                      "sample evals", "evals counted", "seconds", "x floor"};
   std::vector<bool> right = {false, false, false, true, true, true, true, false, true, true};
-  if (with_float) {
+  if (o.with_float) {
     header.insert(header.begin() + 1, "type");
     right.insert(right.begin() + 1, false);
   }
   Table table(header, right);
   bool any_fallback = false;
-  for (const Result& r : results) {
-    std::vector<std::string> row;
-    if (r.skipped || r.failed) {
-      row = {r.problem, r.solver, r.status, "-", "-", "-", "-", "-", "-", "-"};
-    } else {
-      any_fallback |= !r.counted_per_sample;
-      row = {r.problem,
-             r.solver,
-             r.status,
-             std::to_string(r.converged) + "/" + std::to_string(r.samples),
-             std::to_string(r.iterations),
-             std::to_string(r.function_evaluations),
-             std::to_string(r.sample_evaluations),
-             r.counted_per_sample ? "per sample" : "f evals x B",
-             Fmt(r.seconds, 3),
-             Fmt(r.ratio, 3)};
-    }
-    if (with_float) row.insert(row.begin() + 1, r.precision);
-    table.AddRow(row);
+  for (const Result& r : m.results) {
+    any_fallback |= !r.skipped && !r.failed && !r.counted_per_sample;
+    table.AddRow(ResultRow(r, o.with_float));
   }
   table.Print(std::cout);
   std::set<std::string> reported;  // a skip once, not once per precision
-  for (const Result& r : results) {
+  for (const Result& r : m.results) {
     const std::string what = r.problem + " / " + r.solver;
     if (r.skipped && reported.insert(what).second) std::cout << "skipped " << what << ": " << r.message << "\n";
     if (r.failed) std::cout << "failed " << what << " (" << r.precision << "): " << r.message << "\n";
@@ -498,42 +495,68 @@ int Run(int argc, char** argv) {
   if (any_fallback)
     std::cout << "evals counted \"f evals x B\": the solver reports no per-sample counts, so every batch "
                  "evaluation is counted as B sample evaluations\n";
-  std::cout << "tolerance " << Fmt(tol) << (with_float ? " (float: " + Fmt(float_tol) + ")" : std::string())
-            << " on |f(z) - z| per sample, at most " << max_iter << " iterations"
-            << (time_limit > 0 ? ", at most " + Fmt(time_limit) + " s per solve (then user_abort)" : std::string())
-            << "; Jacobian products (newton) are not in the sample evaluations; total "
-            << FmtFixed(total_seconds, 2) << " s\n";
+  std::cout << "tolerance " << Fmt(o.tol) << (o.with_float ? " (float: " + Fmt(o.float_tol) + ")" : std::string())
+            << " on |f(z) - z| per sample, at most " << o.max_iter << " iterations"
+            << (o.time_limit > 0 ? ", at most " + Fmt(o.time_limit) + " s per solve (then user_abort)" : std::string())
+            << "; Jacobian products (newton) are not in the sample evaluations; total " << FmtFixed(m.seconds, 2)
+            << " s\n";
+}
 
-  if (!json_path.empty()) {
-    JsonObject machine;
-    machine.Set("cores", cores).Set("usable_cores", usable).Set("cpu", CpuModel());
-    JsonObject build;
-    build.Set("compiler", CompilerVersion()).Set("eigen", EigenVersion())
-        .Set("eigen_simd", std::string(Eigen::SimdInstructionSetsInUse()))
-        .Set("eigen_threads", Eigen::nbThreads());
-    for (const BuildFlag& f : flags) build.Set(f.name, f.defined);
-    JsonObject settings_json;
-    settings_json.Set("problems", JoinNames(problems)).Set("solvers", JoinNames(solvers));
-    settings_json.Raw("patterns", patterns_given ? std::to_string(patterns) : "null")
-        .Set("patterns_default", "1797 (hopfield-digits, sparse-hopfield, rbm), 500 (deq-tanh, et-digits)")
-        .Set("beta", settings.beta).Set("tol", tol).Set("float_tol", float_tol).Set("max_iter", max_iter)
-        .Set("time_limit", time_limit).Set("threads", threads).Set("repeat", repeat).Set("float", with_float).Set("seed", seed)
-        .Set("data", digits.source);
-    std::vector<JsonObject> floor_list, result_list;
-    for (const FloorRow& f : floors) {
-      JsonObject o;
-      o.Set("problem", f.problem).Set("precision", f.precision)
-          .Set("dimension", static_cast<long>(f.dimension)).Set("samples", static_cast<long>(f.samples))
-          .Set("floor", TimingJson(f.floor)).Set("map", TimingJson(f.map));
-      floor_list.push_back(o);
-    }
-    for (const Result& r : results) result_list.push_back(ResultJson(r));
-    JsonObject root;
-    root.Set("machine", machine).Set("build", build).Set("settings", settings_json)
-        .Set("floors", floor_list).Set("results", result_list).Set("total_seconds", total_seconds);
-    WriteTextFile(json_path, root.ToString() + "\n", "--json");
-    std::cout << "json: " << json_path << "\n";
+Json SettingsJson(const Options& o, const std::string& data_source) {
+  Json s;
+  s["problems"] = JoinNames(o.problems.names);
+  s["solvers"] = JoinNames(o.solvers);
+  s["patterns"] = o.patterns > 0 ? Json(o.patterns) : Json(nullptr);
+  s["patterns_default"] = PatternsDefaultText();
+  s["beta"] = o.problems.settings.beta;
+  AddProblemParametersJson(o.problems.settings, &s);
+  s["tol"] = o.tol;
+  s["float_tol"] = o.float_tol;
+  s["max_iter"] = o.max_iter;
+  s["time_limit"] = o.time_limit;
+  s["threads"] = o.threads;
+  s["repeat"] = o.repeat;
+  s["float"] = o.with_float;
+  s["seed"] = o.seed;
+  s["data"] = data_source;
+  return s;
+}
+
+void WriteJson(const Options& o, const Measurements& m, const std::string& data_source) {
+  Json root;
+  root["machine"] = {{"cores", std::thread::hardware_concurrency()}, {"usable_cores", UsableCores()},
+                     {"cpu", CpuModel()}};
+  Json& build = root["build"];
+  build["compiler"] = CompilerVersion();
+  build["eigen"] = EigenVersion();
+  build["eigen_simd"] = std::string(Eigen::SimdInstructionSetsInUse());
+  build["eigen_threads"] = Eigen::nbThreads();
+  for (const BuildFlag& f : BuildFlags()) build[f.name] = f.defined;
+  root["settings"] = SettingsJson(o, data_source);
+  root["floors"] = Json::array();
+  for (const FloorRow& f : m.floors) {
+    root["floors"].push_back({{"problem", f.problem}, {"precision", f.precision}, {"dimension", f.dimension},
+                              {"samples", f.samples}, {"floor", TimingJson(f.floor)}, {"map", TimingJson(f.map)}});
   }
+  root["results"] = Json::array();
+  for (const Result& r : m.results) root["results"].push_back(ResultJson(r));
+  root["total_seconds"] = m.seconds;
+  WriteJsonFile(o.json, root, "--json");
+  std::cout << "json: " << o.json << "\n";
+}
+
+int Run(int argc, char** argv) {
+  Options o;
+  if (!ParseOptions(argc, argv, &o)) return 0;
+  const implicit::DigitsDataset digits = LoadDigitsOption(o.data);
+  Require(o.patterns <= digits.size(), "--patterns " + std::to_string(o.patterns) + " exceeds the " +
+                                           std::to_string(digits.size()) + " digits in " + digits.source);
+  if (o.threads > 0) Eigen::setNbThreads(static_cast<int>(o.threads));
+  PrintMachine();
+  const Measurements m = MeasureAll(o, digits);
+  PrintFloors(o, m.floors);
+  PrintResults(o, m);
+  if (!o.json.empty()) WriteJson(o, m, digits.source);
   return 0;
 }
 

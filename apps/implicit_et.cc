@@ -29,9 +29,17 @@
 //   implicit-et                                 # default run, a few minutes on 2 cores
 //   implicit-et --steps 50 --json et.json --image et.png
 //   implicit-et --resume implicit-et.ckpt --steps 400
-#include "common/app_util.h"
-#include "common/problems.h"
+#include "common/cli.h"
+#include "common/data_paths.h"
+#include "common/digit_patches.h"
+#include "common/format.h"
+#include "common/json_output.h"
+#include "common/output_files.h"
+#include "common/png.h"
+#include "common/progress.h"
 #include "common/solvers.h"
+#include "common/table.h"
+#include "problems/problem.h"
 
 #include <implicit/core/checkpoint.h>
 #include <implicit/core/digits.h>
@@ -44,6 +52,7 @@
 #include <algorithm>
 #include <chrono>
 #include <exception>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <numeric>
@@ -55,44 +64,9 @@
 namespace implicit_apps {
 namespace {
 
-const char* kUsage = R"(usage: implicit-et [options]
-
-Trains an Energy Transformer on masked digit completion (16 patch tokens + a class
+const char* kDescription = R"(Trains an Energy Transformer on masked digit completion (16 patch tokens + a class
 token; random patches masked; MSE on masked pixels) and compares the held-out masked
-MSE with mean fill and one-step Hopfield completion on the same masks.
-
-  --steps N            training steps (Adam updates) in total (default 4000)
-  --batch N            training digits per step (default 32)
-  --lr X               Adam learning rate of embeddings and decoder (default 0.02)
-  --energy-lr X        Adam learning rate of the energy's parameters (default 0.005);
-                       both decay by a cosine schedule to 10% over --steps
-  --masked K           patches masked per digit, 1..15 (default 8)
-  --mode M             implicit (gradients at the equilibrium, default) or unroll
-  --unroll             same as --mode unroll
-  --unroll-steps T     steps of the dynamics unrolled in --mode unroll (default 20)
-  --dim D              token dimension (default 32)
-  --heads H            attention heads (default 8); --head-dim Y (default 8)
-  --memories M         Hopfield memories of the energy (default 32)
-  --pos-dim P          coordinates of a masked token kept at its position code
-                       (default 8, must be < dim)
-  --step A             step of the ET dynamics z <- z - A dE/dg (default 0.5)
-  --solver NAME        forward solver on the ET dynamics (default broyden)
-  --tol X              forward tolerance |f(z) - z| (default 1e-6)
-  --max-iter N         forward iteration budget (default 200)
-  --holdout N          held-out digits, the last N of the file (default 297)
-  --seed S             initialisation, batches and masks (default 1)
-  --checkpoint PATH    where checkpoints go (default implicit-et.ckpt)
-  --checkpoint-every N save every N steps (default 100; 0 = only at the end)
-  --resume PATH        continue from a checkpoint (same model options)
-  --image PATH         PNG grid original / masked / ET / Hopfield (default implicit-et.png)
-  --json PATH          write the results as JSON
-  --data PATH          digits.csv.gz, or a directory holding it
-  --check-gradients N  compare N gradient entries with central finite differences
-                       of the loss on one batch, print the errors and exit
-  --threads N          threads that share each batch (default: the number of cores);
-                       results agree to rounding whatever the number
-  --quiet              no progress bar
-)";
+MSE with mean fill and one-step Hopfield completion on the same masks.)";
 
 constexpr Index kPatches = 16, kTokens = 17, kPatchSize = 4;
 // Initial scale of the position embeddings: large enough that the clamped
@@ -537,291 +511,361 @@ std::string ConfigKey(const Config& c) {
          (c.unroll ? "unroll" : "implicit");
 }
 
-int Run(int argc, char** argv) {
-  Args args(argc, argv, 1, {"quiet", "help", "unroll"});
-  if (args.Flag("help")) {
-    std::cout << kUsage;
-    return 0;
-  }
-  Config c;
-  c.steps = args.Int("steps", c.steps);
-  c.batch = args.Int("batch", c.batch);
-  c.lr = args.Double("lr", c.lr);
-  c.masked = args.Int("masked", c.masked);
-  const std::string mode = args.String("mode", "implicit");
-  c.unroll = args.Flag("unroll") || mode == "unroll";
-  Args::Require(mode == "implicit" || mode == "unroll", "--mode must be implicit or unroll, got '" + mode + "'");
-  Args::Require(!(args.Flag("unroll") && args.Has("mode") && mode == "implicit"),
-                "--unroll contradicts --mode implicit");
-  c.unroll_steps = args.Int("unroll-steps", c.unroll_steps);
-  c.dim = args.Int("dim", c.dim);
-  c.heads = args.Int("heads", c.heads);
-  c.head_dim = args.Int("head-dim", c.head_dim);
-  c.memories = args.Int("memories", c.memories);
-  c.pos_dim = args.Int("pos-dim", c.pos_dim);
-  c.step = args.Double("step", c.step);
-  c.energy_lr = args.Double("energy-lr", c.energy_lr);
-  c.solver = args.String("solver", c.solver);
-  c.tol = args.Double("tol", c.tol);
-  c.max_iter = args.Int("max-iter", c.max_iter);
-  c.holdout = args.Int("holdout", c.holdout);
-  c.seed = args.Int("seed", c.seed);
-  c.checkpoint = args.String("checkpoint", c.checkpoint);
-  c.checkpoint_every = args.Int("checkpoint-every", c.checkpoint_every);
-  c.resume = args.String("resume");
-  c.image = args.String("image", c.image);
-  c.json = args.String("json");
-  c.data = args.String("data");
-  c.quiet = args.Flag("quiet");
-  c.threads = args.Int("threads", c.threads);
-  c.check_gradients = args.Int("check-gradients", 0);
-  args.CheckNoneLeft();
-  Args::Require(c.threads >= 1 && c.threads <= 64, "--threads must be in 1..64, got " + std::to_string(c.threads));
-  Args::Require(c.check_gradients >= 0 && c.check_gradients <= 10000, "--check-gradients must be in 0..10000");
-  Args::Require(c.steps >= 0 && c.steps <= 1000000, "--steps must be in 0..1000000, got " + std::to_string(c.steps));
-  Args::Require(c.batch >= 1 && c.batch <= 4096, "--batch must be in 1..4096, got " + std::to_string(c.batch));
-  Args::Require(c.lr > 0, "--lr must be > 0, got " + Fmt(c.lr));
-  Args::Require(c.masked >= 1 && c.masked < kPatches, "--masked must be in 1..15, got " + std::to_string(c.masked));
-  Args::Require(c.unroll_steps >= 1 && c.unroll_steps <= 10000, "--unroll-steps must be in 1..10000");
-  Args::Require(c.dim >= 2 && c.dim <= 512, "--dim must be in 2..512, got " + std::to_string(c.dim));
-  Args::Require(c.heads >= 0 && c.heads <= 64, "--heads must be in 0..64");
-  Args::Require(c.head_dim >= 1 && c.head_dim <= 512, "--head-dim must be in 1..512");
-  Args::Require(c.memories >= 0 && c.memories <= 100000, "--memories must be in 0..100000");
-  Args::Require(c.pos_dim >= 0 && c.pos_dim < c.dim, "--pos-dim must be in 0..dim-1, got " + std::to_string(c.pos_dim));
-  Args::Require(c.energy_lr > 0, "--energy-lr must be > 0, got " + Fmt(c.energy_lr));
-  Args::Require(c.step > 0 && c.step <= 1, "--step must be in (0, 1], got " + Fmt(c.step));
-  Args::Require(c.tol > 0, "--tol must be > 0, got " + Fmt(c.tol));
-  Args::Require(c.max_iter >= 1, "--max-iter must be >= 1");
-  Args::Require(c.seed >= 0, "--seed must be >= 0");
-  Args::Require(c.checkpoint_every >= 0, "--checkpoint-every must be >= 0");
-  Args::Require(!c.checkpoint.empty(), "--checkpoint must not be empty");
-  Args::Require(EndsWith(Lower(c.image), ".png"), "--image must name a .png file, got '" + c.image + "'");
-  CheckSolverName(c.solver);
-  CheckWritable(c.checkpoint, "--checkpoint");
-  CheckWritable(c.image, "--image");
-  CheckWritable(c.json, "--json");
+// The command line into `c`; false when it asked for --help.
+bool ParseConfig(int argc, char** argv, Config* c) {
+  CLI::App app(kDescription, "implicit-et");
+  ConfigureApp(app);
+  app.add_option("--steps", c->steps, "training steps (Adam updates) in total")->check(IntIn(0, 1000000));
+  app.add_option("--batch", c->batch, "training digits per step")->check(IntIn(1, 4096));
+  app.add_option("--lr", c->lr, "Adam learning rate of embeddings and decoder")->check(Positive());
+  app.add_option("--energy-lr", c->energy_lr,
+                 "Adam learning rate of the energy's parameters; both decay by a\n"
+                 "cosine schedule to 10% over --steps")
+      ->check(Positive());
+  app.add_option("--masked", c->masked, "patches masked per digit")->check(IntIn(1, kPatches - 1));
+  std::string mode = "implicit";
+  CLI::Option* mode_option =
+      app.add_option("--mode", mode, "implicit (gradients at the equilibrium) or unroll")
+          ->check(CLI::IsMember({"implicit", "unroll"}));
+  CLI::Option* unroll_flag = app.add_flag("--unroll", "same as --mode unroll");
+  app.add_option("--unroll-steps", c->unroll_steps, "steps of the dynamics unrolled in --mode unroll")
+      ->check(IntIn(1, 10000));
+  app.add_option("--dim", c->dim, "token dimension")->check(IntIn(2, 512));
+  app.add_option("--heads", c->heads, "attention heads")->check(IntIn(0, 64));
+  app.add_option("--head-dim", c->head_dim, "dimension of each head")->check(IntIn(1, 512));
+  app.add_option("--memories", c->memories, "Hopfield memories of the energy")->check(IntIn(0, 100000));
+  app.add_option("--pos-dim", c->pos_dim, "coordinates of a masked token kept at its position code (< --dim)")
+      ->check(IntIn(0, 511));
+  app.add_option("--step", c->step, "step A of the ET dynamics z <- z - A dE/dg")
+      ->check(RealCheck([](double a) { return a > 0 && a <= 1; }, "in (0, 1]"));
+  app.add_option("--solver", c->solver, "forward solver on the ET dynamics")->check(SolverNameCheck());
+  app.add_option("--tol", c->tol, "forward tolerance |f(z) - z|")->check(Positive());
+  app.add_option("--max-iter", c->max_iter, "forward iteration budget")->check(IntIn(1, 1000000));
+  app.add_option("--holdout", c->holdout, "held-out digits, the last N of the file")->check(IntIn(1, 1000000));
+  app.add_option("--seed", c->seed, "initialisation, batches and masks")->check(IntIn(0, 4294967295L));
+  app.add_option("--checkpoint", c->checkpoint, "where checkpoints go")->check(CLI::Validator(
+      [](std::string& path) { return path.empty() ? std::string("must not be empty") : std::string(); }, ""));
+  app.add_option("--checkpoint-every", c->checkpoint_every, "save every N steps (0 = only at the end)")
+      ->check(IntIn(0, 1000000000));
+  app.add_option("--resume", c->resume, "continue from a checkpoint (same model options)");
+  app.add_option("--image", c->image, "PNG grid original / masked / ET / Hopfield")->check(ExtensionCheck({".png"}));
+  app.add_option("--json", c->json, "write the results as JSON");
+  app.add_option("--data", c->data, "digits.csv.gz, or a directory holding it")->default_str("");
+  app.add_option("--check-gradients", c->check_gradients,
+                 "compare N gradient entries with central finite differences of the\n"
+                 "loss on one batch, print the errors and exit")
+      ->check(IntIn(0, 10000));
+  app.add_option("--threads", c->threads,
+                 "threads that share each batch (default: the number of cores);\n"
+                 "results agree to rounding whatever the number")
+      ->check(IntIn(1, 64));
+  app.add_flag("--quiet", c->quiet, "no progress bar");
+  if (!Parse(app, argc, argv)) return false;
+  Require(!(unroll_flag->count() > 0 && mode_option->count() > 0 && mode == "implicit"),
+          "--unroll contradicts --mode implicit");
+  c->unroll = unroll_flag->count() > 0 || mode == "unroll";
+  Require(c->pos_dim < c->dim, "--pos-dim must be in 0..dim-1, got " + std::to_string(c->pos_dim));
+  CheckWritable(c->checkpoint, "--checkpoint");
+  CheckWritable(c->image, "--image");
+  CheckWritable(c->json, "--json");
+  return true;
+}
 
-  const implicit::DigitsDataset digits = implicit::LoadDigits(FindDigits(c.data));
-  Args::Require(c.holdout >= 1 && c.holdout < digits.size(),
-                "--holdout must be in 1.." + std::to_string(digits.size() - 1) + ", got " + std::to_string(c.holdout));
+// The two Adam optimisers (embeddings and decoder; the energy's parameters),
+// with the cosine decay of both learning rates.
+struct Optimizers {
+  explicit Optimizers(const Config& c) : model(Adam(c.lr)), energy(Adam(c.energy_lr)), lr(c.lr), energy_lr(c.energy_lr) {}
+  static implicit::AdamOptimizer<double>::Options Adam(double learning_rate) {
+    implicit::AdamOptimizer<double>::Options o;
+    o.learning_rate = learning_rate;
+    o.clip_norm = 1.0;
+    return o;
+  }
+  void Decay(double factor) {
+    model.set_learning_rate(lr * factor);
+    energy.set_learning_rate(energy_lr * factor);
+  }
+  implicit::AdamOptimizer<double> model, energy;
+  double lr, energy_lr;
+};
+
+// Restores parameters and optimiser state from --resume; the step it was saved at.
+long Resume(const Config& c, Workers& workers, Optimizers& adam) {
+  EtModel& model = workers.main();
+  const implicit::Checkpoint ck = implicit::LoadCheckpoint(c.resume);
+  const auto it = ck.metadata.find("config");
+  if (it == ck.metadata.end() || it->second != ConfigKey(c))
+    throw std::runtime_error("checkpoint '" + c.resume + "' was written for " +
+                             (it == ck.metadata.end() ? std::string("another program") : it->second) +
+                             ", this run uses " + ConfigKey(c));
+  ck.RestoreParameters("model", &model.params());
+  ck.RestoreParameters("energy", &model.energy_params());
+  try {
+    adam.model.SetState(ck.Optimizer("adam_model"), model.params().size());
+    adam.energy.SetState(ck.Optimizer("adam_energy"), model.energy_params().size());
+  } catch (const std::invalid_argument& e) {
+    throw std::runtime_error("checkpoint '" + c.resume + "': optimiser state does not fit: " + e.what());
+  }
+  workers.Sync();
+  if (!c.quiet) std::cerr << "resumed from " << c.resume << " at step " << ck.step << "\n";
+  return ck.step;
+}
+
+void Save(const Config& c, long step, EtModel& model, const Optimizers& adam) {
+  implicit::Checkpoint ck;
+  ck.step = step;
+  ck.metadata["program"] = "implicit-et";
+  ck.metadata["config"] = ConfigKey(c);
+  ck.AddParameters("model", model.params());
+  ck.AddParameters("energy", model.energy_params());
+  ck.AddOptimizer("adam_model", adam.model.state());
+  ck.AddOptimizer("adam_energy", adam.energy.state());
+  implicit::SaveCheckpoint(c.checkpoint, ck);
+}
+
+// --check-gradients: `count` gradient entries, every parameter block in turn
+// (model blocks, then the energy's), a random entry of it each time, against
+// central differences of `loss`. Prints a table; returns the largest error.
+double CompareWithFiniteDifferences(EtModel& model, long count, const Vector<double>& gm, const Vector<double>& ge,
+                                    const std::function<double()>& loss, std::mt19937& gen) {
+  struct Block {
+    bool energy;
+    implicit::ParameterSet<double>::Entry entry;
+  };
+  std::vector<Block> blocks;
+  for (const auto& e : model.params().entries()) blocks.push_back({false, e});
+  for (const auto& e : model.energy_params().entries()) blocks.push_back({true, e});
+  Table t({"parameter", "index", "gradient", "finite difference", "abs error"}, {false, true, true, true, true});
+  double worst = 0;
+  for (long k = 0; k < count; ++k) {
+    const Block& blk = blocks[static_cast<std::size_t>(k) % blocks.size()];
+    Vector<double>& values = blk.energy ? model.energy_params().values() : model.params().values();
+    const Vector<double>& grad = blk.energy ? ge : gm;
+    std::uniform_int_distribution<Index> idx(0, blk.entry.size() - 1);
+    const Index i = blk.entry.offset + idx(gen);
+    const double h = 1e-5, v = values(i);
+    values(i) = v + h;
+    const double lp = loss();
+    values(i) = v - h;
+    const double lm = loss();
+    values(i) = v;
+    const double fd = (lp - lm) / (2 * h);
+    worst = std::max(worst, std::abs(fd - grad(i)));
+    t.AddRow({blk.entry.name, std::to_string(i - blk.entry.offset), Fmt(grad(i), 6), Fmt(fd, 6),
+              Fmt(std::abs(fd - grad(i)), 2)});
+  }
+  t.Print(std::cout);
+  return worst;
+}
+
+// --check-gradients on a few training digits, with tight solves.
+int CheckGradients(const Config& c, EtModel& model, const Matrix<double>& train) {
+  std::mt19937 gen(static_cast<unsigned>(c.seed) + 99u);
+  const Index B = std::min<long>(c.batch, 8);
+  const Matrix<double> batch = train.leftCols(B);
+  const Matrix<double> masks = RandomMasks(B, c.masked, gen);
+  Config tight = c;
+  tight.tol = 1e-11;
+  tight.max_iter = 5000;
+  tight.solver = "picard";  // the ET dynamics themselves: reaches 1e-11 reliably
+  tight.backward_tol = 1e-10;
+  Vector<double> gm, ge;
+  const StepStats st = Gradients(model, tight, batch, masks, &gm, &ge);
+  std::cout << "gradient check on " << B << " digits: forward converged " << st.forward_converged << "/" << B
+            << " (" << st.forward_iterations << " iterations), backward failed " << st.backward_failed << " ("
+            << st.backward_products << " products)\n";
+  auto loss = [&]() {
+    implicit::Summary s;
+    return MaskedMse(Predict(model, tight, batch, masks, &s), batch, PixelMask(masks));
+  };
+  const double worst = CompareWithFiniteDifferences(model, c.check_gradients, gm, ge, loss, gen);
+  std::cout << "largest abs error " << Fmt(worst, 3) << "\n";
+  return 0;
+}
+
+struct TrainStats {
+  double first_loss = -1, last_loss = 0, seconds = 0;
+  long backward_failures = 0, forward_unconverged = 0;
+};
+
+// Training steps start_step..c.steps-1, with a checkpoint every
+// --checkpoint-every steps and at the end.
+TrainStats Train(const Config& c, Workers& workers, Optimizers& adam, const Matrix<double>& train, long start_step) {
+  EtModel& model = workers.main();
+  Progress progress(!c.quiet, 5.0);
+  const auto t0 = std::chrono::steady_clock::now();
+  TrainStats ts;
+  double smooth = -1;
+  Vector<double> gm, ge;
+  for (long step = start_step; step < c.steps; ++step) {
+    std::mt19937 gen(static_cast<unsigned>(c.seed) * 7919u + static_cast<unsigned>(step) * 104729u + 1u);
+    std::uniform_int_distribution<Index> pick(0, train.cols() - 1);
+    Matrix<double> batch(train.rows(), c.batch);
+    for (Index b = 0; b < c.batch; ++b) batch.col(b) = train.col(pick(gen));
+    const Matrix<double> masks = RandomMasks(c.batch, c.masked, gen);
+    adam.Decay(CosineDecay(step, c.steps));
+    const StepStats st = workers.Gradients(c, batch, masks, &gm, &ge);
+    adam.model.Step(model.params(), gm);
+    adam.energy.Step(model.energy_params(), ge);
+    workers.Sync();
+    ts.backward_failures += st.backward_failed;
+    ts.forward_unconverged += c.batch - st.forward_converged;
+    if (ts.first_loss < 0) ts.first_loss = st.loss;
+    ts.last_loss = st.loss;
+    smooth = smooth < 0 ? st.loss : 0.9 * smooth + 0.1 * st.loss;
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double rate = static_cast<double>(step + 1 - start_step) / std::max(elapsed, 1e-9);
+    progress.Update(Progress::Bar(static_cast<double>(step + 1) / static_cast<double>(c.steps)) + " step " +
+                    std::to_string(step + 1) + "/" + std::to_string(c.steps) + "  loss " + Fmt(smooth, 4) + "  " +
+                    FmtFixed(rate, 2) + " steps/s  " + FmtFixed(rate * static_cast<double>(c.batch), 0) +
+                    " digits/s  fwd it " + std::to_string(st.forward_iterations) + "  eta " +
+                    FmtFixed(static_cast<double>(c.steps - step - 1) / std::max(rate, 1e-9), 0) + " s");
+    if (c.checkpoint_every > 0 && (step + 1) % c.checkpoint_every == 0 && step + 1 < c.steps)
+      Save(c, step + 1, model, adam);
+  }
+  progress.Done();
+  ts.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  Save(c, std::max(c.steps, start_step), model, adam);
+  return ts;
+}
+
+// The held-out evaluation on fixed masks: the ET, mean fill and the best
+// one-step Hopfield completion, and the paired per-digit difference ET - Hopfield.
+struct Evaluation {
+  Matrix<double> masks, pixel_mask, pred, hop_pred;
+  implicit::Summary summary;
+  double et_mse = 0, mean_mse = 0, hop_mse = 1e300, best_beta = 0, diff_mean = 0, diff_stderr = 0;
+  long better = 0;
+};
+
+Evaluation Evaluate(const Config& c, EtModel& model, const Matrix<double>& train, const Matrix<double>& test) {
+  Evaluation e;
+  std::mt19937 eval_gen(static_cast<unsigned>(c.seed) + 424242u);
+  e.masks = RandomMasks(test.cols(), c.masked, eval_gen);
+  e.pixel_mask = PixelMask(e.masks);
+  e.pred = Predict(model, c, test, e.masks, &e.summary);
+  e.et_mse = MaskedMse(e.pred, test, e.pixel_mask);
+  Matrix<double> mean_fill = test;
+  mean_fill.colwise() = Vector<double>(train.rowwise().mean());
+  e.mean_mse = MaskedMse(mean_fill, test, e.pixel_mask);
+  for (double beta : {0.25, 0.5, 1.0, 2.0, 4.0}) {
+    Matrix<double> h = HopfieldComplete(train, test, e.pixel_mask, beta);
+    const double m = MaskedMse(h, test, e.pixel_mask);
+    if (m < e.hop_mse) {
+      e.hop_mse = m;
+      e.best_beta = beta;
+      e.hop_pred = std::move(h);
+    }
+  }
+  // Paired over the held-out digits (same digits, same masks): per-digit masked
+  // MSE of the ET minus that of Hopfield, its mean and standard error.
+  const Vector<double> diff =
+      ((e.pred - test).array().square() - (e.hop_pred - test).array().square())
+          .cwiseProduct(e.pixel_mask.array())
+          .colwise()
+          .sum()
+          .transpose()
+          .cwiseQuotient(e.pixel_mask.colwise().sum().transpose().array())
+          .matrix();
+  const double n = static_cast<double>(diff.size());
+  e.diff_mean = diff.mean();
+  e.diff_stderr = std::sqrt((diff.array() - e.diff_mean).square().sum() / std::max(1.0, n - 1) / n);
+  e.better = static_cast<long>((diff.array() < 0.0).count());
+  return e;
+}
+
+void PrintEvaluation(const Config& c, const TrainStats& ts, long trained_steps, const Evaluation& e) {
+  std::cout << "trained " << trained_steps << " steps in " << FmtFixed(ts.seconds, 1) << " s; training loss "
+            << Fmt(ts.first_loss, 4) << " -> " << Fmt(ts.last_loss, 4) << "\n";
+  if (!c.unroll) std::cout << "held-out forward: " << e.summary.BriefReport() << "\n";
+  Table t({"held-out masked MSE", "value", "vs ET"}, {false, true, true});
+  t.AddRow({std::string("energy transformer (") + (c.unroll ? "unrolled" : "implicit") + ")", FmtFixed(e.et_mse, 4),
+            "1.00x"});
+  t.AddRow({"one-step Hopfield (best beta " + Fmt(e.best_beta) + ")", FmtFixed(e.hop_mse, 4),
+            FmtFixed(e.hop_mse / e.et_mse, 2) + "x"});
+  t.AddRow({"mean fill", FmtFixed(e.mean_mse, 4), FmtFixed(e.mean_mse / e.et_mse, 2) + "x"});
+  t.Print(std::cout);
+  std::cout << "ET minus one-step Hopfield, per held-out digit: " << Fmt(e.diff_mean, 3) << " +- "
+            << Fmt(e.diff_stderr, 2) << " (standard error); ET better on " << e.better << "/" << e.pred.cols()
+            << " digits\n";
+  std::cout << "checkpoint: " << c.checkpoint << "\n";
+}
+
+// The PNG grid of the first 12 held-out digits: original, masked, ET and
+// Hopfield completions (visible pixels as given, masked pixels predicted).
+void WriteImage(const Config& c, const Matrix<double>& test, const Evaluation& e) {
+  const Index shown = std::min<Index>(12, test.cols());
+  auto complete = [&](const Matrix<double>& p) {
+    return Matrix<double>(
+        (e.pixel_mask.array() * p.array() + (1.0 - e.pixel_mask.array()) * test.array()).matrix().leftCols(shown));
+  };
+  WriteGrid(c.image, {test.leftCols(shown), test.leftCols(shown), complete(e.pred), complete(e.hop_pred)},
+            e.masks.leftCols(shown));
+  std::cout << "image: " << c.image
+            << " (rows: original, masked patches in gray, energy transformer completion, one-step Hopfield "
+               "completion)\n";
+}
+
+void WriteJson(const Config& c, const TrainStats& ts, const Evaluation& e, Index n_train, Index parameters) {
+  Json o;
+  o["mode"] = c.unroll ? "unroll" : "implicit";
+  o["steps"] = c.steps;
+  o["batch"] = c.batch;
+  o["masked_patches"] = c.masked;
+  o["train_digits"] = n_train;
+  o["heldout_digits"] = c.holdout;
+  o["heldout_mse"] = e.et_mse;
+  o["mean_fill_mse"] = e.mean_mse;
+  o["hopfield_mse"] = e.hop_mse;
+  o["hopfield_beta"] = e.best_beta;
+  o["hopfield_difference"] = e.diff_mean;
+  o["hopfield_difference_stderr"] = e.diff_stderr;
+  o["digits_better_than_hopfield"] = e.better;
+  o["first_train_loss"] = ts.first_loss;
+  o["last_train_loss"] = ts.last_loss;
+  o["train_seconds"] = ts.seconds;
+  o["backward_failures"] = ts.backward_failures;
+  o["forward_unconverged"] = ts.forward_unconverged;
+  o["heldout_forward_status"] =
+      c.unroll ? "unrolled" : implicit::TerminationTypeToString(e.summary.termination_type);
+  o["parameters"] = parameters;
+  o["checkpoint"] = c.checkpoint;
+  o["image"] = c.image;
+  WriteJsonFile(c.json, o, "--json");
+  std::cout << "json: " << c.json << "\n";
+}
+
+void PrintHeader(const Config& c, Index n_train, Index parameters) {
+  std::cout << "implicit-et: " << n_train << " training digits, " << c.holdout << " held out; " << c.masked
+            << " of 16 patches masked; ET " << ConfigKey(c) << ", " << parameters << " parameters; " << c.threads
+            << (c.threads == 1 ? " thread; " : " threads; ")
+            << (c.unroll ? "backprop through " + std::to_string(c.unroll_steps) + " unrolled gradient steps"
+                         : "implicit gradients at the equilibrium (" + c.solver + " forward, GMRES adjoint)")
+            << "\n";
+}
+
+int Run(int argc, char** argv) {
+  Config c;
+  if (!ParseConfig(argc, argv, &c)) return 0;
+  const implicit::DigitsDataset digits = LoadDigitsOption(c.data);
+  Require(c.holdout < digits.size(), "--holdout must be in 1.." + std::to_string(digits.size() - 1) + ", got " +
+                                         std::to_string(c.holdout));
   const Matrix<double> all = DigitPatches(digits.Scaled());
   const Index n_train = digits.size() - c.holdout;
   const Matrix<double> train = all.leftCols(n_train), test = all.rightCols(c.holdout);
 
   Workers workers(c, c.threads);
   EtModel& model = workers.main();
-  implicit::AdamOptimizer<double>::Options ao;
-  ao.learning_rate = c.lr;
-  ao.clip_norm = 1.0;
-  implicit::AdamOptimizer<double>::Options aoe = ao;
-  aoe.learning_rate = c.energy_lr;
-  implicit::AdamOptimizer<double> adam_model(ao), adam_energy(aoe);
-  long start_step = 0;
-  if (!c.resume.empty()) {
-    const implicit::Checkpoint ck = implicit::LoadCheckpoint(c.resume);
-    const auto it = ck.metadata.find("config");
-    if (it == ck.metadata.end() || it->second != ConfigKey(c))
-      throw std::runtime_error("checkpoint '" + c.resume + "' was written for " +
-                               (it == ck.metadata.end() ? std::string("another program") : it->second) +
-                               ", this run uses " + ConfigKey(c));
-    ck.RestoreParameters("model", &model.params());
-    ck.RestoreParameters("energy", &model.energy_params());
-    try {
-      adam_model.SetState(ck.Optimizer("adam_model"), model.params().size());
-      adam_energy.SetState(ck.Optimizer("adam_energy"), model.energy_params().size());
-    } catch (const std::invalid_argument& e) {
-      throw std::runtime_error("checkpoint '" + c.resume + "': optimiser state does not fit: " + e.what());
-    }
-    start_step = ck.step;
-    workers.Sync();
-    if (!c.quiet) std::cerr << "resumed from " << c.resume << " at step " << start_step << "\n";
-  }
-  if (c.check_gradients > 0) {
-    std::mt19937 gen(static_cast<unsigned>(c.seed) + 99u);
-    const Index B = std::min<long>(c.batch, 8);
-    Matrix<double> batch = train.leftCols(B);
-    const Matrix<double> masks = RandomMasks(B, c.masked, gen);
-    Vector<double> gm, ge;
-    Config tight = c;
-    tight.tol = 1e-11;
-    tight.max_iter = 5000;
-    tight.solver = "picard";  // the ET dynamics themselves: reaches 1e-11 reliably
-    tight.backward_tol = 1e-10;
-    const StepStats st = Gradients(model, tight, batch, masks, &gm, &ge);
-    std::cout << "gradient check on " << B << " digits: forward converged " << st.forward_converged << "/" << B
-              << " (" << st.forward_iterations << " iterations), backward failed " << st.backward_failed
-              << " (" << st.backward_products << " products)\n";
-    auto loss = [&]() {
-      implicit::Summary s;
-      const Matrix<double> pred = Predict(model, tight, batch, masks, &s);
-      return MaskedMse(pred, batch, PixelMask(masks));
-    };
-    Table t({"parameter", "index", "gradient", "finite difference", "abs error"},
-            {false, true, true, true, true});
-    // Every parameter block in turn (model blocks, then the energy's), a
-    // random entry of it each time.
-    struct Block {
-      bool energy;
-      implicit::ParameterSet<double>::Entry entry;
-    };
-    std::vector<Block> blocks;
-    for (const auto& e : model.params().entries()) blocks.push_back({false, e});
-    for (const auto& e : model.energy_params().entries()) blocks.push_back({true, e});
-    double worst = 0;
-    for (long k = 0; k < c.check_gradients; ++k) {
-      const Block& blk = blocks[static_cast<std::size_t>(k) % blocks.size()];
-      Vector<double>& values = blk.energy ? model.energy_params().values() : model.params().values();
-      const Vector<double>& grad = blk.energy ? ge : gm;
-      std::uniform_int_distribution<Index> idx(0, blk.entry.size() - 1);
-      const Index i = blk.entry.offset + idx(gen);
-      const double h = 1e-5, v = values(i);
-      values(i) = v + h;
-      const double lp = loss();
-      values(i) = v - h;
-      const double lm = loss();
-      values(i) = v;
-      const double fd = (lp - lm) / (2 * h);
-      worst = std::max(worst, std::abs(fd - grad(i)));
-      t.AddRow({blk.entry.name, std::to_string(i - blk.entry.offset), Fmt(grad(i), 6), Fmt(fd, 6),
-                Fmt(std::abs(fd - grad(i)), 2)});
-    }
-    t.Print(std::cout);
-    std::cout << "largest abs error " << Fmt(worst, 3) << "\n";
-    return 0;
-  }
-  auto save = [&](long step) {
-    implicit::Checkpoint ck;
-    ck.step = step;
-    ck.metadata["program"] = "implicit-et";
-    ck.metadata["config"] = ConfigKey(c);
-    ck.AddParameters("model", model.params());
-    ck.AddParameters("energy", model.energy_params());
-    ck.AddOptimizer("adam_model", adam_model.state());
-    ck.AddOptimizer("adam_energy", adam_energy.state());
-    implicit::SaveCheckpoint(c.checkpoint, ck);
-  };
-
-  std::cout << "implicit-et: " << n_train << " training digits, " << c.holdout << " held out; "
-            << c.masked << " of 16 patches masked; ET " << ConfigKey(c) << ", "
-            << model.params().size() + model.energy_params().size() << " parameters; " << c.threads
-            << (c.threads == 1 ? " thread; " : " threads; ")
-            << (c.unroll ? "backprop through " + std::to_string(c.unroll_steps) + " unrolled gradient steps"
-                         : "implicit gradients at the equilibrium (" + c.solver + " forward, GMRES adjoint)")
-            << "\n";
-  Progress progress(!c.quiet, 5.0);
-  const auto t0 = std::chrono::steady_clock::now();
-  double first_loss = -1, last_loss = 0, smooth = -1;
-  long backward_failures = 0, forward_unconverged = 0;
-  Vector<double> gm, ge;
-  for (long step = start_step; step < c.steps; ++step) {
-    std::mt19937 gen(static_cast<unsigned>(c.seed) * 7919u + static_cast<unsigned>(step) * 104729u + 1u);
-    std::uniform_int_distribution<Index> pick(0, n_train - 1);
-    Matrix<double> batch(train.rows(), c.batch);
-    for (Index b = 0; b < c.batch; ++b) batch.col(b) = train.col(pick(gen));
-    const Matrix<double> masks = RandomMasks(c.batch, c.masked, gen);
-    const double decay = CosineDecay(step, c.steps);
-    adam_model.set_learning_rate(ao.learning_rate * decay);
-    adam_energy.set_learning_rate(aoe.learning_rate * decay);
-    const StepStats st = workers.Gradients(c, batch, masks, &gm, &ge);
-    adam_model.Step(model.params(), gm);
-    adam_energy.Step(model.energy_params(), ge);
-    workers.Sync();
-    backward_failures += st.backward_failed;
-    forward_unconverged += c.batch - st.forward_converged;
-    if (first_loss < 0) first_loss = st.loss;
-    last_loss = st.loss;
-    smooth = smooth < 0 ? st.loss : 0.9 * smooth + 0.1 * st.loss;
-    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const double rate = (step + 1 - start_step) / std::max(elapsed, 1e-9);
-    progress.Update(Progress::Bar(static_cast<double>(step + 1) / c.steps) + " step " +
-                    std::to_string(step + 1) + "/" + std::to_string(c.steps) + "  loss " + Fmt(smooth, 4) +
-                    "  " + FmtFixed(rate, 2) + " steps/s  " + FmtFixed(rate * c.batch, 0) +
-                    " digits/s  fwd it " + std::to_string(st.forward_iterations) + "  eta " +
-                    FmtFixed((c.steps - step - 1) / std::max(rate, 1e-9), 0) + " s");
-    if (c.checkpoint_every > 0 && (step + 1) % c.checkpoint_every == 0 && step + 1 < c.steps) save(step + 1);
-  }
-  progress.Done();
-  const double train_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  save(std::max(c.steps, start_step));
-
-  // ---- held-out evaluation, fixed masks --------------------------------------------
-  std::mt19937 eval_gen(static_cast<unsigned>(c.seed) + 424242u);
-  const Matrix<double> test_masks = RandomMasks(test.cols(), c.masked, eval_gen);
-  const Matrix<double> pixel_mask = PixelMask(test_masks);
-  implicit::Summary eval_summary;
-  const Matrix<double> pred = Predict(model, c, test, test_masks, &eval_summary);
-  const double et_mse = MaskedMse(pred, test, pixel_mask);
-  const Vector<double> mean = train.rowwise().mean();
-  Matrix<double> mean_fill = test;
-  mean_fill.colwise() = mean;
-  const double mean_mse = MaskedMse(mean_fill, test, pixel_mask);
-  double best_beta = 0, hop_mse = 1e300;
-  Matrix<double> hop_pred;
-  for (double beta : {0.25, 0.5, 1.0, 2.0, 4.0}) {
-    Matrix<double> h = HopfieldComplete(train, test, pixel_mask, beta);
-    const double m = MaskedMse(h, test, pixel_mask);
-    if (m < hop_mse) {
-      hop_mse = m;
-      best_beta = beta;
-      hop_pred = h;
-    }
-  }
-  std::cout << "trained " << c.steps - start_step << " steps in " << FmtFixed(train_seconds, 1)
-            << " s; training loss " << Fmt(first_loss, 4) << " -> " << Fmt(last_loss, 4) << "\n";
-  if (!c.unroll)
-    std::cout << "held-out forward: " << eval_summary.BriefReport() << "\n";
-  Table t({"held-out masked MSE", "value", "vs ET"}, {false, true, true});
-  t.AddRow({std::string("energy transformer (") + (c.unroll ? "unrolled" : "implicit") + ")", FmtFixed(et_mse, 4), "1.00x"});
-  t.AddRow({"one-step Hopfield (best beta " + Fmt(best_beta) + ")", FmtFixed(hop_mse, 4), FmtFixed(hop_mse / et_mse, 2) + "x"});
-  t.AddRow({"mean fill", FmtFixed(mean_mse, 4), FmtFixed(mean_mse / et_mse, 2) + "x"});
-  t.Print(std::cout);
-  // Paired over the held-out digits (same digits, same masks): per-digit masked
-  // MSE of the ET minus that of Hopfield, its mean and standard error.
-  const Vector<double> per_digit_diff =
-      ((pred - test).array().square() - (hop_pred - test).array().square()).cwiseProduct(pixel_mask.array())
-          .colwise().sum().transpose().cwiseQuotient(pixel_mask.colwise().sum().transpose().array())
-          .matrix();
-  const double diff_mean = per_digit_diff.mean();
-  const double diff_stderr =
-      std::sqrt((per_digit_diff.array() - diff_mean).square().sum() /
-                std::max<double>(1.0, static_cast<double>(per_digit_diff.size() - 1)) /
-                static_cast<double>(per_digit_diff.size()));
-  const long better = static_cast<long>((per_digit_diff.array() < 0.0).count());
-  std::cout << "ET minus one-step Hopfield, per held-out digit: " << Fmt(diff_mean, 3) << " +- "
-            << Fmt(diff_stderr, 2) << " (standard error); ET better on " << better << "/"
-            << per_digit_diff.size() << " digits\n";
-  std::cout << "checkpoint: " << c.checkpoint << "\n";
-
-  const Index shown = std::min<Index>(12, test.cols());
-  // Completions: visible pixels as given, masked pixels predicted.
-  auto complete = [&](const Matrix<double>& p) {
-    return Matrix<double>((pixel_mask.array() * p.array() + (1.0 - pixel_mask.array()) * test.array()).matrix());
-  };
-  WriteGrid(c.image,
-            {test.leftCols(shown), test.leftCols(shown), complete(pred).leftCols(shown),
-             complete(hop_pred).leftCols(shown)},
-            test_masks.leftCols(shown));
-  std::cout << "image: " << c.image
-            << " (rows: original, masked patches in gray, energy transformer completion, one-step Hopfield "
-               "completion)\n";
-
-  if (!c.json.empty()) {
-    JsonObject o;
-    o.Set("mode", c.unroll ? "unroll" : "implicit").Set("steps", c.steps).Set("batch", c.batch)
-        .Set("masked_patches", c.masked).Set("train_digits", static_cast<long>(n_train))
-        .Set("heldout_digits", c.holdout).Set("heldout_mse", et_mse).Set("mean_fill_mse", mean_mse)
-        .Set("hopfield_mse", hop_mse).Set("hopfield_beta", best_beta)
-        .Set("hopfield_difference", diff_mean).Set("hopfield_difference_stderr", diff_stderr)
-        .Set("digits_better_than_hopfield", better)
-        .Set("first_train_loss", first_loss).Set("last_train_loss", last_loss)
-        .Set("train_seconds", train_seconds).Set("backward_failures", backward_failures)
-        .Set("forward_unconverged", forward_unconverged)
-        .Set("heldout_forward_status", c.unroll ? "unrolled" : implicit::TerminationTypeToString(eval_summary.termination_type))
-        .Set("parameters", static_cast<long>(model.params().size() + model.energy_params().size()))
-        .Set("checkpoint", c.checkpoint).Set("image", c.image);
-    WriteTextFile(c.json, o.ToString() + "\n", "--json");
-    std::cout << "json: " << c.json << "\n";
-  }
+  Optimizers adam(c);
+  const long start_step = c.resume.empty() ? 0 : Resume(c, workers, adam);
+  if (c.check_gradients > 0) return CheckGradients(c, model, train);
+  const Index parameters = model.params().size() + model.energy_params().size();
+  PrintHeader(c, n_train, parameters);
+  const TrainStats ts = Train(c, workers, adam, train, start_step);
+  const Evaluation e = Evaluate(c, model, train, test);
+  PrintEvaluation(c, ts, c.steps - start_step, e);
+  WriteImage(c, test, e);
+  if (!c.json.empty()) WriteJson(c, ts, e, n_train, parameters);
   return 0;
 }
 

@@ -6,9 +6,15 @@
 //   implicit-hopfield capacity --dimension 64 --flip 0.1
 //   implicit-hopfield sparse --patterns 100
 // Every subcommand prints a table and takes --json PATH.
-#include "common/app_util.h"
-#include "common/problems.h"
+#include "common/cli.h"
+#include "common/data_paths.h"
+#include "common/format.h"
+#include "common/json_output.h"
+#include "common/output_files.h"
+#include "common/progress.h"
 #include "common/solvers.h"
+#include "common/table.h"
+#include "problems/registry.h"
 
 #include <implicit/core/digits.h>
 #include <implicit/core/energy_maps.h>
@@ -27,44 +33,42 @@
 namespace implicit_apps {
 namespace {
 
-const char* kUsage = R"(usage: implicit-hopfield SUBCOMMAND [options]
-
-Associative-memory experiments. Digits are scaled x/8 - 1 everywhere.
-
-  retrieval   store the first --patterns N digits, query each with its bottom half
-              (pixels 32..63) zeroed; a hit is |xi - x_i| < 0.1 |x_i| for its own x_i.
-              Reports hit rates after one update and after convergence.
-                --patterns N (default 100, 1..1797)  --beta B (default 4)
-                --solver NAME (default picard)  --tol X (1e-8)  --max-iter N (500)
-  completion  memories = digits 0..999, queries = digits 1000..1796 showing only
-              pixels 0..31; attention weights softmax(beta * visible-pixel scores);
-              reports the MSE on pixels 32..63 and the mean-fill baseline.
-                --beta B (default 1)
-  capacity    random +-1 patterns in dimension d, probes with a fraction of bits
-              flipped, binary retrieval; retrieval rate vs number of stored patterns
-              for the quadratic (classical), polynomial and exponential energies.
-                --dimension D (default 64)  --flip F (default 0.1)  --probes P (default 50)
-                --counts LIST (default 4,8,16,32,64,128,256,512)  --degree N (default 3)
-                --seed S (default 1)
-  sparse      support size of the retrieved attention weights (softmax, entmax15,
-              sparsemax) across beta, on the digits retrieval task.
-                --patterns N (default 100)  --betas LIST (default 0.01,0.03,0.1,0.3,1,3)
-                --solver NAME (default picard)  --tol X  --max-iter N
-
-Common options: --data PATH (digits.csv.gz or its directory), --json PATH, --quiet, --help
-)";
-
+// The options of every subcommand: --data, --json, --quiet.
 struct Common {
   std::string data, json;
   bool quiet = false;
 };
 
-implicit::DigitsDataset LoadData(const Common& c) { return implicit::LoadDigits(FindDigits(c.data)); }
+void AddCommonOptions(CLI::App& sub, Common* c) {
+  sub.add_option("--data", c->data, "digits.csv.gz, or a directory holding it")->default_str("");
+  sub.add_option("--json", c->json, "write the results as JSON");
+  sub.add_flag("--quiet", c->quiet, "no progress line on stderr");
+}
+
+// A solve to convergence: --solver, --tol, --max-iter.
+struct SolveSettings {
+  std::string solver = "picard";
+  double tol = 1e-8;
+  long max_iter = 500;
+  implicit::SolverOptions Options() const {
+    implicit::SolverOptions o;
+    o.absolute_tolerance = tol;
+    o.max_iterations = static_cast<int>(max_iter);
+    return o;
+  }
+};
+
+void AddSolveOptions(CLI::App& sub, SolveSettings* s) {
+  sub.add_option("--solver", s->solver, "forward solver")->check(SolverNameCheck());
+  sub.add_option("--tol", s->tol, "absolute residual tolerance |f(z) - z| per sample")->check(Positive());
+  sub.add_option("--max-iter", s->max_iter, "iteration budget")->check(IntIn(1, 1000000));
+}
+
+implicit::DigitsDataset LoadData(const Common& c) { return LoadDigitsOption(c.data); }
 
 int CheckPatterns(long n, const implicit::DigitsDataset& digits) {
-  Args::Require(n >= 1, "--patterns must be >= 1, got " + std::to_string(n));
-  Args::Require(n <= digits.size(), "--patterns " + std::to_string(n) + " exceeds the " +
-                                        std::to_string(digits.size()) + " digits in " + digits.source);
+  Require(n <= digits.size(), "--patterns " + std::to_string(n) + " exceeds the " + std::to_string(digits.size()) +
+                                  " digits in " + digits.source);
   return static_cast<int>(n);
 }
 
@@ -75,77 +79,82 @@ double HitRate(const Matrix<double>& xi, const Matrix<double>& x) {
   return static_cast<double>(hits) / static_cast<double>(x.cols());
 }
 
-void WriteJson(const Common& c, const JsonObject& o) {
+void WriteJson(const Common& c, const Json& o) {
   if (c.json.empty()) return;
-  WriteTextFile(c.json, o.ToString() + "\n", "--json");
+  WriteJsonFile(c.json, o, "--json");
   std::cout << "json: " << c.json << "\n";
 }
 
-implicit::SolverOptions SolveOptions(double tol, long max_iter) {
-  implicit::SolverOptions o;
-  o.absolute_tolerance = tol;
-  o.max_iterations = static_cast<int>(max_iter);
-  return o;
+// ---- retrieval -------------------------------------------------------------------
+struct RetrievalSettings {
+  long patterns = 100;
+  double beta = 4.0;
+  SolveSettings solve;
+};
+
+CLI::App* AddRetrieval(CLI::App& app, RetrievalSettings* r) {
+  CLI::App* sub = app.add_subcommand(
+      "retrieval",
+      "store the first --patterns N digits, query each with its bottom half (pixels 32..63)\n"
+      "zeroed; a hit is |xi - x_i| < 0.1 |x_i| for its own x_i. Reports hit rates after\n"
+      "one update and after convergence.");
+  sub->add_option("--patterns", r->patterns, "digits stored, up to 1797")->check(IntIn(1, 1000000));
+  sub->add_option("--beta", r->beta, "inverse temperature")->check(Positive());
+  AddSolveOptions(*sub, &r->solve);
+  return sub;
 }
 
-// ---- retrieval -------------------------------------------------------------------
-int Retrieval(Args& args, const Common& c) {
-  const long patterns = args.Int("patterns", 100);
-  const double beta = args.Double("beta", 4.0);
-  const std::string solver_name = args.String("solver", "picard");
-  const double tol = args.Double("tol", 1e-8);
-  const long max_iter = args.Int("max-iter", 500);
-  args.CheckNoneLeft();
-  Args::Require(beta > 0, "--beta must be > 0, got " + Fmt(beta));
-  Args::Require(tol > 0, "--tol must be > 0, got " + Fmt(tol));
-  Args::Require(max_iter >= 1, "--max-iter must be >= 1, got " + std::to_string(max_iter));
-  CheckSolverName(solver_name);
+int Retrieval(const RetrievalSettings& r, const Common& c) {
   const implicit::DigitsDataset digits = LoadData(c);
   ProblemSettings s;
-  s.patterns = CheckPatterns(patterns, digits);
-  s.beta = beta;
-  HopfieldDigitsProblem problem(digits, s);
-  const Matrix<double>& X = problem.patterns();
+  s.patterns = CheckPatterns(r.patterns, digits);
+  s.beta = r.beta;
+  const std::unique_ptr<Problem> problem = MakeProblemOf<double>("hopfield-digits", digits, s);
+  const Matrix<double> X = MakeDigitPatterns(digits, s.patterns).patterns;
+  const std::string& solver_name = r.solve.solver;
 
   Matrix<double> one_step(X.rows(), X.cols());
-  problem.map().Evaluate(problem.initial(), one_step);  // xi <- X softmax(beta X^T xi)
-  const std::string skip = SkipReason(solver_name, problem.map());
+  problem->map().Evaluate(problem->initial(), one_step);  // xi <- X softmax(beta X^T xi)
+  const std::string skip = SkipReason(solver_name, problem->map());
   if (!skip.empty()) throw UsageError("--solver " + solver_name + ": " + skip);
-  Matrix<double> z = problem.initial();
-  auto solver = MakeSolver(solver_name, SolveOptions(tol, max_iter));
-  const implicit::Summary summary = solver->Solve(problem.map(), z);
+  Matrix<double> z = problem->initial();
+  const implicit::Summary summary = MakeSolver(solver_name, r.solve.Options())->Solve(problem->map(), z);
   const double one = HitRate(one_step, X), conv = HitRate(z, X);
   double mean_iterations = 0;
   for (int it : summary.sample_iterations) mean_iterations += it;
   mean_iterations /= std::max(1, summary.num_samples());
+  const std::string status = implicit::TerminationTypeToString(summary.termination_type);
 
   std::cout << "retrieval: " << X.cols() << " digits stored, queries with pixels 32..63 zeroed, beta "
-            << Fmt(beta) << ", solver " << solver_name << "\n";
-  Table t({"patterns", "beta", "one-step hit rate", "converged hit rate", "solver", "status",
-           "iterations", "mean iterations", "converged"},
+            << Fmt(r.beta) << ", solver " << solver_name << "\n";
+  Table t({"patterns", "beta", "one-step hit rate", "converged hit rate", "solver", "status", "iterations",
+           "mean iterations", "converged"},
           {true, true, true, true, false, false, true, true, true});
-  t.AddRow({std::to_string(X.cols()), Fmt(beta), FmtFixed(one, 4), FmtFixed(conv, 4), solver_name,
-            implicit::TerminationTypeToString(summary.termination_type), std::to_string(summary.iterations),
-            FmtFixed(mean_iterations, 1),
+  t.AddRow({std::to_string(X.cols()), Fmt(r.beta), FmtFixed(one, 4), FmtFixed(conv, 4), solver_name, status,
+            std::to_string(summary.iterations), FmtFixed(mean_iterations, 1),
             std::to_string(summary.num_converged()) + "/" + std::to_string(summary.num_samples())});
   t.Print(std::cout);
-  JsonObject o;
-  o.Set("subcommand", "retrieval").Set("patterns", static_cast<long>(X.cols())).Set("beta", beta)
-      .Set("solver", solver_name).Set("one_step_hit_rate", one).Set("converged_hit_rate", conv)
-      .Set("status", implicit::TerminationTypeToString(summary.termination_type))
-      .Set("iterations", summary.iterations).Set("mean_iterations", mean_iterations)
-      .Set("function_evaluations", summary.function_evaluations)
-      .Set("residual", summary.absolute_residual).Set("converged_samples", summary.num_converged())
-      .Set("samples", summary.num_samples()).Set("seconds", summary.wall_time_seconds);
-  WriteJson(c, o);
+  WriteJson(c, {{"subcommand", "retrieval"}, {"patterns", X.cols()}, {"beta", r.beta}, {"solver", solver_name},
+                {"one_step_hit_rate", one}, {"converged_hit_rate", conv}, {"status", status},
+                {"iterations", summary.iterations}, {"mean_iterations", mean_iterations},
+                {"function_evaluations", summary.function_evaluations}, {"residual", summary.absolute_residual},
+                {"converged_samples", summary.num_converged()}, {"samples", summary.num_samples()},
+                {"seconds", summary.wall_time_seconds}});
   return 0;
 }
 
 // ---- completion ----------------------------------------------------------------
-int Completion(Args& args, const Common& c) {
-  const double beta = args.Double("beta", 1.0);
-  args.CheckNoneLeft();
-  Args::Require(beta > 0, "--beta must be > 0, got " + Fmt(beta));
+CLI::App* AddCompletion(CLI::App& app, double* beta) {
+  CLI::App* sub = app.add_subcommand(
+      "completion",
+      "memories = digits 0..999, queries = digits 1000..1796 showing only pixels 0..31;\n"
+      "attention weights softmax(beta * visible-pixel scores); reports the MSE on\n"
+      "pixels 32..63 and the mean-fill baseline.");
+  sub->add_option("--beta", *beta, "inverse temperature")->check(Positive());
+  return sub;
+}
+
+int Completion(double beta, const Common& c) {
   const implicit::DigitsDataset digits = LoadData(c);
   const Index memories = 1000;
   if (digits.size() <= memories)
@@ -172,89 +181,102 @@ int Completion(Args& args, const Common& c) {
             << " with pixels 0..31 visible, beta " << Fmt(beta) << "\n";
   Table t({"beta", "queries", "mse (pixels 32..63)", "mean-fill mse", "ratio", "effective memories"},
           {true, true, true, true, true, true});
-  t.AddRow({Fmt(beta), std::to_string(B), FmtFixed(mse, 4), FmtFixed(mean_mse, 4),
-            FmtFixed(mse / mean_mse, 3), FmtFixed(effective, 1)});
+  t.AddRow({Fmt(beta), std::to_string(B), FmtFixed(mse, 4), FmtFixed(mean_mse, 4), FmtFixed(mse / mean_mse, 3),
+            FmtFixed(effective, 1)});
   t.Print(std::cout);
-  JsonObject o;
-  o.Set("subcommand", "completion").Set("beta", beta).Set("memories", static_cast<long>(memories))
-      .Set("queries", static_cast<long>(B)).Set("mse", mse).Set("mean_fill_mse", mean_mse)
-      .Set("effective_memories", effective);
-  WriteJson(c, o);
+  WriteJson(c, {{"subcommand", "completion"}, {"beta", beta}, {"memories", memories}, {"queries", B},
+                {"mse", mse}, {"mean_fill_mse", mean_mse}, {"effective_memories", effective}});
   return 0;
 }
 
 // ---- capacity ------------------------------------------------------------------
-int Capacity(Args& args, const Common& c) {
-  const long d = args.Int("dimension", 64);
-  const double flip = args.Double("flip", 0.1);
-  const long probes = args.Int("probes", 50);
-  const long degree = args.Int("degree", 3);
-  const long seed = args.Int("seed", 1);
-  std::vector<long> counts;
-  for (const std::string& s : args.List("counts", {"4", "8", "16", "32", "64", "128", "256", "512"})) {
-    char* end = nullptr;
-    const long v = std::strtol(s.c_str(), &end, 10);
-    Args::Require(!s.empty() && *end == '\0' && v >= 1 && v <= 100000,
-                  "--counts: '" + s + "' is not an integer in 1..100000");
-    counts.push_back(v);
-  }
-  args.CheckNoneLeft();
-  Args::Require(d >= 2 && d <= 4096, "--dimension must be in 2..4096, got " + std::to_string(d));
-  Args::Require(flip >= 0 && flip < 0.5, "--flip must be in [0, 0.5), got " + Fmt(flip));
-  Args::Require(probes >= 1 && probes <= 100000, "--probes must be in 1..100000, got " + std::to_string(probes));
-  Args::Require(degree >= 2 && degree <= 10, "--degree must be in 2..10, got " + std::to_string(degree));
-  Args::Require(seed >= 0, "--seed must be >= 0");
+struct CapacitySettings {
+  long dimension = 64, probes = 50, degree = 3, seed = 1;
+  double flip = 0.1;
+  std::vector<std::string> counts = {"4", "8", "16", "32", "64", "128", "256", "512"};
+};
 
-  struct Kind {
-    std::string name, prior;
-    implicit::Interaction interaction;
-  };
-  const std::vector<Kind> kinds = {
+CLI::App* AddCapacity(CLI::App& app, CapacitySettings* s) {
+  CLI::App* sub = app.add_subcommand(
+      "capacity",
+      "random +-1 patterns in dimension d, probes with a fraction of bits flipped, binary\n"
+      "retrieval; retrieval rate vs number of stored patterns for the quadratic\n"
+      "(classical), polynomial and exponential energies.");
+  sub->add_option("--dimension", s->dimension, "pattern dimension d")->check(IntIn(2, 4096));
+  sub->add_option("--flip", s->flip, "fraction of bits flipped in a probe")
+      ->check(RealCheck([](double f) { return f >= 0 && f < 0.5; }, "in [0, 0.5)"));
+  sub->add_option("--probes", s->probes, "probes per number of patterns")->check(IntIn(1, 100000));
+  AddList(*sub, "--counts", &s->counts, "numbers of stored patterns, each in 1..100000", JoinNames(s->counts, ","));
+  sub->add_option("--degree", s->degree, "degree of the polynomial energy")->check(IntIn(2, 10));
+  sub->add_option("--seed", s->seed, "seed of patterns, probes and update order")->check(IntIn(0, 4294967295L));
+  return sub;
+}
+
+struct Interaction {
+  std::string name, prior;
+  implicit::Interaction interaction;
+};
+
+// n random +-1 patterns in dimension d; `probes` probes, probe b targeting
+// pattern b mod n with `flips` distinct bits flipped. Returns the fraction of
+// probes each interaction retrieves exactly.
+std::vector<double> CapacityRates(const CapacitySettings& s, long n, const std::vector<Interaction>& kinds,
+                                  Progress& progress) {
+  const Index d = s.dimension, P = s.probes;
+  const int flips = static_cast<int>(std::round(s.flip * static_cast<double>(d)));
+  std::mt19937 gen(static_cast<unsigned>(s.seed) * 1000003u + static_cast<unsigned>(n));
+  std::bernoulli_distribution coin(0.5);
+  Matrix<double> X(d, n);
+  for (Index j = 0; j < n; ++j)
+    for (Index i = 0; i < d; ++i) X(i, j) = coin(gen) ? 1.0 : -1.0;
+  Matrix<double> targets(d, P), probe(d, P);
+  std::vector<Index> idx(static_cast<std::size_t>(d));
+  for (Index b = 0; b < P; ++b) {
+    targets.col(b) = X.col(b % n);
+    probe.col(b) = targets.col(b);
+    std::iota(idx.begin(), idx.end(), Index(0));
+    std::shuffle(idx.begin(), idx.end(), gen);
+    for (int f = 0; f < flips; ++f) probe(idx[f], b) = -probe(idx[f], b);
+  }
+  std::vector<double> rates;
+  for (const Interaction& k : kinds) {
+    progress.Update("capacity: " + std::to_string(n) + " patterns, " + k.name);
+    Matrix<double> state = probe;
+    implicit::BinaryRetrievalOptions o;
+    o.seed = static_cast<unsigned>(s.seed);
+    implicit::RetrieveBinary<double>(X, k.interaction, state, o);
+    int ok = 0;
+    for (Index b = 0; b < P; ++b) ok += (state.col(b) - targets.col(b)).cwiseAbs().maxCoeff() == 0.0;
+    rates.push_back(static_cast<double>(ok) / static_cast<double>(P));
+  }
+  return rates;
+}
+
+int Capacity(const CapacitySettings& s, const Common& c) {
+  const std::vector<long> counts = ParseNumbers<long>("--counts", s.counts, IntIn(1, 100000));
+  const std::string degree = std::to_string(s.degree);
+  const std::vector<Interaction> kinds = {
       {"quadratic", "Gaussian prior K(t)=t^2/2: classical Hopfield", implicit::Interaction::Quadratic()},
-      {"polynomial", "F(t)=t^" + std::to_string(degree) + "/" + std::to_string(degree) + ": dense associative memory",
-       implicit::Interaction::Polynomial(static_cast<int>(degree))},
+      {"polynomial", "F(t)=t^" + degree + "/" + degree + ": dense associative memory",
+       implicit::Interaction::Polynomial(static_cast<int>(s.degree))},
       {"exponential", "Poisson prior K(t)=e^t-1: exponential memory", implicit::Interaction::Exponential(1.0)},
   };
-  std::cout << "capacity: random +-1 patterns, dimension " << d << ", " << Fmt(flip * 100)
-            << "% of bits flipped, " << probes << " probes per size, asynchronous binary dynamics\n";
-  for (const Kind& k : kinds) std::cout << "  " << k.name << ": " << k.prior << "\n";
+  std::cout << "capacity: random +-1 patterns, dimension " << s.dimension << ", " << Fmt(s.flip * 100)
+            << "% of bits flipped, " << s.probes << " probes per size, asynchronous binary dynamics\n";
+  for (const Interaction& k : kinds) std::cout << "  " << k.name << ": " << k.prior << "\n";
   std::vector<std::string> header = {"patterns", "patterns/d"};
-  for (const Kind& k : kinds) header.push_back(k.name);
+  for (const Interaction& k : kinds) header.push_back(k.name);
   Table t(header, std::vector<bool>(header.size(), true));
-  std::vector<JsonObject> rows;
+  Json rows = Json::array();
   Progress progress(!c.quiet);
-  const int flips = static_cast<int>(std::round(flip * d));
   for (long n : counts) {
-    std::mt19937 gen(static_cast<unsigned>(seed) * 1000003u + static_cast<unsigned>(n));
-    std::bernoulli_distribution coin(0.5);
-    Matrix<double> X(d, n);
-    for (Index j = 0; j < n; ++j)
-      for (Index i = 0; i < d; ++i) X(i, j) = coin(gen) ? 1.0 : -1.0;
-    // Probe b targets pattern b mod n with `flips` distinct bits flipped.
-    const Index P = probes;
-    Matrix<double> targets(d, P), probe(d, P);
-    std::vector<Index> idx(d);
-    for (Index b = 0; b < P; ++b) {
-      targets.col(b) = X.col(b % n);
-      probe.col(b) = targets.col(b);
-      std::iota(idx.begin(), idx.end(), Index(0));
-      std::shuffle(idx.begin(), idx.end(), gen);
-      for (int f = 0; f < flips; ++f) probe(idx[f], b) = -probe(idx[f], b);
-    }
-    std::vector<std::string> row = {std::to_string(n), FmtFixed(static_cast<double>(n) / d, 3)};
-    JsonObject jr;
-    jr.Set("patterns", n).Set("patterns_per_dimension", static_cast<double>(n) / d);
-    for (const Kind& k : kinds) {
-      progress.Update("capacity: " + std::to_string(n) + " patterns, " + k.name);
-      Matrix<double> s = probe;
-      implicit::BinaryRetrievalOptions o;
-      o.seed = static_cast<unsigned>(seed);
-      implicit::RetrieveBinary<double>(X, k.interaction, s, o);
-      int ok = 0;
-      for (Index b = 0; b < P; ++b) ok += (s.col(b) - targets.col(b)).cwiseAbs().maxCoeff() == 0.0;
-      const double rate = static_cast<double>(ok) / static_cast<double>(P);
-      row.push_back(FmtFixed(rate, 3));
-      jr.Set(k.name + "_retrieval_rate", rate);
+    const double per_dimension = static_cast<double>(n) / static_cast<double>(s.dimension);
+    const std::vector<double> rates = CapacityRates(s, n, kinds, progress);
+    std::vector<std::string> row = {std::to_string(n), FmtFixed(per_dimension, 3)};
+    Json jr = {{"patterns", n}, {"patterns_per_dimension", per_dimension}};
+    for (std::size_t k = 0; k < kinds.size(); ++k) {
+      row.push_back(FmtFixed(rates[k], 3));
+      jr[kinds[k].name + "_retrieval_rate"] = rates[k];
     }
     t.AddRow(row);
     rows.push_back(jr);
@@ -262,120 +284,118 @@ int Capacity(Args& args, const Common& c) {
   progress.Done();
   std::cout << "retrieval rate = fraction of probes that end exactly on their own pattern\n";
   t.Print(std::cout);
-  JsonObject o;
-  o.Set("subcommand", "capacity").Set("dimension", d).Set("flip", flip).Set("probes", probes)
-      .Set("degree", degree).Set("results", rows);
-  WriteJson(c, o);
+  WriteJson(c, {{"subcommand", "capacity"}, {"dimension", s.dimension}, {"flip", s.flip}, {"probes", s.probes},
+                {"degree", s.degree}, {"results", rows}});
   return 0;
 }
 
 // ---- sparse ----------------------------------------------------------------------
-int Sparse(Args& args, const Common& c) {
-  const long patterns = args.Int("patterns", 100);
-  std::vector<double> betas;
-  for (const std::string& s : args.List("betas", {"0.01", "0.03", "0.1", "0.3", "1", "3"})) {
-    char* end = nullptr;
-    const double v = std::strtod(s.c_str(), &end);
-    Args::Require(!s.empty() && *end == '\0' && std::isfinite(v) && v > 0,
-                  "--betas: '" + s + "' is not a number > 0");
-    betas.push_back(v);
-  }
-  const std::string solver_name = args.String("solver", "picard");
-  const double tol = args.Double("tol", 1e-8);
-  const long max_iter = args.Int("max-iter", 500);
-  args.CheckNoneLeft();
-  Args::Require(tol > 0, "--tol must be > 0, got " + Fmt(tol));
-  Args::Require(max_iter >= 1, "--max-iter must be >= 1, got " + std::to_string(max_iter));
-  CheckSolverName(solver_name);
-  const implicit::DigitsDataset digits = LoadData(c);
-  const int n = CheckPatterns(patterns, digits);
-  const DigitPatterns data = MakeDigitPatterns(digits, n);
+struct SparseSettings {
+  long patterns = 100;
+  std::vector<std::string> betas = {"0.01", "0.03", "0.1", "0.3", "1", "3"};
+  SolveSettings solve;
+};
 
-  struct Kind {
-    std::string name;
-    double alpha;
-  };
-  const std::vector<Kind> kinds = {{"softmax", 1.0}, {"entmax15", 1.5}, {"sparsemax", 2.0}};
+CLI::App* AddSparse(CLI::App& app, SparseSettings* s) {
+  CLI::App* sub = app.add_subcommand(
+      "sparse",
+      "support size of the retrieved attention weights (softmax, entmax15, sparsemax)\n"
+      "across beta, on the digits retrieval task.");
+  sub->add_option("--patterns", s->patterns, "digits stored, up to 1797")->check(IntIn(1, 1000000));
+  AddList(*sub, "--betas", &s->betas, "inverse temperatures, each > 0", JoinNames(s->betas, ","));
+  AddSolveOptions(*sub, &s->solve);
+  return sub;
+}
+
+struct SupportStats {
+  double mean = 0, one_step_mean = 0;
+  long min = 0, max = 0;
+};
+
+// Support sizes (weights > 0) of the weights p (converged) and p0 (one step).
+SupportStats Supports(const Matrix<double>& p, const Matrix<double>& p0) {
+  SupportStats st;
+  st.min = static_cast<long>(p.rows());
+  for (Index b = 0; b < p.cols(); ++b) {
+    const long sb = static_cast<long>((p.col(b).array() > 0.0).count());
+    st.mean += static_cast<double>(sb);
+    st.one_step_mean += static_cast<double>((p0.col(b).array() > 0.0).count());
+    st.min = std::min(st.min, sb);
+    st.max = std::max(st.max, sb);
+  }
+  st.mean /= static_cast<double>(p.cols());
+  st.one_step_mean /= static_cast<double>(p.cols());
+  return st;
+}
+
+int Sparse(const SparseSettings& s, const Common& c) {
+  const std::vector<double> betas = ParseNumbers<double>("--betas", s.betas, Positive());
+  const implicit::DigitsDataset digits = LoadData(c);
+  const int n = CheckPatterns(s.patterns, digits);
+  const DigitPatterns data = MakeDigitPatterns(digits, n);
+  const std::vector<std::pair<std::string, double>> kinds = {{"softmax", 1.0}, {"entmax15", 1.5}, {"sparsemax", 2.0}};
   std::cout << "sparse: " << n << " digits stored, queries with pixels 32..63 zeroed, retrieval xi <- X "
-            << "entmax_alpha(beta X^T xi) to convergence (" << solver_name << ")\n";
-  Table t({"attention", "alpha", "beta", "mean support", "min", "max", "one-step support",
-           "converged hit rate", "status"},
+            << "entmax_alpha(beta X^T xi) to convergence (" << s.solve.solver << ")\n";
+  Table t({"attention", "alpha", "beta", "mean support", "min", "max", "one-step support", "converged hit rate",
+           "status"},
           {false, true, true, true, true, true, true, true, false});
-  std::vector<JsonObject> rows;
+  Json rows = Json::array();
   Progress progress(!c.quiet);
-  for (const Kind& k : kinds) {
+  for (const auto& [name, alpha] : kinds) {
     for (double beta : betas) {
-      progress.Update("sparse: " + k.name + ", beta " + Fmt(beta));
+      progress.Update("sparse: " + name + ", beta " + Fmt(beta));
       implicit::SparseHopfieldEnergy<double>::Options eo;
-      eo.alpha = k.alpha;
+      eo.alpha = alpha;
       eo.beta = beta;
       implicit::SparseHopfieldEnergy<double> energy(data.patterns, eo);
       implicit::CccpMap<double> map(energy);
-      const std::string skip = SkipReason(solver_name, map);
-      if (!skip.empty()) throw UsageError("--solver " + solver_name + ": " + skip);
-      Matrix<double> p0(n, data.queries.cols());
+      const std::string skip = SkipReason(s.solve.solver, map);
+      if (!skip.empty()) throw UsageError("--solver " + s.solve.solver + ": " + skip);
+      Matrix<double> p0(n, data.queries.cols()), p(n, data.queries.cols());
       energy.Weights(data.queries, p0);
       Matrix<double> z = data.queries;
-      const implicit::Summary summary = MakeSolver(solver_name, SolveOptions(tol, max_iter))->Solve(map, z);
-      Matrix<double> p(n, z.cols());
+      const implicit::Summary summary = MakeSolver(s.solve.solver, s.solve.Options())->Solve(map, z);
       energy.Weights(z, p);
-      auto support = [](const Matrix<double>& w, Index b) { return (w.col(b).array() > 0.0).count(); };
-      double mean = 0, mean0 = 0;
-      long lo = n, hi = 0;
-      for (Index b = 0; b < z.cols(); ++b) {
-        const long sb = static_cast<long>(support(p, b));
-        mean += sb;
-        mean0 += static_cast<double>(support(p0, b));
-        lo = std::min(lo, sb);
-        hi = std::max(hi, sb);
-      }
-      mean /= z.cols();
-      mean0 /= z.cols();
+      const SupportStats st = Supports(p, p0);
       const double hit = HitRate(z, data.patterns);
       const std::string status = implicit::TerminationTypeToString(summary.termination_type);
-      t.AddRow({k.name, Fmt(k.alpha), Fmt(beta), FmtFixed(mean, 2), std::to_string(lo), std::to_string(hi),
-                FmtFixed(mean0, 2), FmtFixed(hit, 3), status});
-      JsonObject r;
-      r.Set("attention", k.name).Set("alpha", k.alpha).Set("beta", beta).Set("mean_support", mean)
-          .Set("min_support", lo).Set("max_support", hi).Set("one_step_mean_support", mean0)
-          .Set("converged_hit_rate", hit).Set("status", status).Set("iterations", summary.iterations)
-          .Set("converged_samples", summary.num_converged()).Set("samples", summary.num_samples());
-      rows.push_back(r);
+      t.AddRow({name, Fmt(alpha), Fmt(beta), FmtFixed(st.mean, 2), std::to_string(st.min), std::to_string(st.max),
+                FmtFixed(st.one_step_mean, 2), FmtFixed(hit, 3), status});
+      rows.push_back({{"attention", name}, {"alpha", alpha}, {"beta", beta}, {"mean_support", st.mean},
+                      {"min_support", st.min}, {"max_support", st.max}, {"one_step_mean_support", st.one_step_mean},
+                      {"converged_hit_rate", hit}, {"status", status}, {"iterations", summary.iterations},
+                      {"converged_samples", summary.num_converged()}, {"samples", summary.num_samples()}});
     }
   }
   progress.Done();
-  std::cout << "support = number of stored patterns with attention weight > 0 at the fixed point (of "
-            << n << ")\n";
+  std::cout << "support = number of stored patterns with attention weight > 0 at the fixed point (of " << n << ")\n";
   t.Print(std::cout);
-  JsonObject o;
-  o.Set("subcommand", "sparse").Set("patterns", static_cast<long>(n)).Set("solver", solver_name)
-      .Set("results", rows);
-  WriteJson(c, o);
+  WriteJson(c, {{"subcommand", "sparse"}, {"patterns", n}, {"solver", s.solve.solver}, {"results", rows}});
   return 0;
 }
 
 int Run(int argc, char** argv) {
-  if (argc < 2) throw UsageError("missing subcommand (retrieval, completion, capacity or sparse)");
-  if (std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
-    std::cout << kUsage;
-    return 0;
-  }
-  const std::string sub = argv[1];
-  Args args(argc, argv, 2, {"quiet", "help"});
-  if (args.Flag("help")) {
-    std::cout << kUsage;
-    return 0;
-  }
-  Common c;
-  c.data = args.String("data");
-  c.json = args.String("json");
-  c.quiet = args.Flag("quiet");
-  CheckWritable(c.json, "--json");
-  if (sub == "retrieval") return Retrieval(args, c);
-  if (sub == "completion") return Completion(args, c);
-  if (sub == "capacity") return Capacity(args, c);
-  if (sub == "sparse") return Sparse(args, c);
-  throw UsageError("unknown subcommand '" + sub + "' (available: retrieval, completion, capacity, sparse)");
+  CLI::App app("Associative-memory experiments. Digits are scaled x/8 - 1 everywhere.", "implicit-hopfield");
+  ConfigureApp(app);
+  app.require_subcommand(0, 1);
+  RetrievalSettings retrieval;
+  double completion_beta = 1.0;
+  CapacitySettings capacity;
+  SparseSettings sparse;
+  CLI::App* retrieval_cmd = AddRetrieval(app, &retrieval);
+  CLI::App* completion_cmd = AddCompletion(app, &completion_beta);
+  CLI::App* capacity_cmd = AddCapacity(app, &capacity);
+  CLI::App* sparse_cmd = AddSparse(app, &sparse);
+  Common common;
+  for (CLI::App* sub : {retrieval_cmd, completion_cmd, capacity_cmd, sparse_cmd}) AddCommonOptions(*sub, &common);
+  if (!Parse(app, argc, argv)) return 0;
+  if (app.get_subcommands().empty())
+    throw UsageError("missing subcommand (retrieval, completion, capacity or sparse)");
+  CheckWritable(common.json, "--json");
+  if (retrieval_cmd->parsed()) return Retrieval(retrieval, common);
+  if (completion_cmd->parsed()) return Completion(completion_beta, common);
+  if (capacity_cmd->parsed()) return Capacity(capacity, common);
+  return Sparse(sparse, common);
 }
 
 }  // namespace

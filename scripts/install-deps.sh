@@ -4,7 +4,7 @@
 # uses nvcc from /usr/local/cuda when it exists.
 set -euo pipefail
 packages=(cmake ninja-build g++ ccache pkg-config libeigen3-dev libceres-dev
-          libboost-test-dev zlib1g-dev gnuplot-nox)
+          libboost-test-dev zlib1g-dev gnuplot-nox libcli11-dev nlohmann-json3-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,15 +1,20 @@
-// Forward solvers by name for the apps (through the solver registry), and
-// which problems each applies to.
+// Forward solvers by name for the apps (through the solver registry): which
+// problems each applies to, and per-solver options from the command line.
 #pragma once
 
-#include "common/app_util.h"
+#include "common/app_main.h"
+#include "common/format.h"
 
 #include <implicit/core/map.h>
 #include <implicit/solvers/registry.h>
 #include <implicit/solvers/solver.h>
 
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
 #include <map>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -17,17 +22,25 @@ namespace implicit_apps {
 
 inline std::vector<std::string> AvailableSolvers() { return implicit::SolverNames(); }
 
-inline std::string JoinNames(const std::vector<std::string>& names) {
-  std::string s;
-  for (const auto& n : names) s += (s.empty() ? "" : ", ") + n;
-  return s;
-}
-
 // Throws UsageError for a name that is not a registered solver.
 inline void CheckSolverName(const std::string& name) {
-  for (const auto& n : AvailableSolvers())
-    if (n == name) return;
-  throw UsageError("unknown solver '" + name + "' (available: " + JoinNames(AvailableSolvers()) + ")");
+  const std::vector<std::string> names = AvailableSolvers();
+  if (std::find(names.begin(), names.end(), name) == names.end())
+    throw UsageError("unknown solver '" + name + "' (available: " + JoinNames(names) + ")");
+}
+
+// A CLI11 check that the option names a registered solver.
+inline CLI::Validator SolverNameCheck() {
+  return CLI::Validator(
+      [](std::string& name) {
+        try {
+          CheckSolverName(name);
+          return std::string();
+        } catch (const UsageError& e) {
+          return std::string(e.what());
+        }
+      },
+      "");
 }
 
 // Why `solver` cannot run on `map` ("" when it can).
@@ -40,15 +53,50 @@ std::string SkipReason(const std::string& solver, const implicit::FixedPointMap<
   return "";
 }
 
-// The solver `name` with the shared options `common` and solver-specific
-// string options (registry syntax, e.g. {"memory", "5"}); MakeSolver<float>
+// Solver-specific string options by solver name (registry syntax, e.g.
+// {"anderson", {{"memory", "5"}}}).
+using SolverOptionMap = std::map<std::string, std::map<std::string, std::string>>;
+
+// Parses --solver-options values "name:key=value,key=value", several per value
+// separated by ';' (the option may also be repeated). An unknown solver, a
+// malformed list, an unknown key or a bad value is a UsageError naming
+// `option`; so is a key given twice for one solver.
+inline SolverOptionMap ParseSolverOptions(const std::string& option, const std::vector<std::string>& values) {
+  SolverOptionMap out;
+  for (const std::string& value : values) {
+    std::size_t begin = 0;
+    while (begin <= value.size()) {
+      const std::size_t end = std::min(value.find(';', begin), value.size());
+      const std::string spec = value.substr(begin, end - begin);
+      begin = end + 1;
+      if (spec.empty()) continue;
+      const std::size_t colon = spec.find(':');
+      if (colon == std::string::npos)
+        throw UsageError(option + ": '" + spec + "' is not SOLVER:KEY=VALUE,...");
+      const std::string name = spec.substr(0, colon);
+      CheckSolverName(name);
+      try {
+        for (const auto& kv : implicit::ParseOptionList(spec.substr(colon + 1)))
+          if (!out[name].insert(kv).second) throw std::invalid_argument("'" + kv.first + "' given twice");
+        implicit::MakeSolver<double>(name, out[name]);  // checks keys and values
+      } catch (const std::invalid_argument& e) {
+        throw UsageError(option + ": " + e.what());
+      }
+    }
+  }
+  return out;
+}
+
+// The solver `name` with the shared options `common` and its solver-specific
+// string options from `options` (none when it has no entry); MakeSolver<float>
 // for float problems.
 template <typename Scalar = double>
-std::unique_ptr<implicit::Solver<Scalar>> MakeSolver(
-    const std::string& name, const implicit::SolverOptions& common,
-    const std::map<std::string, std::string>& options = {}) {
+std::unique_ptr<implicit::Solver<Scalar>> MakeSolver(const std::string& name, const implicit::SolverOptions& common,
+                                                     const SolverOptionMap& options = {}) {
   CheckSolverName(name);
-  return implicit::MakeSolver<Scalar>(name, options, common);
+  const auto it = options.find(name);
+  return implicit::MakeSolver<Scalar>(name, it == options.end() ? std::map<std::string, std::string>{} : it->second,
+                                      common);
 }
 
 }  // namespace implicit_apps

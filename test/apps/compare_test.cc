@@ -7,8 +7,11 @@
 #include "support/app_runner.h"
 
 #include <fstream>
+#include <map>
 #include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 using implicit::testing::CountLines;
 using implicit::testing::Json;
@@ -43,50 +46,52 @@ BOOST_AUTO_TEST_CASE(small_comparison_writes_sane_json_and_csv) {
   BOOST_TEST(r.err.empty());  // --quiet: no progress line
   BOOST_TEST(r.out.find("problem") != std::string::npos);
 
-  const Json j = implicit::testing::ParseJson(implicit::testing::ReadFile(dir.File("r.json")));
-  const auto& rows = j["results"].array;
+  const Json j = implicit::testing::ReadJson(dir.File("r.json"));
+  const auto& rows = j.at("results");
   BOOST_REQUIRE(!rows.empty());
   std::set<std::string> problems, solvers, pairs;
   for (const Json& row : rows) {
     for (const char* field : {"problem", "solver", "status", "samples", "converged_samples"})
-      BOOST_TEST(row.Has(field), "missing field " << field);
-    const std::string status = row["status"].string;
-    const std::string pair = row["problem"].string + "/" + row["solver"].string;
+      BOOST_TEST(row.contains(field), "missing field " << field);
+    const std::string status = row.at("status").get<std::string>();
+    const std::string pair = row.at("problem").get<std::string>() + "/" + row.at("solver").get<std::string>();
     BOOST_TEST_INFO(pair << ": " << status);
     BOOST_TEST(implicit::testing::RunStatuses().count(status) == 1u);
     BOOST_TEST(pairs.insert(pair).second);  // each pair once
-    problems.insert(row["problem"].string);
-    solvers.insert(row["solver"].string);
-    const double samples = row["samples"].number, converged = row["converged_samples"].number;
+    problems.insert(row.at("problem").get<std::string>());
+    solvers.insert(row.at("solver").get<std::string>());
+    const double samples = row.at("samples").get<double>(), converged = row.at("converged_samples").get<double>();
     BOOST_TEST(samples == 12.0);
     BOOST_TEST(converged >= 0.0);
     BOOST_TEST(converged <= samples);
     if (status == "skipped") {
-      BOOST_TEST(!row["message"].string.empty());
+      BOOST_TEST(!row.at("message").get<std::string>().empty());
       continue;
     }
     if (status == "invalid_input") continue;
     for (const char* field : {"iterations", "function_evaluations", "residual", "seconds"})
-      BOOST_TEST(row.Has(field), "missing field " << field);
-    BOOST_TEST(row["iterations"].number >= 0.0);
-    BOOST_TEST(row["iterations"].number <= 60.0 + 1e-9);
-    BOOST_TEST(row["function_evaluations"].number >= 1.0);
-    BOOST_TEST(row["seconds"].number >= 0.0);
+      BOOST_TEST(row.contains(field), "missing field " << field);
+    BOOST_TEST(row.at("iterations").get<double>() >= 0.0);
+    BOOST_TEST(row.at("iterations").get<double>() <= 60.0 + 1e-9);
+    BOOST_TEST(row.at("function_evaluations").get<double>() >= 1.0);
+    BOOST_TEST(row.at("seconds").get<double>() >= 0.0);
     // "converged" exactly when every sample converged, and then within --tol.
     BOOST_TEST((status == "converged") == (converged == samples));
     if (status == "converged") {
-      BOOST_TEST(row["residual"].type == Json::kNumber);
-      BOOST_TEST(row["residual"].number <= 1e-8);
+      BOOST_TEST(row.at("residual").is_number());
+      BOOST_TEST(row.at("residual").get<double>() <= 1e-8);
     }
   }
   BOOST_TEST(pairs.size() == problems.size() * solvers.size());
-  BOOST_TEST(problems.count("hopfield-digits") == 1u);
-  BOOST_TEST(problems.count("deq-tanh") == 1u);
+  // Every registered problem runs by default.
+  const std::vector<std::string> registered = implicit::testing::RegisteredProblems(kApp);
+  BOOST_TEST(registered.size() >= 5u);
+  BOOST_TEST(problems == std::set<std::string>(registered.begin(), registered.end()));
   BOOST_TEST(solvers.count("picard") == 1u);
   // Picard on a contraction (|W|_2 = 0.9, |tanh'| <= 1) always converges.
   for (const Json& row : rows) {
-    if (row["problem"].string == "deq-tanh" && row["solver"].string == "picard") {
-      BOOST_TEST(row["status"].string == "converged");
+    if (row.at("problem").get<std::string>() == "deq-tanh" && row.at("solver").get<std::string>() == "picard") {
+      BOOST_TEST(row.at("status").get<std::string>() == "converged");
     }
   }
   const std::string csv = implicit::testing::ReadFile(dir.File("r.csv"));
@@ -101,13 +106,79 @@ BOOST_AUTO_TEST_CASE(selection_and_plot) {
   BOOST_TEST_INFO("stdout:\n" << r.out << "\nstderr:\n" << r.err);
   BOOST_REQUIRE(r.exit_code == 0);
   BOOST_TEST(!r.err.empty());  // progress on stderr without --quiet
-  const Json j = implicit::testing::ParseJson(implicit::testing::ReadFile(dir.File("r.json")));
-  BOOST_TEST(j["results"].array.size() == 2u);
+  const Json j = implicit::testing::ReadJson(dir.File("r.json"));
+  BOOST_TEST(j.at("results").size() == 2u);
   // The plot is drawn when gnuplot exists; otherwise the output says why not.
   if (r.out.find("plot: " + dir.File("p.svg")) != std::string::npos) {
     BOOST_TEST(implicit::testing::ReadFile(dir.File("p.svg")).find("<svg") != std::string::npos);
   } else {
     BOOST_TEST(r.out.find("plot: not written") != std::string::npos);
+  }
+}
+
+// Each registered problem on its own, by the name --list-problems gives: one
+// row per solver, and its settings in the JSON.
+BOOST_AUTO_TEST_CASE(every_registered_problem_runs_alone) {
+  ScratchDir dir;
+  for (const std::string& problem : implicit::testing::RegisteredProblems(kApp)) {
+    BOOST_TEST_CONTEXT(problem) {
+      const auto r = RunCommand(kApp + " --quiet --problem " + problem + " --solvers picard,anderson --patterns 4" +
+                                " --max-iter 20 --json " + dir.File("p.json"));
+      BOOST_REQUIRE(r.exit_code == 0);
+      const Json j = implicit::testing::ReadJson(dir.File("p.json"));
+      BOOST_TEST(j.at("results").size() == 2u);
+      for (const Json& row : j.at("results")) BOOST_TEST(row.at("problem").get<std::string>() == problem);
+      BOOST_TEST(r.out.find(problem) != std::string::npos);
+    }
+  }
+  const auto help = RunCommand(kApp + " --help");
+  for (const std::string& problem : implicit::testing::RegisteredProblems(kApp))
+    BOOST_TEST(help.out.find(problem) != std::string::npos, problem << " missing in --help");
+}
+
+// --solver-options reaches the solver through the registry: one iteration is
+// not enough for anderson, while picard with its own options still converges;
+// unknown solvers, keys and values are one-line errors with status 2.
+BOOST_AUTO_TEST_CASE(per_solver_options) {
+  ScratchDir dir;
+  const std::string base = kApp + " --quiet --problem deq-tanh --solvers picard,anderson --patterns 5 --json " +
+                           dir.File("o.json");
+  auto statuses = [&](const std::string& options) {
+    const auto r = RunCommand(base + " " + options);
+    BOOST_TEST_INFO("options: " << options << "\nstderr: " << r.err);
+    BOOST_REQUIRE(r.exit_code == 0);
+    const Json j = implicit::testing::ReadJson(dir.File("o.json"));
+    std::map<std::string, Json> rows;
+    for (const Json& row : j.at("results")) rows[row.at("solver").get<std::string>()] = row;
+    BOOST_REQUIRE(rows.size() == 2u);
+    return std::make_pair(j.at("settings").at("solver_options"), rows);
+  };
+  const auto plain = statuses("");
+  BOOST_TEST(plain.second.at("anderson").at("status").get<std::string>() == "converged");
+  BOOST_TEST(plain.first.empty());
+  const auto capped = statuses("--solver-options 'anderson:max_iterations=1,memory=3;picard:max_stall_iterations=50'");
+  BOOST_TEST(capped.second.at("anderson").at("status").get<std::string>() == "max_iterations");
+  BOOST_TEST(capped.second.at("anderson").at("iterations").get<double>() == 1.0);
+  BOOST_TEST(capped.second.at("picard").at("status").get<std::string>() == "converged");
+  BOOST_TEST(capped.first.at("anderson").at("memory").get<std::string>() == "3");
+  // Repeating the option is the same as ';'.
+  const auto repeated = statuses("--solver-options anderson:max_iterations=1 --solver-options picard:max_iterations=2");
+  BOOST_TEST(repeated.second.at("anderson").at("status").get<std::string>() == "max_iterations");
+  BOOST_TEST(repeated.second.at("picard").at("iterations").get<double>() <= 2.0);
+
+  for (const auto& [options, expect] : std::vector<std::pair<std::string, std::string>>{
+           {"anderson:memroy=3", "memroy"},
+           {"anderson:memory=x", "memory"},
+           {"anderson:memory", "--solver-options"},
+           {"nope:memory=3", "unknown solver 'nope'"},
+           {"anderson", "--solver-options"},
+           {"broyden:memory=3", "broyden"}}) {
+    const auto r = RunCommand(base + " --solver-options '" + options + "'");
+    BOOST_TEST_CONTEXT("--solver-options " << options << "\nstderr: " << r.err) {
+      BOOST_TEST(r.exit_code == 2);
+      BOOST_TEST(CountLines(r.err) == 1);
+      BOOST_TEST(r.err.find(expect) != std::string::npos);
+    }
   }
 }
 
@@ -117,6 +188,11 @@ BOOST_AUTO_TEST_CASE(bad_input_is_a_one_line_error) {
   ExpectOneLineError("--solvers picard,nope", "unknown solver 'nope'");
   ExpectOneLineError("--beta -1", "--beta");
   ExpectOneLineError("--beta abc", "--beta");
+  ExpectOneLineError("--beta inf", "--beta");
+  ExpectOneLineError("--problem deq-tanh,,rbm", "--problem");
+  ExpectOneLineError("--spectral-norm 0", "--spectral-norm");
+  ExpectOneLineError("--rbm-p 1", "--rbm-p");
+  ExpectOneLineError("--quiet extra", "unexpected argument 'extra'");
   ExpectOneLineError("--patterns 0", "--patterns");
   ExpectOneLineError("--patterns 5000", "--patterns 5000 exceeds");
   ExpectOneLineError("--max-iter 0", "--max-iter");
@@ -133,7 +209,10 @@ BOOST_AUTO_TEST_CASE(bad_input_is_a_one_line_error) {
 BOOST_AUTO_TEST_CASE(help_succeeds) {
   const auto r = RunCommand(kApp + " --help");
   BOOST_TEST(r.exit_code == 0);
-  BOOST_TEST(r.out.find("--problem") != std::string::npos);
+  for (const char* flag : {"--problem", "--solvers", "--solver-options", "--tol", "--max-iter", "--beta",
+                           "--patterns", "--alpha", "--spectral-norm", "--et-step", "--rbm-scale", "--rbm-p",
+                           "--seed", "--data", "--json", "--csv", "--plot", "--quiet"})
+    BOOST_TEST(r.out.find(flag) != std::string::npos, "missing " << flag);
 }
 #else
 BOOST_AUTO_TEST_CASE(skipped_without_apps) {

@@ -52,17 +52,17 @@ BOOST_AUTO_TEST_CASE(tiny_training_run_writes_results_and_resumes) {
   const auto r = RunCommand(Small(dir) + " --steps 4 --checkpoint-every 2 --json " + dir.File("a.json"));
   BOOST_TEST_INFO("stdout:\n" << r.out << "\nstderr:\n" << r.err);
   BOOST_REQUIRE(r.exit_code == 0);
-  const Json j = implicit::testing::ParseJson(ReadFile(dir.File("a.json")));
+  const Json j = implicit::testing::ReadJson(dir.File("a.json"));
   for (const char* k : {"heldout_mse", "mean_fill_mse", "hopfield_mse", "first_train_loss", "last_train_loss"}) {
     BOOST_TEST_INFO(k);
-    BOOST_TEST(j[k].type == Json::kNumber);
-    BOOST_TEST(j[k].number >= 0.0);
+    BOOST_TEST(j.at(k).is_number());
+    BOOST_TEST(j.at(k).get<double>() >= 0.0);
   }
-  BOOST_TEST(j["mean_fill_mse"].number > 0.0);
-  BOOST_TEST(j["mode"].string == "implicit");
-  BOOST_TEST(j["heldout_digits"].number == 40.0);
+  BOOST_TEST(j.at("mean_fill_mse").get<double>() > 0.0);
+  BOOST_TEST(j.at("mode").get<std::string>() == "implicit");
+  BOOST_TEST(j.at("heldout_digits").get<double>() == 40.0);
   // One-step Hopfield with many memories is at least as good as the mean.
-  BOOST_TEST(j["hopfield_mse"].number <= j["mean_fill_mse"].number);
+  BOOST_TEST(j.at("hopfield_mse").get<double>() <= j.at("mean_fill_mse").get<double>());
   BOOST_TEST(ReadFile(dir.File("et.png")).compare(0, 8, "\x89PNG\r\n\x1a\n") == 0);
   BOOST_TEST(ReadFile(dir.File("et.ckpt")).compare(0, 8, "IMPLCKPT") == 0);
 
@@ -73,9 +73,9 @@ BOOST_AUTO_TEST_CASE(tiny_training_run_writes_results_and_resumes) {
   BOOST_REQUIRE(r2.exit_code == 0);
   BOOST_TEST(r2.out.find("trained 2 steps") != std::string::npos);
   // The resumed run's evaluation uses the same masks, so its baselines match.
-  const Json k = implicit::testing::ParseJson(ReadFile(dir.File("b.json")));
-  BOOST_TEST(k["mean_fill_mse"].number == j["mean_fill_mse"].number);
-  BOOST_TEST(k["hopfield_mse"].number == j["hopfield_mse"].number);
+  const Json k = implicit::testing::ReadJson(dir.File("b.json"));
+  BOOST_TEST(k.at("mean_fill_mse").get<double>() == j.at("mean_fill_mse").get<double>());
+  BOOST_TEST(k.at("hopfield_mse").get<double>() == j.at("hopfield_mse").get<double>());
 }
 
 BOOST_AUTO_TEST_CASE(unrolled_training_runs) {
@@ -83,9 +83,9 @@ BOOST_AUTO_TEST_CASE(unrolled_training_runs) {
   const auto r = RunCommand(Small(dir) + " --steps 2 --unroll --unroll-steps 5 --json " + dir.File("u.json"));
   BOOST_TEST_INFO("stdout:\n" << r.out << "\nstderr:\n" << r.err);
   BOOST_REQUIRE(r.exit_code == 0);
-  const Json j = implicit::testing::ParseJson(ReadFile(dir.File("u.json")));
-  BOOST_TEST(j["mode"].string == "unroll");
-  BOOST_TEST(j["heldout_mse"].number >= 0.0);
+  const Json j = implicit::testing::ReadJson(dir.File("u.json"));
+  BOOST_TEST(j.at("mode").get<std::string>() == "unroll");
+  BOOST_TEST(j.at("heldout_mse").get<double>() >= 0.0);
 }
 
 // A few hundred steps of the small model already complete held-out digits
@@ -95,18 +95,18 @@ BOOST_AUTO_TEST_CASE(trained_model_beats_mean_fill) {
   const auto r = RunCommand(Small(dir, 8, 100, "et.png", 16) + " --steps 400 --json " + dir.File("t.json"));
   BOOST_TEST_INFO("stdout:\n" << r.out << "\nstderr:\n" << r.err);
   BOOST_REQUIRE(r.exit_code == 0);
-  const Json j = implicit::testing::ParseJson(ReadFile(dir.File("t.json")));
-  BOOST_TEST(j["heldout_forward_status"].string == "converged");
-  BOOST_TEST(j["backward_failures"].number == 0.0);
-  BOOST_TEST(j["last_train_loss"].number < j["first_train_loss"].number);
-  BOOST_TEST(j["heldout_mse"].number < 0.95 * j["mean_fill_mse"].number);
+  const Json j = implicit::testing::ReadJson(dir.File("t.json"));
+  BOOST_TEST(j.at("heldout_forward_status").get<std::string>() == "converged");
+  BOOST_TEST(j.at("backward_failures").get<double>() == 0.0);
+  BOOST_TEST(j.at("last_train_loss").get<double>() < j.at("first_train_loss").get<double>());
+  BOOST_TEST(j.at("heldout_mse").get<double>() < 0.95 * j.at("mean_fill_mse").get<double>());
   // The paired per-digit difference averages to the difference of the MSEs
   // (every digit has the same number of masked pixels).
-  BOOST_TEST(j["hopfield_difference"].number == j["heldout_mse"].number - j["hopfield_mse"].number,
+  BOOST_TEST(j.at("hopfield_difference").get<double>() == j.at("heldout_mse").get<double>() - j.at("hopfield_mse").get<double>(),
              boost::test_tools::tolerance(1e-9));
-  BOOST_TEST(j["hopfield_difference_stderr"].number > 0.0);
-  BOOST_TEST(j["digits_better_than_hopfield"].number >= 0.0);
-  BOOST_TEST(j["digits_better_than_hopfield"].number <= 100.0);
+  BOOST_TEST(j.at("hopfield_difference_stderr").get<double>() > 0.0);
+  BOOST_TEST(j.at("digits_better_than_hopfield").get<double>() >= 0.0);
+  BOOST_TEST(j.at("digits_better_than_hopfield").get<double>() <= 100.0);
 }
 
 // The batch is shared out over threads, each with its own copy of the model;
@@ -121,14 +121,14 @@ BOOST_AUTO_TEST_CASE(results_do_not_depend_on_the_number_of_threads) {
     const auto r = RunCommand(Small(dir) + " --steps 5 --threads " + std::to_string(threads) + " --json " + json);
     BOOST_TEST_INFO("stderr:\n" << r.err);
     BOOST_REQUIRE(r.exit_code == 0);
-    runs.push_back(implicit::testing::ParseJson(ReadFile(json)));
+    runs.push_back(implicit::testing::ReadJson(json));
   }
   for (const char* k : {"first_train_loss", "last_train_loss", "heldout_mse"}) {
     BOOST_TEST_INFO(k);
-    BOOST_TEST(runs[1][k].number == runs[0][k].number, boost::test_tools::tolerance(1e-9));
+    BOOST_TEST(runs[1].at(k).get<double>() == runs[0].at(k).get<double>(), boost::test_tools::tolerance(1e-9));
   }
   // Different data or a different step would change the loss far more.
-  BOOST_TEST(runs[0]["last_train_loss"].number != runs[0]["first_train_loss"].number);
+  BOOST_TEST(runs[0].at("last_train_loss").get<double>() != runs[0].at("first_train_loss").get<double>());
 }
 
 // Every parameter block's gradient (embeddings, decoder, W_K, W_Q, Xi)

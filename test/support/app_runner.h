@@ -1,16 +1,17 @@
 // Helpers for the end-to-end tests of the command-line programs: run a
-// command and capture its exit status, stdout and stderr; a small JSON reader
-// for the files the programs write.
+// command and capture its exit status, stdout and stderr; read the JSON files
+// the programs write (nlohmann-json).
 //
 //   implicit::testing::CommandResult r = implicit::testing::RunCommand("prog --json out.json");
-//   implicit::testing::Json j = implicit::testing::ParseJson(ReadFile("out.json"));
-//   for (const Json& row : j["results"].array) { row["status"].string ... }
+//   implicit::testing::Json j = implicit::testing::ReadJson("out.json");
+//   for (const Json& row : j.at("results")) { row.at("status").get<std::string>() ... }
 #pragma once
+
+#include <nlohmann/json.hpp>
 
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -68,132 +69,36 @@ inline CommandResult RunCommand(const std::string& command) {
 }
 
 // ---- JSON ----------------------------------------------------------------------
-struct Json {
-  enum Type { kNull, kBool, kNumber, kString, kArray, kObject } type = kNull;
-  bool boolean = false;
-  double number = 0;
-  std::string string;
-  std::vector<Json> array;
-  std::map<std::string, Json> object;
+// The programs write JSON with nlohmann-json; the tests read it with the same
+// library (j.at("results"), row.at("status").get<std::string>()).
+using Json = nlohmann::json;
 
-  bool Has(const std::string& key) const { return type == kObject && object.count(key) > 0; }
-  const Json& operator[](const std::string& key) const {
-    auto it = object.find(key);
-    if (type != kObject || it == object.end()) throw std::runtime_error("JSON: no field '" + key + "'");
-    return it->second;
-  }
-};
+inline Json ReadJson(const std::string& path) { return Json::parse(ReadFile(path)); }
 
-class JsonParser {
- public:
-  explicit JsonParser(const std::string& text) : s_(text) {}
-  Json Parse() {
-    Json v = Value();
-    Space();
-    if (p_ != s_.size()) Fail("trailing characters");
-    return v;
-  }
-
- private:
-  [[noreturn]] void Fail(const std::string& what) const {
-    throw std::runtime_error("JSON parse error at byte " + std::to_string(p_) + ": " + what);
-  }
-  void Space() {
-    while (p_ < s_.size() && std::isspace(static_cast<unsigned char>(s_[p_]))) ++p_;
-  }
-  bool Eat(char c) {
-    Space();
-    if (p_ < s_.size() && s_[p_] == c) {
-      ++p_;
-      return true;
+// The lines of a text (non-empty ones).
+inline std::vector<std::string> Lines(const std::string& text) {
+  std::vector<std::string> lines;
+  std::string line;
+  for (char c : text) {
+    if (c != '\n') {
+      line += c;
+    } else if (!line.empty()) {
+      lines.push_back(line);
+      line.clear();
     }
-    return false;
   }
-  void Expect(char c) {
-    if (!Eat(c)) Fail(std::string("expected '") + c + "'");
-  }
-  std::string String() {
-    Expect('"');
-    std::string out;
-    while (p_ < s_.size() && s_[p_] != '"') {
-      char c = s_[p_++];
-      if (c == '\\') {
-        if (p_ >= s_.size()) Fail("bad escape");
-        const char e = s_[p_++];
-        switch (e) {
-          case 'n': out += '\n'; break;
-          case 't': out += '\t'; break;
-          case 'r': out += '\r'; break;
-          case 'b': out += '\b'; break;
-          case 'f': out += '\f'; break;
-          case 'u': {
-            if (p_ + 4 > s_.size()) Fail("bad \\u escape");
-            const unsigned code = static_cast<unsigned>(std::stoul(s_.substr(p_, 4), nullptr, 16));
-            p_ += 4;
-            out += code < 0x80 ? static_cast<char>(code) : '?';
-            break;
-          }
-          default: out += e;
-        }
-      } else {
-        out += c;
-      }
-    }
-    if (p_ >= s_.size()) Fail("unterminated string");
-    ++p_;
-    return out;
-  }
-  Json Value() {
-    Space();
-    if (p_ >= s_.size()) Fail("unexpected end");
-    Json v;
-    const char c = s_[p_];
-    if (c == '{') {
-      ++p_;
-      v.type = Json::kObject;
-      if (Eat('}')) return v;
-      do {
-        Space();
-        std::string key = String();
-        Expect(':');
-        v.object[key] = Value();
-      } while (Eat(','));
-      Expect('}');
-    } else if (c == '[') {
-      ++p_;
-      v.type = Json::kArray;
-      if (Eat(']')) return v;
-      do {
-        v.array.push_back(Value());
-      } while (Eat(','));
-      Expect(']');
-    } else if (c == '"') {
-      v.type = Json::kString;
-      v.string = String();
-    } else if (s_.compare(p_, 4, "true") == 0) {
-      v.type = Json::kBool;
-      v.boolean = true;
-      p_ += 4;
-    } else if (s_.compare(p_, 5, "false") == 0) {
-      v.type = Json::kBool;
-      p_ += 5;
-    } else if (s_.compare(p_, 4, "null") == 0) {
-      p_ += 4;
-    } else {
-      const char* begin = s_.c_str() + p_;
-      char* end = nullptr;
-      v.number = std::strtod(begin, &end);
-      if (end == begin) Fail("unexpected character");
-      v.type = Json::kNumber;
-      p_ += static_cast<std::size_t>(end - begin);
-    }
-    return v;
-  }
-  const std::string& s_;
-  std::size_t p_ = 0;
-};
+  if (!line.empty()) lines.push_back(line);
+  return lines;
+}
 
-inline Json ParseJson(const std::string& text) { return JsonParser(text).Parse(); }
+// The problems `app` (implicit-compare or implicit-bench) has registered, from
+// `app --list-problems`: what the tests iterate over instead of a list of
+// their own.
+inline std::vector<std::string> RegisteredProblems(const std::string& app) {
+  const CommandResult r = RunCommand(app + " --list-problems");
+  if (r.exit_code != 0) throw std::runtime_error(app + " --list-problems failed: " + r.err);
+  return Lines(r.out);
+}
 
 // Number of non-empty lines of a text.
 inline int CountLines(const std::string& text) {

@@ -1,0 +1,70 @@
+// Where the digits data set is found: --data, $IMPLICIT_DATA_DIR, the source
+// tree, next to the installed program, or the configured install prefix.
+#pragma once
+
+#include <implicit/core/digits.h>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace implicit_apps {
+
+// The directory holding the running executable ("" when unknown).
+inline std::string ExecutableDir() {
+  char buf[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return "";
+  std::string p(buf, static_cast<std::size_t>(n));
+  const std::size_t slash = p.find_last_of('/');
+  return slash == std::string::npos ? "" : p.substr(0, slash);
+}
+
+// The digits file: `--data PATH` (a file, or a directory holding
+// digits.csv.gz) when given, else the first of $IMPLICIT_DATA_DIR, the source
+// tree's data/ (compile definition IMPLICIT_APPS_SOURCE_DATA_DIR), the
+// installed share/implicit next to the executable, and the configured install
+// prefix's share/implicit (IMPLICIT_APPS_INSTALL_DATA_DIR).
+inline std::string FindDigits(const std::string& data_option) {
+  const std::string name = "digits.csv.gz";
+  if (!data_option.empty()) {
+    struct stat st;
+    if (::stat(data_option.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+      const std::string p = data_option + "/" + name;
+      if (::access(p.c_str(), R_OK) != 0)
+        throw std::runtime_error("--data: cannot read '" + p + "': " + std::strerror(errno));
+      return p;
+    }
+    return data_option;  // LoadDigits reports a missing or unreadable file
+  }
+  std::vector<std::string> dirs;
+  if (const char* env = std::getenv("IMPLICIT_DATA_DIR")) dirs.push_back(env);
+#ifdef IMPLICIT_APPS_SOURCE_DATA_DIR
+  dirs.push_back(IMPLICIT_APPS_SOURCE_DATA_DIR);
+#endif
+  const std::string exe = ExecutableDir();
+  if (!exe.empty()) dirs.push_back(exe + "/../share/implicit");
+#ifdef IMPLICIT_APPS_INSTALL_DATA_DIR
+  dirs.push_back(IMPLICIT_APPS_INSTALL_DATA_DIR);
+#endif
+  const std::string found = implicit::FindDataFile(name, dirs);
+  if (found.empty()) {
+    std::string list;
+    for (const auto& d : dirs) list += (list.empty() ? "" : ", ") + d;
+    throw std::runtime_error("cannot find " + name + " (looked in " + list + "); pass --data PATH");
+  }
+  return found;
+}
+
+// Loads the digits that `data_option` (--data) names or the search finds.
+inline implicit::DigitsDataset LoadDigitsOption(const std::string& data_option) {
+  return implicit::LoadDigits(FindDigits(data_option));
+}
+
+}  // namespace implicit_apps

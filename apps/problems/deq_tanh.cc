@@ -1,0 +1,111 @@
+// deq-tanh: z = tanh(W z + U x + b) with |W|_2 = --spectral-norm, x = digits.
+#include "problems/registry.h"
+
+#include "common/format.h"
+
+#include <Eigen/Dense>
+
+#include <memory>
+#include <random>
+#include <string>
+
+namespace implicit_apps {
+namespace {
+
+// z = tanh(W z + U x + b): an explicit map (no energy), contraction when
+// |W|_2 < 1 since |tanh'| <= 1.
+template <typename S>
+class TanhDeqMapT : public implicit::FixedPointMap<S> {
+ public:
+  TanhDeqMapT(Matrix<S> W, Matrix<S> U, Vector<S> b, Matrix<S> x) : W_(std::move(W)), b_(std::move(b)) {
+    injection_ = U * x;
+    injection_.colwise() += b_;
+  }
+  Index dimension() const override { return W_.rows(); }
+  void Evaluate(implicit::ConstMatrixRef<S> z, implicit::MatrixRef<S> out) const override {
+    out.noalias() = W_ * z;
+    out += injection_;
+    out = out.array().tanh().matrix();
+  }
+  bool HasJacobianProducts() const override { return true; }
+  void JacobianVectorProduct(implicit::ConstMatrixRef<S> z, implicit::ConstMatrixRef<S> v,
+                             implicit::MatrixRef<S> out) const override {
+    Matrix<S> f(z.rows(), z.cols());
+    Evaluate(z, f);
+    out.noalias() = W_ * v;
+    out.array() *= S(1) - f.array().square();
+  }
+  void VectorJacobianProduct(implicit::ConstMatrixRef<S> z, implicit::ConstMatrixRef<S> u,
+                             implicit::MatrixRef<S> out) const override {
+    Matrix<S> f(z.rows(), z.cols());
+    Evaluate(z, f);
+    Matrix<S> du = ((S(1) - f.array().square()) * u.array()).matrix();
+    out.noalias() = W_.transpose() * du;
+  }
+  const Matrix<S>& weights() const { return W_; }
+
+ private:
+  Matrix<S> W_;
+  Vector<S> b_;
+  Matrix<S> injection_;
+};
+
+template <typename S>
+class DeqTanhProblemT : public ProblemT<S> {
+ public:
+  DeqTanhProblemT(const implicit::DigitsDataset& digits, const ProblemSettings& s) : map_(Build(digits, s)) {
+    this->initial_ = Matrix<S>::Zero(kHidden, s.patterns);
+    norm_ = s.Parameter("spectral-norm");
+  }
+  std::string name() const override { return "deq-tanh"; }
+  std::string description() const override {
+    return "z = tanh(W z + U x + b), " + std::to_string(kHidden) + " units, |W|_2 = " + Fmt(norm_) +
+           ", x = " + std::to_string(this->initial_.cols()) + " digits";
+  }
+  const implicit::FixedPointMap<S>& map() const override { return *map_; }
+  FloorTiming MeasureFloor(int repeats) const override {
+    const Matrix<S>& W = map_->weights();
+    const Index B = this->initial_.cols();
+    const Matrix<S> z = Matrix<S>::Constant(kHidden, B, S(0.5));
+    Matrix<S> out(kHidden, B);
+    return TimeFloor("W Z (" + Shape(kHidden, kHidden) + " * " + Shape(kHidden, B) + ")",
+                     "the one GEMM of z <- tanh(W z + U x + b) on all B samples (U x + b is computed "
+                     "once, at construction); the tanh and the solver's vector work are extra",
+                     2.0 * double(kHidden) * double(kHidden) * double(B), repeats, [&] {
+                       out.noalias() = W * z;
+                       return static_cast<double>(out(0, 0));
+                     });
+  }
+
+ private:
+  static constexpr Index kHidden = 128;
+  static std::unique_ptr<TanhDeqMapT<S>> Build(const implicit::DigitsDataset& digits,
+                                               const ProblemSettings& s) {
+    std::mt19937 gen(s.seed);
+    Matrix<double> W = RandomGaussian(kHidden, kHidden, 1.0, gen);
+    Eigen::JacobiSVD<Matrix<double>> svd(W);
+    W *= s.Parameter("spectral-norm") / svd.singularValues()(0);
+    Matrix<double> U = RandomGaussian(kHidden, 64, 1.0 / 8.0, gen);
+    Vector<double> b = RandomGaussian(kHidden, 1, 0.1, gen);
+    Matrix<double> x = digits.Scaled().leftCols(s.patterns);
+    return std::make_unique<TanhDeqMapT<S>>(W.template cast<S>(), U.template cast<S>(),
+                                            b.template cast<S>(), x.template cast<S>());
+  }
+  std::unique_ptr<TanhDeqMapT<S>> map_;
+  double norm_ = 0.9;
+};
+
+const bool kRegistered = RegisterProblem<DeqTanhProblemT>([] {
+  ProblemInfo p;
+  p.name = "deq-tanh";
+  p.order = 40;
+  p.summary = "z = tanh(W z + U x + b) with |W|_2 = --spectral-norm";
+  p.floor = "W Z";
+  p.bench_patterns = 500;
+  p.parameters = {{"spectral-norm", 0.9, "|W|_2 of deq-tanh, < 1 for a contraction", "> 0",
+                   [](double v) { return v > 0; }}};
+  return p;
+}());
+
+}  // namespace
+}  // namespace implicit_apps

@@ -1,0 +1,62 @@
+// The command-line options of the apps that run the registered problems
+// (implicit-compare, implicit-bench): --problem, --list-problems and each
+// problem's own parameters, all taken from the registry.
+#pragma once
+
+#include "common/cli.h"
+#include "common/json_output.h"
+#include "problems/registry.h"
+
+#include <iostream>
+#include <string>
+#include <vector>
+
+namespace implicit_apps {
+
+struct ProblemSelection {
+  std::vector<std::string> names = ProblemNames();  // --problem
+  bool list = false;                                // --list-problems
+  ProblemSettings settings;                         // the problems' own parameters
+};
+
+// Adds --problem (its help lists every problem: name, summary and, when
+// `with_floor`, the products of its floor), --list-problems and one option
+// per problem parameter, bound to p->settings.parameters.
+inline void AddProblemOptions(CLI::App& app, ProblemSelection* p, bool with_floor) {
+  std::string help = "comma-separated problems:";
+  for (const ProblemInfo& info : RegisteredProblems()) {
+    help += "\n  " + info.name + std::string(info.name.size() < 17 ? 17 - info.name.size() : 1, ' ') +
+            info.summary;
+    if (with_floor) help += "; floor: " + info.floor;
+  }
+  AddList(app, "--problem", &p->names, help, "all");
+  app.add_flag("--list-problems", p->list, "print the problem names, one per line, and exit");
+  for (const ProblemParameter& q : ProblemParameters()) {
+    double& value = p->settings.parameters[q.name];
+    value = q.default_value;
+    app.add_option("--" + q.name, value, q.help)->check(RealCheck(q.valid, q.bound));
+  }
+}
+
+// After parsing: checks the names (UsageError for an unknown one); prints the
+// names and returns false for --list-problems.
+inline bool CheckProblemSelection(const ProblemSelection& p) {
+  if (p.list) {
+    for (const std::string& name : ProblemNames()) std::cout << name << "\n";
+    return false;
+  }
+  for (const std::string& name : p.names) FindProblem(name);
+  return true;
+}
+
+// The problem parameters as JSON settings fields ("spectral-norm" ->
+// "spectral_norm").
+inline void AddProblemParametersJson(const ProblemSettings& s, Json* settings) {
+  for (const ProblemParameter& q : ProblemParameters()) {
+    std::string key = q.name;
+    for (char& c : key) c = c == '-' ? '_' : c;
+    (*settings)[key] = s.Parameter(q.name);
+  }
+}
+
+}  // namespace implicit_apps

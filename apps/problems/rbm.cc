@@ -1,0 +1,70 @@
+// rbm: an RBM-effective energy on the digits.
+#include "problems/registry.h"
+
+#include "common/format.h"
+
+#include <implicit/core/energy_maps.h>
+#include <implicit/layers/rbm.h>
+
+#include <memory>
+#include <string>
+
+namespace implicit_apps {
+namespace {
+
+// An RBM with Gaussian visible units and Bernoulli(p) hidden units, one hidden
+// unit per stored digit with couplings w_mu = c x_mu, integrated out:
+//   E(v) = 0.5 |v|^2 - sum_mu log(1 - p + p exp(w_mu . v)),
+// CCCP map v <- W sigmoid(W^T v + logit p); queries: bottom half zeroed.
+template <typename S>
+class RbmProblemT : public ProblemT<S> {
+ public:
+  RbmProblemT(const implicit::DigitsDataset& digits, const ProblemSettings& s)
+      : data_(MakeDigitPatterns(digits, s.patterns)), W_((data_.patterns * s.Parameter("rbm-scale")).template cast<S>()),
+        energy_(W_, std::make_shared<implicit::BernoulliPrior<S>>(static_cast<S>(s.Parameter("rbm-p"))), Options()),
+        map_(energy_) {
+    this->initial_ = data_.queries.template cast<S>();
+    p_ = s.Parameter("rbm-p");
+    scale_ = s.Parameter("rbm-scale");
+  }
+  std::string name() const override { return "rbm"; }
+  std::string description() const override {
+    return "RBM-effective energy, Gaussian visible, " + std::to_string(data_.patterns.cols()) +
+           " Bernoulli(" + Fmt(p_) + ") hidden units with couplings " + Fmt(scale_) +
+           " x digit; CCCP map v <- W sigmoid(W^T v + logit p)";
+  }
+  const implicit::FixedPointMap<S>& map() const override { return map_; }
+  FloorTiming MeasureFloor(int repeats) const override {
+    return HopfieldTypeFloor<S>(W_, this->initial_, "W",
+                                "the two GEMMs of one CCCP step v <- W sigmoid(W^T v + logit p) on all B "
+                                "queries; the sigmoids and the solver's vector work are extra",
+                                repeats);
+  }
+
+ private:
+  static typename implicit::RbmEnergy<S>::Options Options() {
+    typename implicit::RbmEnergy<S>::Options o;
+    o.learn_weights = false;
+    return o;
+  }
+  DigitPatterns data_;
+  Matrix<S> W_;
+  implicit::RbmEnergy<S> energy_;
+  implicit::CccpMap<S> map_;
+  double p_ = 0.5, scale_ = 1;
+};
+
+const bool kRegistered = RegisterProblem<RbmProblemT>([] {
+  ProblemInfo p;
+  p.name = "rbm";
+  p.order = 30;
+  p.summary = "RBM-effective energy on the digits";
+  p.floor = "W^T V + W S";
+  p.parameters = {
+      {"rbm-scale", 0.03, "couplings of rbm, W = C x digits", "> 0", [](double c) { return c > 0; }},
+      {"rbm-p", 0.1, "Bernoulli prior of rbm's hidden units", "in (0, 1)", [](double q) { return q > 0 && q < 1; }}};
+  return p;
+}());
+
+}  // namespace
+}  // namespace implicit_apps
