@@ -23,6 +23,7 @@
 #include "common/solvers.h"
 #include "common/table.h"
 #include "problems/problem_options.h"
+#include "problems/problem_run.h"
 
 #include <implicit/core/digits.h>
 
@@ -159,71 +160,19 @@ struct BuildFlag {
   const char* name;
   bool defined;
 };
+
+// A macro is defined when it expands to something other than its own name.
+#define IMPLICIT_BENCH_TEXT(x) #x
+#define IMPLICIT_BENCH_EXPANDED(x) IMPLICIT_BENCH_TEXT(x)
+#define IMPLICIT_BENCH_FLAG(x) BuildFlag{#x, std::string(IMPLICIT_BENCH_EXPANDED(x)) != #x}
+
 // Macros seen when this file was compiled (the library and the apps are built
 // with the same project flags; the maps' GEMMs are compiled here, from headers).
 std::vector<BuildFlag> BuildFlags() {
-  return {
-    {"__OPTIMIZE__",
-#ifdef __OPTIMIZE__
-     true},
-#else
-     false},
-#endif
-    {"NDEBUG",
-#ifdef NDEBUG
-     true},
-#else
-     false},
-#endif
-    {"__SSE2__",
-#ifdef __SSE2__
-     true},
-#else
-     false},
-#endif
-    {"__AVX__",
-#ifdef __AVX__
-     true},
-#else
-     false},
-#endif
-    {"__AVX2__",
-#ifdef __AVX2__
-     true},
-#else
-     false},
-#endif
-    {"__FMA__",
-#ifdef __FMA__
-     true},
-#else
-     false},
-#endif
-    {"__AVX512F__",
-#ifdef __AVX512F__
-     true},
-#else
-     false},
-#endif
-    {"_OPENMP",
-#ifdef _OPENMP
-     true},
-#else
-     false},
-#endif
-    {"EIGEN_USE_BLAS",
-#ifdef EIGEN_USE_BLAS
-     true},
-#else
-     false},
-#endif
-    {"EIGEN_DONT_VECTORIZE",
-#ifdef EIGEN_DONT_VECTORIZE
-     true},
-#else
-     false},
-#endif
-  };
+  return {IMPLICIT_BENCH_FLAG(__OPTIMIZE__), IMPLICIT_BENCH_FLAG(NDEBUG),         IMPLICIT_BENCH_FLAG(__SSE2__),
+          IMPLICIT_BENCH_FLAG(__AVX__),      IMPLICIT_BENCH_FLAG(__AVX2__),       IMPLICIT_BENCH_FLAG(__FMA__),
+          IMPLICIT_BENCH_FLAG(__AVX512F__),  IMPLICIT_BENCH_FLAG(_OPENMP),        IMPLICIT_BENCH_FLAG(EIGEN_USE_BLAS),
+          IMPLICIT_BENCH_FLAG(EIGEN_DONT_VECTORIZE)};
 }
 
 std::string CompilerVersion() {
@@ -249,10 +198,8 @@ struct FloorRow {
   FloorTiming map;  // one full-batch evaluation of the map
 };
 
-struct Result {
-  std::string problem, precision, solver, status, message;
-  bool skipped = false, failed = false;
-  Index dimension = 0, samples = 0;
+struct Result : RunRecord {
+  std::string precision;
   double tolerance = 0;
   int converged = 0, iterations = 0, function_evaluations = 0, jacobian_products = 0;
   long long sample_evaluations = 0;
@@ -278,24 +225,12 @@ template <typename S>
 Result RunSolver(const ProblemT<S>& problem, const std::string& solver_name, const std::string& precision,
                  double tol, long max_iter, double time_limit, const FloorTiming& floor) {
   Result r;
-  r.problem = problem.name();
+  StartRun(problem, solver_name, &r);
   r.precision = precision;
-  r.solver = solver_name;
-  r.dimension = problem.map().dimension();
-  r.samples = problem.initial().cols();
   r.tolerance = tol;
   r.floor_seconds = floor.seconds;
-  const std::string reason = SkipReason(solver_name, problem.map());
-  if (!reason.empty()) {
-    r.skipped = true;
-    r.status = "skipped";
-    r.message = reason;
-    return r;
-  }
-  implicit::SolverOptions common;
-  common.absolute_tolerance = tol;
-  common.max_iterations = static_cast<int>(max_iter);
-  common.record_trace = false;
+  if (r.skipped) return r;
+  implicit::SolverOptions common = RunOptions(tol, max_iter, false);
   std::chrono::steady_clock::time_point start;
   if (time_limit > 0) {
     common.callback = [&start, time_limit](const implicit::IterationSummary&) {
@@ -326,9 +261,7 @@ Result RunSolver(const ProblemT<S>& problem, const std::string& solver_name, con
       r.ratio = r.seconds_per_sample_evaluation / (floor.seconds / static_cast<double>(r.samples));
     }
   } catch (const std::exception& e) {
-    r.failed = true;
-    r.status = implicit::TerminationTypeToString(implicit::TerminationType::kInvalidInput);
-    r.message = e.what();
+    r.Fail(e);
   }
   return r;
 }
@@ -348,18 +281,12 @@ Json TimingJson(const FloorTiming& t) {
 }
 
 Json ResultJson(const Result& r) {
-  Json o;
-  o["problem"] = r.problem;
+  Json o = RunJson(r);
   o["precision"] = r.precision;
-  o["solver"] = r.solver;
-  o["status"] = r.status;
-  o["skipped"] = r.skipped;
-  o["dimension"] = r.dimension;
-  o["samples"] = r.samples;
   o["tolerance"] = r.tolerance;
   o["converged_samples"] = r.converged;
   o["floor_seconds"] = r.floor_seconds;
-  if (!r.skipped && !r.failed) {
+  if (r.ran()) {
     o["iterations"] = r.iterations;
     o["function_evaluations"] = r.function_evaluations;
     o["jacobian_products"] = r.jacobian_products;
@@ -458,7 +385,7 @@ void PrintFloors(const Options& o, const std::vector<FloorRow>& floors) {
 // The table row of one solve (with a type column when float runs too).
 std::vector<std::string> ResultRow(const Result& r, bool with_float) {
   std::vector<std::string> row;
-  if (r.skipped || r.failed) {
+  if (!r.ran()) {
     row = {r.problem, r.solver, r.status, "-", "-", "-", "-", "-", "-", "-"};
   } else {
     row = {r.problem, r.solver, r.status, std::to_string(r.converged) + "/" + std::to_string(r.samples),
@@ -482,7 +409,7 @@ void PrintResults(const Options& o, const Measurements& m) {
   Table table(header, right);
   bool any_fallback = false;
   for (const Result& r : m.results) {
-    any_fallback |= !r.skipped && !r.failed && !r.counted_per_sample;
+    any_fallback |= r.ran() && !r.counted_per_sample;
     table.AddRow(ResultRow(r, o.with_float));
   }
   table.Print(std::cout);

@@ -17,6 +17,7 @@
 #include "common/solvers.h"
 #include "common/table.h"
 #include "problems/problem_options.h"
+#include "problems/problem_run.h"
 
 #include <algorithm>
 #include <chrono>
@@ -76,12 +77,8 @@ bool ParseOptions(int argc, char** argv, Options* o) {
   return true;
 }
 
-struct Result {
-  std::string problem, solver, status, message;
+struct Result : RunRecord {
   implicit::Summary summary;
-  bool skipped = false, failed = false;
-  Index dimension = 0, samples = 0;
-  bool ran() const { return !skipped && !failed; }
 };
 
 long Total(const std::vector<int>& per_sample) {
@@ -99,20 +96,9 @@ double EvaluationsPerSample(const implicit::Summary& s) {
 Result RunOne(const Options& o, const Problem& problem, const std::string& solver_name, const std::string& prefix,
               Progress& progress) {
   Result r;
-  r.problem = problem.name();
-  r.solver = solver_name;
-  r.dimension = problem.map().dimension();
-  r.samples = problem.initial().cols();
-  r.message = SkipReason(solver_name, problem.map());
-  if (!r.message.empty()) {
-    r.skipped = true;
-    r.status = "skipped";
-    return r;
-  }
-  implicit::SolverOptions common;
-  common.absolute_tolerance = o.tol;
-  common.max_iterations = static_cast<int>(o.max_iter);
-  common.record_trace = true;
+  StartRun(problem, solver_name, &r);
+  if (r.skipped) return r;
+  implicit::SolverOptions common = RunOptions(o.tol, o.max_iter, true);
   common.callback = [&](const implicit::IterationSummary& it) {
     progress.Update(prefix + ": iteration " + std::to_string(it.iteration) + ", residual " +
                     Fmt(it.max_residual, 3) + ", " + std::to_string(it.num_converged) + "/" +
@@ -126,9 +112,7 @@ Result RunOne(const Options& o, const Problem& problem, const std::string& solve
     r.summary = solver->Solve(problem.map(), z);
     r.status = implicit::TerminationTypeToString(r.summary.termination_type);
   } catch (const std::exception& e) {
-    r.failed = true;
-    r.status = implicit::TerminationTypeToString(implicit::TerminationType::kInvalidInput);
-    r.message = e.what();
+    r.Fail(e);
   }
   return r;
 }
@@ -178,13 +162,7 @@ void PrintTable(const Options& o, const std::vector<Result>& results, double sec
 }
 
 Json ResultJson(const Result& r) {
-  Json o;
-  o["problem"] = r.problem;
-  o["solver"] = r.solver;
-  o["status"] = r.status;
-  o["skipped"] = r.skipped;
-  o["dimension"] = r.dimension;
-  o["samples"] = r.samples;
+  Json o = RunJson(r);
   if (!r.ran()) {
     o["message"] = r.message;
     o["converged_samples"] = 0;

@@ -1,10 +1,10 @@
 // hopfield-digits: modern Hopfield retrieval of the first N digits (x/8 - 1)
 // from queries with pixels 32..63 zeroed; CCCP map xi <- X softmax(beta X^T xi).
+#include "problems/digits_cccp.h"
 #include "problems/registry.h"
 
 #include "common/format.h"
 
-#include <implicit/core/energy_maps.h>
 #include <implicit/layers/hopfield.h>
 
 #include <string>
@@ -13,25 +13,21 @@ namespace implicit_apps {
 namespace {
 
 template <typename S>
-class HopfieldDigitsProblemT : public ProblemT<S> {
+using HopfieldDigitsBase = DigitsCccpProblemT<S, implicit::ModernHopfieldEnergy<S>>;
+
+template <typename S>
+class HopfieldDigitsProblemT : public HopfieldDigitsBase<S> {
  public:
   HopfieldDigitsProblemT(const implicit::DigitsDataset& digits, const ProblemSettings& s)
-      : data_(MakeDigitPatterns(digits, s.patterns)), X_(data_.patterns.template cast<S>()),
-        energy_(X_, Options(s.beta)), map_(energy_) {
-    this->initial_ = data_.queries.template cast<S>();
-    beta_ = s.beta;
-  }
+      : HopfieldDigitsBase<S>(digits, s.patterns, 1.0, "X",
+                              "the two GEMMs of one CCCP step xi <- X softmax(beta X^T xi) on all B queries; the "
+                              "softmax (N x B exps) and the solver's vector work are extra",
+                              Options(s.beta)),
+        beta_(s.beta) {}
   std::string name() const override { return "hopfield-digits"; }
   std::string description() const override {
-    return "modern Hopfield retrieval, " + std::to_string(data_.patterns.cols()) +
+    return "modern Hopfield retrieval, " + std::to_string(this->stored()) +
            " digits stored, bottom half of each query zeroed, beta " + Fmt(beta_);
-  }
-  const implicit::FixedPointMap<S>& map() const override { return map_; }
-  FloorTiming MeasureFloor(int repeats) const override {
-    return HopfieldTypeFloor<S>(X_, this->initial_, "X",
-                                "the two GEMMs of one CCCP step xi <- X softmax(beta X^T xi) on all B "
-                                "queries; the softmax (N x B exps) and the solver's vector work are extra",
-                                repeats);
   }
 
  private:
@@ -41,11 +37,7 @@ class HopfieldDigitsProblemT : public ProblemT<S> {
     o.learn_beta = false;
     return o;
   }
-  DigitPatterns data_;
-  Matrix<S> X_;
-  implicit::ModernHopfieldEnergy<S> energy_;
-  implicit::CccpMap<S> map_;
-  double beta_ = 1;
+  double beta_;
 };
 
 const bool kRegistered = RegisterProblem<HopfieldDigitsProblemT>([] {

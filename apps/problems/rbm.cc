@@ -1,9 +1,9 @@
 // rbm: an RBM-effective energy on the digits.
+#include "problems/digits_cccp.h"
 #include "problems/registry.h"
 
 #include "common/format.h"
 
-#include <implicit/core/energy_maps.h>
 #include <implicit/layers/rbm.h>
 
 #include <memory>
@@ -12,33 +12,27 @@
 namespace implicit_apps {
 namespace {
 
+template <typename S>
+using RbmBase = DigitsCccpProblemT<S, implicit::RbmEnergy<S>>;
+
 // An RBM with Gaussian visible units and Bernoulli(p) hidden units, one hidden
 // unit per stored digit with couplings w_mu = c x_mu, integrated out:
 //   E(v) = 0.5 |v|^2 - sum_mu log(1 - p + p exp(w_mu . v)),
 // CCCP map v <- W sigmoid(W^T v + logit p); queries: bottom half zeroed.
 template <typename S>
-class RbmProblemT : public ProblemT<S> {
+class RbmProblemT : public RbmBase<S> {
  public:
   RbmProblemT(const implicit::DigitsDataset& digits, const ProblemSettings& s)
-      : data_(MakeDigitPatterns(digits, s.patterns)), W_((data_.patterns * s.Parameter("rbm-scale")).template cast<S>()),
-        energy_(W_, std::make_shared<implicit::BernoulliPrior<S>>(static_cast<S>(s.Parameter("rbm-p"))), Options()),
-        map_(energy_) {
-    this->initial_ = data_.queries.template cast<S>();
-    p_ = s.Parameter("rbm-p");
-    scale_ = s.Parameter("rbm-scale");
-  }
+      : RbmBase<S>(digits, s.patterns, s.Parameter("rbm-scale"), "W",
+                   "the two GEMMs of one CCCP step v <- W sigmoid(W^T v + logit p) on all B queries; the "
+                   "sigmoids and the solver's vector work are extra",
+                   std::make_shared<implicit::BernoulliPrior<S>>(static_cast<S>(s.Parameter("rbm-p"))), Options()),
+        p_(s.Parameter("rbm-p")),
+        scale_(s.Parameter("rbm-scale")) {}
   std::string name() const override { return "rbm"; }
   std::string description() const override {
-    return "RBM-effective energy, Gaussian visible, " + std::to_string(data_.patterns.cols()) +
-           " Bernoulli(" + Fmt(p_) + ") hidden units with couplings " + Fmt(scale_) +
-           " x digit; CCCP map v <- W sigmoid(W^T v + logit p)";
-  }
-  const implicit::FixedPointMap<S>& map() const override { return map_; }
-  FloorTiming MeasureFloor(int repeats) const override {
-    return HopfieldTypeFloor<S>(W_, this->initial_, "W",
-                                "the two GEMMs of one CCCP step v <- W sigmoid(W^T v + logit p) on all B "
-                                "queries; the sigmoids and the solver's vector work are extra",
-                                repeats);
+    return "RBM-effective energy, Gaussian visible, " + std::to_string(this->stored()) + " Bernoulli(" + Fmt(p_) +
+           ") hidden units with couplings " + Fmt(scale_) + " x digit; CCCP map v <- W sigmoid(W^T v + logit p)";
   }
 
  private:
@@ -47,11 +41,7 @@ class RbmProblemT : public ProblemT<S> {
     o.learn_weights = false;
     return o;
   }
-  DigitPatterns data_;
-  Matrix<S> W_;
-  implicit::RbmEnergy<S> energy_;
-  implicit::CccpMap<S> map_;
-  double p_ = 0.5, scale_ = 1;
+  double p_, scale_;
 };
 
 const bool kRegistered = RegisterProblem<RbmProblemT>([] {

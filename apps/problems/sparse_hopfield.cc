@@ -1,10 +1,10 @@
 // sparse-hopfield: Hopfield-Fenchel-Young retrieval of the digits with the
 // entmax update xi <- X entmax_alpha(beta X^T xi).
+#include "problems/digits_cccp.h"
 #include "problems/registry.h"
 
 #include "common/format.h"
 
-#include <implicit/core/energy_maps.h>
 #include <implicit/layers/regularized_attention.h>
 
 #include <string>
@@ -13,27 +13,22 @@ namespace implicit_apps {
 namespace {
 
 template <typename S>
-class SparseHopfieldProblemT : public ProblemT<S> {
+using SparseHopfieldBase = DigitsCccpProblemT<S, implicit::SparseHopfieldEnergy<S>>;
+
+template <typename S>
+class SparseHopfieldProblemT : public SparseHopfieldBase<S> {
  public:
   SparseHopfieldProblemT(const implicit::DigitsDataset& digits, const ProblemSettings& s)
-      : data_(MakeDigitPatterns(digits, s.patterns)), X_(data_.patterns.template cast<S>()),
-        energy_(X_, Options(s)), map_(energy_) {
-    this->initial_ = data_.queries.template cast<S>();
-    beta_ = s.beta;
-    alpha_ = s.Parameter("alpha");
-  }
+      : SparseHopfieldBase<S>(digits, s.patterns, 1.0, "X",
+                              "the two dense GEMMs of one step xi <- X entmax(beta X^T xi) on all B queries; the "
+                              "entmax threshold search over N scores per query is extra (and usually dominates)",
+                              Options(s)),
+        beta_(s.beta),
+        alpha_(s.Parameter("alpha")) {}
   std::string name() const override { return "sparse-hopfield"; }
   std::string description() const override {
     return "Hopfield-Fenchel-Young retrieval xi <- X entmax_" + Fmt(alpha_) + "(beta X^T xi), " +
-           std::to_string(data_.patterns.cols()) + " digits, beta " + Fmt(beta_);
-  }
-  const implicit::FixedPointMap<S>& map() const override { return map_; }
-  FloorTiming MeasureFloor(int repeats) const override {
-    return HopfieldTypeFloor<S>(X_, this->initial_, "X",
-                                "the two dense GEMMs of one step xi <- X entmax(beta X^T xi) on all B "
-                                "queries; the entmax threshold search over N scores per query is extra "
-                                "(and usually dominates)",
-                                repeats);
+           std::to_string(this->stored()) + " digits, beta " + Fmt(beta_);
   }
 
  private:
@@ -43,11 +38,7 @@ class SparseHopfieldProblemT : public ProblemT<S> {
     o.beta = s.beta;
     return o;
   }
-  DigitPatterns data_;
-  Matrix<S> X_;
-  implicit::SparseHopfieldEnergy<S> energy_;
-  implicit::CccpMap<S> map_;
-  double beta_ = 1, alpha_ = 1.5;
+  double beta_, alpha_;
 };
 
 const bool kRegistered = RegisterProblem<SparseHopfieldProblemT>([] {
