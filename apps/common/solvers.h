@@ -74,12 +74,12 @@ inline SolverOptionMap ParseSolverOptions(const std::string& option, const std::
       if (colon == std::string::npos)
         throw UsageError(option + ": '" + spec + "' is not SOLVER:KEY=VALUE,...");
       const std::string name = spec.substr(0, colon);
-      CheckSolverName(name);
       try {
+        CheckSolverName(name);
         for (const auto& kv : implicit::ParseOptionList(spec.substr(colon + 1)))
           if (!out[name].insert(kv).second) throw std::invalid_argument("'" + kv.first + "' given twice");
         implicit::MakeSolver<double>(name, out[name]);  // checks keys and values
-      } catch (const std::invalid_argument& e) {
+      } catch (const std::exception& e) {  // UsageError or the registry's std::invalid_argument
         throw UsageError(option + ": " + e.what());
       }
     }

@@ -28,14 +28,7 @@ bool PositiveFinite(const Json& v) { return v.is_number() && std::isfinite(v.get
 
 // Bad arguments: exit status 2 (not a signal), one line on stderr naming `expect`.
 void ExpectUsageError(const std::string& args, const std::string& expect, int status = 2) {
-  const auto r = RunCommand(kApp + " --quiet " + args);
-  BOOST_TEST_CONTEXT("args: " << args << "\nstderr: " << r.err) {
-    BOOST_TEST(r.signal == 0);
-    BOOST_TEST(r.exit_code == status);
-    BOOST_TEST(CountLines(r.err) == 1);
-    BOOST_TEST(r.err.find("implicit-bench: error") != std::string::npos);
-    BOOST_TEST(r.err.find(expect) != std::string::npos);
-  }
+  implicit::testing::ExpectOneLineError(kApp + " --quiet " + args, expect, status, "implicit-bench");
 }
 
 // Checks one floor of the JSON's "floors".

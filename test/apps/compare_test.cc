@@ -26,13 +26,7 @@ const std::string kApp = IMPLICIT_APP_COMPARE;
 // Runs the program expecting failure: non-zero exit (not a signal), one line on
 // stderr containing `expect`.
 void ExpectOneLineError(const std::string& args, const std::string& expect) {
-  const auto r = RunCommand(kApp + " --quiet " + args);
-  BOOST_TEST_INFO("args: " << args << "\nstderr: " << r.err);
-  BOOST_TEST(r.signal == 0);
-  BOOST_TEST(r.exit_code > 0);
-  BOOST_TEST(CountLines(r.err) == 1);
-  BOOST_TEST(r.err.find("error") != std::string::npos);
-  BOOST_TEST(r.err.find(expect) != std::string::npos);
+  implicit::testing::ExpectOneLineError(kApp + " --quiet " + args, expect);
 }
 
 }  // namespace
@@ -173,12 +167,8 @@ BOOST_AUTO_TEST_CASE(per_solver_options) {
            {"nope:memory=3", "unknown solver 'nope'"},
            {"anderson", "--solver-options"},
            {"broyden:memory=3", "broyden"}}) {
-    const auto r = RunCommand(base + " --solver-options '" + options + "'");
-    BOOST_TEST_CONTEXT("--solver-options " << options << "\nstderr: " << r.err) {
-      BOOST_TEST(r.exit_code == 2);
-      BOOST_TEST(CountLines(r.err) == 1);
-      BOOST_TEST(r.err.find(expect) != std::string::npos);
-    }
+    implicit::testing::ExpectOneLineError(base + " --solver-options '" + options + "'", expect, 2,
+                                          "implicit-compare");
   }
 }
 

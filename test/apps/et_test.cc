@@ -16,6 +16,7 @@
 #include <vector>
 
 using implicit::testing::CountLines;
+using implicit::testing::ExpectOneLineError;
 using implicit::testing::Json;
 using implicit::testing::ReadFile;
 using implicit::testing::RunCommand;
@@ -33,16 +34,6 @@ std::string Small(const ScratchDir& dir, int dim = 8, int holdout = 40, const st
          " --dim " + std::to_string(dim) +
          " --pos-dim 4 --heads 1 --memories 8 --max-iter 60 --tol 1e-5" +
          " --checkpoint " + dir.File("et.ckpt") + " --image " + dir.File(image);
-}
-
-void ExpectOneLineError(const std::string& command, const std::string& expect) {
-  const auto r = RunCommand(command);
-  BOOST_TEST_INFO("command: " << command << "\nstderr: " << r.err);
-  BOOST_TEST(r.signal == 0);
-  BOOST_TEST(r.exit_code > 0);
-  BOOST_TEST(CountLines(r.err) == 1);
-  BOOST_TEST(r.err.find("error") != std::string::npos);
-  BOOST_TEST(r.err.find(expect) != std::string::npos);
 }
 
 }  // namespace

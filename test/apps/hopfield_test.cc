@@ -29,13 +29,7 @@ Json RunJson(const std::string& args, const ScratchDir& dir) {
 bool IsRate(const Json& v) { return v.is_number() && v.get<double>() >= 0.0 && v.get<double>() <= 1.0; }
 
 void ExpectOneLineError(const std::string& args, const std::string& expect) {
-  const auto r = RunCommand(kApp + " " + args);
-  BOOST_TEST_INFO("args: " << args << "\nstderr: " << r.err);
-  BOOST_TEST(r.signal == 0);
-  BOOST_TEST(r.exit_code > 0);
-  BOOST_TEST(CountLines(r.err) == 1);
-  BOOST_TEST(r.err.find("error") != std::string::npos);
-  BOOST_TEST(r.err.find(expect) != std::string::npos);
+  implicit::testing::ExpectOneLineError(kApp + " " + args, expect);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 //   for (const Json& row : j.at("results")) { row.at("status").get<std::string>() ... }
 #pragma once
 
+#include <boost/test/unit_test.hpp>
 #include <nlohmann/json.hpp>
 
 #include <sys/wait.h>
@@ -113,6 +114,25 @@ inline int CountLines(const std::string& text) {
     }
   }
   return n + in_line;
+}
+
+// Runs `command` expecting it to fail on bad input: not a signal, exit status
+// `status` (any non-zero one when -1), and one line on stderr holding
+// "<program>: error" (just "error" when `program` is empty) and `expect`.
+inline void ExpectOneLineError(const std::string& command, const std::string& expect, int status = -1,
+                               const std::string& program = "") {
+  const CommandResult r = RunCommand(command);
+  BOOST_TEST_CONTEXT("command: " << command << "\nstderr: " << r.err) {
+    BOOST_TEST(r.signal == 0);
+    if (status < 0) {
+      BOOST_TEST(r.exit_code > 0);
+    } else {
+      BOOST_TEST(r.exit_code == status);
+    }
+    BOOST_TEST(CountLines(r.err) == 1);
+    BOOST_TEST(r.err.find(program.empty() ? "error" : program + ": error") != std::string::npos);
+    BOOST_TEST(r.err.find(expect) != std::string::npos);
+  }
 }
 
 // The statuses the apps write for a run (implicit::TerminationTypeToString
