@@ -156,7 +156,8 @@ void PrintTable(const Options& o, const std::vector<Result>& results, double sec
   }
   table.Print(std::cout);
   for (const Result& r : results)
-    if (!r.ran()) std::cout << (r.skipped ? "skipped " : "failed ") << r.problem << " / " << r.solver << ": " << r.message << "\n";
+    if (!r.ran())
+      std::cout << (r.skipped ? "skipped " : "failed ") << r.problem << " / " << r.solver << ": " << r.message << "\n";
   std::cout << "tolerance " << Fmt(o.tol) << " on |f(z) - z| per sample, at most " << o.max_iter
             << " iterations; total " << FmtFixed(seconds, 2) << " s\n";
 }

@@ -574,7 +574,8 @@ bool ParseConfig(int argc, char** argv, Config* c) {
 // The two Adam optimisers (embeddings and decoder; the energy's parameters),
 // with the cosine decay of both learning rates.
 struct Optimizers {
-  explicit Optimizers(const Config& c) : model(Adam(c.lr)), energy(Adam(c.energy_lr)), lr(c.lr), energy_lr(c.energy_lr) {}
+  explicit Optimizers(const Config& c)
+      : model(Adam(c.lr)), energy(Adam(c.energy_lr)), lr(c.lr), energy_lr(c.energy_lr) {}
   static implicit::AdamOptimizer<double>::Options Adam(double learning_rate) {
     implicit::AdamOptimizer<double>::Options o;
     o.learning_rate = learning_rate;
