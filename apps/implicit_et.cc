@@ -43,7 +43,7 @@
 
 #include <implicit/core/checkpoint.h>
 #include <implicit/core/digits.h>
-#include <implicit/core/implicit_diff.h>
+#include <implicit/diff/implicit_diff.h>
 #include <implicit/core/losses.h>
 #include <implicit/core/optimizers.h>
 #include <implicit/layers/energy_transformer.h>

@@ -4,7 +4,7 @@
 // equilibrium"); CI builds it against the installed package and runs it.
 // Exits non-zero unless the loss fell at least 10-fold and every forward and
 // backward solve succeeded.
-#include <implicit/core/implicit_diff.h>
+#include <implicit/diff/implicit_diff.h>
 #include <implicit/core/losses.h>
 #include <implicit/core/optimizers.h>
 #include <implicit/layers/deq_layer.h>

@@ -6,7 +6,7 @@
 #define BOOST_TEST_MODULE backward_memory
 #include <boost/test/unit_test.hpp>
 
-#include <implicit/core/implicit_diff.h>
+#include <implicit/diff/implicit_diff.h>
 #include <implicit/solvers/anderson.h>
 #include <implicit/solvers/picard.h>
 

@@ -2,7 +2,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include <implicit/core/energy_maps.h>
-#include <implicit/core/implicit_diff.h>
+#include <implicit/diff/implicit_diff.h>
 #include <implicit/solvers/anderson.h>
 #include <implicit/solvers/broyden.h>
 #include <implicit/solvers/newton.h>

@@ -5,7 +5,7 @@
 #define BOOST_TEST_MODULE deq_layer
 #include <boost/test/unit_test.hpp>
 
-#include <implicit/core/implicit_diff.h>
+#include <implicit/diff/implicit_diff.h>
 #include <implicit/layers/deq_layer.h>
 #include <implicit/solvers/anderson.h>
 #include <implicit/solvers/picard.h>

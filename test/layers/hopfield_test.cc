@@ -9,7 +9,7 @@
 
 #include <implicit/core/autodiff_energy.h>
 #include <implicit/core/energy_maps.h>
-#include <implicit/core/implicit_diff.h>
+#include <implicit/diff/implicit_diff.h>
 #include <implicit/layers/hopfield.h>
 #include <implicit/solvers/picard.h>
 

@@ -4,10 +4,13 @@
 // is redefined to throw implicit_no_malloc_test::EigenAssertion (with NDEBUG
 // undefined), so a forbidden allocation fails the test in Release builds too
 // instead of passing silently. Forbid with
-// Eigen::internal::set_is_malloc_allowed(false).
+// Eigen::internal::set_is_malloc_allowed(false). IMPLICIT_NO_EXTERN_TEMPLATES
+// makes the test compile the library's solver and layer code itself, with
+// these checks, instead of linking the copies compiled once without them.
 #pragma once
 #undef NDEBUG
 #define EIGEN_RUNTIME_NO_MALLOC
+#define IMPLICIT_NO_EXTERN_TEMPLATES
 #include <stdexcept>
 #include <string>
 namespace implicit_no_malloc_test {

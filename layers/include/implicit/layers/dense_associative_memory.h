@@ -577,4 +577,6 @@ void BinaryEnergy(ConstMatrixRef<Scalar> patterns, const Interaction& interactio
   values = -f.colwise().sum().transpose();
 }
 
+IMPLICIT_EXTERN_TEMPLATE_CLASS(DenseAssociativeMemoryEnergy);
+
 }  // namespace implicit

@@ -433,4 +433,6 @@ class ExplicitBlockMap : public FixedPointMap<Scalar> {
   Matrix<Scalar> x_;
 };
 
+IMPLICIT_EXTERN_TEMPLATE_CLASS(MlpBlockMap);
+
 }  // namespace implicit

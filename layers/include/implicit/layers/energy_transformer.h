@@ -938,4 +938,8 @@ class EnergyTransformerMap : public FixedPointMap<Scalar> {
   bool has_clamp_ = false;
 };
 
+IMPLICIT_EXTERN_TEMPLATE_CLASS(EnergyTransformer);
+IMPLICIT_EXTERN_TEMPLATE_CLASS(ClampedEnergy);
+IMPLICIT_EXTERN_TEMPLATE_CLASS(EnergyTransformerMap);
+
 }  // namespace implicit

@@ -41,7 +41,7 @@
 
 #include <implicit/core/energy.h>
 #include <implicit/core/energy_maps.h>
-#include <implicit/core/implicit_diff.h>
+#include <implicit/diff/implicit_diff.h>
 #include <implicit/core/parameters.h>
 #include <implicit/core/types.h>
 #include <implicit/layers/log_sum_exp.h>
@@ -969,5 +969,11 @@ class HopfieldLookup {
   }
   HopfieldLayer<Scalar> layer_;
 };
+
+IMPLICIT_EXTERN_TEMPLATE_CLASS(ModernHopfieldEnergy);
+IMPLICIT_EXTERN_TEMPLATE_CLASS(HopfieldLayerEnergy);
+IMPLICIT_EXTERN_TEMPLATE_CLASS(HopfieldLayer);
+IMPLICIT_EXTERN_TEMPLATE_CLASS(HopfieldPooling);
+IMPLICIT_EXTERN_TEMPLATE_CLASS(HopfieldLookup);
 
 }  // namespace implicit

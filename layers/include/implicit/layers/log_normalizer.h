@@ -490,4 +490,9 @@ class ResidualLogNormalizerMap : public FixedPointMap<Scalar> {
   Matrix<Scalar> c_;
 };
 
+IMPLICIT_EXTERN_TEMPLATE_CLASS(DiscreteLogNormalizer);
+IMPLICIT_EXTERN_TEMPLATE_CLASS(GaussianLogNormalizer);
+IMPLICIT_EXTERN_TEMPLATE_CLASS(LogNormalizerEnergy);
+IMPLICIT_EXTERN_TEMPLATE_CLASS(ResidualLogNormalizerMap);
+
 }  // namespace implicit

@@ -386,4 +386,11 @@ class RbmEnergy : public Energy<Scalar> {
   internal::SeparableEnergy<Scalar> kernel_;
 };
 
+IMPLICIT_EXTERN_TEMPLATE_CLASS(GaussianPrior);
+IMPLICIT_EXTERN_TEMPLATE_CLASS(PoissonPrior);
+IMPLICIT_EXTERN_TEMPLATE_CLASS(BernoulliPrior);
+IMPLICIT_EXTERN_TEMPLATE_CLASS(ConstantPrior);
+IMPLICIT_EXTERN_TEMPLATE_CLASS(CustomPrior);
+IMPLICIT_EXTERN_TEMPLATE_CLASS(RbmEnergy);
+
 }  // namespace implicit

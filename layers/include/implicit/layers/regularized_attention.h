@@ -252,4 +252,6 @@ class SparseHopfieldEnergy : public Energy<Scalar> {
   std::vector<bool> mask_;
 };
 
+IMPLICIT_EXTERN_TEMPLATE_CLASS(SparseHopfieldEnergy);
+
 }  // namespace implicit

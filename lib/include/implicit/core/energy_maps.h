@@ -108,4 +108,8 @@ class EnergyRootMap : public GradientStepMap<Scalar> {
       : GradientStepMap<Scalar>(energy, Scalar(1)) {}
 };
 
+IMPLICIT_EXTERN_TEMPLATE_CLASS(GradientStepMap);
+IMPLICIT_EXTERN_TEMPLATE_CLASS(CccpMap);
+IMPLICIT_EXTERN_TEMPLATE_CLASS(EnergyRootMap);
+
 }  // namespace implicit

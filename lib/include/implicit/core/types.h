@@ -15,6 +15,25 @@
 #include <stdexcept>
 #include <string>
 
+// ---- Compile once ----------------------------------------------------------
+// The library's templates are compiled for float and double once, in its .cc
+// files; each header declares those instantiations `extern` with these macros,
+// so code that includes it does not compile them again. Other scalar types
+// instantiate the templates as usual. Define IMPLICIT_NO_EXTERN_TEMPLATES
+// before including libimplicit to compile every instantiation in your own
+// translation unit (the no-allocation tests do, to build the library's loops
+// with their allocation checks).
+#ifdef IMPLICIT_NO_EXTERN_TEMPLATES
+#define IMPLICIT_EXTERN_TEMPLATE_CLASS(Name) static_assert(true, "")
+#else
+#define IMPLICIT_EXTERN_TEMPLATE_CLASS(Name) \
+  extern template class Name<float>;         \
+  extern template class Name<double>
+#endif
+#define IMPLICIT_INSTANTIATE_TEMPLATE_CLASS(Name) \
+  template class Name<float>;                     \
+  template class Name<double>
+
 namespace implicit {
 
 using Index = Eigen::Index;

@@ -218,4 +218,6 @@ class AndersonSolver : public Solver<Scalar> {
   Options options_;
 };
 
+IMPLICIT_EXTERN_TEMPLATE_CLASS(AndersonSolver);
+
 }  // namespace implicit

@@ -139,4 +139,6 @@ class BroydenSolver : public Solver<Scalar> {
   Options options_;
 };
 
+IMPLICIT_EXTERN_TEMPLATE_CLASS(BroydenSolver);
+
 }  // namespace implicit

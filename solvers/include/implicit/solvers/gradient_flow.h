@@ -142,4 +142,6 @@ class GradientFlowSolver : public Solver<Scalar> {
   Options options_;
 };
 
+IMPLICIT_EXTERN_TEMPLATE_CLASS(GradientFlowSolver);
+
 }  // namespace implicit

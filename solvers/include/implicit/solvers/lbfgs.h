@@ -181,4 +181,6 @@ class LbfgsSolver : public Solver<Scalar> {
   Options options_;
 };
 
+IMPLICIT_EXTERN_TEMPLATE_CLASS(LbfgsSolver);
+
 }  // namespace implicit

@@ -6,7 +6,7 @@
 //   apply(v, out):  out.col(b) = A_b v.col(b)        (v, out: n x B)
 //
 // (the implicit backward pass uses A = (I - df/dz)^T, see
-// <implicit/core/implicit_diff.h>). Samples are independent and converge
+// <implicit/diff/implicit_diff.h>). Samples are independent and converge
 // independently: a converged column stops changing while the others go on
 // (the operator is still applied to the whole batch).
 //
@@ -752,5 +752,27 @@ LinearSolveSummary SolveLinearSystem(LinearSolverType type, const LinearOperator
   }
   throw std::invalid_argument("SolveLinearSystem: unknown LinearSolverType");
 }
+
+// Compiled once for float and double (solvers/src/linear_solvers.cc; see
+// "Compile once" in types.h). `prefix` is `extern` or empty.
+#define IMPLICIT_LINEAR_SOLVE_INSTANCE(prefix, Solve, Scalar)                            \
+  prefix template LinearSolveSummary Solve<Scalar>(const LinearOperator<Scalar>&,       \
+                                                   ConstMatrixRef<Scalar>, MatrixRef<Scalar>, \
+                                                   const LinearSolverOptions&)
+#define IMPLICIT_LINEAR_SOLVES(prefix, Scalar)                                           \
+  prefix template LinearSolveSummary SolveLinearSystem<Scalar>(                          \
+      LinearSolverType, const LinearOperator<Scalar>&, ConstMatrixRef<Scalar>,           \
+      MatrixRef<Scalar>, const LinearSolverOptions&);                                    \
+  IMPLICIT_LINEAR_SOLVE_INSTANCE(prefix, FixedPointLinearSolve, Scalar);                 \
+  IMPLICIT_LINEAR_SOLVE_INSTANCE(prefix, AndersonLinearSolve, Scalar);                   \
+  IMPLICIT_LINEAR_SOLVE_INSTANCE(prefix, BroydenLinearSolve, Scalar);                    \
+  IMPLICIT_LINEAR_SOLVE_INSTANCE(prefix, ConjugateGradientSolve, Scalar);                \
+  IMPLICIT_LINEAR_SOLVE_INSTANCE(prefix, MinresSolve, Scalar);                           \
+  IMPLICIT_LINEAR_SOLVE_INSTANCE(prefix, GmresSolve, Scalar);                            \
+  IMPLICIT_LINEAR_SOLVE_INSTANCE(prefix, DirectLinearSolve, Scalar)
+#ifndef IMPLICIT_NO_EXTERN_TEMPLATES
+IMPLICIT_LINEAR_SOLVES(extern, float);
+IMPLICIT_LINEAR_SOLVES(extern, double);
+#endif
 
 }  // namespace implicit

@@ -66,4 +66,6 @@ class PicardSolver : public Solver<Scalar> {
   Options options_;
 };
 
+IMPLICIT_EXTERN_TEMPLATE_CLASS(PicardSolver);
+
 }  // namespace implicit

@@ -426,4 +426,19 @@ BackwardResult<Scalar> ImplicitLayer<Scalar>::Backward(ConstMatrixRef<Scalar> gr
       "rejected: the forward solve did not converge, z is not an equilibrium");
 }
 
+// Compiled once for float and double (solvers/src/implicit_diff.cc; see
+// "Compile once" in types.h). `prefix` is `extern` or empty.
+#define IMPLICIT_BACKWARD_INSTANCES(prefix, Scalar)                                        \
+  prefix template BackwardResult<Scalar> internal::ImplicitBackwardImpl<Scalar>(           \
+      const FixedPointMap<Scalar>&, ConstMatrixRef<Scalar>, ConstMatrixRef<Scalar>,         \
+      const BackwardOptions&, const std::vector<char>*, const std::string&);               \
+  prefix template BackwardResult<Scalar> ImplicitBackward<Scalar>(                          \
+      const FixedPointMap<Scalar>&, ConstMatrixRef<Scalar>, ConstMatrixRef<Scalar>,         \
+      const BackwardOptions&);                                                              \
+  prefix template class ImplicitLayer<Scalar>
+#ifndef IMPLICIT_NO_EXTERN_TEMPLATES
+IMPLICIT_BACKWARD_INSTANCES(extern, float);
+IMPLICIT_BACKWARD_INSTANCES(extern, double);
+#endif
+
 }  // namespace implicit

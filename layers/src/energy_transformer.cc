@@ -1,0 +1,8 @@
+// Compiled once for float and double (see "Compile once" in types.h).
+#include <implicit/layers/energy_transformer.h>
+
+namespace implicit {
+IMPLICIT_INSTANTIATE_TEMPLATE_CLASS(EnergyTransformer);
+IMPLICIT_INSTANTIATE_TEMPLATE_CLASS(ClampedEnergy);
+IMPLICIT_INSTANTIATE_TEMPLATE_CLASS(EnergyTransformerMap);
+}  // namespace implicit
