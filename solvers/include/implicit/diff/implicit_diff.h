@@ -426,7 +426,7 @@ BackwardResult<Scalar> ImplicitLayer<Scalar>::Backward(ConstMatrixRef<Scalar> gr
       "rejected: the forward solve did not converge, z is not an equilibrium");
 }
 
-// Compiled once for float and double (solvers/src/implicit_diff.cc; see
+// Compiled once for float and double (solvers/src/diff/implicit_diff.cc; see
 // "Compile once" in types.h). `prefix` is `extern` or empty.
 #define IMPLICIT_BACKWARD_INSTANCES(prefix, Scalar)                                        \
   prefix template BackwardResult<Scalar> internal::ImplicitBackwardImpl<Scalar>(           \

@@ -104,71 +104,7 @@ class AndersonSolver : public Solver<Scalar> {
   const Options& options() const { return options_; }
   std::string name() const override { return "anderson"; }
 
-  Summary Solve(const FixedPointMap<Scalar>& map, MatrixRef<Scalar> z) const override {
-    internal::BatchMonitor<Scalar> monitor(options_, name());
-    monitor.Begin(map, z);
-    const Index n = z.rows(), batch = z.cols(), m = options_.memory;
-    const Scalar beta = static_cast<Scalar>(options_.mixing);
-    internal::BatchEvaluator<Scalar> evaluator(map, batch, internal::UsesEnergy(options_, map));
-    internal::GuardedStepper<Scalar> stepper(options_, n, batch, beta);
-
-    // ---- all memory, allocated once -------------------------------------
-    Matrix<Scalar> fz(n, batch), q(n, batch);           // f(z), proposed steps
-    Vector<Scalar> e(batch);                            // E(z) (maps with an energy)
-    Vector<Scalar>* energies = evaluator.with_energy() ? &e : nullptr;
-    Matrix<Scalar> z_prev(n, batch), g_prev(n, batch);  // last iterate and its residual
-    Matrix<Scalar> dz(n, m * batch), dg(n, m * batch);  // sample b: columns [b m, b m + m)
-    Matrix<double> gram(m, m * batch);                  // dG^T dG of sample b: block b
-    Matrix<double> chol(m, m);                          // ridged system, then its factor
-    Vector<double> rhs(m), gamma(m);
-    std::vector<int> count(batch, 0), next(batch, 0);   // stored pairs, next slot to write
-    std::vector<char> has_prev(batch, 0), proposal(batch, 0);
-
-    evaluator.Evaluate(z, monitor.active_columns(), fz, energies, &monitor);
-    while (monitor.Observe(z, fz, energies)) {
-      for (Index b : monitor.active_columns()) {
-        auto zb = z.col(b);
-        const Index base = b * m;
-        // Push the newest difference pair into the ring and update the Gram block.
-        if (has_prev[b]) {
-          const Index slot = next[b];
-          dz.col(base + slot) = zb - z_prev.col(b);
-          dg.col(base + slot) = (fz.col(b) - zb) - g_prev.col(b);
-          count[b] = std::min<int>(count[b] + 1, static_cast<int>(m));
-          next[b] = static_cast<int>((slot + 1) % m);
-          for (Index j = 0; j < count[b]; ++j) {
-            const double v = static_cast<double>(dg.col(base + slot).dot(dg.col(base + j)));
-            gram(slot, base + j) = v;
-            gram(j, base + slot) = v;
-          }
-        }
-        z_prev.col(b) = zb;
-        g_prev.col(b) = fz.col(b) - zb;
-        has_prev[b] = 1;
-        auto gb = g_prev.col(b);
-
-        // The proposal q = beta g - (dZ + beta dG) gamma (the Anderson step from z).
-        const Index k = count[b];
-        proposal[b] = 0;
-        if (k == 0) continue;
-        for (Index i = 0; i < k; ++i) rhs(i) = static_cast<double>(dg.col(base + i).dot(gb));
-        if (!SolveGram(gram.block(0, base, k, k), k, &chol, &rhs, &gamma)) {
-          count[b] = next[b] = 0;  // ill-conditioned history: safe step, fresh history
-          continue;
-        }
-        q.col(b) = beta * gb;
-        for (Index i = 0; i < k; ++i) {
-          q.col(b) -= static_cast<Scalar>(gamma(i)) * (dz.col(base + i) + beta * dg.col(base + i));
-        }
-        proposal[b] = 1;
-      }
-      stepper.Step(z, fz, energies, q, proposal, &evaluator, &monitor);
-      for (Index b : monitor.active_columns()) {
-        if (proposal[b] && !stepper.accelerated(b)) count[b] = next[b] = 0;  // fell back
-      }
-    }
-    return monitor.Finish(z);
-  }
+  Summary Solve(const FixedPointMap<Scalar>& map, MatrixRef<Scalar> z) const override;
 
  private:
   // Solves (G + lambda I) gamma = rhs for the k x k Gram block G with the
@@ -217,6 +153,73 @@ class AndersonSolver : public Solver<Scalar> {
 
   Options options_;
 };
+
+template <typename Scalar>
+Summary AndersonSolver<Scalar>::Solve(const FixedPointMap<Scalar>& map, MatrixRef<Scalar> z) const {
+  internal::BatchMonitor<Scalar> monitor(options_, name());
+  monitor.Begin(map, z);
+  const Index n = z.rows(), batch = z.cols(), m = options_.memory;
+  const Scalar beta = static_cast<Scalar>(options_.mixing);
+  internal::BatchEvaluator<Scalar> evaluator(map, batch, internal::UsesEnergy(options_, map));
+  internal::GuardedStepper<Scalar> stepper(options_, n, batch, beta);
+
+  // ---- all memory, allocated once -------------------------------------
+  Matrix<Scalar> fz(n, batch), q(n, batch);           // f(z), proposed steps
+  Vector<Scalar> e(batch);                            // E(z) (maps with an energy)
+  Vector<Scalar>* energies = evaluator.with_energy() ? &e : nullptr;
+  Matrix<Scalar> z_prev(n, batch), g_prev(n, batch);  // last iterate and its residual
+  Matrix<Scalar> dz(n, m * batch), dg(n, m * batch);  // sample b: columns [b m, b m + m)
+  Matrix<double> gram(m, m * batch);                  // dG^T dG of sample b: block b
+  Matrix<double> chol(m, m);                          // ridged system, then its factor
+  Vector<double> rhs(m), gamma(m);
+  std::vector<int> count(batch, 0), next(batch, 0);   // stored pairs, next slot to write
+  std::vector<char> has_prev(batch, 0), proposal(batch, 0);
+
+  evaluator.Evaluate(z, monitor.active_columns(), fz, energies, &monitor);
+  while (monitor.Observe(z, fz, energies)) {
+    for (Index b : monitor.active_columns()) {
+      auto zb = z.col(b);
+      const Index base = b * m;
+      // Push the newest difference pair into the ring and update the Gram block.
+      if (has_prev[b]) {
+        const Index slot = next[b];
+        dz.col(base + slot) = zb - z_prev.col(b);
+        dg.col(base + slot) = (fz.col(b) - zb) - g_prev.col(b);
+        count[b] = std::min<int>(count[b] + 1, static_cast<int>(m));
+        next[b] = static_cast<int>((slot + 1) % m);
+        for (Index j = 0; j < count[b]; ++j) {
+          const double v = static_cast<double>(dg.col(base + slot).dot(dg.col(base + j)));
+          gram(slot, base + j) = v;
+          gram(j, base + slot) = v;
+        }
+      }
+      z_prev.col(b) = zb;
+      g_prev.col(b) = fz.col(b) - zb;
+      has_prev[b] = 1;
+      auto gb = g_prev.col(b);
+
+      // The proposal q = beta g - (dZ + beta dG) gamma (the Anderson step from z).
+      const Index k = count[b];
+      proposal[b] = 0;
+      if (k == 0) continue;
+      for (Index i = 0; i < k; ++i) rhs(i) = static_cast<double>(dg.col(base + i).dot(gb));
+      if (!SolveGram(gram.block(0, base, k, k), k, &chol, &rhs, &gamma)) {
+        count[b] = next[b] = 0;  // ill-conditioned history: safe step, fresh history
+        continue;
+      }
+      q.col(b) = beta * gb;
+      for (Index i = 0; i < k; ++i) {
+        q.col(b) -= static_cast<Scalar>(gamma(i)) * (dz.col(base + i) + beta * dg.col(base + i));
+      }
+      proposal[b] = 1;
+    }
+    stepper.Step(z, fz, energies, q, proposal, &evaluator, &monitor);
+    for (Index b : monitor.active_columns()) {
+      if (proposal[b] && !stepper.accelerated(b)) count[b] = next[b] = 0;  // fell back
+    }
+  }
+  return monitor.Finish(z);
+}
 
 IMPLICIT_EXTERN_TEMPLATE_CLASS(AndersonSolver);
 

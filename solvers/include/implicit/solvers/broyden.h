@@ -71,73 +71,76 @@ class BroydenSolver : public Solver<Scalar> {
   const Options& options() const { return options_; }
   std::string name() const override { return "broyden"; }
 
-  Summary Solve(const FixedPointMap<Scalar>& map, MatrixRef<Scalar> z) const override {
-    internal::BatchMonitor<Scalar> monitor(options_, name());
-    monitor.Begin(map, z);
-    const Index n = z.rows(), batch = z.cols(), m = options_.memory;
-    const Scalar tiny = std::sqrt(std::numeric_limits<Scalar>::epsilon());
-    internal::BatchEvaluator<Scalar> evaluator(map, batch, internal::UsesEnergy(options_, map));
-    internal::GuardedStepper<Scalar> stepper(options_, n, batch, Scalar(1));
-
-    // ---- all memory, allocated once -------------------------------------
-    Matrix<Scalar> fz(n, batch), p(n, batch);               // f(z), proposed steps
-    Matrix<Scalar> z_prev(n, batch), g_prev(n, batch);      // iterate and g before the step
-    Vector<Scalar> e(batch);                                // E(z) (maps with an energy)
-    Vector<Scalar>* energies = evaluator.with_energy() ? &e : nullptr;
-    Matrix<Scalar> u(n, m * batch), v(n, m * batch);        // sample b: columns [b m, b m + m)
-    Vector<Scalar> hy(n), hts(n);                           // H y and H^T s
-    std::vector<int> count(batch, 0);
-    std::vector<char> proposal(batch, 0);
-
-    evaluator.Evaluate(z, monitor.active_columns(), fz, energies, &monitor);
-    while (monitor.Observe(z, fz, energies)) {
-      // Proposal p = -H g = g - sum u_i (v_i . g); with H = -I it is the safe step.
-      for (Index b : monitor.active_columns()) {
-        const Index base = b * m;
-        z_prev.col(b) = z.col(b);
-        g_prev.col(b) = fz.col(b) - z.col(b);
-        p.col(b) = g_prev.col(b);
-        for (Index i = 0; i < count[b]; ++i) {
-          p.col(b) -= v.col(base + i).dot(g_prev.col(b)) * u.col(base + i);
-        }
-        proposal[b] = count[b] > 0 ? 1 : 0;
-      }
-      stepper.Step(z, fz, energies, p, proposal, &evaluator, &monitor);
-
-      // Update each sample's approximation with the step taken.
-      for (Index b : monitor.active_columns()) {
-        const Index base = b * m;
-        if ((proposal[b] && !stepper.accelerated(b)) || count[b] == m) count[b] = 0;  // restart
-        // s = z_new - z_old (in p), y = g_new - g_old (in g_prev).
-        auto s = p.col(b);
-        auto y = g_prev.col(b);
-        s = z.col(b) - z_prev.col(b);
-        y = (fz.col(b) - z.col(b)) - y;
-        hy = -y;
-        hts = -s;
-        for (Index i = 0; i < count[b]; ++i) {
-          hy += v.col(base + i).dot(y) * u.col(base + i);
-          hts += u.col(base + i).dot(s) * v.col(base + i);
-        }
-        const Scalar denom = s.dot(hy);
-        const Scalar scale = s.norm() * hy.norm();
-        if (std::isfinite(static_cast<double>(denom)) && std::abs(denom) > tiny * scale &&
-            scale > Scalar(0)) {
-          const Index slot = base + count[b];
-          u.col(slot) = (s - hy) / denom;
-          v.col(slot) = hts;
-          ++count[b];
-        } else {
-          count[b] = 0;
-        }
-      }
-    }
-    return monitor.Finish(z);
-  }
+  Summary Solve(const FixedPointMap<Scalar>& map, MatrixRef<Scalar> z) const override;
 
  private:
   Options options_;
 };
+
+template <typename Scalar>
+Summary BroydenSolver<Scalar>::Solve(const FixedPointMap<Scalar>& map, MatrixRef<Scalar> z) const {
+  internal::BatchMonitor<Scalar> monitor(options_, name());
+  monitor.Begin(map, z);
+  const Index n = z.rows(), batch = z.cols(), m = options_.memory;
+  const Scalar tiny = std::sqrt(std::numeric_limits<Scalar>::epsilon());
+  internal::BatchEvaluator<Scalar> evaluator(map, batch, internal::UsesEnergy(options_, map));
+  internal::GuardedStepper<Scalar> stepper(options_, n, batch, Scalar(1));
+
+  // ---- all memory, allocated once -------------------------------------
+  Matrix<Scalar> fz(n, batch), p(n, batch);               // f(z), proposed steps
+  Matrix<Scalar> z_prev(n, batch), g_prev(n, batch);      // iterate and g before the step
+  Vector<Scalar> e(batch);                                // E(z) (maps with an energy)
+  Vector<Scalar>* energies = evaluator.with_energy() ? &e : nullptr;
+  Matrix<Scalar> u(n, m * batch), v(n, m * batch);        // sample b: columns [b m, b m + m)
+  Vector<Scalar> hy(n), hts(n);                           // H y and H^T s
+  std::vector<int> count(batch, 0);
+  std::vector<char> proposal(batch, 0);
+
+  evaluator.Evaluate(z, monitor.active_columns(), fz, energies, &monitor);
+  while (monitor.Observe(z, fz, energies)) {
+    // Proposal p = -H g = g - sum u_i (v_i . g); with H = -I it is the safe step.
+    for (Index b : monitor.active_columns()) {
+      const Index base = b * m;
+      z_prev.col(b) = z.col(b);
+      g_prev.col(b) = fz.col(b) - z.col(b);
+      p.col(b) = g_prev.col(b);
+      for (Index i = 0; i < count[b]; ++i) {
+        p.col(b) -= v.col(base + i).dot(g_prev.col(b)) * u.col(base + i);
+      }
+      proposal[b] = count[b] > 0 ? 1 : 0;
+    }
+    stepper.Step(z, fz, energies, p, proposal, &evaluator, &monitor);
+
+    // Update each sample's approximation with the step taken.
+    for (Index b : monitor.active_columns()) {
+      const Index base = b * m;
+      if ((proposal[b] && !stepper.accelerated(b)) || count[b] == m) count[b] = 0;  // restart
+      // s = z_new - z_old (in p), y = g_new - g_old (in g_prev).
+      auto s = p.col(b);
+      auto y = g_prev.col(b);
+      s = z.col(b) - z_prev.col(b);
+      y = (fz.col(b) - z.col(b)) - y;
+      hy = -y;
+      hts = -s;
+      for (Index i = 0; i < count[b]; ++i) {
+        hy += v.col(base + i).dot(y) * u.col(base + i);
+        hts += u.col(base + i).dot(s) * v.col(base + i);
+      }
+      const Scalar denom = s.dot(hy);
+      const Scalar scale = s.norm() * hy.norm();
+      if (std::isfinite(static_cast<double>(denom)) && std::abs(denom) > tiny * scale &&
+          scale > Scalar(0)) {
+        const Index slot = base + count[b];
+        u.col(slot) = (s - hy) / denom;
+        v.col(slot) = hts;
+        ++count[b];
+      } else {
+        count[b] = 0;
+      }
+    }
+  }
+  return monitor.Finish(z);
+}
 
 IMPLICIT_EXTERN_TEMPLATE_CLASS(BroydenSolver);
 

@@ -80,67 +80,70 @@ class GradientFlowSolver : public Solver<Scalar> {
   const Options& options() const { return options_; }
   std::string name() const override { return "gradient_flow"; }
 
-  Summary Solve(const FixedPointMap<Scalar>& map, MatrixRef<Scalar> z) const override {
-    const Energy<Scalar>* energy = map.energy();
-    if (energy == nullptr) {
-      throw std::invalid_argument("gradient_flow needs an energy; this map has none");
-    }
-    if (energy->dimension() != map.dimension()) {
-      throw std::invalid_argument("gradient_flow: the map's energy has dimension " +
-                                  std::to_string(energy->dimension()) + " but the map has " +
-                                  std::to_string(map.dimension()));
-    }
-    internal::BatchMonitor<Scalar> monitor(options_, name());
-    monitor.Begin(map, z);
-    const Index n = z.rows(), batch = z.cols();
-    const Scalar step = static_cast<Scalar>(options_.step_size);
-
-    Matrix<Scalar> fz(n, batch), direction(n, batch);
-    Vector<Scalar> e_old(batch), e_new(batch);
-    int increases = 0;
-
-    map.Evaluate(z, fz);
-    monitor.CountEvaluations();
-    if (options_.check_monotone) {
-      energy->Value(z, e_old);
-      monitor.CountEvaluations();
-    }
-    while (monitor.Observe(z, fz)) {
-      energy->DescentDirection(z, direction);
-      monitor.CountEvaluations();
-      for (Index b = 0; b < batch; ++b) {
-        if (monitor.active(b)) z.col(b) -= step * direction.col(b);
-      }
-      map.Evaluate(z, fz);
-      monitor.CountEvaluations();
-      if (!options_.check_monotone) continue;
-      energy->Value(z, e_new);
-      monitor.CountEvaluations();
-      for (Index b = 0; b < batch; ++b) {
-        if (!monitor.active(b)) continue;
-        const double before = static_cast<double>(e_old(b));
-        const double after = static_cast<double>(e_new(b));
-        if (!std::isfinite(after)) {
-          monitor.StopSample(b, TerminationType::kNonFinite);
-        } else if (after > before + options_.monotone_tolerance * (1.0 + std::abs(before))) {
-          monitor.StopSample(b, TerminationType::kFailure);
-          ++increases;
-        } else {
-          e_old(b) = e_new(b);
-        }
-      }
-    }
-    Summary summary = monitor.Finish(z);
-    if (increases > 0) {
-      summary.message += "; energy increased for " + std::to_string(increases) +
-                         " samples (stopped with status failure)";
-    }
-    return summary;
-  }
+  Summary Solve(const FixedPointMap<Scalar>& map, MatrixRef<Scalar> z) const override;
 
  private:
   Options options_;
 };
+
+template <typename Scalar>
+Summary GradientFlowSolver<Scalar>::Solve(const FixedPointMap<Scalar>& map, MatrixRef<Scalar> z) const {
+  const Energy<Scalar>* energy = map.energy();
+  if (energy == nullptr) {
+    throw std::invalid_argument("gradient_flow needs an energy; this map has none");
+  }
+  if (energy->dimension() != map.dimension()) {
+    throw std::invalid_argument("gradient_flow: the map's energy has dimension " +
+                                std::to_string(energy->dimension()) + " but the map has " +
+                                std::to_string(map.dimension()));
+  }
+  internal::BatchMonitor<Scalar> monitor(options_, name());
+  monitor.Begin(map, z);
+  const Index n = z.rows(), batch = z.cols();
+  const Scalar step = static_cast<Scalar>(options_.step_size);
+
+  Matrix<Scalar> fz(n, batch), direction(n, batch);
+  Vector<Scalar> e_old(batch), e_new(batch);
+  int increases = 0;
+
+  map.Evaluate(z, fz);
+  monitor.CountEvaluations();
+  if (options_.check_monotone) {
+    energy->Value(z, e_old);
+    monitor.CountEvaluations();
+  }
+  while (monitor.Observe(z, fz)) {
+    energy->DescentDirection(z, direction);
+    monitor.CountEvaluations();
+    for (Index b = 0; b < batch; ++b) {
+      if (monitor.active(b)) z.col(b) -= step * direction.col(b);
+    }
+    map.Evaluate(z, fz);
+    monitor.CountEvaluations();
+    if (!options_.check_monotone) continue;
+    energy->Value(z, e_new);
+    monitor.CountEvaluations();
+    for (Index b = 0; b < batch; ++b) {
+      if (!monitor.active(b)) continue;
+      const double before = static_cast<double>(e_old(b));
+      const double after = static_cast<double>(e_new(b));
+      if (!std::isfinite(after)) {
+        monitor.StopSample(b, TerminationType::kNonFinite);
+      } else if (after > before + options_.monotone_tolerance * (1.0 + std::abs(before))) {
+        monitor.StopSample(b, TerminationType::kFailure);
+        ++increases;
+      } else {
+        e_old(b) = e_new(b);
+      }
+    }
+  }
+  Summary summary = monitor.Finish(z);
+  if (increases > 0) {
+    summary.message += "; energy increased for " + std::to_string(increases) +
+                       " samples (stopped with status failure)";
+  }
+  return summary;
+}
 
 IMPLICIT_EXTERN_TEMPLATE_CLASS(GradientFlowSolver);
 

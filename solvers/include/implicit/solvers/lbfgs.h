@@ -87,51 +87,7 @@ class LbfgsSolver : public Solver<Scalar> {
   const Options& options() const { return options_; }
   std::string name() const override { return "lbfgs"; }
 
-  Summary Solve(const FixedPointMap<Scalar>& map, MatrixRef<Scalar> z) const override {
-    const Energy<Scalar>* energy = map.energy();
-    if (energy == nullptr) throw std::invalid_argument("lbfgs needs an energy; this map has none");
-    if (energy->dimension() != map.dimension()) {
-      throw std::invalid_argument("lbfgs: the map's energy has dimension " +
-                                  std::to_string(energy->dimension()) + " but the map has " +
-                                  std::to_string(map.dimension()));
-    }
-    internal::BatchMonitor<Scalar> monitor(options_, name());
-    monitor.Begin(map, z);
-    const Index n = z.rows(), batch = z.cols(), m = options_.memory;
-    internal::BatchEvaluator<Scalar> evaluator(map, batch, internal::UsesEnergy(options_, map));
-    internal::GuardedStepper<Scalar> stepper(options_, n, batch, Scalar(1));
-
-    // ---- all memory, allocated once -------------------------------------
-    Matrix<Scalar> fz(n, batch), q(n, batch);
-    Matrix<Scalar> z_prev(n, batch), r_prev(n, batch);
-    Vector<Scalar> e(batch);
-    Vector<Scalar>* energies = evaluator.with_energy() ? &e : nullptr;
-    Matrix<Scalar> s(n, m * batch), y(n, m * batch);  // sample b: columns [b m, b m + m)
-    Matrix<Scalar> rho(m, batch);                      // 1 / s^T y per stored pair
-    Vector<Scalar> alpha(m);
-    std::vector<int> count(batch, 0), newest(batch, -1);
-    std::vector<char> has_prev(batch, 0), proposal(batch, 0);
-
-    evaluator.Evaluate(z, monitor.active_columns(), fz, energies, &monitor);
-    while (monitor.Observe(z, fz, energies)) {
-      for (Index b : monitor.active_columns()) {
-        const Index base = b * m;
-        auto rb = fz.col(b) - z.col(b);
-        if (has_prev[b]) StorePair(b, base, z.col(b) - z_prev.col(b), r_prev.col(b) - rb, &s, &y,
-                                   &rho, &count, &newest);
-        z_prev.col(b) = z.col(b);
-        r_prev.col(b) = rb;
-        has_prev[b] = 1;
-        proposal[b] = count[b] > 0 ? 1 : 0;
-        if (proposal[b]) TwoLoop(b, base, r_prev.col(b), s, y, rho, count[b], newest[b], &alpha, &q);
-      }
-      stepper.Step(z, fz, energies, q, proposal, &evaluator, &monitor);
-      for (Index b : monitor.active_columns()) {
-        if (proposal[b] && !stepper.accelerated(b)) count[b] = 0, newest[b] = -1;  // fell back
-      }
-    }
-    return monitor.Finish(z);
-  }
+  Summary Solve(const FixedPointMap<Scalar>& map, MatrixRef<Scalar> z) const override;
 
  private:
   // Stores (ds, dy) in sample b's ring when the curvature is positive enough.
@@ -180,6 +136,53 @@ class LbfgsSolver : public Solver<Scalar> {
 
   Options options_;
 };
+
+template <typename Scalar>
+Summary LbfgsSolver<Scalar>::Solve(const FixedPointMap<Scalar>& map, MatrixRef<Scalar> z) const {
+  const Energy<Scalar>* energy = map.energy();
+  if (energy == nullptr) throw std::invalid_argument("lbfgs needs an energy; this map has none");
+  if (energy->dimension() != map.dimension()) {
+    throw std::invalid_argument("lbfgs: the map's energy has dimension " +
+                                std::to_string(energy->dimension()) + " but the map has " +
+                                std::to_string(map.dimension()));
+  }
+  internal::BatchMonitor<Scalar> monitor(options_, name());
+  monitor.Begin(map, z);
+  const Index n = z.rows(), batch = z.cols(), m = options_.memory;
+  internal::BatchEvaluator<Scalar> evaluator(map, batch, internal::UsesEnergy(options_, map));
+  internal::GuardedStepper<Scalar> stepper(options_, n, batch, Scalar(1));
+
+  // ---- all memory, allocated once -------------------------------------
+  Matrix<Scalar> fz(n, batch), q(n, batch);
+  Matrix<Scalar> z_prev(n, batch), r_prev(n, batch);
+  Vector<Scalar> e(batch);
+  Vector<Scalar>* energies = evaluator.with_energy() ? &e : nullptr;
+  Matrix<Scalar> s(n, m * batch), y(n, m * batch);  // sample b: columns [b m, b m + m)
+  Matrix<Scalar> rho(m, batch);                      // 1 / s^T y per stored pair
+  Vector<Scalar> alpha(m);
+  std::vector<int> count(batch, 0), newest(batch, -1);
+  std::vector<char> has_prev(batch, 0), proposal(batch, 0);
+
+  evaluator.Evaluate(z, monitor.active_columns(), fz, energies, &monitor);
+  while (monitor.Observe(z, fz, energies)) {
+    for (Index b : monitor.active_columns()) {
+      const Index base = b * m;
+      auto rb = fz.col(b) - z.col(b);
+      if (has_prev[b]) StorePair(b, base, z.col(b) - z_prev.col(b), r_prev.col(b) - rb, &s, &y,
+                                 &rho, &count, &newest);
+      z_prev.col(b) = z.col(b);
+      r_prev.col(b) = rb;
+      has_prev[b] = 1;
+      proposal[b] = count[b] > 0 ? 1 : 0;
+      if (proposal[b]) TwoLoop(b, base, r_prev.col(b), s, y, rho, count[b], newest[b], &alpha, &q);
+    }
+    stepper.Step(z, fz, energies, q, proposal, &evaluator, &monitor);
+    for (Index b : monitor.active_columns()) {
+      if (proposal[b] && !stepper.accelerated(b)) count[b] = 0, newest[b] = -1;  // fell back
+    }
+  }
+  return monitor.Finish(z);
+}
 
 IMPLICIT_EXTERN_TEMPLATE_CLASS(LbfgsSolver);
 

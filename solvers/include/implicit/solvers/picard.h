@@ -46,25 +46,28 @@ class PicardSolver : public Solver<Scalar> {
   const Options& options() const { return options_; }
   std::string name() const override { return "picard"; }
 
-  Summary Solve(const FixedPointMap<Scalar>& map, MatrixRef<Scalar> z) const override {
-    internal::BatchMonitor<Scalar> monitor(options_, name());
-    monitor.Begin(map, z);
-    internal::BatchEvaluator<Scalar> evaluator(map, z.cols(), internal::UsesEnergy(options_, map));
-    Matrix<Scalar> fz(z.rows(), z.cols());
-    Vector<Scalar> e(z.cols());
-    Vector<Scalar>* energies = evaluator.with_energy() ? &e : nullptr;
-    const Scalar damping = static_cast<Scalar>(options_.damping);
-    evaluator.Evaluate(z, monitor.active_columns(), fz, energies, &monitor);
-    while (monitor.Observe(z, fz, energies)) {
-      for (Index b : monitor.active_columns()) z.col(b) += damping * (fz.col(b) - z.col(b));
-      evaluator.Evaluate(z, monitor.active_columns(), fz, energies, &monitor);
-    }
-    return monitor.Finish(z);
-  }
+  Summary Solve(const FixedPointMap<Scalar>& map, MatrixRef<Scalar> z) const override;
 
  private:
   Options options_;
 };
+
+template <typename Scalar>
+Summary PicardSolver<Scalar>::Solve(const FixedPointMap<Scalar>& map, MatrixRef<Scalar> z) const {
+  internal::BatchMonitor<Scalar> monitor(options_, name());
+  monitor.Begin(map, z);
+  internal::BatchEvaluator<Scalar> evaluator(map, z.cols(), internal::UsesEnergy(options_, map));
+  Matrix<Scalar> fz(z.rows(), z.cols());
+  Vector<Scalar> e(z.cols());
+  Vector<Scalar>* energies = evaluator.with_energy() ? &e : nullptr;
+  const Scalar damping = static_cast<Scalar>(options_.damping);
+  evaluator.Evaluate(z, monitor.active_columns(), fz, energies, &monitor);
+  while (monitor.Observe(z, fz, energies)) {
+    for (Index b : monitor.active_columns()) z.col(b) += damping * (fz.col(b) - z.col(b));
+    evaluator.Evaluate(z, monitor.active_columns(), fz, energies, &monitor);
+  }
+  return monitor.Finish(z);
+}
 
 IMPLICIT_EXTERN_TEMPLATE_CLASS(PicardSolver);
 
