@@ -210,5 +210,12 @@ int DistinctColumnValues(const std::vector<Matrix<Scalar>>& states, Index b) {
   return static_cast<int>(seen.size());
 }
 
+// Compiled once for float and double (test/support/h2_solver_problems.cc).
+IMPLICIT_EXTERN_TEMPLATE_CLASS(LogCoshEnergy);
+IMPLICIT_EXTERN_TEMPLATE_CLASS(SpyMap);
+IMPLICIT_EXTERN_TEMPLATE_CLASS(NoJacobianMap);
+IMPLICIT_EXTERN_TEMPLATE_CLASS(SpyEnergy);
+IMPLICIT_EXTERN_TEMPLATE_CLASS(PoisonedMap);
+
 }  // namespace testing
 }  // namespace implicit

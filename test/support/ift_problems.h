@@ -237,5 +237,9 @@ inline double RelativeError(const Eigen::Ref<const Matrix<double>>& a,
   return (a - reference).norm() / std::max(reference.norm(), 1e-300);
 }
 
+// Compiled once for float and double (test/support/ift_problems.cc).
+IMPLICIT_EXTERN_TEMPLATE_CLASS(HopfieldEnergy);
+IMPLICIT_EXTERN_TEMPLATE_CLASS(LinearDeqMap);
+
 }  // namespace testing
 }  // namespace implicit

@@ -146,5 +146,13 @@ class ColumnRecorderMap : public FixedPointMap<Scalar> {
   mutable std::vector<Vector<Scalar>> states_;
 };
 
+// Compiled once for float and double (test/support/solver_test_maps.cc).
+IMPLICIT_EXTERN_TEMPLATE_CLASS(CosMap);
+IMPLICIT_EXTERN_TEMPLATE_CLASS(ScalarAffineMap);
+IMPLICIT_EXTERN_TEMPLATE_CLASS(NoFixedPointMap);
+IMPLICIT_EXTERN_TEMPLATE_CLASS(AtanMap);
+IMPLICIT_EXTERN_TEMPLATE_CLASS(NanAfterMap);
+IMPLICIT_EXTERN_TEMPLATE_CLASS(ColumnRecorderMap);
+
 }  // namespace testing
 }  // namespace implicit

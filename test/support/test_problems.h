@@ -230,5 +230,17 @@ inline double CentralDifference(const std::function<double(double)>& f, double h
   return (f(h) - f(-h)) / (2 * h);
 }
 
+// Compiled once for float and double (test/support/test_problems.cc).
+IMPLICIT_EXTERN_TEMPLATE_CLASS(AffineMap);
+IMPLICIT_EXTERN_TEMPLATE_CLASS(TanhDeqMap);
+IMPLICIT_EXTERN_TEMPLATE_CLASS(HopfieldMap);
+IMPLICIT_EXTERN_TEMPLATE_CLASS(QuadraticEnergy);
+#ifndef IMPLICIT_NO_EXTERN_TEMPLATES
+extern template Matrix<float> RandomMatrixWithNorm<float>(Index, Index, double, unsigned);
+extern template Matrix<double> RandomMatrixWithNorm<double>(Index, Index, double, unsigned);
+extern template Matrix<float> RandomSpd<float>(Index, double, double, unsigned);
+extern template Matrix<double> RandomSpd<double>(Index, double, double, unsigned);
+#endif
+
 }  // namespace testing
 }  // namespace implicit
