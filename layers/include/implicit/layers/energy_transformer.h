@@ -79,7 +79,7 @@
 #include <implicit/core/map.h>
 #include <implicit/core/parameters.h>
 #include <implicit/core/types.h>
-#include <implicit/layers/entmax.h>
+#include <implicit/layers/log_sum_exp.h>
 
 #include <cmath>
 #include <limits>
@@ -527,11 +527,8 @@ class EnergyTransformer : public Energy<Scalar> {
           scores.diagonal().setConstant(-std::numeric_limits<Scalar>::infinity());
         }
         s->P[h].resize(N, N);
-        entmax::Softmax<Scalar>(scores, s->P[h]);
-        if (with_value) {
-          entmax::LogSumExp<Scalar>(scores, lse);
-          value -= lse.sum() / beta_;
-        }
+        ColumnSoftmax<Scalar>(scores, s->P[h], &lse);
+        if (with_value) value -= lse.sum() / beta_;
         s->QPt.middleRows(h * Y, Y).noalias() = Q * s->P[h].transpose();
         s->KP.middleRows(h * Y, Y).noalias() = K * s->P[h];
       }
@@ -551,12 +548,9 @@ class EnergyTransformer : public Energy<Scalar> {
         const Scalar bm = static_cast<Scalar>(options_.memory_beta);
         Matrix<Scalar> scaled = bm * s->S;
         s->R.resize(M, N);
-        entmax::Softmax<Scalar>(scaled, s->R);
-        if (with_value) {
-          Vector<Scalar> memory_lse(N);
-          entmax::LogSumExp<Scalar>(scaled, memory_lse);
-          value -= memory_lse.sum() / bm;
-        }
+        Vector<Scalar> memory_lse(N);
+        ColumnSoftmax<Scalar>(scaled, s->R, &memory_lse);
+        if (with_value) value -= memory_lse.sum() / bm;
       }
       if (grad) grad->noalias() -= xi * s->R;
     }
@@ -598,7 +592,7 @@ class EnergyTransformer : public Energy<Scalar> {
       const auto dKh = dK.middleRows(h * Y, Y), dQh = dQ.middleRows(h * Y, Y);
       dA.noalias() = dKh.transpose() * Q;
       dA.noalias() += K.transpose() * dQh;
-      entmax::JacobianVectorProduct<Scalar>(s.P[h], Scalar(1), dA, dP);  // alpha = 1: softmax
+      internal::SoftmaxJacobianProduct<Scalar>(s.P[h], dA, dP);
       dP *= beta_;
       auto ks = k_side->middleRows(h * Y, Y);
       auto qs = q_side->middleRows(h * Y, Y);
@@ -615,7 +609,7 @@ class EnergyTransformer : public Energy<Scalar> {
       *dR = (s.S.array() > Scalar(0)).select(dS.array(), Scalar(0)).matrix();
     } else {
       dR->resize(dS.rows(), dS.cols());
-      entmax::JacobianVectorProduct<Scalar>(s.R, Scalar(1), dS, *dR);
+      internal::SoftmaxJacobianProduct<Scalar>(s.R, dS, *dR);
       *dR *= static_cast<Scalar>(options_.memory_beta);
     }
   }

@@ -45,6 +45,7 @@
 #pragma once
 
 #include <implicit/core/types.h>
+#include <implicit/layers/log_sum_exp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -123,41 +124,21 @@ S SupportWeight(S p, S alpha) {
 }  // namespace detail
 
 // values(b) = log sum_i exp(s_ib), max-shifted; -inf for an all-masked column.
+// The kernel of log_sum_exp.h (ColumnLogSumExp), with entmax's argument checks.
 template <typename S>
 void LogSumExp(ConstMatrixRef<S> scores, VectorRef<S> values) {
   detail::CheckScores("LogSumExp", scores);
   detail::CheckShape("LogSumExp", "values", values, scores.cols(), 1);
-  for (Index b = 0; b < scores.cols(); ++b) {
-    const S m = detail::FiniteMax(scores.col(b));
-    if (m == -std::numeric_limits<S>::infinity()) {
-      values(b) = m;
-      continue;
-    }
-    S sum(0);
-    for (Index i = 0; i < scores.rows(); ++i) sum += std::exp(scores(i, b) - m);
-    values(b) = m + std::log(sum);
-  }
+  ColumnLogSumExp<S>(scores, values);
 }
 
-// p.col(b) = softmax(s.col(b)), max-shifted. p may alias scores.
+// p.col(b) = softmax(s.col(b)), max-shifted. p may alias scores. The kernel of
+// log_sum_exp.h (ColumnSoftmax), with entmax's argument checks.
 template <typename S>
 void Softmax(ConstMatrixRef<S> scores, MatrixRef<S> p) {
   detail::CheckScores("Softmax", scores);
   detail::CheckShape("Softmax", "p", p, scores.rows(), scores.cols());
-  for (Index b = 0; b < scores.cols(); ++b) {
-    const S m = detail::FiniteMax(scores.col(b));
-    if (m == -std::numeric_limits<S>::infinity()) {
-      p.col(b).setZero();
-      continue;
-    }
-    S sum(0);
-    for (Index i = 0; i < scores.rows(); ++i) {
-      const S e = std::exp(scores(i, b) - m);  // exp(-inf) = 0 exactly
-      p(i, b) = e;
-      sum += e;
-    }
-    p.col(b) /= sum;
-  }
+  ColumnSoftmax<S>(scores, p);
 }
 
 // p.col(b) = sparsemax(s.col(b)) = Euclidean projection of the scores onto the
@@ -309,6 +290,10 @@ void JacobianVectorProduct(ConstMatrixRef<S> p, S alpha, ConstMatrixRef<S> v, Ma
   detail::CheckAlpha("JacobianVectorProduct", static_cast<double>(alpha), true);
   detail::CheckShape("JacobianVectorProduct", "v", v, p.rows(), p.cols());
   detail::CheckShape("JacobianVectorProduct", "out", out, p.rows(), p.cols());
+  if (alpha == S(1)) {  // softmax: log_sum_exp.h's kernel, (diag p - p p^T) v
+    internal::SoftmaxJacobianProduct<S>(p, v, out);
+    return;
+  }
   Vector<S> q(p.rows());
   for (Index b = 0; b < p.cols(); ++b) {
     S total(0), qv(0);
