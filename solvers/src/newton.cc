@@ -2,6 +2,7 @@
 // lockstep, see lockstep.h) and the matrix-free Newton-Krylov path.
 #include <implicit/solvers/internal/batch_evaluator.h>
 #include <implicit/solvers/internal/batch_monitor.h>
+#include <implicit/solvers/linear_solvers.h>
 #include <implicit/solvers/newton.h>
 
 #include <ceres/ceres.h>
@@ -315,140 +316,45 @@ Summary NewtonSolver<Scalar>::SolveKrylov(const FixedPointMap<Scalar>& map,
                                           MatrixRef<Scalar> z) const {
   internal::BatchMonitor<Scalar> monitor(options_, name());
   monitor.Begin(map, z);
-  const Index n = z.rows(), batch = z.cols(), m = options_.krylov_restart;
-  const Index basis_stride = m + 1;
-
-  // ---- all memory, allocated once (nothing of size n^2) --------------------
+  const Index n = z.rows(), batch = z.cols();
   Matrix<Scalar> fz(n, batch), g(n, batch), d(n, batch), zt(n, batch), ft(n, batch);
-  Matrix<Scalar> vin(n, batch), jv(n, batch);
-  Matrix<Scalar> basis(n, basis_stride * batch);  // sample b: columns [b (m+1), (b+1)(m+1))
-  Vector<Scalar> w(n);
-  Matrix<double> hess(m + 1, m * batch);          // Hessenberg of sample b: block b
-  Matrix<double> cs(m, batch), sn(m, batch), rhs(m + 1, batch);
-  Vector<double> y(m);
-  std::vector<double> g_norm(batch), target(batch), step(batch);
-  std::vector<int> krylov_iterations(batch), cycle_size(batch);
-  std::vector<char> in_gmres(batch), in_cycle(batch), searching(batch);
+  Matrix<Scalar> rhs(n, batch);
+  std::vector<double> g_norm(batch), step(batch);
+  std::vector<char> searching(batch);
   int line_search_failures = 0;
-  const double eps = static_cast<double>(std::numeric_limits<Scalar>::epsilon());
-
   auto any = [](const std::vector<char>& flags) {
     return std::any_of(flags.begin(), flags.end(), [](char c) { return c != 0; });
   };
-  // d_b += V_b y with y from the triangular system of sample b's cycle.
-  auto update_step = [&](Index b) {
-    const int k = cycle_size[b];
-    for (int i = k - 1; i >= 0; --i) {
-      double s = rhs(i, b);
-      for (int l = i + 1; l < k; ++l) s -= hess(i, b * m + l) * y(l);
-      y(i) = s / hess(i, b * m + i);
-    }
-    for (int i = 0; i < k; ++i) {
-      d.col(b) += static_cast<Scalar>(y(i)) * basis.col(b * basis_stride + i);
-    }
+  // J_g v = J_f v - v at the current z, one batched JVP.
+  const LinearOperator<Scalar> jacobian_g = [&](ConstMatrixRef<Scalar> v, MatrixRef<Scalar> out) {
+    map.JacobianVectorProduct(z, v, out);
+    out -= v;
+    monitor.CountJacobianProducts();
   };
+  LinearSolverOptions krylov;
+  krylov.tolerance = options_.forcing_term;
+  krylov.restart = options_.krylov_restart;
+  krylov.max_iterations = options_.max_krylov_iterations;
 
   map.Evaluate(z, fz);
   monitor.CountEvaluations();
   while (monitor.Observe(z, fz)) {
-    // ---- GMRES on J_g d = -g, all samples in lockstep ----
+    // ---- GMRES (linear_solvers.h) on J_g d = -g, all samples in lockstep;
+    // finished samples get rhs 0 and so d = 0 ----
     g = fz - z;
-    d.setZero();
     for (Index b = 0; b < batch; ++b) {
-      in_gmres[b] = monitor.active(b) ? 1 : 0;
       g_norm[b] = static_cast<double>(g.col(b).norm());
-      target[b] = options_.forcing_term * g_norm[b];
-      krylov_iterations[b] = 0;
-    }
-    bool first_cycle = true;
-    while (any(in_gmres)) {
-      // Start a cycle from the true residual r0 = -g - J_g d.
-      if (!first_cycle) {
-        map.JacobianVectorProduct(z, d, jv);
-        monitor.CountJacobianProducts();
-      }
-      for (Index b = 0; b < batch; ++b) {
-        in_cycle[b] = 0;
-        if (!in_gmres[b]) continue;
-        auto v0 = basis.col(b * basis_stride);
-        if (first_cycle) {
-          v0 = -g.col(b);
-        } else {
-          v0 = -g.col(b) - (jv.col(b) - d.col(b));
-        }
-        const double beta = static_cast<double>(v0.norm());
-        if (!std::isfinite(beta)) {
-          in_gmres[b] = 0;
-          monitor.StopSample(b, TerminationType::kNonFinite);
-          continue;
-        }
-        if (beta <= target[b] || beta == 0.0) {
-          in_gmres[b] = 0;
-          continue;
-        }
-        v0 /= static_cast<Scalar>(beta);
+      if (monitor.active(b)) {
+        rhs.col(b) = -g.col(b);
+      } else {
         rhs.col(b).setZero();
-        rhs(0, b) = beta;
-        cycle_size[b] = 0;
-        in_cycle[b] = 1;
       }
-      first_cycle = false;
-      for (Index j = 0; j < m && any(in_cycle); ++j) {
-        vin.setZero();
-        for (Index b = 0; b < batch; ++b) {
-          if (in_cycle[b]) vin.col(b) = basis.col(b * basis_stride + j);
-        }
-        map.JacobianVectorProduct(z, vin, jv);
-        monitor.CountJacobianProducts();
-        for (Index b = 0; b < batch; ++b) {
-          if (!in_cycle[b]) continue;
-          const Index base = b * basis_stride, hcol = b * m + j;
-          w = jv.col(b) - vin.col(b);  // J_g v_j
-          const double w_norm0 = static_cast<double>(w.norm());
-          for (Index i = 0; i <= j; ++i) {  // modified Gram-Schmidt
-            const double h = static_cast<double>(w.dot(basis.col(base + i)));
-            hess(i, hcol) = h;
-            w -= static_cast<Scalar>(h) * basis.col(base + i);
-          }
-          const double h_next = static_cast<double>(w.norm());
-          hess(j + 1, hcol) = h_next;
-          for (Index i = 0; i < j; ++i) {  // previous rotations
-            const double a = hess(i, hcol), c = hess(i + 1, hcol);
-            hess(i, hcol) = cs(i, b) * a + sn(i, b) * c;
-            hess(i + 1, hcol) = -sn(i, b) * a + cs(i, b) * c;
-          }
-          const double a = hess(j, hcol), c = hess(j + 1, hcol);
-          const double r = std::hypot(a, c);
-          if (!std::isfinite(r) || !std::isfinite(w_norm0)) {
-            in_cycle[b] = in_gmres[b] = 0;
-            monitor.StopSample(b, TerminationType::kNonFinite);
-            continue;
-          }
-          ++krylov_iterations[b];
-          bool done = false;
-          if (r == 0.0) {  // singular Hessenberg column: keep the first j vectors
-            done = true;
-          } else {
-            cs(j, b) = a / r;
-            sn(j, b) = c / r;
-            hess(j, hcol) = r;
-            hess(j + 1, hcol) = 0.0;
-            rhs(j + 1, b) = -sn(j, b) * rhs(j, b);
-            rhs(j, b) = cs(j, b) * rhs(j, b);
-            cycle_size[b] = static_cast<int>(j + 1);
-            const double residual = std::abs(rhs(j + 1, b));
-            const bool breakdown = h_next <= 10.0 * eps * w_norm0;  // invariant subspace
-            done = residual <= target[b] || breakdown;
-          }
-          done = done || krylov_iterations[b] >= options_.max_krylov_iterations;
-          if (done || j + 1 == m) {
-            in_cycle[b] = 0;
-            if (done) in_gmres[b] = 0;
-            if (cycle_size[b] > 0) update_step(b);
-          } else {
-            basis.col(base + j + 1) = w / static_cast<Scalar>(h_next);
-          }
-        }
+    }
+    d.setZero();
+    const LinearSolveSummary inner = GmresSolve<Scalar>(jacobian_g, rhs, d, krylov);
+    for (Index b = 0; b < batch; ++b) {
+      if (monitor.active(b) && inner.sample_status[b] == TerminationType::kNonFinite) {
+        monitor.StopSample(b, TerminationType::kNonFinite);
       }
     }
 

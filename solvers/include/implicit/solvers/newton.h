@@ -31,7 +31,7 @@
 // Matrix-free path (n > dense_jacobian_max_dimension, or newton_krylov = true):
 // inexact Newton-Krylov. Each iteration solves J_g d = -g per sample with
 // restarted GMRES on Jacobian-vector products (all samples' Krylov iterations
-// share one batched JVP per inner step), to the relative accuracy
+// share one batched JVP per inner step; GmresSolve of linear_solvers.h), to the relative accuracy
 // forcing_term, then backtracks t = 1, 1/2, 1/4, ... until
 // |g(z + t d)| <= (1 - sufficient_decrease t) |g(z)|. Memory is
 // O(n krylov_restart B): nothing of size n^2 is allocated.
