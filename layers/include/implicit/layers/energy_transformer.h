@@ -79,6 +79,7 @@
 #include <implicit/core/map.h>
 #include <implicit/core/parameters.h>
 #include <implicit/core/types.h>
+#include <implicit/layers/layer_norm.h>
 #include <implicit/layers/log_sum_exp.h>
 
 #include <cmath>
@@ -443,55 +444,34 @@ class EnergyTransformer : public Energy<Scalar> {
     return Eigen::Map<Matrix<Scalar>>(m.col(b).data(), options_.token_dim, options_.num_tokens);
   }
 
-  void Normalize(const Scalar* column, Sample* s) const {
-    const Index D = options_.token_dim, N = options_.num_tokens;
-    const auto x = Tokens(column);
-    s->xhat.resize(D, N);
-    s->s.resize(N);
-    const Scalar eps = static_cast<Scalar>(options_.eps);
-    for (Index A = 0; A < N; ++A) {
-      const Scalar mean = x.col(A).mean();
-      s->xhat.col(A) = x.col(A).array() - mean;
-      const Scalar var = s->xhat.col(A).squaredNorm() / static_cast<Scalar>(D);
-      s->s(A) = std::sqrt(var + eps);
-      s->xhat.col(A) /= s->s(A);
-    }
-    s->g = (gamma() * s->xhat).array() + delta();
+  // The token LayerNorm with the current gamma and delta.
+  ColumnLayerNorm<Scalar> TokenNorm() const {
+    return ColumnLayerNorm<Scalar>{gamma(), delta(), static_cast<Scalar>(options_.eps)};
   }
 
-  // out = M r per token, M = (gamma/s)(I - 1 1^T / D - xhat xhat^T / D).
+  void Normalize(const Scalar* column, Sample* s) const {
+    s->xhat.resize(options_.token_dim, options_.num_tokens);
+    s->s.resize(options_.num_tokens);
+    const ColumnLayerNorm<Scalar> ln = TokenNorm();
+    ln.Normalize(Tokens(column), s->xhat, s->s);
+    s->g = (ln.gamma * s->xhat).array() + ln.delta;
+  }
+
+  // out = M r per token, M = (gamma/s)(I - 1 1^T / D - xhat xhat^T / D): the
+  // LayerNorm Jacobian (with gain gamma_value).
   template <typename Derived>
   void ApplyM(const Sample& s, const Eigen::MatrixBase<Derived>& r, Scalar gamma_value,
               Matrix<Scalar>* out) const {
-    const Scalar D = static_cast<Scalar>(options_.token_dim);
     out->resize(r.rows(), r.cols());
-    for (Index A = 0; A < r.cols(); ++A) {
-      const Scalar c = s.xhat.col(A).dot(r.col(A)) / D;
-      out->col(A) = (gamma_value / s.s(A)) *
-                    ((r.col(A).array() - r.col(A).mean()).matrix() - c * s.xhat.col(A));
-    }
+    ColumnLayerNorm<Scalar>::JacobianProductAt(s.xhat, s.s, gamma_value, r, *out);
   }
 
   // out = (d/dt M(x + t v))|_{t=0} r per token: the third derivative of L.
   template <typename Derived>
   void DerivativeOfM(const Sample& s, const Eigen::MatrixBase<Derived>& v, const Matrix<Scalar>& r,
                      Matrix<Scalar>* out) const {
-    const Scalar D = static_cast<Scalar>(options_.token_dim);
-    const Scalar gm = gamma();
     out->resize(r.rows(), r.cols());
-    Vector<Scalar> w;
-    for (Index A = 0; A < r.cols(); ++A) {
-      const Scalar inv_s = Scalar(1) / s.s(A);
-      const Scalar ds = s.xhat.col(A).dot(v.col(A)) / D;
-      w = inv_s * ((v.col(A).array() - v.col(A).mean()).matrix() - ds * s.xhat.col(A));  // dxhat
-      const Scalar c = s.xhat.col(A).dot(r.col(A)) / D;
-      const Scalar wr = w.dot(r.col(A)) / D;
-      const Scalar a = ds * inv_s;  // d log s
-      // d[(gamma/s)(r - mean r - c xhat)] with d(1/s) = -a/s, dc = w.r/D, dxhat = w.
-      out->col(A) = gm * inv_s *
-                    (-a * (r.col(A).array() - r.col(A).mean()).matrix() + (a * c - wr) * s.xhat.col(A) -
-                     c * w);
-    }
+    ColumnLayerNorm<Scalar>::JacobianDerivativeProductAt(s.xhat, s.s, gamma(), v, r, *out);
   }
 
   // r = x + dF/dG (and the caches for the second-order products).

@@ -45,6 +45,7 @@
 #include <implicit/core/map.h>
 #include <implicit/core/parameters.h>
 #include <implicit/core/types.h>
+#include <implicit/layers/layer_norm.h>
 #include <implicit/layers/log_sum_exp.h>
 
 #include <cmath>
@@ -339,44 +340,6 @@ class LogNormalizerEnergy : public Energy<Scalar> {
 
  private:
   Energy<Scalar>& log_z_;
-};
-
-// Column-wise LayerNorm with scalar gain and bias:
-//   LN(y) = gamma (y - mean y) / sqrt(var y + eps) + delta   (var: population variance)
-// and its Jacobian product J v = (gamma / s) (v - mean v - yhat mean(yhat .* v)),
-// s = sqrt(var y + eps), yhat = (y - mean y) / s. J is symmetric.
-template <typename Scalar>
-struct ColumnLayerNorm {
-  Scalar gamma = Scalar(1);
-  Scalar delta = Scalar(0);
-  Scalar epsilon = Scalar(1e-5);
-
-  void Apply(ConstMatrixRef<Scalar> y, MatrixRef<Scalar> out) const {
-    for (Index b = 0; b < y.cols(); ++b) {
-      const Scalar mean = y.col(b).mean();
-      const Scalar s = Scale(y.col(b), mean);
-      out.col(b) = (gamma / s) * (y.col(b).array() - mean).matrix();
-      out.col(b).array() += delta;
-    }
-  }
-  void JacobianProduct(ConstMatrixRef<Scalar> y, ConstMatrixRef<Scalar> v, MatrixRef<Scalar> out) const {
-    const Scalar d = static_cast<Scalar>(y.rows());
-    for (Index b = 0; b < y.cols(); ++b) {
-      const Scalar mean = y.col(b).mean();
-      const Scalar s = Scale(y.col(b), mean);
-      const Vector<Scalar> yhat = (y.col(b).array() - mean).matrix() / s;
-      const Scalar vm = v.col(b).mean();
-      const Scalar yv = yhat.dot(v.col(b)) / d;
-      out.col(b) = (gamma / s) * ((v.col(b).array() - vm).matrix() - yv * yhat);
-    }
-  }
-
- private:
-  template <typename Col>
-  Scalar Scale(const Col& y, Scalar mean) const {
-    const Scalar var = (y.array() - mean).square().mean();
-    return std::sqrt(var + epsilon);
-  }
 };
 
 // f(z; c) = LN(z + a grad log Z(z) + c): the residual attention update as a
