@@ -29,6 +29,18 @@
 // Parameters: pass a ParameterSet to the constructor; theta is its flat
 // values() vector (empty when there are none).
 //
+// An input: an energy conditioned on a per-sample input c (queries, context
+// tokens, an injection) takes it as a second argument,
+//   T operator()(const Vector<T>& x, const Vector<T>& c, const Vector<T>& theta) const,
+// is constructed with the input's dimension, and is given the input batch
+// (input_dimension x B, one column per sample) with SetInput before use:
+//   implicit::AutoDiffEnergy<Injected, double> energy(Injected{X, 2.0}, n, m);
+//   energy.SetInput(c);                        // m x B
+// InputVectorJacobianProduct then gives d/dc <grad_x E, u> per sample, so that
+// ImplicitBackward returns dL/dc (BackwardResult::input_gradient) like the
+// built-in layers do. Such an energy does not support subsets (its samples
+// carry their own input).
+//
 // Cost, with n the state dimension, p the number of parameters, K = kChunk
 // (default 8) and C the cost of one scalar evaluation of E:
 //   Value                 C per sample
@@ -49,6 +61,7 @@
 #include <ceres/jet.h>
 
 #include <algorithm>
+#include <string>
 #include <type_traits>
 #include <utility>
 
@@ -94,19 +107,40 @@ IMPLICIT_DIRECTIONAL_JET_COMPARISON(!=)
 template <typename Functor, typename Scalar, int kChunk = 8>
 class AutoDiffEnergy : public Energy<Scalar> {
   static_assert(kChunk >= 1, "AutoDiffEnergy: kChunk must be at least 1");
+  // Whether the functor takes a per-sample input: E(x, c, theta).
+  static constexpr bool kHasInput =
+      std::is_invocable<const Functor&, const Vector<Scalar>&, const Vector<Scalar>&,
+                        const Vector<Scalar>&>::value;
 
  public:
   using Dual = ceres::Jet<Scalar, kChunk>;        // first derivatives
   using Inner = internal::DirectionalJet<Scalar>;  // one direction
   using Dual2 = ceres::Jet<Inner, kChunk>;        // directional second derivatives
 
+  // An energy E(x, theta) of states of `dimension`.
   AutoDiffEnergy(Functor functor, Index dimension,
+                 ParameterSet<Scalar> parameters = ParameterSet<Scalar>())
+      : AutoDiffEnergy(std::move(functor), dimension, 0, std::move(parameters)) {}
+  // An energy E(x, c, theta) with an input c of `input_dimension` per sample.
+  AutoDiffEnergy(Functor functor, Index dimension, Index input_dimension,
                  ParameterSet<Scalar> parameters = ParameterSet<Scalar>())
       : functor_(std::move(functor)),
         dimension_(dimension),
+        input_dimension_(input_dimension),
         parameters_(std::move(parameters)) {
     if (dimension <= 0) {
-      throw std::invalid_argument("AutoDiffEnergy: dimension must be > 0");
+      throw std::invalid_argument("AutoDiffEnergy: dimension must be > 0, got " +
+                                  std::to_string(dimension));
+    }
+    if (kHasInput && input_dimension <= 0) {
+      throw std::invalid_argument(
+          "AutoDiffEnergy: the functor takes an input (x, c, theta), so input_dimension must "
+          "be > 0, got " + std::to_string(input_dimension));
+    }
+    if (!kHasInput && input_dimension != 0) {
+      throw std::invalid_argument(
+          "AutoDiffEnergy: input_dimension " + std::to_string(input_dimension) +
+          " given, but the functor takes no input (its call is (x, theta))");
     }
   }
 
@@ -114,15 +148,28 @@ class AutoDiffEnergy : public Energy<Scalar> {
   Index dimension() const override { return dimension_; }
   Index num_parameters() const override { return parameters_.size(); }
   ParameterSet<Scalar>* parameters() override { return &parameters_; }
+  Index input_dimension() const override { return input_dimension_; }
+
+  // The input batch, input_dimension() x B (column b conditions sample b).
+  // Every later evaluation needs a batch of the same B samples.
+  void SetInput(ConstMatrixRef<Scalar> input) {
+    if (!kHasInput) {
+      throw std::invalid_argument("AutoDiffEnergy::SetInput: the functor takes no input");
+    }
+    internal::CheckBatch("AutoDiffEnergy::SetInput(input)", input, input_dimension_);
+    input_ = input;
+  }
+  const Matrix<Scalar>& input() const { return input_; }
 
   void Value(ConstMatrixRef<Scalar> x, VectorRef<Scalar> values) const override {
     internal::CheckBatch("AutoDiffEnergy::Value(x)", x, dimension_);
     internal::CheckShape("AutoDiffEnergy::Value(values)", values, x.cols(), 1);
+    CheckInput("AutoDiffEnergy::Value", x.cols());
     const Vector<Scalar>& theta = parameters_.values();
     Vector<Scalar> xb(dimension_);
     for (Index b = 0; b < x.cols(); ++b) {
       xb = x.col(b);
-      values(b) = functor_(xb, theta);
+      values(b) = Call(xb, InputOf<Scalar>(b), theta);
     }
   }
 
@@ -147,21 +194,23 @@ class AutoDiffEnergy : public Energy<Scalar> {
     GradientAndValue(x, out, values);
     out = x - out;
   }
-  // E depends on x and theta only (no per-sample input): any subset of a
-  // batch's columns may be evaluated.
-  bool SupportsSubsets() const override { return true; }
+  // Without an input E depends on x and theta only: any subset of a batch's
+  // columns may be evaluated. With one, each sample has its own input column.
+  bool SupportsSubsets() const override { return !kHasInput; }
 
   void HessianVectorProduct(ConstMatrixRef<Scalar> x, ConstMatrixRef<Scalar> v,
                             MatrixRef<Scalar> out) const override {
     internal::CheckBatch("AutoDiffEnergy::HessianVectorProduct(x)", x, dimension_);
     internal::CheckShape("AutoDiffEnergy::HessianVectorProduct(v)", v, x.rows(), x.cols());
     internal::CheckShape("AutoDiffEnergy::HessianVectorProduct(out)", out, x.rows(), x.cols());
+    CheckInput("AutoDiffEnergy::HessianVectorProduct", x.cols());
     const Vector<Dual2> theta = Lift<Dual2>(parameters_.values());
     for (Index b = 0; b < x.cols(); ++b) {
       Vector<Dual2> xd = LiftWithDirection(x.col(b), v.col(b));
+      const Vector<Dual2> input = InputOf<Dual2>(b);
       ForEachChunk(dimension_, [&](Index c, Index len) {
         for (Index k = 0; k < len; ++k) xd(c + k).v[k] = Inner(Scalar(1));
-        const Dual2 e = functor_(xd, theta);
+        const Dual2 e = Call(xd, input, theta);
         for (Index k = 0; k < len; ++k) {
           out(c + k, b) = e.v[k].v[0];
           xd(c + k).v[k] = Inner(Scalar(0));
@@ -177,18 +226,23 @@ class AutoDiffEnergy : public Energy<Scalar> {
     internal::CheckShape("AutoDiffEnergy::ParameterVectorJacobianProduct(u)", u, x.rows(), x.cols());
     internal::CheckShape("AutoDiffEnergy::ParameterVectorJacobianProduct(out)", out,
                          num_parameters(), 1);
+    CheckInput("AutoDiffEnergy::ParameterVectorJacobianProduct", x.cols());
     out.setZero();
-    Vector<Dual2> theta = Lift<Dual2>(parameters_.values());
     for (Index b = 0; b < x.cols(); ++b) {
-      const Vector<Dual2> xd = LiftWithDirection(x.col(b), u.col(b));
-      ForEachChunk(num_parameters(), [&](Index c, Index len) {
-        for (Index k = 0; k < len; ++k) theta(c + k).v[k] = Inner(Scalar(1));
-        const Dual2 e = functor_(xd, theta);
-        for (Index k = 0; k < len; ++k) {
-          out(c + k) += e.v[k].v[0];
-          theta(c + k).v[k] = Inner(Scalar(0));
-        }
-      });
+      MixedProducts(x, u, b, /*wrt_input=*/false, [&](Index i, Scalar d) { out(i) += d; });
+    }
+  }
+
+  void InputVectorJacobianProduct(ConstMatrixRef<Scalar> x, ConstMatrixRef<Scalar> u,
+                                  MatrixRef<Scalar> out) const override {
+    if (!kHasInput) Energy<Scalar>::InputVectorJacobianProduct(x, u, out);  // throws
+    internal::CheckBatch("AutoDiffEnergy::InputVectorJacobianProduct(x)", x, dimension_);
+    internal::CheckShape("AutoDiffEnergy::InputVectorJacobianProduct(u)", u, x.rows(), x.cols());
+    internal::CheckShape("AutoDiffEnergy::InputVectorJacobianProduct(out)", out,
+                         input_dimension_, x.cols());
+    CheckInput("AutoDiffEnergy::InputVectorJacobianProduct", x.cols());
+    for (Index b = 0; b < x.cols(); ++b) {
+      MixedProducts(x, u, b, /*wrt_input=*/true, [&](Index i, Scalar d) { out(i, b) = d; });
     }
   }
 
@@ -197,18 +251,70 @@ class AutoDiffEnergy : public Energy<Scalar> {
   // evaluation; (*values)(b) = E(x_b) from the first evaluation's value part.
   void GradientWithValue(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> grad,
                          VectorRef<Scalar>* values) const {
+    CheckInput("AutoDiffEnergy::Gradient", x.cols());
     const Vector<Dual> theta = Lift<Dual>(parameters_.values());
     for (Index b = 0; b < x.cols(); ++b) {
       Vector<Dual> xd = Lift<Dual>(x.col(b));
+      const Vector<Dual> input = InputOf<Dual>(b);
       ForEachChunk(dimension_, [&](Index c, Index len) {
         for (Index k = 0; k < len; ++k) xd(c + k).v[k] = Scalar(1);
-        const Dual e = functor_(xd, theta);
+        const Dual e = Call(xd, input, theta);
         if (c == 0 && values != nullptr) (*values)(b) = e.a;
         for (Index k = 0; k < len; ++k) {
           grad(c + k, b) = e.v[k];
           xd(c + k).v[k] = Scalar(0);
         }
       });
+    }
+  }
+
+  // sink(i, d/dw_i <grad_x E(x_b), u_b>) for w = theta or (wrt_input) c_b, by
+  // nested duals: the inner dual carries the direction u_b on x, the outer
+  // one a chunk of w's coordinates.
+  template <typename Sink>
+  void MixedProducts(ConstMatrixRef<Scalar> x, ConstMatrixRef<Scalar> u, Index b,
+                     bool wrt_input, Sink&& sink) const {
+    Vector<Dual2> theta = Lift<Dual2>(parameters_.values());
+    Vector<Dual2> input = InputOf<Dual2>(b);
+    const Vector<Dual2> xd = LiftWithDirection(x.col(b), u.col(b));
+    Vector<Dual2>& w = wrt_input ? input : theta;
+    ForEachChunk(w.size(), [&](Index c, Index len) {
+      for (Index k = 0; k < len; ++k) w(c + k).v[k] = Inner(Scalar(1));
+      const Dual2 e = Call(xd, input, theta);
+      for (Index k = 0; k < len; ++k) {
+        sink(c + k, e.v[k].v[0]);
+        w(c + k).v[k] = Inner(Scalar(0));
+      }
+    });
+  }
+
+  // E(x; c, theta) for any of the scalar types; c is ignored without an input.
+  template <typename T>
+  T Call(const Vector<T>& x, const Vector<T>& input, const Vector<T>& theta) const {
+    if constexpr (kHasInput) {
+      return functor_(x, input, theta);
+    } else {
+      (void)input;
+      return functor_(x, theta);
+    }
+  }
+  // Sample b's input as constants of dual type D (empty without an input).
+  template <typename D>
+  Vector<D> InputOf(Index b) const {
+    if constexpr (kHasInput) {
+      return Lift<D>(input_.col(b));
+    } else {
+      (void)b;
+      return Vector<D>();
+    }
+  }
+  // With an input: SetInput was called for a batch of `batch` samples.
+  void CheckInput(const char* who, Index batch) const {
+    if (!kHasInput) return;
+    if (input_.cols() != batch) {
+      throw std::invalid_argument(
+          std::string(who) + ": the input has " + std::to_string(input_.cols()) +
+          " columns (SetInput), the batch " + std::to_string(batch) + " samples");
     }
   }
 
@@ -247,7 +353,9 @@ class AutoDiffEnergy : public Energy<Scalar> {
 
   Functor functor_;
   Index dimension_;
+  Index input_dimension_ = 0;
   ParameterSet<Scalar> parameters_;
+  Matrix<Scalar> input_;  // input_dimension_ x B, when the functor takes an input
 };
 
 }  // namespace implicit
