@@ -3,6 +3,5 @@
 
 namespace implicit {
 IMPLICIT_INSTANTIATE_TEMPLATE_CLASS(EnergyTransformer);
-IMPLICIT_INSTANTIATE_TEMPLATE_CLASS(ClampedEnergy);
 IMPLICIT_INSTANTIATE_TEMPLATE_CLASS(EnergyTransformerMap);
 }  // namespace implicit

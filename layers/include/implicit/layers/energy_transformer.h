@@ -75,6 +75,7 @@
 //   auto grads = layer.Backward(dLdz);                    // d loss / d theta
 #pragma once
 
+#include <implicit/core/clamped_energy.h>
 #include <implicit/core/energy.h>
 #include <implicit/core/map.h>
 #include <implicit/core/parameters.h>
@@ -639,140 +640,6 @@ Matrix<Scalar> TokenMask(const Matrix<Scalar>& token_mask, Index token_dim) {
   return mask;
 }
 
-// Clamps part of the state of any energy: with m the free mask (1 = free,
-// 0 = clamped, per coordinate and sample) and c the clamped values,
-//
-//   E_c(x; c) = E(y) + 0.5 |(1 - m) (.) (x - c)|^2,   y = m (.) x + (1 - m) (.) c
-//   grad      = m (.) grad E(y) + (1 - m) (.) (x - c)
-//   descent   = m (.) D(y)      + (1 - m) (.) (x - c)   (D: the base's direction)
-//   hess v    = m (.) H(y) (m (.) v) + (1 - m) (.) v     (symmetric)
-//
-// so clamped coordinates that start at c never move under the gradient flow
-// (and sit at c at every stationary point), the free ones follow the base
-// energy with the clamped ones as context, and the Hessian is the free block
-// plus the identity: the implicit backward pass through GradientStepMap works
-// whenever the base's free block is nonsingular. (Not so for the Energy
-// Transformer, whose energy is flat along per-token shifts: train it through
-// EnergyTransformerMap::SetClamp, which uses this class as its energy().) The clamped
-// values are the map's *input* (input_dimension() = n): InputVectorJacobianProduct
-// gives d/dc <grad, u> = (1 - m) (.) (H(y)(m (.) u) - u). Parameters are the
-// base's (parameters() forwards to it), with PVJP_c(x, u) = PVJP(y, m (.) u).
-//
-// For the Energy Transformer's image completion: free = masked patches,
-// m = TokenMask(masked, D), c = the image with the visible patches.
-// Holds a reference: the base energy must outlive it.
-template <typename Scalar>
-class ClampedEnergy : public Energy<Scalar> {
- public:
-  explicit ClampedEnergy(Energy<Scalar>& base) : base_(base) {}
-
-  // free_mask and values: n x B (the batch this energy will be called with).
-  // Entries of free_mask must be 0 or 1.
-  void SetClamp(Matrix<Scalar> free_mask, Matrix<Scalar> values) {
-    internal::CheckBatch("ClampedEnergy::SetClamp(free_mask)", free_mask, base_.dimension());
-    internal::CheckShape("ClampedEnergy::SetClamp(values)", values, free_mask.rows(),
-                         free_mask.cols());
-    if (!((free_mask.array() == Scalar(0)) || (free_mask.array() == Scalar(1))).all()) {
-      throw std::invalid_argument("ClampedEnergy::SetClamp(free_mask): entries must be 0 or 1");
-    }
-    mask_ = std::move(free_mask);
-    values_ = std::move(values);
-  }
-  // Replaces the clamped values only (same shape as before).
-  void SetInput(Matrix<Scalar> values) {
-    internal::CheckShape("ClampedEnergy::SetInput(values)", values, mask_.rows(), mask_.cols());
-    values_ = std::move(values);
-  }
-  const Matrix<Scalar>& free_mask() const { return mask_; }
-  const Matrix<Scalar>& input() const { return values_; }
-  Energy<Scalar>& base() const { return base_; }
-
-  // y = m (.) x + (1 - m) (.) c: the state the base energy sees.
-  Matrix<Scalar> Merge(ConstMatrixRef<Scalar> x) const {
-    Check("ClampedEnergy(x)", x);
-    return (mask_.array() * x.array() + (Scalar(1) - mask_.array()) * values_.array()).matrix();
-  }
-
-  Index dimension() const override { return base_.dimension(); }
-
-  void Value(ConstMatrixRef<Scalar> x, VectorRef<Scalar> values) const override {
-    const Matrix<Scalar> y = Merge(x);
-    base_.Value(y, values);
-    values += Scalar(0.5) *
-              ((Scalar(1) - mask_.array()) * (x - values_).array()).matrix().colwise().squaredNorm().transpose();
-  }
-  void Gradient(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> grad) const override {
-    const Matrix<Scalar> y = Merge(x);
-    base_.Gradient(y, grad);
-    Combine(x, grad);
-  }
-  void DescentDirection(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> out) const override {
-    const Matrix<Scalar> y = Merge(x);
-    base_.DescentDirection(y, out);
-    Combine(x, out);
-  }
-  void GradientAndValue(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> grad,
-                        VectorRef<Scalar> values) const override {
-    const Matrix<Scalar> y = Merge(x);
-    base_.GradientAndValue(y, grad, values);
-    values += Scalar(0.5) *
-              ((Scalar(1) - mask_.array()) * (x - values_).array()).matrix().colwise().squaredNorm().transpose();
-    Combine(x, grad);
-  }
-  void CccpUpdateAndValue(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> out,
-                          VectorRef<Scalar> values) const override {
-    GradientAndValue(x, out, values);
-    out = x - out;
-  }
-  // The clamp (mask and values) is per sample: never evaluate a subset.
-  bool SupportsSubsets() const override { return false; }
-  void HessianVectorProduct(ConstMatrixRef<Scalar> x, ConstMatrixRef<Scalar> v,
-                            MatrixRef<Scalar> out) const override {
-    const Matrix<Scalar> y = Merge(x);
-    internal::CheckShape("ClampedEnergy::HessianVectorProduct(v)", v, x.rows(), x.cols());
-    const Matrix<Scalar> mv = (mask_.array() * v.array()).matrix();
-    base_.HessianVectorProduct(y, mv, out);
-    out = (mask_.array() * out.array() + (Scalar(1) - mask_.array()) * v.array()).matrix();
-  }
-
-  Index num_parameters() const override { return base_.num_parameters(); }
-  ParameterSet<Scalar>* parameters() override { return base_.parameters(); }
-  void ParameterVectorJacobianProduct(ConstMatrixRef<Scalar> x, ConstMatrixRef<Scalar> u,
-                                      VectorRef<Scalar> out) const override {
-    const Matrix<Scalar> y = Merge(x);
-    internal::CheckShape("ClampedEnergy::ParameterVectorJacobianProduct(u)", u, x.rows(), x.cols());
-    base_.ParameterVectorJacobianProduct(y, (mask_.array() * u.array()).matrix(), out);
-  }
-  Index input_dimension() const override { return base_.dimension(); }
-  void InputVectorJacobianProduct(ConstMatrixRef<Scalar> x, ConstMatrixRef<Scalar> u,
-                                  MatrixRef<Scalar> out) const override {
-    const Matrix<Scalar> y = Merge(x);
-    internal::CheckShape("ClampedEnergy::InputVectorJacobianProduct(u)", u, x.rows(), x.cols());
-    internal::CheckShape("ClampedEnergy::InputVectorJacobianProduct(out)", out, x.rows(), x.cols());
-    base_.HessianVectorProduct(y, (mask_.array() * u.array()).matrix(), out);
-    out = ((Scalar(1) - mask_.array()) * (out.array() - u.array())).matrix();
-  }
-
- private:
-  void Check(const char* what, ConstMatrixRef<Scalar> x) const {
-    internal::CheckBatch(what, x, base_.dimension());
-    if (mask_.cols() != x.cols() || mask_.rows() != x.rows()) {
-      std::ostringstream s;
-      s << what << ": the clamp (SetClamp) is " << mask_.rows() << "x" << mask_.cols()
-        << " but the state is " << x.rows() << "x" << x.cols();
-      throw std::invalid_argument(s.str());
-    }
-  }
-  // out <- m (.) out + (1 - m) (.) (x - c)
-  void Combine(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> out) const {
-    out = (mask_.array() * out.array() + (Scalar(1) - mask_.array()) * (x - values_).array()).matrix();
-  }
-
-  Energy<Scalar>& base_;
-  Matrix<Scalar> mask_;
-  Matrix<Scalar> values_;
-};
-
 // The Energy Transformer dynamics as a fixed-point map, for solvers and for
 // implicit differentiation:
 //
@@ -913,7 +780,6 @@ class EnergyTransformerMap : public FixedPointMap<Scalar> {
 };
 
 IMPLICIT_EXTERN_TEMPLATE_CLASS(EnergyTransformer);
-IMPLICIT_EXTERN_TEMPLATE_CLASS(ClampedEnergy);
 IMPLICIT_EXTERN_TEMPLATE_CLASS(EnergyTransformerMap);
 
 }  // namespace implicit
