@@ -320,7 +320,7 @@ StepStats Gradients(EtModel& model, const Config& c, const Matrix<double>& patch
     bo.max_iterations = 300;
     bo.drop_failed_samples = true;
     implicit::BackwardResult<double> back = implicit::ImplicitBackward<double>(model.map(), z, dz, bo);
-    st.backward_products = back.summary.products;
+    st.backward_products = back.summary.jacobian_products;
     st.backward_failed = back.summary.num_samples() - back.summary.num_converged();
     Matrix<double> dc = back.input_gradient;
     for (Index b = 0; b < dc.cols(); ++b)

@@ -158,7 +158,7 @@ BOOST_AUTO_TEST_CASE(backward_memory_is_independent_of_forward_iterations) {
       BOOST_TEST_REQUIRE(r.ok());
       BOOST_TEST_MESSAGE("forward " << forward[k].iterations << " iterations; backward "
                                     << linear << " peak " << m.peak_bytes << " bytes, "
-                                    << r.summary.products << " products");
+                                    << r.summary.jacobian_products << " products");
       if (std::string(linear) == "gmres") backward_peak[k] = m.peak_bytes;
     }
     // What the layer keeps between Forward and Backward: z* and the Summary.
@@ -173,8 +173,15 @@ BOOST_AUTO_TEST_CASE(backward_memory_is_independent_of_forward_iterations) {
     BOOST_TEST(g_current.load() == before);  // nothing leaked
   }
   BOOST_TEST(forward[1].iterations >= 8 * forward[0].iterations);
-  BOOST_TEST(backward_peak[0] == backward_peak[1]);
-  BOOST_TEST(retained[0] == retained[1]);
+  // Equal up to malloc's rounding: the counts are malloc_usable_size, which
+  // exceeds the request by up to a chunk's slack (< 32 bytes) depending on the
+  // heap's history. Storage that grew with the forward iterations would differ
+  // by at least (477 - 23) x 8 bytes.
+  const long long slack = 256;
+  BOOST_TEST(std::llabs(backward_peak[0] - backward_peak[1]) <= slack,
+             backward_peak[0] << " vs " << backward_peak[1] << " bytes");
+  BOOST_TEST(std::llabs(retained[0] - retained[1]) <= slack,
+             retained[0] << " vs " << retained[1] << " bytes");
   // The equilibrium itself is n*B doubles; the rest is the per-sample Summary.
   BOOST_TEST(retained[0] < 4 * static_cast<long long>(n * B * sizeof(double)) + 4096);
 }
@@ -231,7 +238,7 @@ BOOST_AUTO_TEST_CASE(backward_cost_relative_to_forward) {
       BOOST_TEST_MESSAGE("tanh DEQ n=" << n << " B=" << B << " |W|=0.9, forward " << fw.name << " ("
                          << fs.iterations << " its, " << f.seconds * 1e3 << " ms, peak "
                          << f.peak_bytes << " B) | backward " << method << ": "
-                         << r.summary.products << " VJPs, " << m.seconds * 1e3 << " ms ("
+                         << r.summary.jacobian_products << " VJPs, " << m.seconds * 1e3 << " ms ("
                          << m.seconds / f.seconds << "x forward), peak " << m.peak_bytes << " B ("
                          << double(m.peak_bytes) / double(std::max(f.peak_bytes, 1LL))
                          << "x forward; an unrolled tape would hold " << tape << " B)");

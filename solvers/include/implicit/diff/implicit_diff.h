@@ -156,7 +156,7 @@ struct BackwardOptions : LinearSolverOptions {
 template <typename Scalar>
 struct BackwardResult {
   // The adjoint solve (for kJacobianFree / kPhantom: solver "jacobian_free" /
-  // "phantom", kConverged when finite, and `residual` the relative IFT residual
+  // "phantom", kConverged when finite, and `relative_residual` the relative IFT residual
   // |g - (I - J)^T u| / |g| of the approximate adjoint, i.e. how far from exact).
   LinearSolveSummary summary;
   // u, n x B. For a failed sample: the solver's last iterate, a diagnostic only.
@@ -175,7 +175,7 @@ struct BackwardResult {
 // for kJacobianFree), and ParameterVectorJacobianProduct /
 // InputVectorJacobianProduct when num_parameters() / input_dimension() > 0.
 // Throws std::invalid_argument on bad options or shapes. Cost of kImplicit:
-// summary.products vector-Jacobian products plus one parameter VJP and one
+// summary.jacobian_products vector-Jacobian products plus one parameter VJP and one
 // input VJP; memory: the linear solver's workspace (a few n x B matrices; GMRES
 // restart + 1 of them; "direct" n x n x B).
 template <typename Scalar>
@@ -289,18 +289,20 @@ BackwardResult<Scalar> ImplicitBackwardImpl(const FixedPointMap<Scalar>& map,
     s.sample_status.assign(batch, TerminationType::kConverged);
     s.sample_iterations.assign(batch, s.iterations);
     s.sample_residual.assign(batch, std::numeric_limits<double>::quiet_NaN());
-    s.residual = s.absolute_residual = std::numeric_limits<double>::quiet_NaN();
+    s.sample_relative_residual = s.sample_residual;
+    s.relative_residual = s.absolute_residual = std::numeric_limits<double>::quiet_NaN();
     if (map.HasJacobianProducts()) {
       Matrix<Scalar> r(n, batch);
       apply(result.adjoint, r);
       ++products;
       r = grad_z - r;
-      s.residual = s.absolute_residual = 0.0;
+      s.relative_residual = s.absolute_residual = 0.0;
       for (Index b = 0; b < batch; ++b) {
         const double rn = static_cast<double>(r.col(b).norm());
         const double gn = static_cast<double>(grad_z.col(b).norm());
-        s.sample_residual[b] = gn > 0 ? rn / gn : rn;
-        s.residual = std::max(s.residual, s.sample_residual[b]);
+        s.sample_residual[b] = rn;
+        s.sample_relative_residual[b] = gn > 0 ? rn / gn : rn;
+        s.relative_residual = std::max(s.relative_residual, s.sample_relative_residual[b]);
         s.absolute_residual = std::max(s.absolute_residual, rn);
       }
     }
@@ -309,7 +311,7 @@ BackwardResult<Scalar> ImplicitBackwardImpl(const FixedPointMap<Scalar>& map,
         s.sample_status[b] = TerminationType::kNonFinite;
       }
     }
-    s.products = products;
+    s.jacobian_products = products;
     s.wall_time_seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     s.termination_type = s.num_converged() == static_cast<int>(batch)

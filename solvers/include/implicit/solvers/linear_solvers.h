@@ -149,14 +149,18 @@ struct LinearSolveSummary {
   // sample status: kNonFinite, kDiverged, kFailure, kStalled, kMaxIterations.
   TerminationType termination_type = TerminationType::kInvalidInput;
   std::string message;
-  int iterations = 0;  // batch iterations (Krylov steps / updates)
-  int products = 0;    // batch applications of the operator
+  // The field names are the forward Summary's (solver.h) where they mean the same.
+  int iterations = 0;         // batch iterations (Krylov steps / updates)
+  // Batch applications of the operator A: in the IFT backward pass, (I - J)^T u,
+  // one batch of vector-Jacobian products each.
+  int jacobian_products = 0;
   // Max over samples of |rhs_b - A u_b| / |rhs_b| (|rhs_b - A u_b| when rhs_b = 0),
   // and of |rhs_b - A u_b|.
-  double residual = std::numeric_limits<double>::infinity();
+  double relative_residual = std::numeric_limits<double>::infinity();
   double absolute_residual = std::numeric_limits<double>::infinity();
   std::vector<TerminationType> sample_status;
-  std::vector<double> sample_residual;  // relative, as `residual`
+  std::vector<double> sample_residual;           // |rhs_b - A u_b|, as in Summary
+  std::vector<double> sample_relative_residual;  // that divided by |rhs_b| (when > 0)
   std::vector<int> sample_iterations;
   double wall_time_seconds = 0.0;
 
@@ -173,7 +177,8 @@ struct LinearSolveSummary {
                   "%s: %s, %d/%d samples converged, %d iterations, %d products, relative "
                   "residual %.3e, %.3f s",
                   solver.c_str(), TerminationTypeToString(termination_type), num_converged(),
-                  num_samples(), iterations, products, residual, wall_time_seconds);
+                  num_samples(), iterations, jacobian_products, relative_residual,
+                  wall_time_seconds);
     return line;
   }
 };
@@ -247,6 +252,7 @@ class LinearMonitor {
     num_active_ = static_cast<int>(batch);
     summary_.sample_status.assign(batch, TerminationType::kMaxIterations);
     summary_.sample_residual.assign(batch, std::numeric_limits<double>::infinity());
+    summary_.sample_relative_residual.assign(batch, std::numeric_limits<double>::infinity());
     summary_.sample_iterations.assign(batch, 0);
     residual_norm_.assign(batch, std::numeric_limits<double>::infinity());
   }
@@ -265,7 +271,7 @@ class LinearMonitor {
   // out = A v, counted.
   void Apply(ConstMatrixRef<Scalar> v, MatrixRef<Scalar> out) {
     apply_(v, out);
-    ++summary_.products;
+    ++summary_.jacobian_products;
   }
 
   // r = rhs - A u (true residual), then marks active samples converged,
@@ -301,14 +307,16 @@ class LinearMonitor {
   // Completes the summary; the last Residual() call must describe the final u.
   LinearSolveSummary Finish() {
     const Index batch = rhs_.cols();
-    summary_.residual = summary_.absolute_residual = 0.0;
+    summary_.relative_residual = summary_.absolute_residual = 0.0;
     for (Index b = 0; b < batch; ++b) {
       if (active(b)) Stop(b, TerminationType::kMaxIterations);
       const double rn = residual_norm_[b];
       const double rel = rhs_norm_[b] > 0 ? rn / rhs_norm_[b] : rn;
-      summary_.sample_residual[b] = rel;
-      summary_.residual = std::isfinite(rel) ? std::max(summary_.residual, rel)
-                                             : std::numeric_limits<double>::infinity();
+      summary_.sample_residual[b] = rn;
+      summary_.sample_relative_residual[b] = rel;
+      summary_.relative_residual = std::isfinite(rel)
+                                       ? std::max(summary_.relative_residual, rel)
+                                       : std::numeric_limits<double>::infinity();
       summary_.absolute_residual = std::isfinite(rn)
                                        ? std::max(summary_.absolute_residual, rn)
                                        : std::numeric_limits<double>::infinity();
