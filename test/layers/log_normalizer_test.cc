@@ -10,8 +10,8 @@
 #include <implicit/core/autodiff_energy.h>
 #include <implicit/core/energy_maps.h>
 #include <implicit/diff/implicit_diff.h>
-#include <implicit/layers/hopfield.h>
 #include <implicit/layers/log_normalizer.h>
+#include <implicit/layers/modern_hopfield_energy.h>
 #include <implicit/solvers/picard.h>
 
 #include "support/dual_products.h"

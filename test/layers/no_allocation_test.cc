@@ -11,7 +11,7 @@
 #define BOOST_TEST_MODULE layers_no_allocation
 #include <boost/test/unit_test.hpp>
 
-#include <implicit/layers/hopfield.h>
+#include <implicit/layers/modern_hopfield_energy.h>
 
 #include "support/test_problems.h"
 

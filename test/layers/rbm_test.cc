@@ -11,7 +11,7 @@
 #include <implicit/core/energy_maps.h>
 #include <implicit/diff/implicit_diff.h>
 #include <implicit/layers/dense_associative_memory.h>
-#include <implicit/layers/hopfield.h>
+#include <implicit/layers/modern_hopfield_energy.h>
 #include <implicit/layers/rbm.h>
 #include <implicit/solvers/picard.h>
 

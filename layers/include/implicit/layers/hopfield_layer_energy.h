@@ -1,0 +1,279 @@
+// HopfieldLayerEnergy: the energy whose stationary point HopfieldLayer's
+// retrieval finds, the modern Hopfield energy (modern_hopfield_energy.h) of
+// each head's query state with learned key projections, per-head inverse
+// temperatures and an optional anchor to the query (the exact energy is in
+// hopfield_layer.h). A layer builds and owns its energy; read it through
+// HopfieldLayer::energy(), e.g. to evaluate E at the retrieved states:
+//
+//   implicit::HopfieldLayer<double> layer(o);
+//   layer.Forward(R, Y);
+//   implicit::Vector<double> E(R.cols());
+//   layer.energy().Value(layer.state(), E);        // E(xi*) per sample
+#pragma once
+
+#include <implicit/core/energy.h>
+#include <implicit/core/parameters.h>
+#include <implicit/core/types.h>
+#include <implicit/layers/log_sum_exp.h>
+#include <implicit/layers/modern_hopfield_energy.h>
+
+#include <cmath>
+#include <limits>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace implicit {
+
+template <typename Scalar>
+class HopfieldLayer;
+
+// The energy of HopfieldLayer's state (see hopfield_layer.h). Its parameters are the
+// layer's ParameterSet (same layout; blocks it does not depend on get zero
+// derivatives); its inputs R, Y and mask are copies set by SetInputs.
+// input_dimension() is d_r when query_weight > 0 (E depends on R), else 0.
+template <typename Scalar>
+class HopfieldLayerEnergy : public Energy<Scalar> {
+ public:
+  Index dimension() const override { return H_ * dk_; }
+  Index num_heads() const { return H_; }
+
+  void SetInputs(ConstMatrixRef<Scalar> R, ConstMatrixRef<Scalar> Y, Matrix<Scalar> mask) {
+    if (R.rows() != dr_) {
+      throw std::invalid_argument("HopfieldLayerEnergy::SetInputs(R): expected " +
+                                  std::to_string(dr_) + " rows, got " + std::to_string(R.rows()));
+    }
+    if (Y.rows() != dy_ || Y.cols() == 0) {
+      throw std::invalid_argument("HopfieldLayerEnergy::SetInputs(Y): expected " +
+                                  std::to_string(dy_) + "xN with N > 0, got " +
+                                  std::to_string(Y.rows()) + "x" + std::to_string(Y.cols()));
+    }
+    if (mask.size() != 0 && (mask.rows() != Y.cols() || (mask.cols() != 1 && mask.cols() != R.cols()))) {
+      throw std::invalid_argument("HopfieldLayerEnergy::SetInputs(mask): expected " +
+                                  std::to_string(Y.cols()) + "x1 or " + std::to_string(Y.cols()) +
+                                  "x" + std::to_string(R.cols()) + ", got " +
+                                  std::to_string(mask.rows()) + "x" + std::to_string(mask.cols()));
+    }
+    R_ = R;
+    Y_ = Y;
+    mask_ = std::move(mask);
+  }
+  const Matrix<Scalar>& queries() const { return R_; }
+  const Matrix<Scalar>& stored_patterns() const { return Y_; }
+
+  // q = W_Q R (H d_k x cols of R).
+  Matrix<Scalar> ProjectQueries(ConstMatrixRef<Scalar> R) const {
+    return ApplyProjection("W_Q", R);
+  }
+  // K = W_K Y (H d_k x N) and V = W_V Y (H d_v x N).
+  Matrix<Scalar> Keys() const { return ApplyProjection("W_K", Y_); }
+  Matrix<Scalar> Values() const { return ApplyProjection("W_V", Y_); }
+  // beta of head h.
+  Scalar beta(Index h) const {
+    if (!params_->Contains("beta")) return fixed_beta_(beta_per_head_ ? h : 0);
+    const auto b = params_->Block("beta");
+    return b(b.rows() == 1 ? 0 : h, 0);
+  }
+  // Attention weights of head h at state xi (N x B).
+  Matrix<Scalar> Attention(ConstMatrixRef<Scalar> xi, Index h) const {
+    const Matrix<Scalar> K = Keys();
+    return HeadAt(K, xi, h, "HopfieldLayerEnergy::Attention").p;
+  }
+
+  void Value(ConstMatrixRef<Scalar> xi, VectorRef<Scalar> values) const override {
+    Check("HopfieldLayerEnergy::Value(xi)", xi);
+    internal::CheckShape("HopfieldLayerEnergy::Value(values)", values, xi.cols(), 1);
+    const Matrix<Scalar> K = Keys();
+    values = Scalar(0.5) * xi.colwise().squaredNorm().transpose();
+    if (a_ != Scalar(0)) values -= a_ * (xi.array() * Anchor(xi.cols()).array()).colwise().sum().transpose().matrix();
+    for (Index h = 0; h < H_; ++h) {
+      const auto head = HeadAt(K, xi, h, "HopfieldLayerEnergy::Value");
+      for (Index j = 0; j < xi.cols(); ++j) {
+        values(j) += (Scalar(1) - a_) * internal::NegativeScaledLse(head.lse(j), beta(h));
+      }
+    }
+  }
+
+  void Gradient(ConstMatrixRef<Scalar> xi, MatrixRef<Scalar> grad) const override {
+    Check("HopfieldLayerEnergy::Gradient(xi)", xi);
+    internal::CheckShape("HopfieldLayerEnergy::Gradient(grad)", grad, xi.rows(), xi.cols());
+    CccpUpdate(xi, grad);
+    grad = xi - grad;
+  }
+
+  // xi_h <- a q_h + (1 - a) K_h softmax(beta_h K_h^T xi_h + m).
+  void CccpUpdate(ConstMatrixRef<Scalar> xi, MatrixRef<Scalar> out) const override {
+    Check("HopfieldLayerEnergy::CccpUpdate(xi)", xi);
+    internal::CheckShape("HopfieldLayerEnergy::CccpUpdate(out)", out, xi.rows(), xi.cols());
+    const Matrix<Scalar> K = Keys();
+    for (Index h = 0; h < H_; ++h) {
+      const auto head = HeadAt(K, xi, h, "HopfieldLayerEnergy::CccpUpdate");
+      out.middleRows(h * dk_, dk_).noalias() = (Scalar(1) - a_) * (K.middleRows(h * dk_, dk_) * head.p);
+    }
+    if (a_ != Scalar(0)) out += a_ * Anchor(xi.cols());
+  }
+
+  // The CCCP update and E from one softmax head evaluation per head.
+  void CccpUpdateAndValue(ConstMatrixRef<Scalar> xi, MatrixRef<Scalar> out,
+                          VectorRef<Scalar> values) const override {
+    Check("HopfieldLayerEnergy::CccpUpdateAndValue(xi)", xi);
+    internal::CheckShape("HopfieldLayerEnergy::CccpUpdateAndValue(out)", out, xi.rows(), xi.cols());
+    internal::CheckShape("HopfieldLayerEnergy::CccpUpdateAndValue(values)", values, xi.cols(), 1);
+    const Matrix<Scalar> K = Keys();
+    values = Scalar(0.5) * xi.colwise().squaredNorm().transpose();
+    Matrix<Scalar> anchor;
+    if (a_ != Scalar(0)) {
+      anchor = Anchor(xi.cols());
+      values -= a_ * (xi.array() * anchor.array()).colwise().sum().transpose().matrix();
+    }
+    // Head h reads only rows h of xi and writes only rows h of out (out may alias xi).
+    for (Index h = 0; h < H_; ++h) {
+      const auto head = HeadAt(K, xi, h, "HopfieldLayerEnergy::CccpUpdateAndValue");
+      for (Index j = 0; j < xi.cols(); ++j) {
+        values(j) += (Scalar(1) - a_) * internal::NegativeScaledLse(head.lse(j), beta(h));
+      }
+      out.middleRows(h * dk_, dk_).noalias() = (Scalar(1) - a_) * (K.middleRows(h * dk_, dk_) * head.p);
+    }
+    if (a_ != Scalar(0)) out += a_ * anchor;
+  }
+  void GradientAndValue(ConstMatrixRef<Scalar> xi, MatrixRef<Scalar> grad,
+                        VectorRef<Scalar> values) const override {
+    internal::CheckShape("HopfieldLayerEnergy::GradientAndValue(grad)", grad, xi.rows(), xi.cols());
+    CccpUpdateAndValue(xi, grad, values);
+    grad = xi - grad;
+  }
+  // Every sample sees the same energy unless the queries anchor it
+  // (query_weight > 0: q = W_Q R per sample) or the mask is per sample.
+  bool SupportsSubsets() const override {
+    return a_ == Scalar(0) && (mask_.size() == 0 || mask_.cols() == 1);
+  }
+
+  void HessianVectorProduct(ConstMatrixRef<Scalar> xi, ConstMatrixRef<Scalar> v,
+                            MatrixRef<Scalar> out) const override {
+    Check("HopfieldLayerEnergy::HessianVectorProduct(xi)", xi);
+    internal::CheckShape("HopfieldLayerEnergy::HessianVectorProduct(v)", v, xi.rows(), xi.cols());
+    internal::CheckShape("HopfieldLayerEnergy::HessianVectorProduct(out)", out, xi.rows(), xi.cols());
+    const Matrix<Scalar> K = Keys();
+    out = v;
+    for (Index h = 0; h < H_; ++h) {
+      const auto head = HeadAt(K, xi, h, "HopfieldLayerEnergy::HessianVectorProduct");
+      out.middleRows(h * dk_, dk_) -=
+          (Scalar(1) - a_) * head.CovarianceProduct(K.middleRows(h * dk_, dk_),
+                                                    v.middleRows(h * dk_, dk_), beta(h));
+    }
+  }
+
+  Index num_parameters() const override { return params_->size(); }
+  ParameterSet<Scalar>* parameters() override { return params_; }
+
+  // d/dtheta sum_b <grad E(xi_b), u_b>: blocks W_Q (through the anchor), W_K
+  // and beta; zero for the others.
+  void ParameterVectorJacobianProduct(ConstMatrixRef<Scalar> xi, ConstMatrixRef<Scalar> u,
+                                      VectorRef<Scalar> out) const override {
+    Check("HopfieldLayerEnergy::ParameterVectorJacobianProduct(xi)", xi);
+    internal::CheckShape("HopfieldLayerEnergy::ParameterVectorJacobianProduct(u)", u, xi.rows(), xi.cols());
+    internal::CheckShape("HopfieldLayerEnergy::ParameterVectorJacobianProduct(out)", out,
+                         num_parameters(), 1);
+    out.setZero();
+    Matrix<Scalar> dK;
+    Vector<Scalar> dbeta;
+    RetrievalVjp(xi, u, &dK, &dbeta);
+    if (params_->Contains("W_K")) params_->BlockOf(out, "W_K").noalias() = -dK * Y_.transpose();
+    if (params_->Contains("beta")) {
+      auto b = params_->BlockOf(out, "beta");
+      if (b.rows() == 1) b(0, 0) = -dbeta.sum(); else b = -dbeta;
+    }
+    if (a_ != Scalar(0) && params_->Contains("W_Q")) {
+      CheckSamples(xi.cols());
+      params_->BlockOf(out, "W_Q").noalias() = -a_ * (u * R_.transpose());
+    }
+  }
+
+  Index input_dimension() const override { return a_ != Scalar(0) ? dr_ : 0; }
+  // d/dR <grad E, u> = -a W_Q^T u (only when query_weight > 0).
+  void InputVectorJacobianProduct(ConstMatrixRef<Scalar> xi, ConstMatrixRef<Scalar> u,
+                                  MatrixRef<Scalar> out) const override {
+    Check("HopfieldLayerEnergy::InputVectorJacobianProduct(xi)", xi);
+    internal::CheckShape("HopfieldLayerEnergy::InputVectorJacobianProduct(out)", out, dr_, xi.cols());
+    if (a_ == Scalar(0)) throw std::logic_error("HopfieldLayerEnergy: no input (query_weight = 0)");
+    out = -a_ * ApplyProjectionTransposed("W_Q", u);
+  }
+
+  // out = d/dY sum_b <grad E(xi_b), u_b>   (d_y x N; through the keys K = W_K Y).
+  void StoredPatternVectorJacobianProduct(ConstMatrixRef<Scalar> xi, ConstMatrixRef<Scalar> u,
+                                          MatrixRef<Scalar> out) const {
+    Check("HopfieldLayerEnergy::StoredPatternVectorJacobianProduct(xi)", xi);
+    internal::CheckShape("HopfieldLayerEnergy::StoredPatternVectorJacobianProduct(out)", out, dy_,
+                         Y_.cols());
+    Matrix<Scalar> dK;
+    Vector<Scalar> dbeta;
+    RetrievalVjp(xi, u, &dK, &dbeta);
+    out = -ApplyProjectionTransposed("W_K", dK);
+  }
+
+ private:
+  friend class HopfieldLayer<Scalar>;
+  HopfieldLayerEnergy(ParameterSet<Scalar>* params, Index dr, Index dy, Index H, Index dk,
+                      Index dv, bool beta_per_head, Vector<Scalar> fixed_beta, Scalar a)
+      : params_(params), dr_(dr), dy_(dy), H_(H), dk_(dk), dv_(dv),
+        beta_per_head_(beta_per_head), fixed_beta_(std::move(fixed_beta)), a_(a) {}
+
+  void Check(const char* who, ConstMatrixRef<Scalar> xi) const {
+    internal::CheckBatch(who, xi, H_ * dk_);
+    if (Y_.size() == 0) {
+      throw std::logic_error(std::string(who) + ": no stored patterns (call SetInputs first)");
+    }
+  }
+  void CheckSamples(Index B) const {
+    if (R_.cols() != B) {
+      throw std::invalid_argument("HopfieldLayerEnergy: the state has " + std::to_string(B) +
+                                  " samples but the queries R have " + std::to_string(R_.cols()));
+    }
+  }
+  Matrix<Scalar> Anchor(Index B) const {
+    CheckSamples(B);
+    return ProjectQueries(R_);
+  }
+  Matrix<Scalar> ApplyProjection(const char* name, ConstMatrixRef<Scalar> x) const {
+    if (params_->Contains(name)) return params_->Block(name) * x;
+    return x;  // identity projection (sizes checked by the layer)
+  }
+  Matrix<Scalar> ApplyProjectionTransposed(const char* name, ConstMatrixRef<Scalar> x) const {
+    if (params_->Contains(name)) return params_->Block(name).transpose() * x;
+    return x;
+  }
+  internal::SoftmaxHead<Scalar> HeadAt(const Matrix<Scalar>& K, ConstMatrixRef<Scalar> xi, Index h,
+                                       const char* who) const {
+    const Scalar b = beta(h);
+    internal::CheckBeta(who, b);
+    internal::SoftmaxHead<Scalar> head;
+    head.Compute(K.middleRows(h * dk_, dk_), xi.middleRows(h * dk_, dk_), b, mask_, who);
+    return head;
+  }
+  // dK (H d_k x N) and dbeta (H) of sum_b sum_h (1 - a) <K_h p_h, u_h>.
+  void RetrievalVjp(ConstMatrixRef<Scalar> xi, ConstMatrixRef<Scalar> u, Matrix<Scalar>* dK,
+                    Vector<Scalar>* dbeta) const {
+    const Matrix<Scalar> K = Keys();
+    dK->setZero(K.rows(), K.cols());
+    dbeta->setZero(H_);
+    for (Index h = 0; h < H_; ++h) {
+      const auto head = HeadAt(K, xi, h, "HopfieldLayerEnergy");
+      Matrix<Scalar> dKh = Matrix<Scalar>::Zero(dk_, K.cols());
+      head.RetrievalVjp(K.middleRows(h * dk_, dk_), xi.middleRows(h * dk_, dk_),
+                        u.middleRows(h * dk_, dk_), beta(h), Scalar(1) - a_, &dKh, &(*dbeta)(h));
+      dK->middleRows(h * dk_, dk_) = dKh;
+    }
+  }
+
+  ParameterSet<Scalar>* params_;
+  Index dr_, dy_, H_, dk_, dv_;
+  bool beta_per_head_;
+  Vector<Scalar> fixed_beta_;
+  Scalar a_;
+  Matrix<Scalar> R_, Y_, mask_;
+};
+
+IMPLICIT_EXTERN_TEMPLATE_CLASS(HopfieldLayerEnergy);
+
+}  // namespace implicit

@@ -1,0 +1,313 @@
+// ModernHopfieldEnergy (Ramsauer et al.): the retrieval energy of a state xi (n) given N stored
+// patterns X (n x N) and an inverse temperature beta > 0,
+//
+//   E(xi) = 0.5 |xi|^2 - (1/beta) lse(beta X^T xi + m),   lse(a) = log sum_i exp(a_i),
+//
+// with an optional additive score mask m (0 = allowed, -inf = excluded). Its
+// CCCP update is softmax attention with keys = values = X:
+//
+//   xi <- X softmax(beta X^T xi + m)                          (CccpUpdate)
+//
+// and, with p = softmax(beta X^T xi + m),
+//   grad E = xi - X p,   hess E = I - beta X (diag p - p p^T) X^T.
+// The patterns are fixed data, or trainable ("learned stored patterns") as the
+// parameter block "X"; beta is the parameter block "beta" (1 x 1).
+//
+//   implicit::ModernHopfieldEnergy<double>::Options o;
+//   o.beta = 8.0;
+//   implicit::ModernHopfieldEnergy<double> energy(patterns, o);   // patterns: n x N
+//   implicit::CccpMap<double> map(energy);
+//   implicit::PicardSolver<double>().Solve(map, xi);                // retrieval
+//
+// Scores are max-shifted before exponentiating (scores of 1e8 are fine), and
+// -inf mask entries get weight exactly 0. A sample whose patterns are all
+// masked has E = +inf and grad E = xi.
+//
+// Speed: CccpUpdateAndValue / GradientAndValue give E together with the update
+// from one score GEMM X^T xi, one softmax pass (weights and lse) and one GEMM
+// X p; ModernHopfieldEnergy keeps the N x B weights in per-thread scratch, so
+// repeated evaluations do not allocate. SupportsSubsets() (a solver may
+// evaluate any subset of the batch's columns) holds unless the mask is per
+// sample (N x B) or, for the layer's energy, the query anchors it.
+#pragma once
+
+#include <implicit/core/energy.h>
+#include <implicit/core/parameters.h>
+#include <implicit/core/types.h>
+#include <implicit/layers/log_sum_exp.h>
+
+#include <cmath>
+#include <limits>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace implicit {
+namespace internal {
+
+// E_lse = -(1/beta) lse, with lse = -inf (everything masked) giving +inf.
+template <typename Scalar>
+Scalar NegativeScaledLse(Scalar lse, Scalar beta) {
+  return -lse / beta;
+}
+
+template <typename Scalar>
+void CheckBeta(const char* who, Scalar beta) {
+  if (!(beta > Scalar(0)) || !std::isfinite(static_cast<double>(beta))) {
+    std::ostringstream s;
+    s << who << ": beta must be finite and > 0, got " << static_cast<double>(beta);
+    throw std::invalid_argument(s.str());
+  }
+}
+
+}  // namespace internal
+
+// ---------------------------------------------------------------------------
+// E(xi) = 0.5 |xi|^2 - (1/beta) lse(beta X^T xi + m).
+template <typename Scalar>
+class ModernHopfieldEnergy : public Energy<Scalar> {
+ public:
+  struct Options {
+    // Initial inverse temperature beta (> 0, finite). Stored in block "beta"
+    // when learn_beta, else held fixed.
+    double beta = 1.0;
+    // Trainable patterns: X lives in the parameter block "X" (n x N) and the
+    // parameter derivatives include d/dX. False: X is fixed data.
+    bool learn_patterns = false;
+    // Trainable beta: parameter block "beta" (1 x 1). False: beta is fixed.
+    bool learn_beta = true;
+
+    bool IsValid(std::string* error) const {
+      if (!(beta > 0.0) || !std::isfinite(beta)) {
+        if (error) *error = "beta must be finite and > 0, got " + std::to_string(beta);
+        return false;
+      }
+      return true;
+    }
+  };
+
+  // patterns: n x N (column i = stored pattern x_i). Throws on bad options or
+  // an empty pattern matrix.
+  explicit ModernHopfieldEnergy(Matrix<Scalar> patterns, const Options& options = Options())
+      : options_(options) {
+    std::string error;
+    if (!options.IsValid(&error)) {
+      throw std::invalid_argument("ModernHopfieldEnergy: " + error);
+    }
+    if (patterns.rows() == 0 || patterns.cols() == 0) {
+      throw std::invalid_argument("ModernHopfieldEnergy: patterns must be non-empty, got " +
+                                  std::to_string(patterns.rows()) + "x" +
+                                  std::to_string(patterns.cols()));
+    }
+    n_ = patterns.rows();
+    N_ = patterns.cols();
+    beta_ = static_cast<Scalar>(options.beta);
+    if (options.learn_patterns) {
+      params_.Add("X", n_, N_);
+      params_.Block("X") = patterns;
+    } else {
+      X_ = std::move(patterns);
+    }
+    if (options.learn_beta) {
+      params_.Add("beta", 1, 1);
+      params_.Block("beta")(0, 0) = beta_;
+    }
+  }
+
+  const Options& options() const { return options_; }
+  Index dimension() const override { return n_; }
+  Index num_patterns() const { return N_; }
+
+  // The stored patterns (n x N) and beta, wherever they live.
+  ConstMatrixRef<Scalar> patterns() const {
+    if (options_.learn_patterns) return params_.Block("X");
+    return X_;
+  }
+  Scalar beta() const {
+    return options_.learn_beta ? params_.Block("beta")(0, 0) : beta_;
+  }
+  void SetPatterns(ConstMatrixRef<Scalar> patterns) {
+    internal::CheckShape("ModernHopfieldEnergy::SetPatterns(patterns)", patterns, n_, N_);
+    if (options_.learn_patterns) {
+      params_.Block("X") = patterns;
+    } else {
+      X_ = patterns;
+    }
+  }
+  void SetBeta(Scalar beta) {
+    internal::CheckBeta("ModernHopfieldEnergy::SetBeta", beta);
+    if (options_.learn_beta) {
+      params_.Block("beta")(0, 0) = beta;
+    } else {
+      beta_ = beta;
+    }
+  }
+  // Additive score mask m, N x 1 (same for every sample) or N x B (per sample;
+  // then every call must have B samples). 0 = allowed, -inf = excluded; finite
+  // values act as log prior weights of the patterns. Empty = no mask.
+  void SetMask(Matrix<Scalar> mask) {
+    if (mask.size() != 0 && mask.rows() != N_) {
+      throw std::invalid_argument("ModernHopfieldEnergy::SetMask(mask): expected " +
+                                  std::to_string(N_) + " rows, got " +
+                                  std::to_string(mask.rows()));
+    }
+    mask_ = std::move(mask);
+  }
+  const Matrix<Scalar>& mask() const { return mask_; }
+
+  // p = softmax(beta X^T xi + m), N x B: the attention weights of each sample.
+  void Attention(ConstMatrixRef<Scalar> xi, MatrixRef<Scalar> p) const {
+    internal::CheckBatch("ModernHopfieldEnergy::Attention(xi)", xi, n_);
+    internal::CheckShape("ModernHopfieldEnergy::Attention(p)", p, N_, xi.cols());
+    const Scalar b = CheckedBeta("ModernHopfieldEnergy::Attention");
+    p.noalias() = patterns().transpose() * xi;
+    internal::ScaledColumnSoftmaxInPlace<Scalar>(p, b, mask_, nullptr,
+                                                 "ModernHopfieldEnergy::Attention");
+  }
+
+  // The evaluations below (Value, Gradient, CccpUpdate, CccpUpdateAndValue,
+  // GradientAndValue, HessianVectorProduct) keep the N x B weights in
+  // per-thread scratch buffers (log_sum_exp.h): after the first call, calls
+  // with the same or a smaller batch do not allocate (large products may still
+  // let Eigen's GEMM allocate its packing buffers). out may alias xi.
+
+  void Value(ConstMatrixRef<Scalar> xi, VectorRef<Scalar> values) const override {
+    internal::CheckBatch("ModernHopfieldEnergy::Value(xi)", xi, n_);
+    internal::CheckShape("ModernHopfieldEnergy::Value(values)", values, xi.cols(), 1);
+    const Scalar b = CheckedBeta("ModernHopfieldEnergy::Value");
+    auto lse = internal::ThreadScratch<Scalar, 1>(xi.cols(), 1);
+    Weights(xi, b, lse.data(), /*want_weights=*/false, "ModernHopfieldEnergy::Value");
+    StoreValues(xi, lse, b, values);
+  }
+
+  void Gradient(ConstMatrixRef<Scalar> xi, MatrixRef<Scalar> grad) const override {
+    internal::CheckBatch("ModernHopfieldEnergy::Gradient(xi)", xi, n_);
+    internal::CheckShape("ModernHopfieldEnergy::Gradient(grad)", grad, n_, xi.cols());
+    const Scalar b = CheckedBeta("ModernHopfieldEnergy::Gradient");
+    const auto p = Weights(xi, b, nullptr, true, "ModernHopfieldEnergy::Gradient");
+    grad = xi;
+    grad.noalias() -= patterns() * p;
+  }
+
+  // xi <- X softmax(beta X^T xi + m), computed directly (not as xi - grad E).
+  void CccpUpdate(ConstMatrixRef<Scalar> xi, MatrixRef<Scalar> out) const override {
+    internal::CheckBatch("ModernHopfieldEnergy::CccpUpdate(xi)", xi, n_);
+    internal::CheckShape("ModernHopfieldEnergy::CccpUpdate(out)", out, n_, xi.cols());
+    const Scalar b = CheckedBeta("ModernHopfieldEnergy::CccpUpdate");
+    const auto p = Weights(xi, b, nullptr, true, "ModernHopfieldEnergy::CccpUpdate");
+    out.noalias() = patterns() * p;
+  }
+
+  // The CCCP update and E from one score GEMM X^T xi, one softmax pass (p and
+  // lse) and one GEMM X p.
+  void CccpUpdateAndValue(ConstMatrixRef<Scalar> xi, MatrixRef<Scalar> out,
+                          VectorRef<Scalar> values) const override {
+    internal::CheckBatch("ModernHopfieldEnergy::CccpUpdateAndValue(xi)", xi, n_);
+    internal::CheckShape("ModernHopfieldEnergy::CccpUpdateAndValue(out)", out, n_, xi.cols());
+    internal::CheckShape("ModernHopfieldEnergy::CccpUpdateAndValue(values)", values, xi.cols(), 1);
+    const Scalar b = CheckedBeta("ModernHopfieldEnergy::CccpUpdateAndValue");
+    auto lse = internal::ThreadScratch<Scalar, 1>(xi.cols(), 1);
+    const auto p = Weights(xi, b, lse.data(), true, "ModernHopfieldEnergy::CccpUpdateAndValue");
+    StoreValues(xi, lse, b, values);  // before out is written: out may alias xi
+    out.noalias() = patterns() * p;
+  }
+
+  // grad E = xi - X p and E, with the work of one CCCP update.
+  void GradientAndValue(ConstMatrixRef<Scalar> xi, MatrixRef<Scalar> grad,
+                        VectorRef<Scalar> values) const override {
+    internal::CheckBatch("ModernHopfieldEnergy::GradientAndValue(xi)", xi, n_);
+    internal::CheckShape("ModernHopfieldEnergy::GradientAndValue(grad)", grad, n_, xi.cols());
+    internal::CheckShape("ModernHopfieldEnergy::GradientAndValue(values)", values, xi.cols(), 1);
+    const Scalar b = CheckedBeta("ModernHopfieldEnergy::GradientAndValue");
+    auto lse = internal::ThreadScratch<Scalar, 1>(xi.cols(), 1);
+    const auto p = Weights(xi, b, lse.data(), true, "ModernHopfieldEnergy::GradientAndValue");
+    StoreValues(xi, lse, b, values);
+    grad = xi;
+    grad.noalias() -= patterns() * p;
+  }
+
+  // The same function for every sample unless the mask is per sample (N x B).
+  bool SupportsSubsets() const override { return mask_.size() == 0 || mask_.cols() == 1; }
+
+  void HessianVectorProduct(ConstMatrixRef<Scalar> xi, ConstMatrixRef<Scalar> v,
+                            MatrixRef<Scalar> out) const override {
+    internal::CheckBatch("ModernHopfieldEnergy::HessianVectorProduct(xi)", xi, n_);
+    internal::CheckShape("ModernHopfieldEnergy::HessianVectorProduct(v)", v, n_, xi.cols());
+    internal::CheckShape("ModernHopfieldEnergy::HessianVectorProduct(out)", out, n_, xi.cols());
+    const Scalar b = CheckedBeta("ModernHopfieldEnergy::HessianVectorProduct");
+    const auto p = Weights(xi, b, nullptr, true, "ModernHopfieldEnergy::HessianVectorProduct");
+    auto w = internal::ThreadScratch<Scalar, 2>(N_, xi.cols());
+    w.noalias() = patterns().transpose() * v;
+    internal::SoftmaxJacobianProduct<Scalar>(p, w, w);
+    out = v;
+    out.noalias() -= b * (patterns() * w);
+  }
+
+  Index num_parameters() const override { return params_.size(); }
+  ParameterSet<Scalar>* parameters() override {
+    return params_.size() > 0 ? &params_ : nullptr;
+  }
+  const ParameterSet<Scalar>& parameter_set() const { return params_; }
+
+  // d/dtheta sum_b <grad E(xi_b), u_b> with grad E = xi - X p:
+  //   d/dX    = -(U P^T + beta Xi W^T),  W = (diag p - p p^T) X^T U
+  //   d/dbeta = -sum_b <W_b, X^T xi_b>
+  void ParameterVectorJacobianProduct(ConstMatrixRef<Scalar> xi, ConstMatrixRef<Scalar> u,
+                                      VectorRef<Scalar> out) const override {
+    internal::CheckBatch("ModernHopfieldEnergy::ParameterVectorJacobianProduct(xi)", xi, n_);
+    internal::CheckShape("ModernHopfieldEnergy::ParameterVectorJacobianProduct(u)", u, n_,
+                         xi.cols());
+    internal::CheckShape("ModernHopfieldEnergy::ParameterVectorJacobianProduct(out)", out,
+                         num_parameters(), 1);
+    const auto head = Head(xi, "ModernHopfieldEnergy::ParameterVectorJacobianProduct");
+    Matrix<Scalar> dX = Matrix<Scalar>::Zero(n_, N_);
+    Scalar dbeta(0);
+    head.RetrievalVjp(patterns(), xi, u, beta(), Scalar(-1),
+                      options_.learn_patterns ? &dX : nullptr,
+                      options_.learn_beta ? &dbeta : nullptr);
+    out.setZero();
+    if (options_.learn_patterns) params_.BlockOf(out, "X") = dX;
+    if (options_.learn_beta) params_.BlockOf(out, "beta")(0, 0) = dbeta;
+  }
+
+ private:
+  internal::SoftmaxHead<Scalar> Head(ConstMatrixRef<Scalar> xi, const char* who) const {
+    const Scalar b = beta();
+    internal::CheckBeta(who, b);
+    internal::SoftmaxHead<Scalar> head;
+    head.Compute(patterns(), xi, b, mask_, who);
+    return head;
+  }
+  Scalar CheckedBeta(const char* who) const {
+    const Scalar b = beta();
+    internal::CheckBeta(who, b);
+    return b;
+  }
+  // p = softmax(beta X^T xi + m) (N x B) in this thread's scratch slot 0, and
+  // lse[b] when lse != nullptr. With want_weights = false only lse is valid.
+  Eigen::Map<Matrix<Scalar>> Weights(ConstMatrixRef<Scalar> xi, Scalar b, Scalar* lse,
+                                     bool want_weights, const char* who) const {
+    auto p = internal::ThreadScratch<Scalar, 0>(N_, xi.cols());
+    p.noalias() = patterns().transpose() * xi;
+    internal::ScaledColumnSoftmaxInPlace<Scalar>(p, b, mask_, lse, who, want_weights);
+    return p;
+  }
+  // values = 0.5 |xi|^2 - lse / beta (lse = -inf, everything masked: +inf).
+  template <typename Lse>
+  static void StoreValues(ConstMatrixRef<Scalar> xi, const Lse& lse, Scalar b,
+                          VectorRef<Scalar> values) {
+    values = Scalar(0.5) * xi.colwise().squaredNorm().transpose() - lse.col(0) / b;
+  }
+
+  Options options_;
+  Index n_ = 0, N_ = 0;
+  Matrix<Scalar> X_;  // when !learn_patterns
+  Scalar beta_;       // when !learn_beta
+  Matrix<Scalar> mask_;
+  ParameterSet<Scalar> params_;
+};
+
+IMPLICIT_EXTERN_TEMPLATE_CLASS(ModernHopfieldEnergy);
+
+}  // namespace implicit
