@@ -25,11 +25,13 @@
 //   "fixed_point"  Richardson u <- u + (rhs - A u); for A = I - J^T this is the
 //                  adjoint fixed point u <- J^T u + g. Converges iff the spectral
 //                  radius of I - A is < 1.
-//   "anderson"     Anderson acceleration (type II, window `memory`, relative
-//                  ridge `regularization`) of that fixed point.
-//   "broyden"      limited-memory "good" Broyden on rhs - A u = 0, inverse
-//                  approximation I + sum c_i d_i^T, restarted when `memory`
-//                  updates are stored (memory bounded).
+//   "anderson"     Anderson acceleration (window `memory`, relative ridge
+//                  `regularization`) of that fixed point.
+//   "broyden"      limited-memory "good" Broyden (`memory` stored updates) on it.
+//                  These three run the forward solvers (PicardSolver,
+//                  AndersonSolver, BroydenSolver) on the map u -> u + rhs - A u,
+//                  with their safeguards (residual guard, stall rule, best
+//                  iterate) and per-sample bookkeeping.
 //   "cg"           conjugate gradients; A symmetric positive definite.
 //   "minres"       MINRES (Paige-Saunders); A symmetric, may be indefinite.
 //   "gmres"        restarted GMRES(restart) with modified Gram-Schmidt; any A.
@@ -48,6 +50,9 @@
 #pragma once
 
 #include <implicit/core/types.h>
+#include <implicit/solvers/anderson.h>
+#include <implicit/solvers/broyden.h>
+#include <implicit/solvers/picard.h>
 #include <implicit/solvers/solver.h>
 
 #include <Eigen/Dense>
@@ -264,6 +269,11 @@ class LinearMonitor {
   int iterations() const { return summary_.iterations; }
   bool budget_left() const { return summary_.iterations < options_.max_iterations; }
   void CountIteration() { ++summary_.iterations; }
+  // Work done on the operator outside Apply (a forward solver's iterations).
+  void AddWork(int iterations, int products) {
+    summary_.iterations += iterations;
+    summary_.jacobian_products += products;
+  }
   void Note(const std::string& note) {
     if (note_.find(note) == std::string::npos) note_ += "; " + note;
   }
@@ -354,123 +364,95 @@ class LinearMonitor {
 
 }  // namespace internal
 
+namespace internal {
+
+// A u = rhs in fixed-point form, u = u + (rhs - A u): the map whose fixed
+// point the forward solvers find (for A = I - J^T, u = J^T u + rhs).
+template <typename Scalar>
+class LinearFixedPointMap final : public FixedPointMap<Scalar> {
+ public:
+  LinearFixedPointMap(const LinearOperator<Scalar>& apply, const Matrix<Scalar>& rhs)
+      : apply_(apply), rhs_(rhs) {}
+  Index dimension() const override { return rhs_.rows(); }
+  void Evaluate(ConstMatrixRef<Scalar> u, MatrixRef<Scalar> out) const override {
+    apply_(u, out);
+    out = u + rhs_ - out;
+  }
+
+ private:
+  const LinearOperator<Scalar>& apply_;
+  const Matrix<Scalar>& rhs_;
+};
+
+// Solves A u = rhs with the forward solver `solver` (picard, anderson,
+// broyden) on LinearFixedPointMap, so that the adjoint solve has the forward
+// solve's safeguards and per-sample bookkeeping. Every column is scaled by
+// 1 / |rhs_b| first, so that the forward solver's one absolute tolerance is
+// the per-sample relative one; the result is then checked on the true residual
+// like every linear solve.
+template <typename Scalar, typename SolverT>
+LinearSolveSummary SolveInFixedPointForm(const char* name, typename SolverT::Options forward,
+                                         const LinearOperator<Scalar>& apply,
+                                         ConstMatrixRef<Scalar> rhs, MatrixRef<Scalar> u,
+                                         const LinearSolverOptions& options) {
+  LinearMonitor<Scalar> m(name, apply, rhs, u, options);
+  const Index batch = rhs.cols();
+  Vector<Scalar> scale(batch);
+  double largest = 0.0;
+  for (Index b = 0; b < batch; ++b) {
+    const Scalar norm = rhs.col(b).norm();
+    scale(b) = norm > Scalar(0) && std::isfinite(static_cast<double>(norm)) ? norm : Scalar(1);
+    largest = std::max(largest, static_cast<double>(scale(b)));
+  }
+  const Matrix<Scalar> scaled_rhs = rhs * scale.cwiseInverse().asDiagonal();
+  u = u * scale.cwiseInverse().asDiagonal();
+  forward.max_iterations = options.max_iterations;
+  forward.absolute_tolerance = options.tolerance + options.absolute_tolerance / largest;
+  forward.relative_tolerance = 0.0;
+  forward.divergence_threshold = options.divergence_threshold;
+  const Summary solved =
+      SolverT(forward).Solve(LinearFixedPointMap<Scalar>(apply, scaled_rhs), u);
+  u = u * scale.asDiagonal();
+  Matrix<Scalar> r(rhs.rows(), batch);
+  m.AddWork(solved.iterations, solved.function_evaluations);
+  m.Residual(u, r);
+  for (Index b = 0; b < batch; ++b) {
+    if (solved.sample_status[b] != TerminationType::kConverged) m.Stop(b, solved.sample_status[b]);
+  }
+  LinearSolveSummary summary = m.Finish();
+  summary.sample_iterations = solved.sample_iterations;
+  return summary;
+}
+
+}  // namespace internal
+
 template <typename Scalar>
 LinearSolveSummary FixedPointLinearSolve(const LinearOperator<Scalar>& apply,
                                          ConstMatrixRef<Scalar> rhs, MatrixRef<Scalar> u,
                                          const LinearSolverOptions& options) {
-  internal::LinearMonitor<Scalar> m("fixed_point", apply, rhs, u, options);
-  Matrix<Scalar> r(u.rows(), u.cols());
-  while (m.Residual(u, r) && m.budget_left()) {
-    for (Index b = 0; b < u.cols(); ++b) {
-      if (m.active(b)) u.col(b) += r.col(b);
-    }
-    m.CountIteration();
-  }
-  return m.Finish();
+  return internal::SolveInFixedPointForm<Scalar, PicardSolver<Scalar>>(
+      "fixed_point", typename PicardSolver<Scalar>::Options(), apply, rhs, u, options);
 }
 
 template <typename Scalar>
 LinearSolveSummary AndersonLinearSolve(const LinearOperator<Scalar>& apply,
                                        ConstMatrixRef<Scalar> rhs, MatrixRef<Scalar> u,
                                        const LinearSolverOptions& options) {
-  internal::LinearMonitor<Scalar> m("anderson", apply, rhs, u, options);
-  const Index n = u.rows(), batch = u.cols();
-  const int mem = options.memory;
-  Matrix<Scalar> r(n, batch), u_prev(n, batch), r_prev(n, batch);
-  std::vector<Matrix<Scalar>> du(mem, Matrix<Scalar>(n, batch)), dr = du;
-  Matrix<double> gram(mem, mem);
-  Vector<double> rhs_ls(mem), gamma(mem);
-  int count = 0, slot = 0;
-  while (m.Residual(u, r) && m.budget_left()) {
-    if (m.iterations() > 0) {  // store the newest differences in the ring
-      du[slot] = u - u_prev;
-      dr[slot] = r - r_prev;
-      slot = (slot + 1) % mem;
-      count = std::min(count + 1, mem);
-    }
-    u_prev = u;
-    r_prev = r;
-    for (Index b = 0; b < batch; ++b) {
-      if (!m.active(b)) continue;
-      bool mixed = false;
-      if (count > 0) {
-        // gamma = argmin |r - dR gamma|^2 (+ relative ridge), per sample.
-        auto G = gram.topLeftCorner(count, count);
-        for (int i = 0; i < count; ++i) {
-          rhs_ls(i) = static_cast<double>(dr[i].col(b).dot(r.col(b)));
-          for (int j = 0; j <= i; ++j) {
-            G(i, j) = G(j, i) = static_cast<double>(dr[i].col(b).dot(dr[j].col(b)));
-          }
-        }
-        const double ridge = options.regularization * G.trace() / count +
-                             std::numeric_limits<double>::min();
-        G.diagonal().array() += ridge;
-        gamma.head(count) = G.ldlt().solve(rhs_ls.head(count));
-        if (gamma.head(count).allFinite()) {
-          u.col(b) += r.col(b);
-          for (int i = 0; i < count; ++i) {
-            u.col(b) -= static_cast<Scalar>(gamma(i)) * (du[i].col(b) + dr[i].col(b));
-          }
-          mixed = true;
-        }
-      }
-      if (!mixed) u.col(b) += r.col(b);
-    }
-    m.CountIteration();
-  }
-  return m.Finish();
+  typename AndersonSolver<Scalar>::Options forward;
+  forward.memory = options.memory;
+  forward.ridge = options.regularization;
+  return internal::SolveInFixedPointForm<Scalar, AndersonSolver<Scalar>>(
+      "anderson", forward, apply, rhs, u, options);
 }
 
 template <typename Scalar>
 LinearSolveSummary BroydenLinearSolve(const LinearOperator<Scalar>& apply,
                                       ConstMatrixRef<Scalar> rhs, MatrixRef<Scalar> u,
                                       const LinearSolverOptions& options) {
-  internal::LinearMonitor<Scalar> m("broyden", apply, rhs, u, options);
-  const Index n = u.rows(), batch = u.cols();
-  const int mem = options.memory;
-  // Inverse approximation of A for sample b: H = I + sum_{i<count_b} c_i d_i^T.
-  std::vector<Matrix<Scalar>> c(mem, Matrix<Scalar>(n, batch)), d = c;
-  std::vector<int> count(batch, 0);
-  Matrix<Scalar> r(n, batch), u_prev(n, batch), r_prev(n, batch);
-  Vector<Scalar> s(n), y(n), hy(n), hts(n);
-  auto apply_h = [&](Index b, const Vector<Scalar>& v, Vector<Scalar>& out, bool transpose) {
-    out = v;
-    for (int i = 0; i < count[b]; ++i) {
-      const auto& left = transpose ? d[i] : c[i];
-      const auto& right = transpose ? c[i] : d[i];
-      out += right.col(b).dot(v) * left.col(b);
-    }
-  };
-  while (m.Residual(u, r) && m.budget_left()) {
-    for (Index b = 0; b < batch; ++b) {
-      if (!m.active(b)) continue;
-      if (m.iterations() > 0) {
-        // Secant pair: s = step taken, y = A s = r_prev - r.
-        s = u.col(b) - u_prev.col(b);
-        y = r_prev.col(b) - r.col(b);
-        if (count[b] == mem) count[b] = 0;  // restart: memory stays bounded
-        apply_h(b, y, hy, false);
-        const Scalar denom = s.dot(hy);
-        const Scalar scale = s.norm() * hy.norm();
-        if (std::abs(denom) > Scalar(1e3) * std::numeric_limits<Scalar>::epsilon() * scale &&
-            std::isfinite(static_cast<double>(denom))) {
-          apply_h(b, s, hts, true);
-          c[count[b]].col(b) = (s - hy) / denom;
-          d[count[b]].col(b) = hts;
-          ++count[b];
-        } else {
-          count[b] = 0;  // degenerate update: restart from H = I
-        }
-      }
-      u_prev.col(b) = u.col(b);
-      r_prev.col(b) = r.col(b);
-      y = r.col(b);
-      apply_h(b, y, s, false);
-      u.col(b) += s;
-    }
-    m.CountIteration();
-  }
-  return m.Finish();
+  typename BroydenSolver<Scalar>::Options forward;
+  forward.memory = options.memory;
+  return internal::SolveInFixedPointForm<Scalar, BroydenSolver<Scalar>>(
+      "broyden", forward, apply, rhs, u, options);
 }
 
 template <typename Scalar>
