@@ -1,0 +1,64 @@
+// The dense linear solver "direct": each sample's n x n matrix built from n
+// batch products and solved by LU with full pivoting (small problems only).
+//
+//   implicit::LinearSolveSummary s = implicit::DirectLinearSolve<double>(apply, rhs, u, options);
+#pragma once
+
+#include <implicit/solvers/internal/linear_monitor.h>
+
+#include <Eigen/LU>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <limits>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace implicit {
+
+template <typename Scalar>
+LinearSolveSummary DirectLinearSolve(const LinearOperator<Scalar>& apply,
+                                     ConstMatrixRef<Scalar> rhs, MatrixRef<Scalar> u,
+                                     const LinearSolverOptions& options) {
+  internal::LinearMonitor<Scalar> m("direct", apply, rhs, u, options);
+  const Index n = u.rows(), batch = u.cols();
+  Matrix<Scalar> r(n, batch);
+  if (m.Residual(u, r)) {
+    // Column i of every sample's matrix from one batch product with e_i.
+    std::vector<Matrix<Scalar>> A(batch, Matrix<Scalar>(n, n));
+    Matrix<Scalar> e = Matrix<Scalar>::Zero(n, batch), ae(n, batch);
+    for (Index i = 0; i < n; ++i) {
+      e.row(i).setOnes();
+      m.Apply(e, ae);
+      e.row(i).setZero();
+      for (Index b = 0; b < batch; ++b) A[b].col(i) = ae.col(b);
+    }
+    for (Index b = 0; b < batch; ++b) {
+      if (!m.active(b)) continue;
+      if (!A[b].allFinite()) {
+        m.Stop(b, TerminationType::kNonFinite);
+        continue;
+      }
+      Eigen::FullPivLU<Matrix<Scalar>> lu(A[b]);
+      if (!lu.isInvertible()) {
+        m.Note("direct: singular matrix (rank " + std::to_string(lu.rank()) + " < " +
+               std::to_string(n) + ")");
+        m.Stop(b, TerminationType::kFailure);
+        continue;
+      }
+      // Solve for the correction from the current residual (one refinement-ready step).
+      u.col(b) += lu.solve(r.col(b));
+    }
+    m.CountIteration();
+    m.Residual(u, r);
+  }
+  return m.Finish();
+}
+
+IMPLICIT_EXTERN_LINEAR_SOLVE(DirectLinearSolve);
+
+}  // namespace implicit
