@@ -43,16 +43,6 @@
 #include <string>
 
 namespace implicit {
-namespace internal {
-#ifndef IMPLICIT_INTERNAL_NON_DEDUCED
-#define IMPLICIT_INTERNAL_NON_DEDUCED
-// Makes a parameter a non-deduced context (Scalar comes from the map).
-template <typename T>
-struct NonDeduced {
-  using type = T;
-};
-#endif
-}  // namespace internal
 
 enum class ProbeDistribution {
   kRademacher,  // entries +-1 with probability 1/2 (lowest variance)

@@ -67,14 +67,74 @@ double ClipByGlobalNorm(VectorRef<Scalar> gradient, double max_norm) {
   return scale;
 }
 
+// The options every optimiser has (each optimiser's Options adds its own).
+struct OptimizerOptions {
+  // Step size; finite and > 0.
+  double learning_rate = 1e-2;
+  // Weight decay coefficient >= 0 (SGD: an L2 term in the gradient; Adam:
+  // decoupled, theta -= lr * wd * theta).
+  double weight_decay = 0.0;
+  // Clip the gradient to this global L2 norm before use; 0 = no clipping.
+  double clip_norm = 0.0;
+
+  bool IsValid(std::string* error) const {
+    const char* problem = nullptr;
+    std::string field;
+    double value = 0.0;
+    if (!(learning_rate > 0.0) || !std::isfinite(learning_rate)) {
+      problem = "must be finite and > 0", field = "learning_rate", value = learning_rate;
+    } else if (!(weight_decay >= 0.0) || !std::isfinite(weight_decay)) {
+      problem = "must be finite and >= 0", field = "weight_decay", value = weight_decay;
+    } else if (!(clip_norm >= 0.0) || !std::isfinite(clip_norm)) {
+      problem = "must be finite and >= 0", field = "clip_norm", value = clip_norm;
+    }
+    if (problem == nullptr) return true;
+    if (error) *error = field + " " + problem + ", got " + std::to_string(value);
+    return false;
+  }
+};
+
 namespace internal {
 
-inline void CheckOptimizerGradient(const char* who, Index params, Index grad) {
-  if (params != grad) {
+// `options` when valid; otherwise throws std::invalid_argument("<who>: ...").
+template <typename Options>
+const Options& ValidOptimizerOptions(const char* who, const Options& options) {
+  std::string error;
+  if (!options.IsValid(&error)) {
+    throw std::invalid_argument(std::string(who) + ": invalid options: " + error);
+  }
+  return options;
+}
+
+// The start of every Step(): checks the gradient's size and records its norm.
+// Returns false (info->skipped) for a non-finite gradient; otherwise *g is the
+// gradient clipped to clip_norm.
+template <typename Scalar>
+bool PrepareGradient(const char* who, Index num_parameters, ConstVectorRef<Scalar> gradient,
+                     double clip_norm, OptimizerStepInfo* info, Vector<Scalar>* g) {
+  if (num_parameters != gradient.size()) {
     std::ostringstream s;
-    s << who << ": gradient has " << grad << " entries, the parameter set has " << params;
+    s << who << ": gradient has " << gradient.size() << " entries, the parameter set has "
+      << num_parameters;
     throw std::invalid_argument(s.str());
   }
+  info->gradient_norm = static_cast<double>(gradient.norm());
+  if (!gradient.allFinite()) {
+    info->skipped = true;
+    return false;
+  }
+  *g = gradient;
+  info->clip_scale = ClipByGlobalNorm<Scalar>(*g, clip_norm);
+  return true;
+}
+
+// The start of every SetState(): the state is of optimiser `type`.
+inline void CheckStateType(const char* who, const OptimizerState& state, const char* type) {
+  if (state.type != type) {
+    throw std::invalid_argument(std::string(who) + ": state is for optimiser '" + state.type +
+                                "'");
+  }
+  if (state.step < 0) throw std::invalid_argument(std::string(who) + ": negative step count");
 }
 
 template <typename Scalar>
@@ -105,63 +165,42 @@ void CheckSlot(const char* who, const OptimizerState& state, std::size_t i,
 template <typename Scalar>
 class SgdOptimizer {
  public:
-  struct Options {
-    // Step size; finite and > 0.
-    double learning_rate = 1e-2;
+  // learning_rate (1e-2), weight_decay (an L2 penalty: weight_decay * theta
+  // added to the clipped gradient, the gradient of 0.5 wd |theta|^2) and
+  // clip_norm, plus:
+  struct Options : OptimizerOptions {
     // Heavy-ball momentum coefficient in [0, 1); 0 is plain SGD.
     double momentum = 0.0;
-    // L2 penalty coefficient >= 0, added to the (clipped) gradient as
-    // weight_decay * theta, i.e. the gradient of 0.5 * wd * |theta|^2.
-    double weight_decay = 0.0;
-    // Clip the gradient to this global L2 norm before use; 0 = no clipping.
-    double clip_norm = 0.0;
 
     bool IsValid(std::string* error) const {
-      auto fail = [error](const std::string& m) {
-        if (error) *error = m;
-        return false;
-      };
-      if (!(learning_rate > 0.0) || !std::isfinite(learning_rate))
-        return fail("learning_rate must be finite and > 0, got " + std::to_string(learning_rate));
-      if (!(momentum >= 0.0 && momentum < 1.0))
-        return fail("momentum must be in [0, 1), got " + std::to_string(momentum));
-      if (!(weight_decay >= 0.0) || !std::isfinite(weight_decay))
-        return fail("weight_decay must be finite and >= 0, got " + std::to_string(weight_decay));
-      if (!(clip_norm >= 0.0) || !std::isfinite(clip_norm))
-        return fail("clip_norm must be finite and >= 0, got " + std::to_string(clip_norm));
-      return true;
+      if (!OptimizerOptions::IsValid(error)) return false;
+      if (momentum >= 0.0 && momentum < 1.0) return true;
+      if (error) *error = "momentum must be in [0, 1), got " + std::to_string(momentum);
+      return false;
     }
   };
 
-  explicit SgdOptimizer(const Options& options = Options()) : options_(options) {
-    std::string error;
-    if (!options_.IsValid(&error))
-      throw std::invalid_argument("SgdOptimizer: invalid options: " + error);
-  }
+  explicit SgdOptimizer(const Options& options = Options())
+      : options_(internal::ValidOptimizerOptions("SgdOptimizer", options)) {}
 
   const Options& options() const { return options_; }
   // Changes the learning rate (e.g. for a schedule); must be finite and > 0.
   void set_learning_rate(double lr) {
     Options o = options_;
     o.learning_rate = lr;
-    std::string error;
-    if (!o.IsValid(&error)) throw std::invalid_argument("SgdOptimizer: " + error);
-    options_ = o;
+    options_ = internal::ValidOptimizerOptions("SgdOptimizer", o);
   }
   std::int64_t step_count() const { return step_; }
   const Vector<Scalar>& velocity() const { return velocity_; }
 
   OptimizerStepInfo Step(ParameterSet<Scalar>& params, ConstVectorRef<Scalar> gradient) {
-    internal::CheckOptimizerGradient("SgdOptimizer::Step", params.size(), gradient.size());
     OptimizerStepInfo info;
-    info.gradient_norm = static_cast<double>(gradient.norm());
-    if (!gradient.allFinite()) {
-      info.skipped = true;
+    Vector<Scalar> g;
+    if (!internal::PrepareGradient<Scalar>("SgdOptimizer::Step", params.size(), gradient,
+                                           options_.clip_norm, &info, &g)) {
       return info;
     }
     if (velocity_.size() != params.size()) velocity_ = Vector<Scalar>::Zero(params.size());
-    Vector<Scalar> g = gradient;
-    info.clip_scale = ClipByGlobalNorm<Scalar>(g, options_.clip_norm);
     Vector<Scalar>& theta = params.values();
     if (options_.weight_decay > 0.0) g += static_cast<Scalar>(options_.weight_decay) * theta;
     const Scalar momentum = static_cast<Scalar>(options_.momentum);
@@ -184,9 +223,7 @@ class SgdOptimizer {
   // Restores a state saved by state() for a parameter set of `num_parameters`
   // entries; throws std::invalid_argument naming the mismatch.
   void SetState(const OptimizerState& s, Index num_parameters) {
-    if (s.type != "sgd")
-      throw std::invalid_argument("SgdOptimizer::SetState: state is for optimiser '" + s.type + "'");
-    if (s.step < 0) throw std::invalid_argument("SgdOptimizer::SetState: negative step count");
+    internal::CheckStateType("SgdOptimizer::SetState", s, "sgd");
     // An optimiser that never stepped has an empty velocity.
     const Index size = s.slots.size() == 1 && s.slots[0].size() == 0 ? 0 : num_parameters;
     internal::CheckSlot<Scalar>("SgdOptimizer::SetState", s, 0, "velocity", size);
@@ -211,65 +248,51 @@ class SgdOptimizer {
 template <typename Scalar>
 class AdamOptimizer {
  public:
-  struct Options {
-    // Step size; finite and > 0.
-    double learning_rate = 1e-3;
+  // learning_rate (here 1e-3), weight_decay (decoupled: theta -= lr * wd *
+  // theta) and clip_norm, plus:
+  struct Options : OptimizerOptions {
+    Options() { learning_rate = 1e-3; }
     // Decay rate of the first-moment (mean) estimate, in [0, 1).
     double beta1 = 0.9;
     // Decay rate of the second-moment estimate, in [0, 1).
     double beta2 = 0.999;
     // Added to sqrt(v_hat) in the denominator; finite and > 0.
     double epsilon = 1e-8;
-    // Decoupled (AdamW) decay coefficient >= 0: theta -= lr * wd * theta.
-    double weight_decay = 0.0;
-    // Clip the gradient to this global L2 norm before use; 0 = no clipping.
-    double clip_norm = 0.0;
 
     bool IsValid(std::string* error) const {
       auto fail = [error](const std::string& m) {
         if (error) *error = m;
         return false;
       };
-      if (!(learning_rate > 0.0) || !std::isfinite(learning_rate))
-        return fail("learning_rate must be finite and > 0, got " + std::to_string(learning_rate));
+      if (!OptimizerOptions::IsValid(error)) return false;
       if (!(beta1 >= 0.0 && beta1 < 1.0))
         return fail("beta1 must be in [0, 1), got " + std::to_string(beta1));
       if (!(beta2 >= 0.0 && beta2 < 1.0))
         return fail("beta2 must be in [0, 1), got " + std::to_string(beta2));
       if (!(epsilon > 0.0) || !std::isfinite(epsilon))
         return fail("epsilon must be finite and > 0, got " + std::to_string(epsilon));
-      if (!(weight_decay >= 0.0) || !std::isfinite(weight_decay))
-        return fail("weight_decay must be finite and >= 0, got " + std::to_string(weight_decay));
-      if (!(clip_norm >= 0.0) || !std::isfinite(clip_norm))
-        return fail("clip_norm must be finite and >= 0, got " + std::to_string(clip_norm));
       return true;
     }
   };
 
-  explicit AdamOptimizer(const Options& options = Options()) : options_(options) {
-    std::string error;
-    if (!options_.IsValid(&error))
-      throw std::invalid_argument("AdamOptimizer: invalid options: " + error);
-  }
+  explicit AdamOptimizer(const Options& options = Options())
+      : options_(internal::ValidOptimizerOptions("AdamOptimizer", options)) {}
 
   const Options& options() const { return options_; }
   void set_learning_rate(double lr) {
     Options o = options_;
     o.learning_rate = lr;
-    std::string error;
-    if (!o.IsValid(&error)) throw std::invalid_argument("AdamOptimizer: " + error);
-    options_ = o;
+    options_ = internal::ValidOptimizerOptions("AdamOptimizer", o);
   }
   std::int64_t step_count() const { return step_; }
   const Vector<Scalar>& first_moment() const { return m_; }
   const Vector<Scalar>& second_moment() const { return v_; }
 
   OptimizerStepInfo Step(ParameterSet<Scalar>& params, ConstVectorRef<Scalar> gradient) {
-    internal::CheckOptimizerGradient("AdamOptimizer::Step", params.size(), gradient.size());
     OptimizerStepInfo info;
-    info.gradient_norm = static_cast<double>(gradient.norm());
-    if (!gradient.allFinite()) {
-      info.skipped = true;
+    Vector<Scalar> g;
+    if (!internal::PrepareGradient<Scalar>("AdamOptimizer::Step", params.size(), gradient,
+                                           options_.clip_norm, &info, &g)) {
       return info;
     }
     const Index n = params.size();
@@ -277,8 +300,6 @@ class AdamOptimizer {
       m_ = Vector<Scalar>::Zero(n);
       v_ = Vector<Scalar>::Zero(n);
     }
-    Vector<Scalar> g = gradient;
-    info.clip_scale = ClipByGlobalNorm<Scalar>(g, options_.clip_norm);
     const Scalar b1 = static_cast<Scalar>(options_.beta1);
     const Scalar b2 = static_cast<Scalar>(options_.beta2);
     m_ = b1 * m_ + (Scalar(1) - b1) * g;
@@ -308,9 +329,7 @@ class AdamOptimizer {
     return s;
   }
   void SetState(const OptimizerState& s, Index num_parameters) {
-    if (s.type != "adam")
-      throw std::invalid_argument("AdamOptimizer::SetState: state is for optimiser '" + s.type + "'");
-    if (s.step < 0) throw std::invalid_argument("AdamOptimizer::SetState: negative step count");
+    internal::CheckStateType("AdamOptimizer::SetState", s, "adam");
     const Index size = s.slots.size() == 2 && s.slots[0].size() == 0 ? 0 : num_parameters;
     internal::CheckSlot<Scalar>("AdamOptimizer::SetState", s, 0, "m", size);
     internal::CheckSlot<Scalar>("AdamOptimizer::SetState", s, 1, "v", size);

@@ -55,6 +55,13 @@ using VectorRef = Eigen::Ref<Vector<Scalar>>;
 
 namespace internal {
 
+// Makes a parameter a non-deduced context, so that Scalar is deduced from the
+// map alone and Eigen matrices convert to the Ref parameters.
+template <typename T>
+struct NonDeduced {
+  using type = T;
+};
+
 // Throws std::invalid_argument("<what>: expected RxC, got rxc") when a matrix
 // argument does not have the expected shape.
 template <typename Derived>

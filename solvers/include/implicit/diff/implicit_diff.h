@@ -64,17 +64,6 @@
 #include <vector>
 
 namespace implicit {
-namespace internal {
-#ifndef IMPLICIT_INTERNAL_NON_DEDUCED
-#define IMPLICIT_INTERNAL_NON_DEDUCED
-// Makes a parameter a non-deduced context, so that Scalar is deduced from the
-// map alone and Eigen matrices convert to the Ref parameters.
-template <typename T>
-struct NonDeduced {
-  using type = T;
-};
-#endif
-}  // namespace internal
 
 enum class GradientMethod {
   kImplicit,      // exact implicit-function-theorem gradient (adjoint linear solve)
