@@ -1,0 +1,371 @@
+// The Energy Transformer block (Hoover et al., 2023) as an Energy: one
+// recurrent block whose forward pass descends a single scalar energy of the
+// tokens.
+//
+// State layout. One sample is N tokens of dimension D, x_A in R^D. The sample's
+// column (length N*D) stores the tokens one after another: entries
+// [A*D, (A+1)*D) are token A. Equivalently the column is the D x N matrix
+// [x_1 ... x_N] (one token per column) stored column-major, or the N x D token
+// matrix stored row-major. EnergyTransformer::Tokens(col) gives that D x N view.
+//
+// Energy (per sample), with g_A = LayerNorm(x_A) = gamma (x_A - mean) / s_A +
+// delta, s_A = sqrt(var(x_A) + eps) (scalar gamma > 0, delta):
+//
+//   E    = E_LN + E_ATT + E_HN
+//   E_LN = sum_A (g_A . x_A - L(x_A)),  L(x_A) = D gamma s_A + delta sum_i x_Ai
+//        = -sum_A D gamma eps / s_A     (the same number, computed this way)
+//   E_ATT = -(1/beta) sum_h sum_C log sum_{B != C} exp(beta K_hB . Q_hC),
+//           K_h = W_K[h] G, Q_h = W_Q[h] G  (W_K[h], W_Q[h]: Y x D),
+//           beta = Options::beta, by default 1/sqrt(Y)
+//           (Options::exclude_self = false keeps B = C in the sum)
+//   E_HN = -0.5 sum_{B,mu} ReLU(xi_mu . g_B)^2      (EnergyTransformerMemory::kRelu)
+//        or -(1/beta_m) sum_B log sum_mu exp(beta_m xi_mu . g_B)  (kSoftmax)
+//
+// With F = E_ATT + E_HN a function of G, g = grad L (L is convex for gamma > 0)
+// and M_A = dg_A/dx_A = hess L (symmetric, PSD):
+//   DescentDirection  dE/dg = x + dF/dG            (the ET dynamics direction)
+//   Gradient          dE/dx = M (x + dF/dG)        per token
+//   dE/dt along x' = -dE/dg is -(dE/dg)^T M (dE/dg) <= 0: the energy never
+//   increases along x <- x - a dE/dg for small enough a. (dE/dg vanishes where
+//   dE/dx does, up to the null direction 1 of M per token: LayerNorm ignores
+//   shifts of a token.)
+//   HessianVectorProduct  exact closed form: dM[v] (x + dF/dG) + M (v + H_F (M v)),
+//   H_F the Hessian of F in G; no finite differences, no dual numbers.
+//
+// Parameters (ParameterSet, in this order): "W_K" and "W_Q" ((H*Y) x D: rows
+// h*Y .. h*Y+Y-1 are head h; absent when num_heads = 0), "Xi" (D x M, one
+// memory per column; absent when num_memories = 0), and "gamma", "delta"
+// (1 x 1 each) when Options::learnable_layer_norm. ParameterVectorJacobianProduct
+// gives d/dtheta sum_b <dE/dx(x_b), u_b> in closed form.
+//
+// GradientAndValue gives E with dE/dx in one pass per sample. The plain energy
+// has no per-sample data (SupportsSubsets() is true: a solver may evaluate any
+// subset of the batch's columns); ClampedEnergy's clamps are per sample (false).
+//
+// The fixed-point map of the ET dynamics, with clamped tokens for image
+// completion, is EnergyTransformerMap (energy_transformer_map.h).
+//
+//   implicit::EnergyTransformer<double>::Options o;
+//   o.num_tokens = 16; o.token_dim = 32; o.num_heads = 4; o.head_dim = 8;
+//   o.num_memories = 64;                       // ReLU^2 Hopfield memory
+//   implicit::EnergyTransformer<double> et(o); // random init, see Initialize()
+//   implicit::Matrix<double> x = ...;          // (16*32) x B, token-major
+//   implicit::Matrix<double> d(x.rows(), x.cols());
+//   for (int t = 0; t < 20; ++t) { et.DescentDirection(x, d); x -= 0.1 * d; }
+#pragma once
+
+#include <implicit/core/energy.h>
+#include <implicit/core/parameters.h>
+#include <implicit/core/types.h>
+#include <implicit/layers/energy_transformer_forces.h>
+#include <implicit/layers/energy_transformer_options.h>
+#include <implicit/layers/layer_norm.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+
+namespace implicit {
+
+template <typename Scalar>
+class EnergyTransformer : public Energy<Scalar>, private internal::EnergyTransformerForces<Scalar> {
+  using Base = internal::EnergyTransformerForces<Scalar>;
+
+ public:
+  using Options = EnergyTransformerOptions;
+
+  // Parameters start as N(0, 1/D) entries (seed 0); see Initialize().
+  explicit EnergyTransformer(const Options& options) : Base(options) {
+    Initialize(0, 1.0 / std::sqrt(static_cast<double>(options.token_dim)));
+  }
+
+  // Redraws W_K, W_Q and Xi with i.i.d. N(0, stddev^2) entries (gamma and
+  // delta are left alone).
+  void Initialize(unsigned seed, double stddev) {
+    std::mt19937 gen(seed);
+    std::normal_distribution<double> dist(0.0, stddev);
+    for (const char* name : {"W_K", "W_Q", "Xi"}) {
+      if (!params_.Contains(name)) continue;
+      auto block = params_.Block(name);
+      for (Index j = 0; j < block.cols(); ++j)
+        for (Index i = 0; i < block.rows(); ++i) block(i, j) = static_cast<Scalar>(dist(gen));
+    }
+  }
+
+  const Options& options() const { return options_; }
+  Index num_tokens() const { return options_.num_tokens; }
+  Index token_dim() const { return options_.token_dim; }
+  Index dimension() const override { return options_.num_tokens * options_.token_dim; }
+  Scalar beta() const { return beta_; }
+  Scalar gamma() const {
+    return options_.learnable_layer_norm ? params_.Block("gamma")(0, 0)
+                                         : static_cast<Scalar>(options_.gamma);
+  }
+  Scalar delta() const {
+    return options_.learnable_layer_norm ? params_.Block("delta")(0, 0)
+                                         : static_cast<Scalar>(options_.delta);
+  }
+
+  // The D x N token view of one sample's column (token A = column A).
+  Eigen::Map<const Matrix<Scalar>> Tokens(const Scalar* column) const {
+    return Eigen::Map<const Matrix<Scalar>>(column, options_.token_dim, options_.num_tokens);
+  }
+
+  // g = LayerNorm(x) token by token (same layout as x).
+  void LayerNorm(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> g) const {
+    internal::CheckBatch("EnergyTransformer::LayerNorm(x)", x, dimension());
+    internal::CheckShape("EnergyTransformer::LayerNorm(g)", g, x.rows(), x.cols());
+    Sample s;
+    for (Index b = 0; b < x.cols(); ++b) {
+      Normalize(x.col(b).data(), &s);
+      Out(g, b) = s.g;
+    }
+  }
+
+  void Value(ConstMatrixRef<Scalar> x, VectorRef<Scalar> values) const override {
+    internal::CheckBatch("EnergyTransformer::Value(x)", x, dimension());
+    internal::CheckShape("EnergyTransformer::Value(values)", values, x.cols(), 1);
+    Sample s;
+    const Scalar D = static_cast<Scalar>(options_.token_dim);
+    const Scalar eps = static_cast<Scalar>(options_.eps);
+    for (Index b = 0; b < x.cols(); ++b) {
+      Normalize(x.col(b).data(), &s);
+      const Scalar e_ln = -D * gamma() * eps * s.s.cwiseInverse().sum();
+      values(b) = e_ln + Forces(&s, nullptr, /*with_value=*/true);
+    }
+  }
+
+  // dE/dg = x + dF/dG: the direction of the Energy Transformer dynamics.
+  void DescentDirection(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> out) const override {
+    internal::CheckBatch("EnergyTransformer::DescentDirection(x)", x, dimension());
+    internal::CheckShape("EnergyTransformer::DescentDirection(out)", out, x.rows(), x.cols());
+    Sample s;
+    Matrix<Scalar> r;
+    for (Index b = 0; b < x.cols(); ++b) {
+      Residual(x.col(b).data(), &s, &r);
+      Out(out, b) = r;
+    }
+  }
+
+  void Gradient(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> grad) const override {
+    internal::CheckBatch("EnergyTransformer::Gradient(x)", x, dimension());
+    internal::CheckShape("EnergyTransformer::Gradient(grad)", grad, x.rows(), x.cols());
+    Sample s;
+    Matrix<Scalar> r, mr;
+    for (Index b = 0; b < x.cols(); ++b) {
+      Residual(x.col(b).data(), &s, &r);
+      ApplyM(s, r, gamma(), &mr);
+      Out(grad, b) = mr;
+    }
+  }
+
+  // dE/dx and E from one pass over each sample (the softmaxes' log-sum-exps
+  // come with them).
+  void GradientAndValue(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> grad,
+                        VectorRef<Scalar> values) const override {
+    internal::CheckBatch("EnergyTransformer::GradientAndValue(x)", x, dimension());
+    internal::CheckShape("EnergyTransformer::GradientAndValue(grad)", grad, x.rows(), x.cols());
+    internal::CheckShape("EnergyTransformer::GradientAndValue(values)", values, x.cols(), 1);
+    Sample s;
+    Matrix<Scalar> r, mr;
+    const Scalar D = static_cast<Scalar>(options_.token_dim);
+    const Scalar eps = static_cast<Scalar>(options_.eps);
+    for (Index b = 0; b < x.cols(); ++b) {
+      Normalize(x.col(b).data(), &s);
+      const Scalar e_ln = -D * gamma() * eps * s.s.cwiseInverse().sum();
+      const Scalar f = Forces(&s, &r, /*with_value=*/true);
+      r += Tokens(x.col(b).data());
+      ApplyM(s, r, gamma(), &mr);
+      values(b) = e_ln + f;
+      Out(grad, b) = mr;
+    }
+  }
+  // x - dE/dx (Energy's default CCCP update) and E in one pass.
+  void CccpUpdateAndValue(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> out,
+                          VectorRef<Scalar> values) const override {
+    GradientAndValue(x, out, values);
+    out = x - out;
+  }
+  // Each sample's energy depends on its own tokens only (no per-sample
+  // inputs): any subset of a batch's columns may be evaluated. (ClampedEnergy,
+  // which clamps per sample, may not.)
+  bool SupportsSubsets() const override { return true; }
+
+  void HessianVectorProduct(ConstMatrixRef<Scalar> x, ConstMatrixRef<Scalar> v,
+                            MatrixRef<Scalar> out) const override {
+    internal::CheckBatch("EnergyTransformer::HessianVectorProduct(x)", x, dimension());
+    internal::CheckShape("EnergyTransformer::HessianVectorProduct(v)", v, x.rows(), x.cols());
+    internal::CheckShape("EnergyTransformer::HessianVectorProduct(out)", out, x.rows(), x.cols());
+    Sample s;
+    Matrix<Scalar> r, mv, hf, term, result;
+    for (Index b = 0; b < x.cols(); ++b) {
+      Residual(x.col(b).data(), &s, &r);
+      const auto vb = Tokens(v.col(b).data());
+      ApplyM(s, vb, gamma(), &mv);          // dG = M v
+      ForcesHvp(s, mv, &hf);                // H_F M v
+      hf += vb;                             // dr = v + H_F M v
+      ApplyM(s, hf, gamma(), &result);      // M dr
+      DerivativeOfM(s, vb, r, &term);       // dM[v] r
+      result += term;
+      Out(out, b) = result;
+    }
+  }
+
+  Index num_parameters() const override { return params_.size(); }
+  ParameterSet<Scalar>* parameters() override { return &params_; }
+  const ParameterSet<Scalar>& parameter_set() const { return params_; }
+
+  void ParameterVectorJacobianProduct(ConstMatrixRef<Scalar> x, ConstMatrixRef<Scalar> u,
+                                      VectorRef<Scalar> out) const override {
+    internal::CheckBatch("EnergyTransformer::ParameterVectorJacobianProduct(x)", x, dimension());
+    internal::CheckShape("EnergyTransformer::ParameterVectorJacobianProduct(u)", u, x.rows(),
+                         x.cols());
+    internal::CheckShape("EnergyTransformer::ParameterVectorJacobianProduct(out)", out,
+                         num_parameters(), 1);
+    Vector<Scalar> flat = Vector<Scalar>::Zero(num_parameters());
+    Sample s;
+    Matrix<Scalar> r, z, z1, hf;
+    for (Index b = 0; b < x.cols(); ++b) {
+      Residual(x.col(b).data(), &s, &r);
+      const auto ub = Tokens(u.col(b).data());
+      ApplyM(s, ub, gamma(), &z);  // <M r, u> = <r, M u>: r's parameters see z = M u
+      ForcesParameterVjp(s, z, &flat);
+      if (options_.learnable_layer_norm) {
+        // d/dgamma <M r, u> = <M|_{gamma=1} r, u> + <H_F dG/dgamma, M u>, dG/dgamma = xhat.
+        ApplyM(s, ub, Scalar(1), &z1);
+        ForcesHvp(s, s.xhat, &hf);
+        params_.BlockOf(flat, "gamma")(0, 0) += (r.array() * z1.array()).sum() +
+                                                 (hf.array() * z.array()).sum();
+        // d/ddelta: dG/ddelta = 1 (every entry).
+        ForcesHvp(s, Matrix<Scalar>::Ones(s.g.rows(), s.g.cols()), &hf);
+        params_.BlockOf(flat, "delta")(0, 0) += (hf.array() * z.array()).sum();
+      }
+    }
+    out = flat;
+  }
+
+  // ---- The dynamics' residual r(x) = dE/dg = x + dF/dG(LayerNorm(x)) ------
+  // Its zeros are the fixed points of the ET dynamics x <- x - a r(x), and,
+  // unlike grad E = 0 (which leaves each token's mean free: E is invariant to
+  // shifting a token), they are isolated, so implicit differentiation uses r
+  // (EnergyTransformerMap below). dr/dx = I + H_F M is not symmetric.
+
+  // out = (dr/dx) v = v + H_F (M v).
+  void DescentJacobianProduct(ConstMatrixRef<Scalar> x, ConstMatrixRef<Scalar> v,
+                              MatrixRef<Scalar> out) const {
+    CheckProduct("DescentJacobianProduct", x, v, out);
+    Sample s;
+    Matrix<Scalar> mv, hf;
+    for (Index b = 0; b < x.cols(); ++b) {
+      Normalize(x.col(b).data(), &s);
+      Forces(&s, nullptr);
+      const auto vb = Tokens(v.col(b).data());
+      ApplyM(s, vb, gamma(), &mv);
+      ForcesHvp(s, mv, &hf);
+      Out(out, b) = hf + vb;
+    }
+  }
+  // out = (dr/dx)^T u = u + M (H_F u).
+  void DescentJacobianTransposeProduct(ConstMatrixRef<Scalar> x, ConstMatrixRef<Scalar> u,
+                                       MatrixRef<Scalar> out) const {
+    CheckProduct("DescentJacobianTransposeProduct", x, u, out);
+    Sample s;
+    Matrix<Scalar> hf, mh;
+    for (Index b = 0; b < x.cols(); ++b) {
+      Normalize(x.col(b).data(), &s);
+      Forces(&s, nullptr);
+      const auto ub = Tokens(u.col(b).data());
+      ForcesHvp(s, ub, &hf);
+      ApplyM(s, hf, gamma(), &mh);
+      Out(out, b) = mh + ub;
+    }
+  }
+  // out = d/dtheta sum_b <r(x_b; theta), u_b>   (num_parameters() x 1).
+  void DescentParameterVectorJacobianProduct(ConstMatrixRef<Scalar> x, ConstMatrixRef<Scalar> u,
+                                             VectorRef<Scalar> out) const {
+    internal::CheckBatch("EnergyTransformer::DescentParameterVectorJacobianProduct(x)", x,
+                         dimension());
+    internal::CheckShape("EnergyTransformer::DescentParameterVectorJacobianProduct(u)", u,
+                         x.rows(), x.cols());
+    internal::CheckShape("EnergyTransformer::DescentParameterVectorJacobianProduct(out)", out,
+                         num_parameters(), 1);
+    Vector<Scalar> flat = Vector<Scalar>::Zero(num_parameters());
+    Sample s;
+    Matrix<Scalar> ub, hf;
+    for (Index b = 0; b < x.cols(); ++b) {
+      Normalize(x.col(b).data(), &s);
+      Forces(&s, nullptr);
+      ub = Tokens(u.col(b).data());
+      ForcesParameterVjp(s, ub, &flat);
+      if (options_.learnable_layer_norm) {
+        // dG/dgamma = xhat, dG/ddelta = 1; H_F symmetric.
+        ForcesHvp(s, ub, &hf);
+        params_.BlockOf(flat, "gamma")(0, 0) += (hf.array() * s.xhat.array()).sum();
+        params_.BlockOf(flat, "delta")(0, 0) += hf.sum();
+      }
+    }
+    out = flat;
+  }
+
+ private:
+  using typename Base::Sample;
+  using Base::beta_;
+  using Base::Forces;
+  using Base::ForcesHvp;
+  using Base::ForcesParameterVjp;
+  using Base::options_;
+  using Base::params_;
+
+  void CheckProduct(const char* function, ConstMatrixRef<Scalar> x, ConstMatrixRef<Scalar> v,
+                    MatrixRef<Scalar> out) const {
+    const std::string name = std::string("EnergyTransformer::") + function;
+    internal::CheckBatch((name + "(x)").c_str(), x, dimension());
+    internal::CheckShape((name + "(v)").c_str(), v, x.rows(), x.cols());
+    internal::CheckShape((name + "(out)").c_str(), out, x.rows(), x.cols());
+  }
+
+  Eigen::Map<Matrix<Scalar>> Out(MatrixRef<Scalar> m, Index b) const {
+    return Eigen::Map<Matrix<Scalar>>(m.col(b).data(), options_.token_dim, options_.num_tokens);
+  }
+
+  // The token LayerNorm with the current gamma and delta.
+  ColumnLayerNorm<Scalar> TokenNorm() const {
+    return ColumnLayerNorm<Scalar>{gamma(), delta(), static_cast<Scalar>(options_.eps)};
+  }
+
+  void Normalize(const Scalar* column, Sample* s) const {
+    s->xhat.resize(options_.token_dim, options_.num_tokens);
+    s->s.resize(options_.num_tokens);
+    const ColumnLayerNorm<Scalar> ln = TokenNorm();
+    ln.Normalize(Tokens(column), s->xhat, s->s);
+    s->g = (ln.gamma * s->xhat).array() + ln.delta;
+  }
+
+  // out = M r per token, M = (gamma/s)(I - 1 1^T / D - xhat xhat^T / D): the
+  // LayerNorm Jacobian (with gain gamma_value).
+  template <typename Derived>
+  void ApplyM(const Sample& s, const Eigen::MatrixBase<Derived>& r, Scalar gamma_value,
+              Matrix<Scalar>* out) const {
+    out->resize(r.rows(), r.cols());
+    ColumnLayerNorm<Scalar>::JacobianProductAt(s.xhat, s.s, gamma_value, r, *out);
+  }
+
+  // out = (d/dt M(x + t v))|_{t=0} r per token: the third derivative of L.
+  template <typename Derived>
+  void DerivativeOfM(const Sample& s, const Eigen::MatrixBase<Derived>& v, const Matrix<Scalar>& r,
+                     Matrix<Scalar>* out) const {
+    out->resize(r.rows(), r.cols());
+    ColumnLayerNorm<Scalar>::JacobianDerivativeProductAt(s.xhat, s.s, gamma(), v, r, *out);
+  }
+
+  // r = x + dF/dG (and the caches for the second-order products).
+  void Residual(const Scalar* column, Sample* s, Matrix<Scalar>* r) const {
+    Normalize(column, s);
+    Forces(s, r);
+    *r += Tokens(column);
+  }
+};
+
+IMPLICIT_EXTERN_TEMPLATE_CLASS(EnergyTransformer);
+
+}  // namespace implicit

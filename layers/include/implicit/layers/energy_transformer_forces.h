@@ -1,0 +1,219 @@
+// The attention and Hopfield-memory terms of the Energy Transformer,
+// F(G) = E_ATT + E_HN, as a function of one sample's LayerNorm'd tokens G
+// (D x N): the value, dF/dG, the G-Hessian product H_F dG and the parameter
+// product d/dtheta <dF/dG, z>, with the per-sample caches they share (Sample).
+// Internal: the base of EnergyTransformer (energy_transformer_energy.h), which
+// adds the LayerNorm Lagrangian and the chain rule through LayerNorm; it owns
+// the options, the parameters (W_K, W_Q, Xi, and gamma, delta) and beta.
+//
+//   // inside EnergyTransformer, per sample:
+//   Normalize(column, &s);                // s.g = LayerNorm(tokens)
+//   Scalar F = Forces(&s, &dFdG, true);   // F and dF/dG, caches filled
+//   ForcesHvp(s, dG, &hvp);               // H_F dG from the caches
+#pragma once
+
+#include <implicit/core/parameters.h>
+#include <implicit/core/types.h>
+#include <implicit/layers/energy_transformer_options.h>
+#include <implicit/layers/log_sum_exp.h>
+
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace implicit {
+namespace internal {
+
+template <typename Scalar>
+class EnergyTransformerForces {
+ protected:
+  using Options = EnergyTransformerOptions;
+
+  // Validates the options and registers the parameters (EnergyTransformer
+  // draws W_K, W_Q and Xi; gamma and delta start at the options' values).
+  explicit EnergyTransformerForces(const Options& options) : options_(options) {
+    std::string error;
+    if (!options.IsValid(&error)) {
+      throw std::invalid_argument("EnergyTransformer::Options: " + error);
+    }
+    const Index D = options.token_dim;
+    if (options.num_heads > 0) {
+      params_.Add("W_K", options.num_heads * options.head_dim, D);
+      params_.Add("W_Q", options.num_heads * options.head_dim, D);
+    }
+    if (options.num_memories > 0) params_.Add("Xi", D, options.num_memories);
+    if (options.learnable_layer_norm) {
+      params_.Add("gamma", 1, 1);
+      params_.Add("delta", 1, 1);
+      params_.Block("gamma")(0, 0) = static_cast<Scalar>(options.gamma);
+      params_.Block("delta")(0, 0) = static_cast<Scalar>(options.delta);
+    }
+    beta_ = options.beta > 0.0 ? static_cast<Scalar>(options.beta)
+            : options.num_heads > 0 ? Scalar(1) / std::sqrt(static_cast<Scalar>(options.head_dim))
+                                    : Scalar(1);
+  }
+
+  // Everything one sample's products need.
+  struct Sample {
+    Matrix<Scalar> xhat;  // D x N, (x - mean) / s
+    Vector<Scalar> s;     // N, sqrt(var + eps)
+    Matrix<Scalar> g;     // D x N, gamma xhat + delta
+    // All heads stacked, rows h*Y .. h*Y+Y-1 for head h ((H*Y) x N each):
+    // K = W_K G, Q = W_Q G, and per head QPt = Q_h P_h^T, KP = K_h P_h.
+    Matrix<Scalar> K, Q, QPt, KP;
+    std::vector<Matrix<Scalar>> P;        // per head N x N (P(:,C): softmax over B)
+    Matrix<Scalar> S;                     // memory scores Xi^T G (M x N)
+    Matrix<Scalar> R;                     // ReLU(S), or softmax(beta_m S) per column
+  };
+
+  // Fills the caches, and dF/dG when grad != nullptr; returns F(G) = E_ATT +
+  // E_HN when with_value (otherwise 0: the log-sum-exps cost as much as the
+  // softmaxes and only Value() needs them).
+  Scalar Forces(Sample* s, Matrix<Scalar>* grad, bool with_value = false) const {
+    const Index N = options_.num_tokens, H = options_.num_heads, M = options_.num_memories,
+                Y = options_.head_dim;
+    const Matrix<Scalar>& G = s->g;
+    Scalar value(0);
+    if (grad) grad->setZero(G.rows(), G.cols());
+    if (H > 0) {
+      // One product per projection for all heads; the N x N attention per head.
+      const auto wk = params_.Block("W_K"), wq = params_.Block("W_Q");
+      s->K.noalias() = wk * G;
+      s->Q.noalias() = wq * G;
+      s->QPt.resize(H * Y, N);
+      s->KP.resize(H * Y, N);
+      s->P.resize(H);
+      Vector<Scalar> lse(N);
+      Matrix<Scalar> scores(N, N);
+      for (Index h = 0; h < H; ++h) {
+        const auto K = s->K.middleRows(h * Y, Y), Q = s->Q.middleRows(h * Y, Y);
+        scores.noalias() = beta_ * (K.transpose() * Q);  // (B, C)
+        if (options_.exclude_self) {
+          scores.diagonal().setConstant(-std::numeric_limits<Scalar>::infinity());
+        }
+        s->P[h].resize(N, N);
+        ColumnSoftmax<Scalar>(scores, s->P[h], &lse);
+        if (with_value) value -= lse.sum() / beta_;
+        s->QPt.middleRows(h * Y, Y).noalias() = Q * s->P[h].transpose();
+        s->KP.middleRows(h * Y, Y).noalias() = K * s->P[h];
+      }
+      // dF/dG = -sum_h (W_K[h]^T Q_h P_h^T + W_Q[h]^T K_h P_h).
+      if (grad) {
+        grad->noalias() -= wk.transpose() * s->QPt;
+        grad->noalias() -= wq.transpose() * s->KP;
+      }
+    }
+    if (M > 0) {
+      const auto xi = params_.Block("Xi");
+      s->S.noalias() = xi.transpose() * G;
+      if (options_.memory == EnergyTransformerMemory::kRelu) {
+        s->R = s->S.cwiseMax(Scalar(0));
+        if (with_value) value -= Scalar(0.5) * s->R.squaredNorm();
+      } else {
+        const Scalar bm = static_cast<Scalar>(options_.memory_beta);
+        Matrix<Scalar> scaled = bm * s->S;
+        s->R.resize(M, N);
+        Vector<Scalar> memory_lse(N);
+        ColumnSoftmax<Scalar>(scaled, s->R, &memory_lse);
+        if (with_value) value -= memory_lse.sum() / bm;
+      }
+      if (grad) grad->noalias() -= xi * s->R;
+    }
+    return value;
+  }
+
+  // out = H_F dG (the G-Hessian of F along dG), from the caches of Forces().
+  template <typename Derived>
+  void ForcesHvp(const Sample& s, const Eigen::MatrixBase<Derived>& dG, Matrix<Scalar>* out) const {
+    const Index M = options_.num_memories;
+    out->setZero(dG.rows(), dG.cols());
+    if (options_.num_heads > 0) {
+      Matrix<Scalar> k_side, q_side;
+      AttentionDirection(s, dG, &k_side, &q_side);
+      out->noalias() -= params_.Block("W_K").transpose() * k_side;
+      out->noalias() -= params_.Block("W_Q").transpose() * q_side;
+    }
+    if (M > 0) {
+      const auto xi = params_.Block("Xi");
+      Matrix<Scalar> dR;
+      MemoryDirection(s, xi.transpose() * dG, &dR);
+      out->noalias() -= xi * dR;
+    }
+  }
+
+  // The derivatives of QPt and KP (see Sample) along dG, all heads stacked:
+  //   k_side = d(Q_h P_h^T) = dQ_h P_h^T + Q_h dP_h^T,  q_side = d(K_h P_h) = dK_h P_h + K_h dP_h
+  // with dK = W_K dG, dQ = W_Q dG, dP_h = beta J_softmax(P_h) (dK_h^T Q_h + K_h^T dQ_h).
+  template <typename Derived>
+  void AttentionDirection(const Sample& s, const Eigen::MatrixBase<Derived>& dG,
+                          Matrix<Scalar>* k_side, Matrix<Scalar>* q_side) const {
+    const Index H = options_.num_heads, Y = options_.head_dim, N = dG.cols();
+    const Matrix<Scalar> dK = params_.Block("W_K") * dG, dQ = params_.Block("W_Q") * dG;
+    k_side->resize(H * Y, N);
+    q_side->resize(H * Y, N);
+    Matrix<Scalar> dA(N, N), dP(N, N);
+    for (Index h = 0; h < H; ++h) {
+      const auto K = s.K.middleRows(h * Y, Y), Q = s.Q.middleRows(h * Y, Y);
+      const auto dKh = dK.middleRows(h * Y, Y), dQh = dQ.middleRows(h * Y, Y);
+      dA.noalias() = dKh.transpose() * Q;
+      dA.noalias() += K.transpose() * dQh;
+      internal::SoftmaxJacobianProduct<Scalar>(s.P[h], dA, dP);
+      dP *= beta_;
+      auto ks = k_side->middleRows(h * Y, Y);
+      auto qs = q_side->middleRows(h * Y, Y);
+      ks.noalias() = dQh * s.P[h].transpose();
+      ks.noalias() += Q * dP.transpose();
+      qs.noalias() = dKh * s.P[h];
+      qs.noalias() += K * dP;
+    }
+  }
+
+  // dR = d(ReLU or softmax of the memory scores) along dS.
+  void MemoryDirection(const Sample& s, const Matrix<Scalar>& dS, Matrix<Scalar>* dR) const {
+    if (options_.memory == EnergyTransformerMemory::kRelu) {
+      *dR = (s.S.array() > Scalar(0)).select(dS.array(), Scalar(0)).matrix();
+    } else {
+      dR->resize(dS.rows(), dS.cols());
+      internal::SoftmaxJacobianProduct<Scalar>(s.R, dS, *dR);
+      *dR *= static_cast<Scalar>(options_.memory_beta);
+    }
+  }
+
+  // flat += d/dtheta <dF/dG(G; theta), z> for W_K, W_Q, Xi.
+  void ForcesParameterVjp(const Sample& s, const Matrix<Scalar>& z, Vector<Scalar>* flat) const {
+    const Index M = options_.num_memories;
+    const Matrix<Scalar>& G = s.g;
+    if (options_.num_heads > 0) {
+      // dF/dW_K[h] = -Q_h P_h^T G^T, dF/dW_Q[h] = -K_h P_h G^T; differentiate along G -> z.
+      Matrix<Scalar> k_side, q_side;
+      AttentionDirection(s, z, &k_side, &q_side);
+      auto gk = params_.BlockOf(*flat, "W_K");
+      auto gq = params_.BlockOf(*flat, "W_Q");
+      gk.noalias() -= k_side * G.transpose();
+      gk.noalias() -= s.QPt * z.transpose();
+      gq.noalias() -= q_side * G.transpose();
+      gq.noalias() -= s.KP * z.transpose();
+    }
+    if (M > 0) {
+      // dF/dXi = -G R^T; differentiate along G -> z.
+      const auto xi = params_.Block("Xi");
+      Matrix<Scalar> dR;
+      MemoryDirection(s, xi.transpose() * z, &dR);
+      auto gxi = params_.BlockOf(*flat, "Xi");
+      gxi.noalias() -= z * s.R.transpose();
+      gxi.noalias() -= G * dR.transpose();
+    }
+  }
+
+  Options options_;
+  ParameterSet<Scalar> params_;
+  Scalar beta_;
+};
+
+}  // namespace internal
+
+IMPLICIT_EXTERN_TEMPLATE_CLASS(internal::EnergyTransformerForces);
+
+}  // namespace implicit

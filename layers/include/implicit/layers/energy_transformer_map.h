@@ -1,0 +1,182 @@
+// EnergyTransformerMap: the Energy Transformer (energy_transformer_energy.h)
+// as a fixed-point map, for forward solvers and implicit differentiation, with
+// clamped tokens for image completion.
+//
+// Forward pass and training: EnergyTransformerMap is the fixed-point map
+// x <- x - a dE/dg of the ET dynamics, with exact Jacobian, parameter and
+// input products, for any forward solver (Picard, Anderson, GradientFlowSolver
+// via its energy()) and for implicit differentiation (ImplicitLayer). Its fixed
+// points are the zeros of dE/dg, which are stationary points of E. (Solving
+// grad E = 0 through EnergyRootMap / GradientStepMap also works forward, but E
+// is invariant to shifting a token, so grad E = 0 does not pin a token's mean
+// and the IFT system of those maps is singular.) The ET output is usually read
+// out as LayerNorm(x*) (EnergyTransformer::LayerNorm()).
+//
+// Masked tokens (image completion): SetClamp(mask, image) lets only the free
+// (masked) tokens move while the others stay clamped at their values, which
+// become the map's input; ClampedEnergy (implicit/core/clamped_energy.h) does
+// the same for any energy. TokenMask() (token_mask.h) expands a per-token mask
+// (N x B) to the coordinate mask.
+//
+//   implicit::EnergyTransformer<double> et(o);  // energy_transformer_energy.h
+//   // Image completion: masked patches free, the rest clamped at their values;
+//   // trained by implicit differentiation through the equilibrium.
+//   implicit::EnergyTransformerMap<double> map(et, 0.5);  // x <- x - 0.5 dE/dg
+//   map.SetClamp(implicit::TokenMask<double>(token_is_masked, 32), image);
+//   implicit::ImplicitLayer<double> layer(map, anderson_solver);
+//   layer.Forward(z);                                     // z <- completion
+//   auto grads = layer.Backward(dLdz);                    // d loss / d theta
+#pragma once
+
+#include <implicit/core/clamped_energy.h>
+#include <implicit/core/energy.h>
+#include <implicit/core/map.h>
+#include <implicit/core/parameters.h>
+#include <implicit/core/types.h>
+#include <implicit/layers/energy_transformer_energy.h>
+#include <implicit/layers/token_mask.h>
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace implicit {
+
+// The Energy Transformer dynamics as a fixed-point map, for solvers and for
+// implicit differentiation:
+//
+//   f(x) = x - a r(x),   r = dE/dg = x + dF/dG   (a = step > 0; a = 1 gives
+//                                                 f(x) = -dF/dG(LayerNorm(x)))
+//
+// Its fixed points are the zeros of r, where the dynamics stop. These are
+// isolated, whereas grad E = 0 is not (E is invariant to shifting a token), so
+// the IFT backward pass (I - J)^T u = g is well posed here but singular for
+// GradientStepMap / EnergyRootMap of the ET energy. J = I - a (I + H_F M) is
+// not symmetric (HasSymmetricJacobian() is false: GMRES, not MINRES).
+//
+// Masked tokens: SetClamp(free_mask, values) (n x B, 1 = free) keeps the
+// clamped coordinates at `values` (the map's input, input_dimension() = n):
+//   f(x) = m (.) (y - a r(y)) + (1 - m) (.) c,   y = m (.) x + (1 - m) (.) c,
+// and InputVectorJacobianProduct gives the gradient with respect to c.
+// energy() is the ET energy (or, with a clamp, the matching ClampedEnergy), so
+// GradientFlowSolver follows exactly these dynamics.
+//
+// Holds a reference: the EnergyTransformer must outlive it.
+template <typename Scalar>
+class EnergyTransformerMap : public FixedPointMap<Scalar> {
+ public:
+  explicit EnergyTransformerMap(EnergyTransformer<Scalar>& et, Scalar step = Scalar(1))
+      : et_(et), clamped_(et), step_(step) {
+    if (!(step > Scalar(0)) || !std::isfinite(static_cast<double>(step))) {
+      throw std::invalid_argument("EnergyTransformerMap: step must be finite and > 0, got " +
+                                  std::to_string(static_cast<double>(step)));
+    }
+  }
+
+  // Clamp the coordinates where free_mask is 0 at `values` (both n x B).
+  void SetClamp(Matrix<Scalar> free_mask, Matrix<Scalar> values) {
+    clamped_.SetClamp(std::move(free_mask), std::move(values));
+    has_clamp_ = true;
+  }
+  // Replaces the clamped values (same shape as in SetClamp).
+  void SetInput(Matrix<Scalar> values) {
+    if (!has_clamp_) {
+      throw std::invalid_argument("EnergyTransformerMap::SetInput: call SetClamp first");
+    }
+    clamped_.SetInput(std::move(values));
+  }
+  void ClearClamp() { has_clamp_ = false; }
+  bool has_clamp() const { return has_clamp_; }
+  Scalar step() const { return step_; }
+
+  Index dimension() const override { return et_.dimension(); }
+  void Evaluate(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> out) const override {
+    internal::CheckShape("EnergyTransformerMap::Evaluate(out)", out, x.rows(), x.cols());
+    if (!has_clamp_) {
+      et_.DescentDirection(x, out);
+      out = x - step_ * out;
+      return;
+    }
+    const Matrix<Scalar> y = clamped_.Merge(x);
+    et_.DescentDirection(y, out);
+    out = y - step_ * out;
+    Mask(out);
+    out += ((Scalar(1) - clamped_.free_mask().array()) * clamped_.input().array()).matrix();
+  }
+  bool HasJacobianProducts() const override { return true; }
+  void JacobianVectorProduct(ConstMatrixRef<Scalar> x, ConstMatrixRef<Scalar> v,
+                             MatrixRef<Scalar> out) const override {
+    Product(x, v, out, false);
+  }
+  void VectorJacobianProduct(ConstMatrixRef<Scalar> x, ConstMatrixRef<Scalar> u,
+                             MatrixRef<Scalar> out) const override {
+    Product(x, u, out, true);
+  }
+  Index num_parameters() const override { return et_.num_parameters(); }
+  ParameterSet<Scalar>* parameters() override { return et_.parameters(); }
+  void ParameterVectorJacobianProduct(ConstMatrixRef<Scalar> x, ConstMatrixRef<Scalar> u,
+                                      VectorRef<Scalar> out) const override {
+    if (!has_clamp_) {
+      et_.DescentParameterVectorJacobianProduct(x, u, out);
+    } else {
+      Matrix<Scalar> mu = u;
+      Mask(mu);
+      et_.DescentParameterVectorJacobianProduct(clamped_.Merge(x), mu, out);
+    }
+    out *= -step_;
+  }
+  Index input_dimension() const override { return has_clamp_ ? et_.dimension() : 0; }
+  void InputVectorJacobianProduct(ConstMatrixRef<Scalar> x, ConstMatrixRef<Scalar> u,
+                                  MatrixRef<Scalar> out) const override {
+    if (!has_clamp_) {
+      throw std::logic_error("EnergyTransformerMap: no input without a clamp (SetClamp)");
+    }
+    internal::CheckShape("EnergyTransformerMap::InputVectorJacobianProduct(out)", out, x.rows(),
+                         x.cols());
+    // d f / d c = m (I - a dr/dy) (1 - m) + (1 - m): transpose applied to u.
+    Matrix<Scalar> mu = u;
+    Mask(mu);
+    const Matrix<Scalar> y = clamped_.Merge(x);
+    et_.DescentJacobianTransposeProduct(y, mu, out);
+    out = mu - step_ * out;
+    out = ((Scalar(1) - clamped_.free_mask().array()) * (out + u).array()).matrix();
+  }
+  const Energy<Scalar>* energy() const override {
+    return has_clamp_ ? static_cast<const Energy<Scalar>*>(&clamped_)
+                      : static_cast<const Energy<Scalar>*>(&et_);
+  }
+
+ private:
+  void Mask(MatrixRef<Scalar> m) const { m.array() *= clamped_.free_mask().array(); }
+  // J v = m (.) (w - a dr/dy w), w = m (.) v   (transpose: dr/dy^T); no clamp: m = 1.
+  void Product(ConstMatrixRef<Scalar> x, ConstMatrixRef<Scalar> v, MatrixRef<Scalar> out,
+               bool transpose) const {
+    internal::CheckShape("EnergyTransformerMap: direction", v, x.rows(), x.cols());
+    internal::CheckShape("EnergyTransformerMap: output", out, x.rows(), x.cols());
+    Matrix<Scalar> w = v;
+    Matrix<Scalar> y;
+    if (has_clamp_) {
+      Mask(w);
+      y = clamped_.Merge(x);
+    } else {
+      y = x;
+    }
+    if (transpose) {
+      et_.DescentJacobianTransposeProduct(y, w, out);
+    } else {
+      et_.DescentJacobianProduct(y, w, out);
+    }
+    out = w - step_ * out;
+    if (has_clamp_) Mask(out);
+  }
+
+  EnergyTransformer<Scalar>& et_;
+  ClampedEnergy<Scalar> clamped_;
+  Scalar step_;
+  bool has_clamp_ = false;
+};
+
+IMPLICIT_EXTERN_TEMPLATE_CLASS(EnergyTransformerMap);
+
+}  // namespace implicit
