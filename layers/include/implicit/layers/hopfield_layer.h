@@ -369,7 +369,8 @@ class HopfieldLayer {
 };
 
 // The shared part of HopfieldPooling and HopfieldLookup: a HopfieldLayer one
-// of whose two inputs is a learned parameter block.
+// of whose two inputs (the queries or the stored patterns) is a learned
+// parameter block.
 template <typename Scalar>
 class LearnedInputHopfieldLayer {
  public:
@@ -380,8 +381,23 @@ class LearnedInputHopfieldLayer {
   HopfieldLayer<Scalar>& layer() { return layer_; }
 
  protected:
-  explicit LearnedInputHopfieldLayer(const Options& options) : layer_(options) {}
+  // Throws std::invalid_argument (naming `who`) unless exactly the queries
+  // (learned_queries = true) or exactly the stored patterns are learned.
+  LearnedInputHopfieldLayer(const Options& options, const char* who, bool learned_queries)
+      : layer_(Check(options, who, learned_queries)) {}
   HopfieldLayer<Scalar> layer_;
+
+ private:
+  static const Options& Check(const Options& o, const char* who, bool queries) {
+    const bool ok = queries ? (o.learned_queries > 0 && o.learned_patterns == 0)
+                            : (o.learned_patterns > 0 && o.learned_queries == 0);
+    if (!ok) {
+      throw std::invalid_argument(std::string(who) +
+                                  (queries ? ": needs learned_queries > 0 and learned_patterns == 0"
+                                           : ": needs learned_patterns > 0 and learned_queries == 0"));
+    }
+    return o;
+  }
 };
 
 IMPLICIT_EXTERN_TEMPLATE_CLASS(HopfieldLayer);

@@ -13,25 +13,16 @@
 #include <implicit/core/types.h>
 #include <implicit/layers/hopfield_layer.h>
 
-#include <stdexcept>
-
 namespace implicit {
 
 template <typename Scalar>
 class HopfieldLookup : public LearnedInputHopfieldLayer<Scalar> {
  public:
   using Options = typename HopfieldLayer<Scalar>::Options;
-  explicit HopfieldLookup(const Options& options) : LearnedInputHopfieldLayer<Scalar>(Check(options)) {}
+  explicit HopfieldLookup(const Options& options)
+      : LearnedInputHopfieldLayer<Scalar>(options, "HopfieldLookup", false) {}
   Matrix<Scalar> Forward(ConstMatrixRef<Scalar> R, const Matrix<Scalar>& mask = Matrix<Scalar>()) {
     return this->layer_.Forward(R, Matrix<Scalar>(), mask);
-  }
-
- private:
-  static const Options& Check(const Options& o) {
-    if (o.learned_patterns <= 0 || o.learned_queries != 0) {
-      throw std::invalid_argument("HopfieldLookup: needs learned_patterns > 0 and learned_queries == 0");
-    }
-    return o;
   }
 };
 

@@ -14,25 +14,16 @@
 #include <implicit/core/types.h>
 #include <implicit/layers/hopfield_layer.h>
 
-#include <stdexcept>
-
 namespace implicit {
 
 template <typename Scalar>
 class HopfieldPooling : public LearnedInputHopfieldLayer<Scalar> {
  public:
   using Options = typename HopfieldLayer<Scalar>::Options;
-  explicit HopfieldPooling(const Options& options) : LearnedInputHopfieldLayer<Scalar>(Check(options)) {}
+  explicit HopfieldPooling(const Options& options)
+      : LearnedInputHopfieldLayer<Scalar>(options, "HopfieldPooling", true) {}
   Matrix<Scalar> Forward(ConstMatrixRef<Scalar> Y, const Matrix<Scalar>& mask = Matrix<Scalar>()) {
     return this->layer_.Forward(Matrix<Scalar>(), Y, mask);
-  }
-
- private:
-  static const Options& Check(const Options& o) {
-    if (o.learned_queries <= 0 || o.learned_patterns != 0) {
-      throw std::invalid_argument("HopfieldPooling: needs learned_queries > 0 and learned_patterns == 0");
-    }
-    return o;
   }
 };
 
