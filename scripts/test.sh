@@ -23,6 +23,7 @@ cmake --install build --prefix build/_install
 cmake -S test/consumer -B build/_consumer -G Ninja -DCMAKE_PREFIX_PATH="$root/build/_install"
 cmake --build build/_consumer
 build/_consumer/implicit_consumer
+build/_consumer/implicit_consumer_solvers_only
 build/_consumer/implicit_train_deq
 build/_consumer/implicit_cuda_check
 
