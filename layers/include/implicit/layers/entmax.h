@@ -121,6 +121,32 @@ S SupportWeight(S p, S alpha) {
   return std::pow(p, S(2) - alpha);
 }
 
+// The thresholded maps, column by column: for each column with a finite
+// score, m = its largest score, tau = threshold(b, m), and p_i = weight(s_i - m,
+// tau) >= 0 renormalised to sum to one (exact in theory; removes rounding
+// drift); a column whose scores are all -inf (every entry masked) gets p = 0.
+template <typename S, typename Threshold, typename Weight>
+void ThresholdedColumns(const char* function, ConstMatrixRef<S> scores, MatrixRef<S> p,
+                        const Threshold& threshold, const Weight& weight) {
+  CheckScores(function, scores);
+  CheckShape(function, "p", p, scores.rows(), scores.cols());
+  for (Index b = 0; b < scores.cols(); ++b) {
+    const S m = FiniteMax(scores.col(b));
+    if (m == -std::numeric_limits<S>::infinity()) {
+      p.col(b).setZero();
+      continue;
+    }
+    const S tau = threshold(b, m);
+    S sum(0);
+    for (Index i = 0; i < scores.rows(); ++i) {
+      const S v = weight(scores(i, b) - m, tau);  // -inf entries -> 0
+      p(i, b) = v;
+      sum += v;
+    }
+    p.col(b) /= sum;
+  }
+}
+
 }  // namespace detail
 
 // values(b) = log sum_i exp(s_ib), max-shifted; -inf for an all-masked column.
@@ -146,15 +172,8 @@ void Softmax(ConstMatrixRef<S> scores, MatrixRef<S> p) {
 // sum_{j<=k} z_(j)}, tau = (sum_{j<=k} z_(j) - 1) / k, p = [s - tau]_+.
 template <typename S>
 void Sparsemax(ConstMatrixRef<S> scores, MatrixRef<S> p) {
-  detail::CheckScores("Sparsemax", scores);
-  detail::CheckShape("Sparsemax", "p", p, scores.rows(), scores.cols());
   std::vector<S> z;
-  for (Index b = 0; b < scores.cols(); ++b) {
-    const S m = detail::FiniteMax(scores.col(b));
-    if (m == -std::numeric_limits<S>::infinity()) {
-      p.col(b).setZero();
-      continue;
-    }
+  auto threshold = [&](Index b, S m) {
     detail::SortedShifted(scores.col(b), m, S(1), &z);
     S cumsum(0), tau(0);
     for (size_t j = 0; j < z.size(); ++j) {
@@ -162,14 +181,10 @@ void Sparsemax(ConstMatrixRef<S> scores, MatrixRef<S> p) {
       const S k = static_cast<S>(j + 1);
       if (S(1) + k * z[j] > cumsum) tau = (cumsum - S(1)) / k;
     }
-    S sum(0);
-    for (Index i = 0; i < scores.rows(); ++i) {
-      const S v = std::max(S(0), (scores(i, b) - m) - tau);  // -inf -> 0
-      p(i, b) = v;
-      sum += v;
-    }
-    p.col(b) /= sum;  // exact in theory; removes rounding drift
-  }
+    return tau;
+  };
+  detail::ThresholdedColumns<S>("Sparsemax", scores, p, threshold,
+                                [](S z, S tau) { return std::max(S(0), z - tau); });
 }
 
 // p.col(b) = 1.5-entmax(s.col(b)) = [s/2 - tau]_+^2 in closed form (sort-based):
@@ -178,15 +193,8 @@ void Sparsemax(ConstMatrixRef<S> scores, MatrixRef<S> p) {
 // tau_k <= z_(k).
 template <typename S>
 void Entmax15(ConstMatrixRef<S> scores, MatrixRef<S> p) {
-  detail::CheckScores("Entmax15", scores);
-  detail::CheckShape("Entmax15", "p", p, scores.rows(), scores.cols());
   std::vector<S> z;
-  for (Index b = 0; b < scores.cols(); ++b) {
-    const S m = detail::FiniteMax(scores.col(b));
-    if (m == -std::numeric_limits<S>::infinity()) {
-      p.col(b).setZero();
-      continue;
-    }
+  auto threshold = [&](Index b, S m) {
     detail::SortedShifted(scores.col(b), m, S(0.5), &z);
     S sum1(0), sum2(0), tau(-1);  // k = 1: z_(1) = 0, tau = -1
     for (size_t j = 0; j < z.size(); ++j) {
@@ -198,14 +206,12 @@ void Entmax15(ConstMatrixRef<S> scores, MatrixRef<S> p) {
       const S tau_k = mean - std::sqrt(std::max(delta, S(0)));
       if (tau_k <= z[j]) tau = tau_k;
     }
-    S sum(0);
-    for (Index i = 0; i < scores.rows(); ++i) {
-      const S d = std::max(S(0), S(0.5) * (scores(i, b) - m) - tau);
-      p(i, b) = d * d;
-      sum += d * d;
-    }
-    p.col(b) /= sum;
-  }
+    return tau;
+  };
+  detail::ThresholdedColumns<S>("Entmax15", scores, p, threshold, [](S z, S tau) {
+    const S d = std::max(S(0), S(0.5) * z - tau);
+    return d * d;
+  });
 }
 
 // p.col(b) = alpha-entmax(s.col(b)) for any alpha > 1 by bisection on tau in
@@ -215,8 +221,6 @@ void Entmax15(ConstMatrixRef<S> scores, MatrixRef<S> p) {
 // and p is renormalised to sum to one.
 template <typename S>
 void Bisect(ConstMatrixRef<S> scores, S alpha, MatrixRef<S> p, int max_iterations = 200) {
-  detail::CheckScores("Bisect", scores);
-  detail::CheckShape("Bisect", "p", p, scores.rows(), scores.cols());
   detail::CheckAlpha("Bisect", static_cast<double>(alpha), false);
   if (max_iterations < 1) {
     throw std::invalid_argument("entmax::Bisect: max_iterations must be >= 1, got " +
@@ -230,12 +234,7 @@ void Bisect(ConstMatrixRef<S> scores, S alpha, MatrixRef<S> p, int max_iteration
     if (alpha == S(1.5)) return d * d;
     return std::pow(d, expo);
   };
-  for (Index b = 0; b < scores.cols(); ++b) {
-    const S m = detail::FiniteMax(scores.col(b));
-    if (m == -std::numeric_limits<S>::infinity()) {
-      p.col(b).setZero();
-      continue;
-    }
+  auto threshold = [&](Index b, S m) {
     Index finite = 0;
     for (Index i = 0; i < scores.rows(); ++i) {
       if (scores(i, b) > -std::numeric_limits<S>::infinity()) ++finite;
@@ -256,14 +255,10 @@ void Bisect(ConstMatrixRef<S> scores, S alpha, MatrixRef<S> p, int max_iteration
         hi = mid;
       }
     }
-    S sum(0);
-    for (Index i = 0; i < scores.rows(); ++i) {
-      const S v = power(am1 * (scores(i, b) - m) - lo);
-      p(i, b) = v;
-      sum += v;
-    }
-    p.col(b) /= sum;  // sum >= 1 > 0 at tau = lo
-  }
+    return lo;  // the sum of the weights is >= 1 > 0 at tau = lo
+  };
+  detail::ThresholdedColumns<S>("Bisect", scores, p, threshold,
+                                [&](S z, S tau) { return power(am1 * z - tau); });
 }
 
 // alpha-entmax with the exact closed forms where they exist: alpha = 1

@@ -145,15 +145,9 @@ class SparseHopfieldEnergy : public Energy<Scalar> {
   }
 
   void Value(ConstMatrixRef<Scalar> xi, VectorRef<Scalar> values) const override {
-    internal::CheckBatch("SparseHopfieldEnergy::Value(xi)", xi, dimension());
-    internal::CheckShape("SparseHopfieldEnergy::Value(values)", values, xi.cols(), 1);
-    Matrix<Scalar> s(num_patterns(), xi.cols()), p(num_patterns(), xi.cols());
-    Scores(xi, s);
-    const Scalar a = alpha();
-    entmax::Entmax<Scalar>(s, a, p);
-    Vector<Scalar> conj(xi.cols());
-    entmax::Conjugate<Scalar>(s, p, a, conj);
-    values = Scalar(0.5) * xi.colwise().squaredNorm().transpose() - conj / beta();
+    Matrix<Scalar> p(num_patterns(), xi.cols());
+    WeightsAndValues(xi, p, values, "SparseHopfieldEnergy::Value(xi)",
+                     "SparseHopfieldEnergy::Value(values)");
   }
 
   void Gradient(ConstMatrixRef<Scalar> xi, MatrixRef<Scalar> grad) const override {
@@ -177,7 +171,8 @@ class SparseHopfieldEnergy : public Energy<Scalar> {
                           VectorRef<Scalar> values) const override {
     internal::CheckShape("SparseHopfieldEnergy::CccpUpdateAndValue(out)", out, xi.rows(), xi.cols());
     Matrix<Scalar> p(num_patterns(), xi.cols());
-    WeightsAndValues(xi, p, values, "SparseHopfieldEnergy::CccpUpdateAndValue(values)");
+    WeightsAndValues(xi, p, values, "SparseHopfieldEnergy::CccpUpdateAndValue(xi)",
+                     "SparseHopfieldEnergy::CccpUpdateAndValue(values)");
     out.noalias() = patterns() * p;
   }
   // grad E = xi - X p and E, with the work of one CCCP update.
@@ -185,7 +180,8 @@ class SparseHopfieldEnergy : public Energy<Scalar> {
                         VectorRef<Scalar> values) const override {
     internal::CheckShape("SparseHopfieldEnergy::GradientAndValue(grad)", grad, xi.rows(), xi.cols());
     Matrix<Scalar> p(num_patterns(), xi.cols());
-    WeightsAndValues(xi, p, values, "SparseHopfieldEnergy::GradientAndValue(values)");
+    WeightsAndValues(xi, p, values, "SparseHopfieldEnergy::GradientAndValue(xi)",
+                     "SparseHopfieldEnergy::GradientAndValue(values)");
     grad = xi;
     grad.noalias() -= patterns() * p;
   }
@@ -235,8 +231,8 @@ class SparseHopfieldEnergy : public Energy<Scalar> {
  private:
   // p = entmax(s) and values = E from the scores s = beta X^T xi (one GEMM).
   void WeightsAndValues(ConstMatrixRef<Scalar> xi, Matrix<Scalar>& p, VectorRef<Scalar> values,
-                        const char* values_name) const {
-    internal::CheckBatch("SparseHopfieldEnergy(xi)", xi, dimension());
+                        const char* xi_name, const char* values_name) const {
+    internal::CheckBatch(xi_name, xi, dimension());
     internal::CheckShape(values_name, values, xi.cols(), 1);
     Matrix<Scalar> s(num_patterns(), xi.cols());
     Scores(xi, s);
