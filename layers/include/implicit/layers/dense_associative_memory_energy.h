@@ -120,71 +120,24 @@ class DenseAssociativeMemoryEnergy : public Energy<Scalar> {
     if (box_) grad += (x.array().atanh() / T_).matrix();
   }
   // kEuclidean: x <- X F'(X^T x); kBox: x <- tanh(T X F'(X^T x)).
-  void CccpUpdate(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> out) const override {
-    internal::CheckBatch("DenseAssociativeMemoryEnergy::CccpUpdate(x)", x, n_);
-    internal::CheckShape("DenseAssociativeMemoryEnergy::CccpUpdate(out)", out, n_, x.cols());
-    Matrix<Scalar> r;
-    kernel_.Retrieval(patterns(), nullptr, Eval(), x, &r);
-    if (box_) {
-      out = (T_ * r.array()).tanh().matrix();
-    } else {
-      out = r;
-    }
-  }
+  void CccpUpdate(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> out) const override;
   // The update and E from one product X^T x.
   void CccpUpdateAndValue(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> out,
-                          VectorRef<Scalar> values) const override {
-    internal::CheckBatch("DenseAssociativeMemoryEnergy::CccpUpdateAndValue(x)", x, n_);
-    internal::CheckShape("DenseAssociativeMemoryEnergy::CccpUpdateAndValue(out)", out, n_, x.cols());
-    internal::CheckShape("DenseAssociativeMemoryEnergy::CccpUpdateAndValue(values)", values,
-                         x.cols(), 1);
-    Matrix<Scalar> r;
-    kernel_.RetrievalAndValue(patterns(), nullptr, Eval(), x, &r, values);
-    AddBarrier(x, values);
-    if (box_) {
-      out = (T_ * r.array()).tanh().matrix();
-    } else {
-      out = r;
-    }
-  }
+                          VectorRef<Scalar> values) const override;
   // grad E and E from one product X^T x.
   void GradientAndValue(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> grad,
-                        VectorRef<Scalar> values) const override {
-    internal::CheckBatch("DenseAssociativeMemoryEnergy::GradientAndValue(x)", x, n_);
-    internal::CheckShape("DenseAssociativeMemoryEnergy::GradientAndValue(grad)", grad, n_, x.cols());
-    internal::CheckShape("DenseAssociativeMemoryEnergy::GradientAndValue(values)", values,
-                         x.cols(), 1);
-    Matrix<Scalar> r;
-    kernel_.RetrievalAndValue(patterns(), nullptr, Eval(), x, &r, values);
-    AddBarrier(x, values);
-    grad = kernel_.q * x - r;
-    if (box_) grad += (x.array().atanh() / T_).matrix();
-  }
+                        VectorRef<Scalar> values) const override;
   // No per-sample data: any subset of a batch's columns may be evaluated.
   bool SupportsSubsets() const override { return true; }
   void HessianVectorProduct(ConstMatrixRef<Scalar> x, ConstMatrixRef<Scalar> v,
-                            MatrixRef<Scalar> out) const override {
-    internal::CheckBatch("DenseAssociativeMemoryEnergy::HessianVectorProduct(x)", x, n_);
-    internal::CheckShape("DenseAssociativeMemoryEnergy::HessianVectorProduct(v)", v, n_, x.cols());
-    internal::CheckShape("DenseAssociativeMemoryEnergy::HessianVectorProduct(out)", out, n_, x.cols());
-    kernel_.HessianVectorProduct(patterns(), Eval(), x, v, out);
-    if (box_) out.array() += v.array() / (T_ * (Scalar(1) - x.array().square()));
-  }
+                            MatrixRef<Scalar> out) const override;
 
   Index num_parameters() const override { return params_.size(); }
   ParameterSet<Scalar>* parameters() override { return params_.size() > 0 ? &params_ : nullptr; }
   const ParameterSet<Scalar>& parameter_set() const { return params_; }
   // d/dX sum_b <grad E(x_b), u_b> = -(U F'(S)^T + Xb (F''(S) .* X^T U)^T), S = X^T Xb.
   void ParameterVectorJacobianProduct(ConstMatrixRef<Scalar> x, ConstMatrixRef<Scalar> u,
-                                      VectorRef<Scalar> out) const override {
-    internal::CheckBatch("DenseAssociativeMemoryEnergy::ParameterVectorJacobianProduct(x)", x, n_);
-    internal::CheckShape("DenseAssociativeMemoryEnergy::ParameterVectorJacobianProduct(u)", u, n_,
-                         x.cols());
-    internal::CheckShape("DenseAssociativeMemoryEnergy::ParameterVectorJacobianProduct(out)", out,
-                         num_parameters(), 1);
-    if (!options_.learn_patterns) return;
-    params_.BlockOf(out, "X") = kernel_.WeightVjp(patterns(), Eval(), x, u);
-  }
+                                      VectorRef<Scalar> out) const override;
 
  private:
   auto Eval() const {
@@ -194,14 +147,7 @@ class DenseAssociativeMemoryEnergy : public Energy<Scalar> {
     };
   }
   // kBox: values += (1/T) sum_i phi(x_i); nothing for kEuclidean.
-  void AddBarrier(ConstMatrixRef<Scalar> x, VectorRef<Scalar> values) const {
-    if (!box_) return;
-    for (Index b = 0; b < x.cols(); ++b) {
-      Scalar sum(0);
-      for (Index i = 0; i < n_; ++i) sum += Barrier(x(i, b));
-      values(b) += sum / T_;
-    }
-  }
+  void AddBarrier(ConstMatrixRef<Scalar> x, VectorRef<Scalar> values) const;
   // phi(x) = u log u + w log w, u = (1+x)/2, w = (1-x)/2; 0 log 0 = 0.
   static Scalar Barrier(Scalar x) {
     if (!(x >= Scalar(-1) && x <= Scalar(1))) return std::numeric_limits<Scalar>::infinity();
@@ -217,6 +163,94 @@ class DenseAssociativeMemoryEnergy : public Energy<Scalar> {
   ParameterSet<Scalar> params_;
   internal::SeparableEnergy<Scalar> kernel_;
 };
+
+template <typename Scalar>
+void DenseAssociativeMemoryEnergy<Scalar>::CccpUpdate(
+    ConstMatrixRef<Scalar> x,
+    MatrixRef<Scalar> out) const {
+  internal::CheckBatch("DenseAssociativeMemoryEnergy::CccpUpdate(x)", x, n_);
+  internal::CheckShape("DenseAssociativeMemoryEnergy::CccpUpdate(out)", out, n_, x.cols());
+  Matrix<Scalar> r;
+  kernel_.Retrieval(patterns(), nullptr, Eval(), x, &r);
+  if (box_) {
+    out = (T_ * r.array()).tanh().matrix();
+  } else {
+    out = r;
+  }
+}
+
+template <typename Scalar>
+void DenseAssociativeMemoryEnergy<Scalar>::CccpUpdateAndValue(
+    ConstMatrixRef<Scalar> x,
+    MatrixRef<Scalar> out,
+    VectorRef<Scalar> values) const {
+  internal::CheckBatch("DenseAssociativeMemoryEnergy::CccpUpdateAndValue(x)", x, n_);
+  internal::CheckShape("DenseAssociativeMemoryEnergy::CccpUpdateAndValue(out)", out, n_, x.cols());
+  internal::CheckShape("DenseAssociativeMemoryEnergy::CccpUpdateAndValue(values)", values,
+                       x.cols(), 1);
+  Matrix<Scalar> r;
+  kernel_.RetrievalAndValue(patterns(), nullptr, Eval(), x, &r, values);
+  AddBarrier(x, values);
+  if (box_) {
+    out = (T_ * r.array()).tanh().matrix();
+  } else {
+    out = r;
+  }
+}
+
+template <typename Scalar>
+void DenseAssociativeMemoryEnergy<Scalar>::GradientAndValue(
+    ConstMatrixRef<Scalar> x,
+    MatrixRef<Scalar> grad,
+    VectorRef<Scalar> values) const {
+  internal::CheckBatch("DenseAssociativeMemoryEnergy::GradientAndValue(x)", x, n_);
+  internal::CheckShape("DenseAssociativeMemoryEnergy::GradientAndValue(grad)", grad, n_, x.cols());
+  internal::CheckShape("DenseAssociativeMemoryEnergy::GradientAndValue(values)", values,
+                       x.cols(), 1);
+  Matrix<Scalar> r;
+  kernel_.RetrievalAndValue(patterns(), nullptr, Eval(), x, &r, values);
+  AddBarrier(x, values);
+  grad = kernel_.q * x - r;
+  if (box_) grad += (x.array().atanh() / T_).matrix();
+}
+
+template <typename Scalar>
+void DenseAssociativeMemoryEnergy<Scalar>::HessianVectorProduct(
+    ConstMatrixRef<Scalar> x,
+    ConstMatrixRef<Scalar> v,
+    MatrixRef<Scalar> out) const {
+  internal::CheckBatch("DenseAssociativeMemoryEnergy::HessianVectorProduct(x)", x, n_);
+  internal::CheckShape("DenseAssociativeMemoryEnergy::HessianVectorProduct(v)", v, n_, x.cols());
+  internal::CheckShape("DenseAssociativeMemoryEnergy::HessianVectorProduct(out)", out, n_, x.cols());
+  kernel_.HessianVectorProduct(patterns(), Eval(), x, v, out);
+  if (box_) out.array() += v.array() / (T_ * (Scalar(1) - x.array().square()));
+}
+
+template <typename Scalar>
+void DenseAssociativeMemoryEnergy<Scalar>::ParameterVectorJacobianProduct(
+    ConstMatrixRef<Scalar> x,
+    ConstMatrixRef<Scalar> u,
+    VectorRef<Scalar> out) const {
+  internal::CheckBatch("DenseAssociativeMemoryEnergy::ParameterVectorJacobianProduct(x)", x, n_);
+  internal::CheckShape("DenseAssociativeMemoryEnergy::ParameterVectorJacobianProduct(u)", u, n_,
+                       x.cols());
+  internal::CheckShape("DenseAssociativeMemoryEnergy::ParameterVectorJacobianProduct(out)", out,
+                       num_parameters(), 1);
+  if (!options_.learn_patterns) return;
+  params_.BlockOf(out, "X") = kernel_.WeightVjp(patterns(), Eval(), x, u);
+}
+
+template <typename Scalar>
+void DenseAssociativeMemoryEnergy<Scalar>::AddBarrier(
+    ConstMatrixRef<Scalar> x,
+    VectorRef<Scalar> values) const {
+  if (!box_) return;
+  for (Index b = 0; b < x.cols(); ++b) {
+    Scalar sum(0);
+    for (Index i = 0; i < n_; ++i) sum += Barrier(x(i, b));
+    values(b) += sum / T_;
+  }
+}
 
 IMPLICIT_EXTERN_TEMPLATE_CLASS(DenseAssociativeMemoryEnergy);
 

@@ -142,15 +142,7 @@ class MlpBlockMap : public FixedPointMap<Scalar> {
 
   const Options& options() const { return options_; }
   // x: input_dim x B (the batch the map will be evaluated on).
-  void SetInput(Matrix<Scalar> x) {
-    if (x.rows() != options_.input_dim) {
-      std::ostringstream s;
-      s << "MlpBlockMap::SetInput(x): expected " << options_.input_dim << " rows, got "
-        << x.rows() << "x" << x.cols();
-      throw std::invalid_argument(s.str());
-    }
-    x_ = std::move(x);
-  }
+  void SetInput(Matrix<Scalar> x);
   const Matrix<Scalar>& input() const { return x_; }
   // |W2|_2 |W1|_2 >= Lip_z(f); below 1 means f is a contraction.
   double LipschitzBound() const {
@@ -172,14 +164,7 @@ class MlpBlockMap : public FixedPointMap<Scalar> {
   bool HasJacobianProducts() const override { return true; }
   // J v = W2 diag(act'(a)) W1 v
   void JacobianVectorProduct(ConstMatrixRef<Scalar> z, ConstMatrixRef<Scalar> v,
-                             MatrixRef<Scalar> out) const override {
-    internal::CheckShape("MlpBlockMap::JacobianVectorProduct(v)", v, z.rows(), z.cols());
-    internal::CheckShape("MlpBlockMap::JacobianVectorProduct(out)", out, z.rows(), z.cols());
-    const Matrix<Scalar> d = Derivative(z, "MlpBlockMap::JacobianVectorProduct(z)");
-    Matrix<Scalar> w = params_.Block("W1") * v;
-    w.array() *= d.array();
-    out.noalias() = params_.Block("W2") * w;
-  }
+                             MatrixRef<Scalar> out) const override;
   // J^T u = W1^T diag(act'(a)) W2^T u
   void VectorJacobianProduct(ConstMatrixRef<Scalar> z, ConstMatrixRef<Scalar> u,
                              MatrixRef<Scalar> out) const override {
@@ -192,45 +177,13 @@ class MlpBlockMap : public FixedPointMap<Scalar> {
   Index num_parameters() const override { return params_.size(); }
   ParameterSet<Scalar>* parameters() override { return &params_; }
   void ParameterVectorJacobianProduct(ConstMatrixRef<Scalar> z, ConstMatrixRef<Scalar> u,
-                                      VectorRef<Scalar> out) const override {
-    internal::CheckShape("MlpBlockMap::ParameterVectorJacobianProduct(u)", u, z.rows(), z.cols());
-    internal::CheckShape("MlpBlockMap::ParameterVectorJacobianProduct(out)", out, num_parameters(), 1);
-    Matrix<Scalar> a = Preactivation(z, "MlpBlockMap::ParameterVectorJacobianProduct(z)");
-    Matrix<Scalar> d = a;
-    Activate(&a);
-    ActivationDerivative(&d);
-    Matrix<Scalar> du = params_.Block("W2").transpose() * u;
-    du.array() *= d.array();
-    Vector<Scalar> flat(num_parameters());
-    params_.BlockOf(flat, "W1").noalias() = du * z.transpose();
-    if (options_.input_dim > 0) params_.BlockOf(flat, "U").noalias() = du * x_.transpose();
-    params_.BlockOf(flat, "b1") = du.rowwise().sum();
-    params_.BlockOf(flat, "W2").noalias() = u * a.transpose();
-    params_.BlockOf(flat, "b2") = u.rowwise().sum();
-    out = flat;
-  }
+                                      VectorRef<Scalar> out) const override;
   Index input_dimension() const override { return options_.input_dim; }
   void InputVectorJacobianProduct(ConstMatrixRef<Scalar> z, ConstMatrixRef<Scalar> u,
-                                  MatrixRef<Scalar> out) const override {
-    internal::CheckShape("MlpBlockMap::InputVectorJacobianProduct(u)", u, z.rows(), z.cols());
-    internal::CheckShape("MlpBlockMap::InputVectorJacobianProduct(out)", out, options_.input_dim,
-                         z.cols());
-    if (options_.input_dim == 0) return;
-    const Matrix<Scalar> du = HiddenAdjoint(z, u, "MlpBlockMap::InputVectorJacobianProduct(z)");
-    out.noalias() = params_.Block("U").transpose() * du;
-  }
+                                  MatrixRef<Scalar> out) const override;
 
  private:
-  Matrix<Scalar> Preactivation(ConstMatrixRef<Scalar> z, const char* what) const {
-    internal::CheckBatch(what, z, options_.state_dim);
-    Matrix<Scalar> a = params_.Block("W1") * z;
-    if (options_.input_dim > 0) {
-      internal::CheckShape("MlpBlockMap input (SetInput)", x_, options_.input_dim, z.cols());
-      a.noalias() += params_.Block("U") * x_;
-    }
-    a.colwise() += Vector<Scalar>(params_.Block("b1"));
-    return a;
-  }
+  Matrix<Scalar> Preactivation(ConstMatrixRef<Scalar> z, const char* what) const;
   void Activate(Matrix<Scalar>* a) const {
     if (options_.activation == BlockActivation::kRelu) {
       *a = a->cwiseMax(Scalar(0));
@@ -263,6 +216,79 @@ class MlpBlockMap : public FixedPointMap<Scalar> {
   ParameterSet<Scalar> params_;
   Matrix<Scalar> x_;
 };
+
+template <typename Scalar>
+void MlpBlockMap<Scalar>::SetInput(Matrix<Scalar> x) {
+  if (x.rows() != options_.input_dim) {
+    std::ostringstream s;
+    s << "MlpBlockMap::SetInput(x): expected " << options_.input_dim << " rows, got "
+      << x.rows() << "x" << x.cols();
+    throw std::invalid_argument(s.str());
+  }
+  x_ = std::move(x);
+}
+
+template <typename Scalar>
+void MlpBlockMap<Scalar>::JacobianVectorProduct(
+    ConstMatrixRef<Scalar> z,
+    ConstMatrixRef<Scalar> v,
+    MatrixRef<Scalar> out) const {
+  internal::CheckShape("MlpBlockMap::JacobianVectorProduct(v)", v, z.rows(), z.cols());
+  internal::CheckShape("MlpBlockMap::JacobianVectorProduct(out)", out, z.rows(), z.cols());
+  const Matrix<Scalar> d = Derivative(z, "MlpBlockMap::JacobianVectorProduct(z)");
+  Matrix<Scalar> w = params_.Block("W1") * v;
+  w.array() *= d.array();
+  out.noalias() = params_.Block("W2") * w;
+}
+
+template <typename Scalar>
+void MlpBlockMap<Scalar>::ParameterVectorJacobianProduct(
+    ConstMatrixRef<Scalar> z,
+    ConstMatrixRef<Scalar> u,
+    VectorRef<Scalar> out) const {
+  internal::CheckShape("MlpBlockMap::ParameterVectorJacobianProduct(u)", u, z.rows(), z.cols());
+  internal::CheckShape("MlpBlockMap::ParameterVectorJacobianProduct(out)", out, num_parameters(), 1);
+  Matrix<Scalar> a = Preactivation(z, "MlpBlockMap::ParameterVectorJacobianProduct(z)");
+  Matrix<Scalar> d = a;
+  Activate(&a);
+  ActivationDerivative(&d);
+  Matrix<Scalar> du = params_.Block("W2").transpose() * u;
+  du.array() *= d.array();
+  Vector<Scalar> flat(num_parameters());
+  params_.BlockOf(flat, "W1").noalias() = du * z.transpose();
+  if (options_.input_dim > 0) params_.BlockOf(flat, "U").noalias() = du * x_.transpose();
+  params_.BlockOf(flat, "b1") = du.rowwise().sum();
+  params_.BlockOf(flat, "W2").noalias() = u * a.transpose();
+  params_.BlockOf(flat, "b2") = u.rowwise().sum();
+  out = flat;
+}
+
+template <typename Scalar>
+void MlpBlockMap<Scalar>::InputVectorJacobianProduct(
+    ConstMatrixRef<Scalar> z,
+    ConstMatrixRef<Scalar> u,
+    MatrixRef<Scalar> out) const {
+  internal::CheckShape("MlpBlockMap::InputVectorJacobianProduct(u)", u, z.rows(), z.cols());
+  internal::CheckShape("MlpBlockMap::InputVectorJacobianProduct(out)", out, options_.input_dim,
+                       z.cols());
+  if (options_.input_dim == 0) return;
+  const Matrix<Scalar> du = HiddenAdjoint(z, u, "MlpBlockMap::InputVectorJacobianProduct(z)");
+  out.noalias() = params_.Block("U").transpose() * du;
+}
+
+template <typename Scalar>
+Matrix<Scalar> MlpBlockMap<Scalar>::Preactivation(
+    ConstMatrixRef<Scalar> z,
+    const char* what) const {
+  internal::CheckBatch(what, z, options_.state_dim);
+  Matrix<Scalar> a = params_.Block("W1") * z;
+  if (options_.input_dim > 0) {
+    internal::CheckShape("MlpBlockMap input (SetInput)", x_, options_.input_dim, z.cols());
+    a.noalias() += params_.Block("U") * x_;
+  }
+  a.colwise() += Vector<Scalar>(params_.Block("b1"));
+  return a;
+}
 
 // A user's explicit block as a FixedPointMap with exact derivatives (see the top
 // of this file for the functor's form). The functor must write every entry of

@@ -71,16 +71,7 @@ class DiscreteLogNormalizer : public Energy<Scalar> {
   // grad log Z; in general it is d/dt log Z(eta, t) at t = 0 for the family with
   // sufficient statistic (k_i, v_i).
   void ExpectedValues(ConstMatrixRef<Scalar> eta, ConstMatrixRef<Scalar> values,
-                      MatrixRef<Scalar> out) const {
-    internal::CheckBatch("DiscreteLogNormalizer::ExpectedValues(eta)", eta, d_);
-    if (values.cols() != N_) {
-      throw std::invalid_argument("DiscreteLogNormalizer::ExpectedValues(values): expected " +
-                                  std::to_string(N_) + " columns, got " +
-                                  std::to_string(values.cols()));
-    }
-    internal::CheckShape("DiscreteLogNormalizer::ExpectedValues(out)", out, values.rows(), eta.cols());
-    out.noalias() = values * Head(eta, "DiscreteLogNormalizer::ExpectedValues").p;
-  }
+                      MatrixRef<Scalar> out) const;
 
   // log Z (-inf when every key is masked).
   void Value(ConstMatrixRef<Scalar> eta, VectorRef<Scalar> values) const override {
@@ -96,14 +87,7 @@ class DiscreteLogNormalizer : public Energy<Scalar> {
   }
   // grad log Z and log Z from one softmax head.
   void GradientAndValue(ConstMatrixRef<Scalar> eta, MatrixRef<Scalar> grad,
-                        VectorRef<Scalar> values) const override {
-    internal::CheckBatch("DiscreteLogNormalizer::GradientAndValue(eta)", eta, d_);
-    internal::CheckShape("DiscreteLogNormalizer::GradientAndValue(grad)", grad, d_, eta.cols());
-    internal::CheckShape("DiscreteLogNormalizer::GradientAndValue(values)", values, eta.cols(), 1);
-    const auto head = Head(eta, "DiscreteLogNormalizer::GradientAndValue");
-    values = head.lse;
-    grad.noalias() = keys() * head.p;
-  }
+                        VectorRef<Scalar> values) const override;
   // The same function for every sample unless the base measure is per sample (N x B).
   bool SupportsSubsets() const override { return mask_.size() == 0 || mask_.cols() == 1; }
   void HessianVectorProduct(ConstMatrixRef<Scalar> eta, ConstMatrixRef<Scalar> v,
@@ -125,17 +109,7 @@ class DiscreteLogNormalizer : public Energy<Scalar> {
   const ParameterSet<Scalar>& parameter_set() const { return params_; }
   // d/dK sum_b <K p_b, u_b> = U P^T + Eta W^T, W = (diag p - p p^T) K^T U.
   void ParameterVectorJacobianProduct(ConstMatrixRef<Scalar> eta, ConstMatrixRef<Scalar> u,
-                                      VectorRef<Scalar> out) const override {
-    internal::CheckBatch("DiscreteLogNormalizer::ParameterVectorJacobianProduct(eta)", eta, d_);
-    internal::CheckShape("DiscreteLogNormalizer::ParameterVectorJacobianProduct(u)", u, d_, eta.cols());
-    internal::CheckShape("DiscreteLogNormalizer::ParameterVectorJacobianProduct(out)", out,
-                         num_parameters(), 1);
-    if (!options_.learn_keys) return;
-    Matrix<Scalar> dK = Matrix<Scalar>::Zero(d_, N_);
-    Head(eta, "DiscreteLogNormalizer::ParameterVectorJacobianProduct")
-        .RetrievalVjp(keys(), eta, u, Scalar(1), Scalar(1), &dK, nullptr);
-    params_.BlockOf(out, "K") = dK;
-  }
+                                      VectorRef<Scalar> out) const override;
 
  private:
   internal::SoftmaxHead<Scalar> Head(ConstMatrixRef<Scalar> eta, const char* who) const {
@@ -149,6 +123,50 @@ class DiscreteLogNormalizer : public Energy<Scalar> {
   Matrix<Scalar> K_, mask_;
   ParameterSet<Scalar> params_;
 };
+
+template <typename Scalar>
+void DiscreteLogNormalizer<Scalar>::ExpectedValues(
+    ConstMatrixRef<Scalar> eta,
+    ConstMatrixRef<Scalar> values,
+    MatrixRef<Scalar> out) const {
+  internal::CheckBatch("DiscreteLogNormalizer::ExpectedValues(eta)", eta, d_);
+  if (values.cols() != N_) {
+    throw std::invalid_argument("DiscreteLogNormalizer::ExpectedValues(values): expected " +
+                                std::to_string(N_) + " columns, got " +
+                                std::to_string(values.cols()));
+  }
+  internal::CheckShape("DiscreteLogNormalizer::ExpectedValues(out)", out, values.rows(), eta.cols());
+  out.noalias() = values * Head(eta, "DiscreteLogNormalizer::ExpectedValues").p;
+}
+
+template <typename Scalar>
+void DiscreteLogNormalizer<Scalar>::GradientAndValue(
+    ConstMatrixRef<Scalar> eta,
+    MatrixRef<Scalar> grad,
+    VectorRef<Scalar> values) const {
+  internal::CheckBatch("DiscreteLogNormalizer::GradientAndValue(eta)", eta, d_);
+  internal::CheckShape("DiscreteLogNormalizer::GradientAndValue(grad)", grad, d_, eta.cols());
+  internal::CheckShape("DiscreteLogNormalizer::GradientAndValue(values)", values, eta.cols(), 1);
+  const auto head = Head(eta, "DiscreteLogNormalizer::GradientAndValue");
+  values = head.lse;
+  grad.noalias() = keys() * head.p;
+}
+
+template <typename Scalar>
+void DiscreteLogNormalizer<Scalar>::ParameterVectorJacobianProduct(
+    ConstMatrixRef<Scalar> eta,
+    ConstMatrixRef<Scalar> u,
+    VectorRef<Scalar> out) const {
+  internal::CheckBatch("DiscreteLogNormalizer::ParameterVectorJacobianProduct(eta)", eta, d_);
+  internal::CheckShape("DiscreteLogNormalizer::ParameterVectorJacobianProduct(u)", u, d_, eta.cols());
+  internal::CheckShape("DiscreteLogNormalizer::ParameterVectorJacobianProduct(out)", out,
+                       num_parameters(), 1);
+  if (!options_.learn_keys) return;
+  Matrix<Scalar> dK = Matrix<Scalar>::Zero(d_, N_);
+  Head(eta, "DiscreteLogNormalizer::ParameterVectorJacobianProduct")
+      .RetrievalVjp(keys(), eta, u, Scalar(1), Scalar(1), &dK, nullptr);
+  params_.BlockOf(out, "K") = dK;
+}
 
 IMPLICIT_EXTERN_TEMPLATE_CLASS(DiscreteLogNormalizer);
 

@@ -81,16 +81,7 @@ class EnergyTransformer : public Energy<Scalar>, private internal::EnergyTransfo
 
   // Redraws W_K, W_Q and Xi with i.i.d. N(0, stddev^2) entries (gamma and
   // delta are left alone).
-  void Initialize(unsigned seed, double stddev) {
-    std::mt19937 gen(seed);
-    std::normal_distribution<double> dist(0.0, stddev);
-    for (const char* name : {"W_K", "W_Q", "Xi"}) {
-      if (!params_.Contains(name)) continue;
-      auto block = params_.Block(name);
-      for (Index j = 0; j < block.cols(); ++j)
-        for (Index i = 0; i < block.rows(); ++i) block(i, j) = static_cast<Scalar>(dist(gen));
-    }
-  }
+  void Initialize(unsigned seed, double stddev);
 
   const Options& options() const { return options_; }
   Index num_tokens() const { return options_.num_tokens; }
@@ -112,74 +103,19 @@ class EnergyTransformer : public Energy<Scalar>, private internal::EnergyTransfo
   }
 
   // g = LayerNorm(x) token by token (same layout as x).
-  void LayerNorm(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> g) const {
-    internal::CheckBatch("EnergyTransformer::LayerNorm(x)", x, dimension());
-    internal::CheckShape("EnergyTransformer::LayerNorm(g)", g, x.rows(), x.cols());
-    Sample s;
-    for (Index b = 0; b < x.cols(); ++b) {
-      Normalize(x.col(b).data(), &s);
-      Out(g, b) = s.g;
-    }
-  }
+  void LayerNorm(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> g) const;
 
-  void Value(ConstMatrixRef<Scalar> x, VectorRef<Scalar> values) const override {
-    internal::CheckBatch("EnergyTransformer::Value(x)", x, dimension());
-    internal::CheckShape("EnergyTransformer::Value(values)", values, x.cols(), 1);
-    Sample s;
-    const Scalar D = static_cast<Scalar>(options_.token_dim);
-    const Scalar eps = static_cast<Scalar>(options_.eps);
-    for (Index b = 0; b < x.cols(); ++b) {
-      Normalize(x.col(b).data(), &s);
-      const Scalar e_ln = -D * gamma() * eps * s.s.cwiseInverse().sum();
-      values(b) = e_ln + Forces(&s, nullptr, /*with_value=*/true);
-    }
-  }
+  void Value(ConstMatrixRef<Scalar> x, VectorRef<Scalar> values) const override;
 
   // dE/dg = x + dF/dG: the direction of the Energy Transformer dynamics.
-  void DescentDirection(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> out) const override {
-    internal::CheckBatch("EnergyTransformer::DescentDirection(x)", x, dimension());
-    internal::CheckShape("EnergyTransformer::DescentDirection(out)", out, x.rows(), x.cols());
-    Sample s;
-    Matrix<Scalar> r;
-    for (Index b = 0; b < x.cols(); ++b) {
-      Residual(x.col(b).data(), &s, &r);
-      Out(out, b) = r;
-    }
-  }
+  void DescentDirection(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> out) const override;
 
-  void Gradient(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> grad) const override {
-    internal::CheckBatch("EnergyTransformer::Gradient(x)", x, dimension());
-    internal::CheckShape("EnergyTransformer::Gradient(grad)", grad, x.rows(), x.cols());
-    Sample s;
-    Matrix<Scalar> r, mr;
-    for (Index b = 0; b < x.cols(); ++b) {
-      Residual(x.col(b).data(), &s, &r);
-      ApplyM(s, r, gamma(), &mr);
-      Out(grad, b) = mr;
-    }
-  }
+  void Gradient(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> grad) const override;
 
   // dE/dx and E from one pass over each sample (the softmaxes' log-sum-exps
   // come with them).
   void GradientAndValue(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> grad,
-                        VectorRef<Scalar> values) const override {
-    internal::CheckBatch("EnergyTransformer::GradientAndValue(x)", x, dimension());
-    internal::CheckShape("EnergyTransformer::GradientAndValue(grad)", grad, x.rows(), x.cols());
-    internal::CheckShape("EnergyTransformer::GradientAndValue(values)", values, x.cols(), 1);
-    Sample s;
-    Matrix<Scalar> r, mr;
-    const Scalar D = static_cast<Scalar>(options_.token_dim);
-    const Scalar eps = static_cast<Scalar>(options_.eps);
-    for (Index b = 0; b < x.cols(); ++b) {
-      Normalize(x.col(b).data(), &s);
-      const Scalar e_ln = -D * gamma() * eps * s.s.cwiseInverse().sum();
-      const Scalar f = Forces(&s, &r, /*with_value=*/true);
-      r += Tokens(x.col(b).data());
-      ApplyM(s, r, gamma(), &mr);
-      values(b) = e_ln + f;
-      Out(grad, b) = mr;
-    }
-  }
+                        VectorRef<Scalar> values) const override;
   // x - dE/dx (Energy's default CCCP update) and E in one pass.
   void CccpUpdateAndValue(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> out,
                           VectorRef<Scalar> values) const override {
@@ -192,57 +128,14 @@ class EnergyTransformer : public Energy<Scalar>, private internal::EnergyTransfo
   bool SupportsSubsets() const override { return true; }
 
   void HessianVectorProduct(ConstMatrixRef<Scalar> x, ConstMatrixRef<Scalar> v,
-                            MatrixRef<Scalar> out) const override {
-    internal::CheckBatch("EnergyTransformer::HessianVectorProduct(x)", x, dimension());
-    internal::CheckShape("EnergyTransformer::HessianVectorProduct(v)", v, x.rows(), x.cols());
-    internal::CheckShape("EnergyTransformer::HessianVectorProduct(out)", out, x.rows(), x.cols());
-    Sample s;
-    Matrix<Scalar> r, mv, hf, term, result;
-    for (Index b = 0; b < x.cols(); ++b) {
-      Residual(x.col(b).data(), &s, &r);
-      const auto vb = Tokens(v.col(b).data());
-      ApplyM(s, vb, gamma(), &mv);          // dG = M v
-      ForcesHvp(s, mv, &hf);                // H_F M v
-      hf += vb;                             // dr = v + H_F M v
-      ApplyM(s, hf, gamma(), &result);      // M dr
-      DerivativeOfM(s, vb, r, &term);       // dM[v] r
-      result += term;
-      Out(out, b) = result;
-    }
-  }
+                            MatrixRef<Scalar> out) const override;
 
   Index num_parameters() const override { return params_.size(); }
   ParameterSet<Scalar>* parameters() override { return &params_; }
   const ParameterSet<Scalar>& parameter_set() const { return params_; }
 
   void ParameterVectorJacobianProduct(ConstMatrixRef<Scalar> x, ConstMatrixRef<Scalar> u,
-                                      VectorRef<Scalar> out) const override {
-    internal::CheckBatch("EnergyTransformer::ParameterVectorJacobianProduct(x)", x, dimension());
-    internal::CheckShape("EnergyTransformer::ParameterVectorJacobianProduct(u)", u, x.rows(),
-                         x.cols());
-    internal::CheckShape("EnergyTransformer::ParameterVectorJacobianProduct(out)", out,
-                         num_parameters(), 1);
-    Vector<Scalar> flat = Vector<Scalar>::Zero(num_parameters());
-    Sample s;
-    Matrix<Scalar> r, z, z1, hf;
-    for (Index b = 0; b < x.cols(); ++b) {
-      Residual(x.col(b).data(), &s, &r);
-      const auto ub = Tokens(u.col(b).data());
-      ApplyM(s, ub, gamma(), &z);  // <M r, u> = <r, M u>: r's parameters see z = M u
-      ForcesParameterVjp(s, z, &flat);
-      if (options_.learnable_layer_norm) {
-        // d/dgamma <M r, u> = <M|_{gamma=1} r, u> + <H_F dG/dgamma, M u>, dG/dgamma = xhat.
-        ApplyM(s, ub, Scalar(1), &z1);
-        ForcesHvp(s, s.xhat, &hf);
-        params_.BlockOf(flat, "gamma")(0, 0) += (r.array() * z1.array()).sum() +
-                                                 (hf.array() * z.array()).sum();
-        // d/ddelta: dG/ddelta = 1 (every entry).
-        ForcesHvp(s, Matrix<Scalar>::Ones(s.g.rows(), s.g.cols()), &hf);
-        params_.BlockOf(flat, "delta")(0, 0) += (hf.array() * z.array()).sum();
-      }
-    }
-    out = flat;
-  }
+                                      VectorRef<Scalar> out) const override;
 
   // ---- The dynamics' residual r(x) = dE/dg = x + dF/dG(LayerNorm(x)) ------
   // Its zeros are the fixed points of the ET dynamics x <- x - a r(x), and,
@@ -252,60 +145,13 @@ class EnergyTransformer : public Energy<Scalar>, private internal::EnergyTransfo
 
   // out = (dr/dx) v = v + H_F (M v).
   void DescentJacobianProduct(ConstMatrixRef<Scalar> x, ConstMatrixRef<Scalar> v,
-                              MatrixRef<Scalar> out) const {
-    CheckProduct("DescentJacobianProduct", x, v, out);
-    Sample s;
-    Matrix<Scalar> mv, hf;
-    for (Index b = 0; b < x.cols(); ++b) {
-      Normalize(x.col(b).data(), &s);
-      Forces(&s, nullptr);
-      const auto vb = Tokens(v.col(b).data());
-      ApplyM(s, vb, gamma(), &mv);
-      ForcesHvp(s, mv, &hf);
-      Out(out, b) = hf + vb;
-    }
-  }
+                              MatrixRef<Scalar> out) const;
   // out = (dr/dx)^T u = u + M (H_F u).
   void DescentJacobianTransposeProduct(ConstMatrixRef<Scalar> x, ConstMatrixRef<Scalar> u,
-                                       MatrixRef<Scalar> out) const {
-    CheckProduct("DescentJacobianTransposeProduct", x, u, out);
-    Sample s;
-    Matrix<Scalar> hf, mh;
-    for (Index b = 0; b < x.cols(); ++b) {
-      Normalize(x.col(b).data(), &s);
-      Forces(&s, nullptr);
-      const auto ub = Tokens(u.col(b).data());
-      ForcesHvp(s, ub, &hf);
-      ApplyM(s, hf, gamma(), &mh);
-      Out(out, b) = mh + ub;
-    }
-  }
+                                       MatrixRef<Scalar> out) const;
   // out = d/dtheta sum_b <r(x_b; theta), u_b>   (num_parameters() x 1).
   void DescentParameterVectorJacobianProduct(ConstMatrixRef<Scalar> x, ConstMatrixRef<Scalar> u,
-                                             VectorRef<Scalar> out) const {
-    internal::CheckBatch("EnergyTransformer::DescentParameterVectorJacobianProduct(x)", x,
-                         dimension());
-    internal::CheckShape("EnergyTransformer::DescentParameterVectorJacobianProduct(u)", u,
-                         x.rows(), x.cols());
-    internal::CheckShape("EnergyTransformer::DescentParameterVectorJacobianProduct(out)", out,
-                         num_parameters(), 1);
-    Vector<Scalar> flat = Vector<Scalar>::Zero(num_parameters());
-    Sample s;
-    Matrix<Scalar> ub, hf;
-    for (Index b = 0; b < x.cols(); ++b) {
-      Normalize(x.col(b).data(), &s);
-      Forces(&s, nullptr);
-      ub = Tokens(u.col(b).data());
-      ForcesParameterVjp(s, ub, &flat);
-      if (options_.learnable_layer_norm) {
-        // dG/dgamma = xhat, dG/ddelta = 1; H_F symmetric.
-        ForcesHvp(s, ub, &hf);
-        params_.BlockOf(flat, "gamma")(0, 0) += (hf.array() * s.xhat.array()).sum();
-        params_.BlockOf(flat, "delta")(0, 0) += hf.sum();
-      }
-    }
-    out = flat;
-  }
+                                             VectorRef<Scalar> out) const;
 
  private:
   using typename Base::Sample;
@@ -365,6 +211,213 @@ class EnergyTransformer : public Energy<Scalar>, private internal::EnergyTransfo
     *r += Tokens(column);
   }
 };
+
+template <typename Scalar>
+void EnergyTransformer<Scalar>::Initialize(unsigned seed, double stddev) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<double> dist(0.0, stddev);
+  for (const char* name : {"W_K", "W_Q", "Xi"}) {
+    if (!params_.Contains(name)) continue;
+    auto block = params_.Block(name);
+    for (Index j = 0; j < block.cols(); ++j)
+      for (Index i = 0; i < block.rows(); ++i) block(i, j) = static_cast<Scalar>(dist(gen));
+  }
+}
+
+template <typename Scalar>
+void EnergyTransformer<Scalar>::LayerNorm(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> g) const {
+  internal::CheckBatch("EnergyTransformer::LayerNorm(x)", x, dimension());
+  internal::CheckShape("EnergyTransformer::LayerNorm(g)", g, x.rows(), x.cols());
+  Sample s;
+  for (Index b = 0; b < x.cols(); ++b) {
+    Normalize(x.col(b).data(), &s);
+    Out(g, b) = s.g;
+  }
+}
+
+template <typename Scalar>
+void EnergyTransformer<Scalar>::Value(ConstMatrixRef<Scalar> x, VectorRef<Scalar> values) const {
+  internal::CheckBatch("EnergyTransformer::Value(x)", x, dimension());
+  internal::CheckShape("EnergyTransformer::Value(values)", values, x.cols(), 1);
+  Sample s;
+  const Scalar D = static_cast<Scalar>(options_.token_dim);
+  const Scalar eps = static_cast<Scalar>(options_.eps);
+  for (Index b = 0; b < x.cols(); ++b) {
+    Normalize(x.col(b).data(), &s);
+    const Scalar e_ln = -D * gamma() * eps * s.s.cwiseInverse().sum();
+    values(b) = e_ln + Forces(&s, nullptr, /*with_value=*/true);
+  }
+}
+
+template <typename Scalar>
+void EnergyTransformer<Scalar>::DescentDirection(
+    ConstMatrixRef<Scalar> x,
+    MatrixRef<Scalar> out) const {
+  internal::CheckBatch("EnergyTransformer::DescentDirection(x)", x, dimension());
+  internal::CheckShape("EnergyTransformer::DescentDirection(out)", out, x.rows(), x.cols());
+  Sample s;
+  Matrix<Scalar> r;
+  for (Index b = 0; b < x.cols(); ++b) {
+    Residual(x.col(b).data(), &s, &r);
+    Out(out, b) = r;
+  }
+}
+
+template <typename Scalar>
+void EnergyTransformer<Scalar>::Gradient(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> grad) const {
+  internal::CheckBatch("EnergyTransformer::Gradient(x)", x, dimension());
+  internal::CheckShape("EnergyTransformer::Gradient(grad)", grad, x.rows(), x.cols());
+  Sample s;
+  Matrix<Scalar> r, mr;
+  for (Index b = 0; b < x.cols(); ++b) {
+    Residual(x.col(b).data(), &s, &r);
+    ApplyM(s, r, gamma(), &mr);
+    Out(grad, b) = mr;
+  }
+}
+
+template <typename Scalar>
+void EnergyTransformer<Scalar>::GradientAndValue(
+    ConstMatrixRef<Scalar> x,
+    MatrixRef<Scalar> grad,
+    VectorRef<Scalar> values) const {
+  internal::CheckBatch("EnergyTransformer::GradientAndValue(x)", x, dimension());
+  internal::CheckShape("EnergyTransformer::GradientAndValue(grad)", grad, x.rows(), x.cols());
+  internal::CheckShape("EnergyTransformer::GradientAndValue(values)", values, x.cols(), 1);
+  Sample s;
+  Matrix<Scalar> r, mr;
+  const Scalar D = static_cast<Scalar>(options_.token_dim);
+  const Scalar eps = static_cast<Scalar>(options_.eps);
+  for (Index b = 0; b < x.cols(); ++b) {
+    Normalize(x.col(b).data(), &s);
+    const Scalar e_ln = -D * gamma() * eps * s.s.cwiseInverse().sum();
+    const Scalar f = Forces(&s, &r, /*with_value=*/true);
+    r += Tokens(x.col(b).data());
+    ApplyM(s, r, gamma(), &mr);
+    values(b) = e_ln + f;
+    Out(grad, b) = mr;
+  }
+}
+
+template <typename Scalar>
+void EnergyTransformer<Scalar>::HessianVectorProduct(
+    ConstMatrixRef<Scalar> x,
+    ConstMatrixRef<Scalar> v,
+    MatrixRef<Scalar> out) const {
+  internal::CheckBatch("EnergyTransformer::HessianVectorProduct(x)", x, dimension());
+  internal::CheckShape("EnergyTransformer::HessianVectorProduct(v)", v, x.rows(), x.cols());
+  internal::CheckShape("EnergyTransformer::HessianVectorProduct(out)", out, x.rows(), x.cols());
+  Sample s;
+  Matrix<Scalar> r, mv, hf, term, result;
+  for (Index b = 0; b < x.cols(); ++b) {
+    Residual(x.col(b).data(), &s, &r);
+    const auto vb = Tokens(v.col(b).data());
+    ApplyM(s, vb, gamma(), &mv);          // dG = M v
+    ForcesHvp(s, mv, &hf);                // H_F M v
+    hf += vb;                             // dr = v + H_F M v
+    ApplyM(s, hf, gamma(), &result);      // M dr
+    DerivativeOfM(s, vb, r, &term);       // dM[v] r
+    result += term;
+    Out(out, b) = result;
+  }
+}
+
+template <typename Scalar>
+void EnergyTransformer<Scalar>::ParameterVectorJacobianProduct(
+    ConstMatrixRef<Scalar> x,
+    ConstMatrixRef<Scalar> u,
+    VectorRef<Scalar> out) const {
+  internal::CheckBatch("EnergyTransformer::ParameterVectorJacobianProduct(x)", x, dimension());
+  internal::CheckShape("EnergyTransformer::ParameterVectorJacobianProduct(u)", u, x.rows(),
+                       x.cols());
+  internal::CheckShape("EnergyTransformer::ParameterVectorJacobianProduct(out)", out,
+                       num_parameters(), 1);
+  Vector<Scalar> flat = Vector<Scalar>::Zero(num_parameters());
+  Sample s;
+  Matrix<Scalar> r, z, z1, hf;
+  for (Index b = 0; b < x.cols(); ++b) {
+    Residual(x.col(b).data(), &s, &r);
+    const auto ub = Tokens(u.col(b).data());
+    ApplyM(s, ub, gamma(), &z);  // <M r, u> = <r, M u>: r's parameters see z = M u
+    ForcesParameterVjp(s, z, &flat);
+    if (options_.learnable_layer_norm) {
+      // d/dgamma <M r, u> = <M|_{gamma=1} r, u> + <H_F dG/dgamma, M u>, dG/dgamma = xhat.
+      ApplyM(s, ub, Scalar(1), &z1);
+      ForcesHvp(s, s.xhat, &hf);
+      params_.BlockOf(flat, "gamma")(0, 0) += (r.array() * z1.array()).sum() +
+                                               (hf.array() * z.array()).sum();
+      // d/ddelta: dG/ddelta = 1 (every entry).
+      ForcesHvp(s, Matrix<Scalar>::Ones(s.g.rows(), s.g.cols()), &hf);
+      params_.BlockOf(flat, "delta")(0, 0) += (hf.array() * z.array()).sum();
+    }
+  }
+  out = flat;
+}
+
+template <typename Scalar>
+void EnergyTransformer<Scalar>::DescentJacobianProduct(
+    ConstMatrixRef<Scalar> x,
+    ConstMatrixRef<Scalar> v,
+    MatrixRef<Scalar> out) const {
+  CheckProduct("DescentJacobianProduct", x, v, out);
+  Sample s;
+  Matrix<Scalar> mv, hf;
+  for (Index b = 0; b < x.cols(); ++b) {
+    Normalize(x.col(b).data(), &s);
+    Forces(&s, nullptr);
+    const auto vb = Tokens(v.col(b).data());
+    ApplyM(s, vb, gamma(), &mv);
+    ForcesHvp(s, mv, &hf);
+    Out(out, b) = hf + vb;
+  }
+}
+
+template <typename Scalar>
+void EnergyTransformer<Scalar>::DescentJacobianTransposeProduct(
+    ConstMatrixRef<Scalar> x,
+    ConstMatrixRef<Scalar> u,
+    MatrixRef<Scalar> out) const {
+  CheckProduct("DescentJacobianTransposeProduct", x, u, out);
+  Sample s;
+  Matrix<Scalar> hf, mh;
+  for (Index b = 0; b < x.cols(); ++b) {
+    Normalize(x.col(b).data(), &s);
+    Forces(&s, nullptr);
+    const auto ub = Tokens(u.col(b).data());
+    ForcesHvp(s, ub, &hf);
+    ApplyM(s, hf, gamma(), &mh);
+    Out(out, b) = mh + ub;
+  }
+}
+
+template <typename Scalar>
+void EnergyTransformer<Scalar>::DescentParameterVectorJacobianProduct(
+    ConstMatrixRef<Scalar> x,
+    ConstMatrixRef<Scalar> u,
+    VectorRef<Scalar> out) const {
+  internal::CheckBatch("EnergyTransformer::DescentParameterVectorJacobianProduct(x)", x,
+                       dimension());
+  internal::CheckShape("EnergyTransformer::DescentParameterVectorJacobianProduct(u)", u,
+                       x.rows(), x.cols());
+  internal::CheckShape("EnergyTransformer::DescentParameterVectorJacobianProduct(out)", out,
+                       num_parameters(), 1);
+  Vector<Scalar> flat = Vector<Scalar>::Zero(num_parameters());
+  Sample s;
+  Matrix<Scalar> ub, hf;
+  for (Index b = 0; b < x.cols(); ++b) {
+    Normalize(x.col(b).data(), &s);
+    Forces(&s, nullptr);
+    ub = Tokens(u.col(b).data());
+    ForcesParameterVjp(s, ub, &flat);
+    if (options_.learnable_layer_norm) {
+      // dG/dgamma = xhat, dG/ddelta = 1; H_F symmetric.
+      ForcesHvp(s, ub, &hf);
+      params_.BlockOf(flat, "gamma")(0, 0) += (hf.array() * s.xhat.array()).sum();
+      params_.BlockOf(flat, "delta")(0, 0) += hf.sum();
+    }
+  }
+  out = flat;
+}
 
 IMPLICIT_EXTERN_TEMPLATE_CLASS(EnergyTransformer);
 

@@ -71,58 +71,7 @@ class EnergyTransformerForces {
   // Fills the caches, and dF/dG when grad != nullptr; returns F(G) = E_ATT +
   // E_HN when with_value (otherwise 0: the log-sum-exps cost as much as the
   // softmaxes and only Value() needs them).
-  Scalar Forces(Sample* s, Matrix<Scalar>* grad, bool with_value = false) const {
-    const Index N = options_.num_tokens, H = options_.num_heads, M = options_.num_memories,
-                Y = options_.head_dim;
-    const Matrix<Scalar>& G = s->g;
-    Scalar value(0);
-    if (grad) grad->setZero(G.rows(), G.cols());
-    if (H > 0) {
-      // One product per projection for all heads; the N x N attention per head.
-      const auto wk = params_.Block("W_K"), wq = params_.Block("W_Q");
-      s->K.noalias() = wk * G;
-      s->Q.noalias() = wq * G;
-      s->QPt.resize(H * Y, N);
-      s->KP.resize(H * Y, N);
-      s->P.resize(H);
-      Vector<Scalar> lse(N);
-      Matrix<Scalar> scores(N, N);
-      for (Index h = 0; h < H; ++h) {
-        const auto K = s->K.middleRows(h * Y, Y), Q = s->Q.middleRows(h * Y, Y);
-        scores.noalias() = beta_ * (K.transpose() * Q);  // (B, C)
-        if (options_.exclude_self) {
-          scores.diagonal().setConstant(-std::numeric_limits<Scalar>::infinity());
-        }
-        s->P[h].resize(N, N);
-        ColumnSoftmax<Scalar>(scores, s->P[h], &lse);
-        if (with_value) value -= lse.sum() / beta_;
-        s->QPt.middleRows(h * Y, Y).noalias() = Q * s->P[h].transpose();
-        s->KP.middleRows(h * Y, Y).noalias() = K * s->P[h];
-      }
-      // dF/dG = -sum_h (W_K[h]^T Q_h P_h^T + W_Q[h]^T K_h P_h).
-      if (grad) {
-        grad->noalias() -= wk.transpose() * s->QPt;
-        grad->noalias() -= wq.transpose() * s->KP;
-      }
-    }
-    if (M > 0) {
-      const auto xi = params_.Block("Xi");
-      s->S.noalias() = xi.transpose() * G;
-      if (options_.memory == EnergyTransformerMemory::kRelu) {
-        s->R = s->S.cwiseMax(Scalar(0));
-        if (with_value) value -= Scalar(0.5) * s->R.squaredNorm();
-      } else {
-        const Scalar bm = static_cast<Scalar>(options_.memory_beta);
-        Matrix<Scalar> scaled = bm * s->S;
-        s->R.resize(M, N);
-        Vector<Scalar> memory_lse(N);
-        ColumnSoftmax<Scalar>(scaled, s->R, &memory_lse);
-        if (with_value) value -= memory_lse.sum() / bm;
-      }
-      if (grad) grad->noalias() -= xi * s->R;
-    }
-    return value;
-  }
+  Scalar Forces(Sample* s, Matrix<Scalar>* grad, bool with_value = false) const;
 
   // out = H_F dG (the G-Hessian of F along dG), from the caches of Forces().
   template <typename Derived>
@@ -171,46 +120,115 @@ class EnergyTransformerForces {
   }
 
   // dR = d(ReLU or softmax of the memory scores) along dS.
-  void MemoryDirection(const Sample& s, const Matrix<Scalar>& dS, Matrix<Scalar>* dR) const {
-    if (options_.memory == EnergyTransformerMemory::kRelu) {
-      *dR = (s.S.array() > Scalar(0)).select(dS.array(), Scalar(0)).matrix();
-    } else {
-      dR->resize(dS.rows(), dS.cols());
-      internal::SoftmaxJacobianProduct<Scalar>(s.R, dS, *dR);
-      *dR *= static_cast<Scalar>(options_.memory_beta);
-    }
-  }
+  void MemoryDirection(const Sample& s, const Matrix<Scalar>& dS, Matrix<Scalar>* dR) const;
 
   // flat += d/dtheta <dF/dG(G; theta), z> for W_K, W_Q, Xi.
-  void ForcesParameterVjp(const Sample& s, const Matrix<Scalar>& z, Vector<Scalar>* flat) const {
-    const Index M = options_.num_memories;
-    const Matrix<Scalar>& G = s.g;
-    if (options_.num_heads > 0) {
-      // dF/dW_K[h] = -Q_h P_h^T G^T, dF/dW_Q[h] = -K_h P_h G^T; differentiate along G -> z.
-      Matrix<Scalar> k_side, q_side;
-      AttentionDirection(s, z, &k_side, &q_side);
-      auto gk = params_.BlockOf(*flat, "W_K");
-      auto gq = params_.BlockOf(*flat, "W_Q");
-      gk.noalias() -= k_side * G.transpose();
-      gk.noalias() -= s.QPt * z.transpose();
-      gq.noalias() -= q_side * G.transpose();
-      gq.noalias() -= s.KP * z.transpose();
-    }
-    if (M > 0) {
-      // dF/dXi = -G R^T; differentiate along G -> z.
-      const auto xi = params_.Block("Xi");
-      Matrix<Scalar> dR;
-      MemoryDirection(s, xi.transpose() * z, &dR);
-      auto gxi = params_.BlockOf(*flat, "Xi");
-      gxi.noalias() -= z * s.R.transpose();
-      gxi.noalias() -= G * dR.transpose();
-    }
-  }
+  void ForcesParameterVjp(const Sample& s, const Matrix<Scalar>& z, Vector<Scalar>* flat) const;
 
   Options options_;
   ParameterSet<Scalar> params_;
   Scalar beta_;
 };
+
+template <typename Scalar>
+Scalar EnergyTransformerForces<Scalar>::Forces(
+    Sample* s,
+    Matrix<Scalar>* grad,
+    bool with_value) const {
+  const Index N = options_.num_tokens, H = options_.num_heads, M = options_.num_memories,
+              Y = options_.head_dim;
+  const Matrix<Scalar>& G = s->g;
+  Scalar value(0);
+  if (grad) grad->setZero(G.rows(), G.cols());
+  if (H > 0) {
+    // One product per projection for all heads; the N x N attention per head.
+    const auto wk = params_.Block("W_K"), wq = params_.Block("W_Q");
+    s->K.noalias() = wk * G;
+    s->Q.noalias() = wq * G;
+    s->QPt.resize(H * Y, N);
+    s->KP.resize(H * Y, N);
+    s->P.resize(H);
+    Vector<Scalar> lse(N);
+    Matrix<Scalar> scores(N, N);
+    for (Index h = 0; h < H; ++h) {
+      const auto K = s->K.middleRows(h * Y, Y), Q = s->Q.middleRows(h * Y, Y);
+      scores.noalias() = beta_ * (K.transpose() * Q);  // (B, C)
+      if (options_.exclude_self) {
+        scores.diagonal().setConstant(-std::numeric_limits<Scalar>::infinity());
+      }
+      s->P[h].resize(N, N);
+      ColumnSoftmax<Scalar>(scores, s->P[h], &lse);
+      if (with_value) value -= lse.sum() / beta_;
+      s->QPt.middleRows(h * Y, Y).noalias() = Q * s->P[h].transpose();
+      s->KP.middleRows(h * Y, Y).noalias() = K * s->P[h];
+    }
+    // dF/dG = -sum_h (W_K[h]^T Q_h P_h^T + W_Q[h]^T K_h P_h).
+    if (grad) {
+      grad->noalias() -= wk.transpose() * s->QPt;
+      grad->noalias() -= wq.transpose() * s->KP;
+    }
+  }
+  if (M > 0) {
+    const auto xi = params_.Block("Xi");
+    s->S.noalias() = xi.transpose() * G;
+    if (options_.memory == EnergyTransformerMemory::kRelu) {
+      s->R = s->S.cwiseMax(Scalar(0));
+      if (with_value) value -= Scalar(0.5) * s->R.squaredNorm();
+    } else {
+      const Scalar bm = static_cast<Scalar>(options_.memory_beta);
+      Matrix<Scalar> scaled = bm * s->S;
+      s->R.resize(M, N);
+      Vector<Scalar> memory_lse(N);
+      ColumnSoftmax<Scalar>(scaled, s->R, &memory_lse);
+      if (with_value) value -= memory_lse.sum() / bm;
+    }
+    if (grad) grad->noalias() -= xi * s->R;
+  }
+  return value;
+}
+
+template <typename Scalar>
+void EnergyTransformerForces<Scalar>::MemoryDirection(
+    const Sample& s,
+    const Matrix<Scalar>& dS,
+    Matrix<Scalar>* dR) const {
+  if (options_.memory == EnergyTransformerMemory::kRelu) {
+    *dR = (s.S.array() > Scalar(0)).select(dS.array(), Scalar(0)).matrix();
+  } else {
+    dR->resize(dS.rows(), dS.cols());
+    internal::SoftmaxJacobianProduct<Scalar>(s.R, dS, *dR);
+    *dR *= static_cast<Scalar>(options_.memory_beta);
+  }
+}
+
+template <typename Scalar>
+void EnergyTransformerForces<Scalar>::ForcesParameterVjp(
+    const Sample& s,
+    const Matrix<Scalar>& z,
+    Vector<Scalar>* flat) const {
+  const Index M = options_.num_memories;
+  const Matrix<Scalar>& G = s.g;
+  if (options_.num_heads > 0) {
+    // dF/dW_K[h] = -Q_h P_h^T G^T, dF/dW_Q[h] = -K_h P_h G^T; differentiate along G -> z.
+    Matrix<Scalar> k_side, q_side;
+    AttentionDirection(s, z, &k_side, &q_side);
+    auto gk = params_.BlockOf(*flat, "W_K");
+    auto gq = params_.BlockOf(*flat, "W_Q");
+    gk.noalias() -= k_side * G.transpose();
+    gk.noalias() -= s.QPt * z.transpose();
+    gq.noalias() -= q_side * G.transpose();
+    gq.noalias() -= s.KP * z.transpose();
+  }
+  if (M > 0) {
+    // dF/dXi = -G R^T; differentiate along G -> z.
+    const auto xi = params_.Block("Xi");
+    Matrix<Scalar> dR;
+    MemoryDirection(s, xi.transpose() * z, &dR);
+    auto gxi = params_.BlockOf(*flat, "Xi");
+    gxi.noalias() -= z * s.R.transpose();
+    gxi.noalias() -= G * dR.transpose();
+  }
+}
 
 }  // namespace internal
 

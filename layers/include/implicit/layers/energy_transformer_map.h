@@ -91,19 +91,7 @@ class EnergyTransformerMap : public FixedPointMap<Scalar> {
   Scalar step() const { return step_; }
 
   Index dimension() const override { return et_.dimension(); }
-  void Evaluate(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> out) const override {
-    internal::CheckShape("EnergyTransformerMap::Evaluate(out)", out, x.rows(), x.cols());
-    if (!has_clamp_) {
-      et_.DescentDirection(x, out);
-      out = x - step_ * out;
-      return;
-    }
-    const Matrix<Scalar> y = clamped_.Merge(x);
-    et_.DescentDirection(y, out);
-    out = y - step_ * out;
-    Mask(out);
-    out += ((Scalar(1) - clamped_.free_mask().array()) * clamped_.input().array()).matrix();
-  }
+  void Evaluate(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> out) const override;
   bool HasJacobianProducts() const override { return true; }
   void JacobianVectorProduct(ConstMatrixRef<Scalar> x, ConstMatrixRef<Scalar> v,
                              MatrixRef<Scalar> out) const override {
@@ -116,32 +104,10 @@ class EnergyTransformerMap : public FixedPointMap<Scalar> {
   Index num_parameters() const override { return et_.num_parameters(); }
   ParameterSet<Scalar>* parameters() override { return et_.parameters(); }
   void ParameterVectorJacobianProduct(ConstMatrixRef<Scalar> x, ConstMatrixRef<Scalar> u,
-                                      VectorRef<Scalar> out) const override {
-    if (!has_clamp_) {
-      et_.DescentParameterVectorJacobianProduct(x, u, out);
-    } else {
-      Matrix<Scalar> mu = u;
-      Mask(mu);
-      et_.DescentParameterVectorJacobianProduct(clamped_.Merge(x), mu, out);
-    }
-    out *= -step_;
-  }
+                                      VectorRef<Scalar> out) const override;
   Index input_dimension() const override { return has_clamp_ ? et_.dimension() : 0; }
   void InputVectorJacobianProduct(ConstMatrixRef<Scalar> x, ConstMatrixRef<Scalar> u,
-                                  MatrixRef<Scalar> out) const override {
-    if (!has_clamp_) {
-      throw std::logic_error("EnergyTransformerMap: no input without a clamp (SetClamp)");
-    }
-    internal::CheckShape("EnergyTransformerMap::InputVectorJacobianProduct(out)", out, x.rows(),
-                         x.cols());
-    // d f / d c = m (I - a dr/dy) (1 - m) + (1 - m): transpose applied to u.
-    Matrix<Scalar> mu = u;
-    Mask(mu);
-    const Matrix<Scalar> y = clamped_.Merge(x);
-    et_.DescentJacobianTransposeProduct(y, mu, out);
-    out = mu - step_ * out;
-    out = ((Scalar(1) - clamped_.free_mask().array()) * (out + u).array()).matrix();
-  }
+                                  MatrixRef<Scalar> out) const override;
   const Energy<Scalar>* energy() const override {
     return has_clamp_ ? static_cast<const Energy<Scalar>*>(&clamped_)
                       : static_cast<const Energy<Scalar>*>(&et_);
@@ -151,31 +117,87 @@ class EnergyTransformerMap : public FixedPointMap<Scalar> {
   void Mask(MatrixRef<Scalar> m) const { m.array() *= clamped_.free_mask().array(); }
   // J v = m (.) (w - a dr/dy w), w = m (.) v   (transpose: dr/dy^T); no clamp: m = 1.
   void Product(ConstMatrixRef<Scalar> x, ConstMatrixRef<Scalar> v, MatrixRef<Scalar> out,
-               bool transpose) const {
-    internal::CheckShape("EnergyTransformerMap: direction", v, x.rows(), x.cols());
-    internal::CheckShape("EnergyTransformerMap: output", out, x.rows(), x.cols());
-    Matrix<Scalar> w = v;
-    Matrix<Scalar> y;
-    if (has_clamp_) {
-      Mask(w);
-      y = clamped_.Merge(x);
-    } else {
-      y = x;
-    }
-    if (transpose) {
-      et_.DescentJacobianTransposeProduct(y, w, out);
-    } else {
-      et_.DescentJacobianProduct(y, w, out);
-    }
-    out = w - step_ * out;
-    if (has_clamp_) Mask(out);
-  }
+               bool transpose) const;
 
   EnergyTransformer<Scalar>& et_;
   ClampedEnergy<Scalar> clamped_;
   Scalar step_;
   bool has_clamp_ = false;
 };
+
+template <typename Scalar>
+void EnergyTransformerMap<Scalar>::Evaluate(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> out) const {
+  internal::CheckShape("EnergyTransformerMap::Evaluate(out)", out, x.rows(), x.cols());
+  if (!has_clamp_) {
+    et_.DescentDirection(x, out);
+    out = x - step_ * out;
+    return;
+  }
+  const Matrix<Scalar> y = clamped_.Merge(x);
+  et_.DescentDirection(y, out);
+  out = y - step_ * out;
+  Mask(out);
+  out += ((Scalar(1) - clamped_.free_mask().array()) * clamped_.input().array()).matrix();
+}
+
+template <typename Scalar>
+void EnergyTransformerMap<Scalar>::ParameterVectorJacobianProduct(
+    ConstMatrixRef<Scalar> x,
+    ConstMatrixRef<Scalar> u,
+    VectorRef<Scalar> out) const {
+  if (!has_clamp_) {
+    et_.DescentParameterVectorJacobianProduct(x, u, out);
+  } else {
+    Matrix<Scalar> mu = u;
+    Mask(mu);
+    et_.DescentParameterVectorJacobianProduct(clamped_.Merge(x), mu, out);
+  }
+  out *= -step_;
+}
+
+template <typename Scalar>
+void EnergyTransformerMap<Scalar>::InputVectorJacobianProduct(
+    ConstMatrixRef<Scalar> x,
+    ConstMatrixRef<Scalar> u,
+    MatrixRef<Scalar> out) const {
+  if (!has_clamp_) {
+    throw std::logic_error("EnergyTransformerMap: no input without a clamp (SetClamp)");
+  }
+  internal::CheckShape("EnergyTransformerMap::InputVectorJacobianProduct(out)", out, x.rows(),
+                       x.cols());
+  // d f / d c = m (I - a dr/dy) (1 - m) + (1 - m): transpose applied to u.
+  Matrix<Scalar> mu = u;
+  Mask(mu);
+  const Matrix<Scalar> y = clamped_.Merge(x);
+  et_.DescentJacobianTransposeProduct(y, mu, out);
+  out = mu - step_ * out;
+  out = ((Scalar(1) - clamped_.free_mask().array()) * (out + u).array()).matrix();
+}
+
+template <typename Scalar>
+void EnergyTransformerMap<Scalar>::Product(
+    ConstMatrixRef<Scalar> x,
+    ConstMatrixRef<Scalar> v,
+    MatrixRef<Scalar> out,
+    bool transpose) const {
+  internal::CheckShape("EnergyTransformerMap: direction", v, x.rows(), x.cols());
+  internal::CheckShape("EnergyTransformerMap: output", out, x.rows(), x.cols());
+  Matrix<Scalar> w = v;
+  Matrix<Scalar> y;
+  if (has_clamp_) {
+    Mask(w);
+    y = clamped_.Merge(x);
+  } else {
+    y = x;
+  }
+  if (transpose) {
+    et_.DescentJacobianTransposeProduct(y, w, out);
+  } else {
+    et_.DescentJacobianProduct(y, w, out);
+  }
+  out = w - step_ * out;
+  if (has_clamp_) Mask(out);
+}
 
 IMPLICIT_EXTERN_TEMPLATE_CLASS(EnergyTransformerMap);
 

@@ -77,17 +77,7 @@ class GaussianLogNormalizer : public Energy<Scalar> {
   }
   // mu + Sigma eta and log Z from one product Sigma eta.
   void GradientAndValue(ConstMatrixRef<Scalar> eta, MatrixRef<Scalar> grad,
-                        VectorRef<Scalar> values) const override {
-    internal::CheckBatch("GaussianLogNormalizer::GradientAndValue(eta)", eta, d_);
-    internal::CheckShape("GaussianLogNormalizer::GradientAndValue(grad)", grad, d_, eta.cols());
-    internal::CheckShape("GaussianLogNormalizer::GradientAndValue(values)", values, eta.cols(), 1);
-    const Matrix<Scalar> Se = covariance() * eta;
-    const Vector<Scalar> mu = mean();
-    values = eta.transpose() * mu;
-    values += Scalar(0.5) * (eta.array() * Se.array()).colwise().sum().transpose().matrix();
-    grad = Se;
-    grad.colwise() += mu;
-  }
+                        VectorRef<Scalar> values) const override;
   bool SupportsSubsets() const override { return true; }
   void HessianVectorProduct(ConstMatrixRef<Scalar> eta, ConstMatrixRef<Scalar> v,
                             MatrixRef<Scalar> out) const override {
@@ -106,17 +96,7 @@ class GaussianLogNormalizer : public Energy<Scalar> {
   const ParameterSet<Scalar>& parameter_set() const { return params_; }
   // d/dmu = sum_b u_b;  d/dSigma = 0.5 sum_b (u_b eta_b^T + eta_b u_b^T).
   void ParameterVectorJacobianProduct(ConstMatrixRef<Scalar> eta, ConstMatrixRef<Scalar> u,
-                                      VectorRef<Scalar> out) const override {
-    internal::CheckBatch("GaussianLogNormalizer::ParameterVectorJacobianProduct(eta)", eta, d_);
-    internal::CheckShape("GaussianLogNormalizer::ParameterVectorJacobianProduct(u)", u, d_, eta.cols());
-    internal::CheckShape("GaussianLogNormalizer::ParameterVectorJacobianProduct(out)", out,
-                         num_parameters(), 1);
-    if (options_.learn_mean) params_.BlockOf(out, "mu") = u.rowwise().sum();
-    if (options_.learn_covariance) {
-      const Matrix<Scalar> ue = u * eta.transpose();
-      params_.BlockOf(out, "Sigma") = Scalar(0.5) * (ue + ue.transpose());
-    }
-  }
+                                      VectorRef<Scalar> out) const override;
 
  private:
   Options options_;
@@ -125,6 +105,38 @@ class GaussianLogNormalizer : public Energy<Scalar> {
   Matrix<Scalar> Sigma_;
   ParameterSet<Scalar> params_;
 };
+
+template <typename Scalar>
+void GaussianLogNormalizer<Scalar>::GradientAndValue(
+    ConstMatrixRef<Scalar> eta,
+    MatrixRef<Scalar> grad,
+    VectorRef<Scalar> values) const {
+  internal::CheckBatch("GaussianLogNormalizer::GradientAndValue(eta)", eta, d_);
+  internal::CheckShape("GaussianLogNormalizer::GradientAndValue(grad)", grad, d_, eta.cols());
+  internal::CheckShape("GaussianLogNormalizer::GradientAndValue(values)", values, eta.cols(), 1);
+  const Matrix<Scalar> Se = covariance() * eta;
+  const Vector<Scalar> mu = mean();
+  values = eta.transpose() * mu;
+  values += Scalar(0.5) * (eta.array() * Se.array()).colwise().sum().transpose().matrix();
+  grad = Se;
+  grad.colwise() += mu;
+}
+
+template <typename Scalar>
+void GaussianLogNormalizer<Scalar>::ParameterVectorJacobianProduct(
+    ConstMatrixRef<Scalar> eta,
+    ConstMatrixRef<Scalar> u,
+    VectorRef<Scalar> out) const {
+  internal::CheckBatch("GaussianLogNormalizer::ParameterVectorJacobianProduct(eta)", eta, d_);
+  internal::CheckShape("GaussianLogNormalizer::ParameterVectorJacobianProduct(u)", u, d_, eta.cols());
+  internal::CheckShape("GaussianLogNormalizer::ParameterVectorJacobianProduct(out)", out,
+                       num_parameters(), 1);
+  if (options_.learn_mean) params_.BlockOf(out, "mu") = u.rowwise().sum();
+  if (options_.learn_covariance) {
+    const Matrix<Scalar> ue = u * eta.transpose();
+    params_.BlockOf(out, "Sigma") = Scalar(0.5) * (ue + ue.transpose());
+  }
+}
 
 IMPLICIT_EXTERN_TEMPLATE_CLASS(GaussianLogNormalizer);
 

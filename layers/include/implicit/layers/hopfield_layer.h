@@ -235,126 +235,15 @@ class HopfieldLayer {
   // learned_patterns > 0). mask: additive score mask, N x 1 or N x S (0 or
   // -inf), empty for none.
   Matrix<Scalar> Forward(ConstMatrixRef<Scalar> R, ConstMatrixRef<Scalar> Y,
-                         const Matrix<Scalar>& mask = Matrix<Scalar>()) {
-    has_forward_ = false;
-    const Matrix<Scalar> Rq = options_.learned_queries > 0 ? Matrix<Scalar>(params_->Block("queries")) : Matrix<Scalar>(R);
-    const Matrix<Scalar> Yp = options_.learned_patterns > 0 ? Matrix<Scalar>(params_->Block("patterns")) : Matrix<Scalar>(Y);
-    if (Rq.cols() == 0) throw std::invalid_argument("HopfieldLayer::Forward(R): no queries (0 columns)");
-    energy_->SetInputs(Rq, Yp, mask);
-    xi_ = energy_->ProjectQueries(Rq);
-    if (options_.one_step) {
-      summary_ = Summary();
-      summary_.solver = "one_step";
-      summary_.termination_type = TerminationType::kConverged;
-      summary_.sample_status.assign(xi_.cols(), TerminationType::kConverged);
-    } else {
-      summary_ = implicit_->Forward(xi_);
-    }
-    has_forward_ = true;
-    return Readout(xi_, nullptr);
-  }
+                         const Matrix<Scalar>& mask = Matrix<Scalar>());
 
   // Gradients of a loss L(Z) given dL/dZ (d_out x S) for the last Forward.
   // Throws std::logic_error before the first Forward.
-  HopfieldGradients<Scalar> Backward(ConstMatrixRef<Scalar> dLdZ) const {
-    if (!has_forward_) throw std::logic_error("HopfieldLayer::Backward: call Forward first");
-    internal::CheckShape("HopfieldLayer::Backward(dLdZ)", dLdZ, dout_, xi_.cols());
-    const ParameterSet<Scalar>& P = *params_;
-    const Matrix<Scalar>& R = energy_->queries();
-    const Matrix<Scalar>& Y = energy_->stored_patterns();
-    HopfieldGradients<Scalar> g;
-    g.parameters.setZero(P.size());
-    Matrix<Scalar> dY = Matrix<Scalar>::Zero(Y.rows(), Y.cols());
-    Matrix<Scalar> dR = Matrix<Scalar>::Zero(R.rows(), R.cols());
-
-    // Readout Z = W_O A, A_h = V_h p_h, p_h = softmax(beta_h K_h^T xi_h + m).
-    Matrix<Scalar> A;
-    Readout(xi_, &A);
-    if (P.Contains("W_O")) P.BlockOf(g.parameters, "W_O").noalias() = dLdZ * A.transpose();
-    const Matrix<Scalar> dA = P.Contains("W_O") ? Matrix<Scalar>(P.Block("W_O").transpose() * dLdZ)
-                                                : Matrix<Scalar>(dLdZ);
-    const Matrix<Scalar> K = energy_->Keys();
-    const Matrix<Scalar> V = energy_->Values();
-    Matrix<Scalar> dK = Matrix<Scalar>::Zero(K.rows(), K.cols());
-    Matrix<Scalar> dV = Matrix<Scalar>::Zero(V.rows(), V.cols());
-    Matrix<Scalar> dXi = Matrix<Scalar>::Zero(xi_.rows(), xi_.cols());
-    Vector<Scalar> dbeta = Vector<Scalar>::Zero(H_);
-    for (Index h = 0; h < H_; ++h) {
-      const auto head = energy_->HeadAt(K, xi_, h, "HopfieldLayer::Backward");
-      const auto dAh = dA.middleRows(h * dv_, dv_);
-      dV.middleRows(h * dv_, dv_).noalias() = dAh * head.p.transpose();
-      Matrix<Scalar> D = V.middleRows(h * dv_, dv_).transpose() * dAh;  // dL/dp_h
-      internal::SoftmaxJacobianProduct<Scalar>(head.p, D, D);           // dL/da_h
-      const Scalar b = energy_->beta(h);
-      dK.middleRows(h * dk_, dk_).noalias() = b * (xi_.middleRows(h * dk_, dk_) * D.transpose());
-      dXi.middleRows(h * dk_, dk_).noalias() = b * (K.middleRows(h * dk_, dk_) * D);
-      dbeta(h) = internal::SoftmaxHead<Scalar>::Dot(D, head.scores);
-    }
-    if (P.Contains("W_V")) P.BlockOf(g.parameters, "W_V").noalias() = dV * Y.transpose();
-    dY += P.Contains("W_V") ? Matrix<Scalar>(P.Block("W_V").transpose() * dV) : dV;
-
-    if (options_.one_step) {
-      // xi = W_Q R.
-      g.adjoint_summary.solver = "none";
-      g.adjoint_summary.termination_type = TerminationType::kConverged;
-      g.adjoint_summary.sample_status.assign(xi_.cols(), TerminationType::kConverged);
-      if (P.Contains("W_Q")) P.BlockOf(g.parameters, "W_Q").noalias() = dXi * R.transpose();
-      dR = P.Contains("W_Q") ? Matrix<Scalar>(P.Block("W_Q").transpose() * dXi) : dXi;
-    } else {
-      // xi* = stationary point: implicit function theorem on the CCCP map.
-      BackwardResult<Scalar> r = implicit_->Backward(dXi);
-      g.adjoint_summary = r.summary;
-      g.parameters += r.parameter_gradient;  // W_Q (anchor), W_K, beta
-      if (r.input_gradient.size() != 0) dR = r.input_gradient;
-      Matrix<Scalar> u = r.adjoint;
-      bool all_good = true;
-      for (Index b = 0; b < u.cols(); ++b) {
-        if (r.summary.sample_status[b] != TerminationType::kConverged) {
-          u.col(b).setZero();
-          all_good = false;
-        }
-      }
-      // f = xi - grad E: dL/dY += (df/dY)^T u = -d/dY <grad E, u>.
-      Matrix<Scalar> dYe(Y.rows(), Y.cols());
-      energy_->StoredPatternVectorJacobianProduct(xi_, u, dYe);
-      dY -= dYe;
-      if (!all_good && !options_.backward.drop_failed_samples) {
-        dY.setConstant(std::numeric_limits<Scalar>::quiet_NaN());
-      }
-    }
-    if (P.Contains("W_K")) P.BlockOf(g.parameters, "W_K").noalias() += dK * Y.transpose();
-    dY += P.Contains("W_K") ? Matrix<Scalar>(P.Block("W_K").transpose() * dK) : dK;
-    if (P.Contains("beta")) {
-      auto b = P.BlockOf(g.parameters, "beta");
-      if (b.rows() == 1) b(0, 0) += dbeta.sum(); else b += dbeta;
-    }
-    if (options_.learned_queries > 0) {
-      P.BlockOf(g.parameters, "queries") += dR;
-    } else {
-      g.queries = dR;
-    }
-    if (options_.learned_patterns > 0) {
-      P.BlockOf(g.parameters, "patterns") += dY;
-    } else {
-      g.stored_patterns = dY;
-    }
-    return g;
-  }
+  HopfieldGradients<Scalar> Backward(ConstMatrixRef<Scalar> dLdZ) const;
 
  private:
   // Z = W_O A, A = [V_h p_h(xi_h)]_h; *A_out receives A when given.
-  Matrix<Scalar> Readout(const Matrix<Scalar>& xi, Matrix<Scalar>* A_out) const {
-    const Matrix<Scalar> K = energy_->Keys();
-    const Matrix<Scalar> V = energy_->Values();
-    Matrix<Scalar> A(H_ * dv_, xi.cols());
-    for (Index h = 0; h < H_; ++h) {
-      const auto head = energy_->HeadAt(K, xi, h, "HopfieldLayer::Forward");
-      A.middleRows(h * dv_, dv_).noalias() = V.middleRows(h * dv_, dv_) * head.p;
-    }
-    if (A_out != nullptr) *A_out = A;
-    if (params_->Contains("W_O")) return params_->Block("W_O") * A;
-    return A;
-  }
+  Matrix<Scalar> Readout(const Matrix<Scalar>& xi, Matrix<Scalar>* A_out) const;
 
   Options options_;
   Index H_ = 1, dk_ = 1, dv_ = 1, dout_ = 1;
@@ -367,6 +256,131 @@ class HopfieldLayer {
   Summary summary_;
   bool has_forward_ = false;
 };
+
+template <typename Scalar>
+Matrix<Scalar> HopfieldLayer<Scalar>::Forward(
+    ConstMatrixRef<Scalar> R,
+    ConstMatrixRef<Scalar> Y,
+    const Matrix<Scalar>& mask) {
+  has_forward_ = false;
+  const Matrix<Scalar> Rq = options_.learned_queries > 0 ? Matrix<Scalar>(params_->Block("queries")) : Matrix<Scalar>(R);
+  const Matrix<Scalar> Yp = options_.learned_patterns > 0 ? Matrix<Scalar>(params_->Block("patterns")) : Matrix<Scalar>(Y);
+  if (Rq.cols() == 0) throw std::invalid_argument("HopfieldLayer::Forward(R): no queries (0 columns)");
+  energy_->SetInputs(Rq, Yp, mask);
+  xi_ = energy_->ProjectQueries(Rq);
+  if (options_.one_step) {
+    summary_ = Summary();
+    summary_.solver = "one_step";
+    summary_.termination_type = TerminationType::kConverged;
+    summary_.sample_status.assign(xi_.cols(), TerminationType::kConverged);
+  } else {
+    summary_ = implicit_->Forward(xi_);
+  }
+  has_forward_ = true;
+  return Readout(xi_, nullptr);
+}
+
+template <typename Scalar>
+HopfieldGradients<Scalar> HopfieldLayer<Scalar>::Backward(ConstMatrixRef<Scalar> dLdZ) const {
+  if (!has_forward_) throw std::logic_error("HopfieldLayer::Backward: call Forward first");
+  internal::CheckShape("HopfieldLayer::Backward(dLdZ)", dLdZ, dout_, xi_.cols());
+  const ParameterSet<Scalar>& P = *params_;
+  const Matrix<Scalar>& R = energy_->queries();
+  const Matrix<Scalar>& Y = energy_->stored_patterns();
+  HopfieldGradients<Scalar> g;
+  g.parameters.setZero(P.size());
+  Matrix<Scalar> dY = Matrix<Scalar>::Zero(Y.rows(), Y.cols());
+  Matrix<Scalar> dR = Matrix<Scalar>::Zero(R.rows(), R.cols());
+
+  // Readout Z = W_O A, A_h = V_h p_h, p_h = softmax(beta_h K_h^T xi_h + m).
+  Matrix<Scalar> A;
+  Readout(xi_, &A);
+  if (P.Contains("W_O")) P.BlockOf(g.parameters, "W_O").noalias() = dLdZ * A.transpose();
+  const Matrix<Scalar> dA = P.Contains("W_O") ? Matrix<Scalar>(P.Block("W_O").transpose() * dLdZ)
+                                              : Matrix<Scalar>(dLdZ);
+  const Matrix<Scalar> K = energy_->Keys();
+  const Matrix<Scalar> V = energy_->Values();
+  Matrix<Scalar> dK = Matrix<Scalar>::Zero(K.rows(), K.cols());
+  Matrix<Scalar> dV = Matrix<Scalar>::Zero(V.rows(), V.cols());
+  Matrix<Scalar> dXi = Matrix<Scalar>::Zero(xi_.rows(), xi_.cols());
+  Vector<Scalar> dbeta = Vector<Scalar>::Zero(H_);
+  for (Index h = 0; h < H_; ++h) {
+    const auto head = energy_->HeadAt(K, xi_, h, "HopfieldLayer::Backward");
+    const auto dAh = dA.middleRows(h * dv_, dv_);
+    dV.middleRows(h * dv_, dv_).noalias() = dAh * head.p.transpose();
+    Matrix<Scalar> D = V.middleRows(h * dv_, dv_).transpose() * dAh;  // dL/dp_h
+    internal::SoftmaxJacobianProduct<Scalar>(head.p, D, D);           // dL/da_h
+    const Scalar b = energy_->beta(h);
+    dK.middleRows(h * dk_, dk_).noalias() = b * (xi_.middleRows(h * dk_, dk_) * D.transpose());
+    dXi.middleRows(h * dk_, dk_).noalias() = b * (K.middleRows(h * dk_, dk_) * D);
+    dbeta(h) = internal::SoftmaxHead<Scalar>::Dot(D, head.scores);
+  }
+  if (P.Contains("W_V")) P.BlockOf(g.parameters, "W_V").noalias() = dV * Y.transpose();
+  dY += P.Contains("W_V") ? Matrix<Scalar>(P.Block("W_V").transpose() * dV) : dV;
+
+  if (options_.one_step) {
+    // xi = W_Q R.
+    g.adjoint_summary.solver = "none";
+    g.adjoint_summary.termination_type = TerminationType::kConverged;
+    g.adjoint_summary.sample_status.assign(xi_.cols(), TerminationType::kConverged);
+    if (P.Contains("W_Q")) P.BlockOf(g.parameters, "W_Q").noalias() = dXi * R.transpose();
+    dR = P.Contains("W_Q") ? Matrix<Scalar>(P.Block("W_Q").transpose() * dXi) : dXi;
+  } else {
+    // xi* = stationary point: implicit function theorem on the CCCP map.
+    BackwardResult<Scalar> r = implicit_->Backward(dXi);
+    g.adjoint_summary = r.summary;
+    g.parameters += r.parameter_gradient;  // W_Q (anchor), W_K, beta
+    if (r.input_gradient.size() != 0) dR = r.input_gradient;
+    Matrix<Scalar> u = r.adjoint;
+    bool all_good = true;
+    for (Index b = 0; b < u.cols(); ++b) {
+      if (r.summary.sample_status[b] != TerminationType::kConverged) {
+        u.col(b).setZero();
+        all_good = false;
+      }
+    }
+    // f = xi - grad E: dL/dY += (df/dY)^T u = -d/dY <grad E, u>.
+    Matrix<Scalar> dYe(Y.rows(), Y.cols());
+    energy_->StoredPatternVectorJacobianProduct(xi_, u, dYe);
+    dY -= dYe;
+    if (!all_good && !options_.backward.drop_failed_samples) {
+      dY.setConstant(std::numeric_limits<Scalar>::quiet_NaN());
+    }
+  }
+  if (P.Contains("W_K")) P.BlockOf(g.parameters, "W_K").noalias() += dK * Y.transpose();
+  dY += P.Contains("W_K") ? Matrix<Scalar>(P.Block("W_K").transpose() * dK) : dK;
+  if (P.Contains("beta")) {
+    auto b = P.BlockOf(g.parameters, "beta");
+    if (b.rows() == 1) b(0, 0) += dbeta.sum(); else b += dbeta;
+  }
+  if (options_.learned_queries > 0) {
+    P.BlockOf(g.parameters, "queries") += dR;
+  } else {
+    g.queries = dR;
+  }
+  if (options_.learned_patterns > 0) {
+    P.BlockOf(g.parameters, "patterns") += dY;
+  } else {
+    g.stored_patterns = dY;
+  }
+  return g;
+}
+
+template <typename Scalar>
+Matrix<Scalar> HopfieldLayer<Scalar>::Readout(
+    const Matrix<Scalar>& xi,
+    Matrix<Scalar>* A_out) const {
+  const Matrix<Scalar> K = energy_->Keys();
+  const Matrix<Scalar> V = energy_->Values();
+  Matrix<Scalar> A(H_ * dv_, xi.cols());
+  for (Index h = 0; h < H_; ++h) {
+    const auto head = energy_->HeadAt(K, xi, h, "HopfieldLayer::Forward");
+    A.middleRows(h * dv_, dv_).noalias() = V.middleRows(h * dv_, dv_) * head.p;
+  }
+  if (A_out != nullptr) *A_out = A;
+  if (params_->Contains("W_O")) return params_->Block("W_O") * A;
+  return A;
+}
 
 // The shared part of HopfieldPooling and HopfieldLookup: a HopfieldLayer one
 // of whose two inputs (the queries or the stored patterns) is a learned
@@ -388,17 +402,23 @@ class LearnedInputHopfieldLayer {
   HopfieldLayer<Scalar> layer_;
 
  private:
-  static const Options& Check(const Options& o, const char* who, bool queries) {
-    const bool ok = queries ? (o.learned_queries > 0 && o.learned_patterns == 0)
-                            : (o.learned_patterns > 0 && o.learned_queries == 0);
-    if (!ok) {
-      throw std::invalid_argument(std::string(who) +
-                                  (queries ? ": needs learned_queries > 0 and learned_patterns == 0"
-                                           : ": needs learned_patterns > 0 and learned_queries == 0"));
-    }
-    return o;
-  }
+  static const Options& Check(const Options& o, const char* who, bool queries);
 };
+
+template <typename Scalar>
+auto LearnedInputHopfieldLayer<Scalar>::Check(
+    const Options& o,
+    const char* who,
+    bool queries) -> const Options& {
+  const bool ok = queries ? (o.learned_queries > 0 && o.learned_patterns == 0)
+                          : (o.learned_patterns > 0 && o.learned_queries == 0);
+  if (!ok) {
+    throw std::invalid_argument(std::string(who) +
+                                (queries ? ": needs learned_queries > 0 and learned_patterns == 0"
+                                         : ": needs learned_patterns > 0 and learned_queries == 0"));
+  }
+  return o;
+}
 
 IMPLICIT_EXTERN_TEMPLATE_CLASS(HopfieldLayer);
 IMPLICIT_EXTERN_TEMPLATE_CLASS(LearnedInputHopfieldLayer);

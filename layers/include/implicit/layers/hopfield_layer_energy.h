@@ -39,26 +39,7 @@ class HopfieldLayerEnergy : public Energy<Scalar> {
   Index dimension() const override { return H_ * dk_; }
   Index num_heads() const { return H_; }
 
-  void SetInputs(ConstMatrixRef<Scalar> R, ConstMatrixRef<Scalar> Y, Matrix<Scalar> mask) {
-    if (R.rows() != dr_) {
-      throw std::invalid_argument("HopfieldLayerEnergy::SetInputs(R): expected " +
-                                  std::to_string(dr_) + " rows, got " + std::to_string(R.rows()));
-    }
-    if (Y.rows() != dy_ || Y.cols() == 0) {
-      throw std::invalid_argument("HopfieldLayerEnergy::SetInputs(Y): expected " +
-                                  std::to_string(dy_) + "xN with N > 0, got " +
-                                  std::to_string(Y.rows()) + "x" + std::to_string(Y.cols()));
-    }
-    if (mask.size() != 0 && (mask.rows() != Y.cols() || (mask.cols() != 1 && mask.cols() != R.cols()))) {
-      throw std::invalid_argument("HopfieldLayerEnergy::SetInputs(mask): expected " +
-                                  std::to_string(Y.cols()) + "x1 or " + std::to_string(Y.cols()) +
-                                  "x" + std::to_string(R.cols()) + ", got " +
-                                  std::to_string(mask.rows()) + "x" + std::to_string(mask.cols()));
-    }
-    R_ = R;
-    Y_ = Y;
-    mask_ = std::move(mask);
-  }
+  void SetInputs(ConstMatrixRef<Scalar> R, ConstMatrixRef<Scalar> Y, Matrix<Scalar> mask);
   const Matrix<Scalar>& queries() const { return R_; }
   const Matrix<Scalar>& stored_patterns() const { return Y_; }
 
@@ -81,19 +62,7 @@ class HopfieldLayerEnergy : public Energy<Scalar> {
     return HeadAt(K, xi, h, "HopfieldLayerEnergy::Attention").p;
   }
 
-  void Value(ConstMatrixRef<Scalar> xi, VectorRef<Scalar> values) const override {
-    Check("HopfieldLayerEnergy::Value(xi)", xi);
-    internal::CheckShape("HopfieldLayerEnergy::Value(values)", values, xi.cols(), 1);
-    const Matrix<Scalar> K = Keys();
-    values = Scalar(0.5) * xi.colwise().squaredNorm().transpose();
-    if (a_ != Scalar(0)) values -= a_ * (xi.array() * Anchor(xi.cols()).array()).colwise().sum().transpose().matrix();
-    for (Index h = 0; h < H_; ++h) {
-      const auto head = HeadAt(K, xi, h, "HopfieldLayerEnergy::Value");
-      for (Index j = 0; j < xi.cols(); ++j) {
-        values(j) += (Scalar(1) - a_) * internal::NegativeScaledLse(head.lse(j), beta(h));
-      }
-    }
-  }
+  void Value(ConstMatrixRef<Scalar> xi, VectorRef<Scalar> values) const override;
 
   void Gradient(ConstMatrixRef<Scalar> xi, MatrixRef<Scalar> grad) const override {
     Check("HopfieldLayerEnergy::Gradient(xi)", xi);
@@ -103,40 +72,11 @@ class HopfieldLayerEnergy : public Energy<Scalar> {
   }
 
   // xi_h <- a q_h + (1 - a) K_h softmax(beta_h K_h^T xi_h + m).
-  void CccpUpdate(ConstMatrixRef<Scalar> xi, MatrixRef<Scalar> out) const override {
-    Check("HopfieldLayerEnergy::CccpUpdate(xi)", xi);
-    internal::CheckShape("HopfieldLayerEnergy::CccpUpdate(out)", out, xi.rows(), xi.cols());
-    const Matrix<Scalar> K = Keys();
-    for (Index h = 0; h < H_; ++h) {
-      const auto head = HeadAt(K, xi, h, "HopfieldLayerEnergy::CccpUpdate");
-      out.middleRows(h * dk_, dk_).noalias() = (Scalar(1) - a_) * (K.middleRows(h * dk_, dk_) * head.p);
-    }
-    if (a_ != Scalar(0)) out += a_ * Anchor(xi.cols());
-  }
+  void CccpUpdate(ConstMatrixRef<Scalar> xi, MatrixRef<Scalar> out) const override;
 
   // The CCCP update and E from one softmax head evaluation per head.
   void CccpUpdateAndValue(ConstMatrixRef<Scalar> xi, MatrixRef<Scalar> out,
-                          VectorRef<Scalar> values) const override {
-    Check("HopfieldLayerEnergy::CccpUpdateAndValue(xi)", xi);
-    internal::CheckShape("HopfieldLayerEnergy::CccpUpdateAndValue(out)", out, xi.rows(), xi.cols());
-    internal::CheckShape("HopfieldLayerEnergy::CccpUpdateAndValue(values)", values, xi.cols(), 1);
-    const Matrix<Scalar> K = Keys();
-    values = Scalar(0.5) * xi.colwise().squaredNorm().transpose();
-    Matrix<Scalar> anchor;
-    if (a_ != Scalar(0)) {
-      anchor = Anchor(xi.cols());
-      values -= a_ * (xi.array() * anchor.array()).colwise().sum().transpose().matrix();
-    }
-    // Head h reads only rows h of xi and writes only rows h of out (out may alias xi).
-    for (Index h = 0; h < H_; ++h) {
-      const auto head = HeadAt(K, xi, h, "HopfieldLayerEnergy::CccpUpdateAndValue");
-      for (Index j = 0; j < xi.cols(); ++j) {
-        values(j) += (Scalar(1) - a_) * internal::NegativeScaledLse(head.lse(j), beta(h));
-      }
-      out.middleRows(h * dk_, dk_).noalias() = (Scalar(1) - a_) * (K.middleRows(h * dk_, dk_) * head.p);
-    }
-    if (a_ != Scalar(0)) out += a_ * anchor;
-  }
+                          VectorRef<Scalar> values) const override;
   void GradientAndValue(ConstMatrixRef<Scalar> xi, MatrixRef<Scalar> grad,
                         VectorRef<Scalar> values) const override {
     internal::CheckShape("HopfieldLayerEnergy::GradientAndValue(grad)", grad, xi.rows(), xi.cols());
@@ -150,19 +90,7 @@ class HopfieldLayerEnergy : public Energy<Scalar> {
   }
 
   void HessianVectorProduct(ConstMatrixRef<Scalar> xi, ConstMatrixRef<Scalar> v,
-                            MatrixRef<Scalar> out) const override {
-    Check("HopfieldLayerEnergy::HessianVectorProduct(xi)", xi);
-    internal::CheckShape("HopfieldLayerEnergy::HessianVectorProduct(v)", v, xi.rows(), xi.cols());
-    internal::CheckShape("HopfieldLayerEnergy::HessianVectorProduct(out)", out, xi.rows(), xi.cols());
-    const Matrix<Scalar> K = Keys();
-    out = v;
-    for (Index h = 0; h < H_; ++h) {
-      const auto head = HeadAt(K, xi, h, "HopfieldLayerEnergy::HessianVectorProduct");
-      out.middleRows(h * dk_, dk_) -=
-          (Scalar(1) - a_) * head.CovarianceProduct(K.middleRows(h * dk_, dk_),
-                                                    v.middleRows(h * dk_, dk_), beta(h));
-    }
-  }
+                            MatrixRef<Scalar> out) const override;
 
   Index num_parameters() const override { return params_->size(); }
   ParameterSet<Scalar>* parameters() override { return params_; }
@@ -170,25 +98,7 @@ class HopfieldLayerEnergy : public Energy<Scalar> {
   // d/dtheta sum_b <grad E(xi_b), u_b>: blocks W_Q (through the anchor), W_K
   // and beta; zero for the others.
   void ParameterVectorJacobianProduct(ConstMatrixRef<Scalar> xi, ConstMatrixRef<Scalar> u,
-                                      VectorRef<Scalar> out) const override {
-    Check("HopfieldLayerEnergy::ParameterVectorJacobianProduct(xi)", xi);
-    internal::CheckShape("HopfieldLayerEnergy::ParameterVectorJacobianProduct(u)", u, xi.rows(), xi.cols());
-    internal::CheckShape("HopfieldLayerEnergy::ParameterVectorJacobianProduct(out)", out,
-                         num_parameters(), 1);
-    out.setZero();
-    Matrix<Scalar> dK;
-    Vector<Scalar> dbeta;
-    RetrievalVjp(xi, u, &dK, &dbeta);
-    if (params_->Contains("W_K")) params_->BlockOf(out, "W_K").noalias() = -dK * Y_.transpose();
-    if (params_->Contains("beta")) {
-      auto b = params_->BlockOf(out, "beta");
-      if (b.rows() == 1) b(0, 0) = -dbeta.sum(); else b = -dbeta;
-    }
-    if (a_ != Scalar(0) && params_->Contains("W_Q")) {
-      CheckSamples(xi.cols());
-      params_->BlockOf(out, "W_Q").noalias() = -a_ * (u * R_.transpose());
-    }
-  }
+                                      VectorRef<Scalar> out) const override;
 
   Index input_dimension() const override { return a_ != Scalar(0) ? dr_ : 0; }
   // d/dR <grad E, u> = -a W_Q^T u (only when query_weight > 0).
@@ -202,15 +112,7 @@ class HopfieldLayerEnergy : public Energy<Scalar> {
 
   // out = d/dY sum_b <grad E(xi_b), u_b>   (d_y x N; through the keys K = W_K Y).
   void StoredPatternVectorJacobianProduct(ConstMatrixRef<Scalar> xi, ConstMatrixRef<Scalar> u,
-                                          MatrixRef<Scalar> out) const {
-    Check("HopfieldLayerEnergy::StoredPatternVectorJacobianProduct(xi)", xi);
-    internal::CheckShape("HopfieldLayerEnergy::StoredPatternVectorJacobianProduct(out)", out, dy_,
-                         Y_.cols());
-    Matrix<Scalar> dK;
-    Vector<Scalar> dbeta;
-    RetrievalVjp(xi, u, &dK, &dbeta);
-    out = -ApplyProjectionTransposed("W_K", dK);
-  }
+                                          MatrixRef<Scalar> out) const;
 
  private:
   friend class HopfieldLayer<Scalar>;
@@ -244,27 +146,10 @@ class HopfieldLayerEnergy : public Energy<Scalar> {
     return x;
   }
   internal::SoftmaxHead<Scalar> HeadAt(const Matrix<Scalar>& K, ConstMatrixRef<Scalar> xi, Index h,
-                                       const char* who) const {
-    const Scalar b = beta(h);
-    internal::CheckBeta(who, b);
-    internal::SoftmaxHead<Scalar> head;
-    head.Compute(K.middleRows(h * dk_, dk_), xi.middleRows(h * dk_, dk_), b, mask_, who);
-    return head;
-  }
+                                       const char* who) const;
   // dK (H d_k x N) and dbeta (H) of sum_b sum_h (1 - a) <K_h p_h, u_h>.
   void RetrievalVjp(ConstMatrixRef<Scalar> xi, ConstMatrixRef<Scalar> u, Matrix<Scalar>* dK,
-                    Vector<Scalar>* dbeta) const {
-    const Matrix<Scalar> K = Keys();
-    dK->setZero(K.rows(), K.cols());
-    dbeta->setZero(H_);
-    for (Index h = 0; h < H_; ++h) {
-      const auto head = HeadAt(K, xi, h, "HopfieldLayerEnergy");
-      Matrix<Scalar> dKh = Matrix<Scalar>::Zero(dk_, K.cols());
-      head.RetrievalVjp(K.middleRows(h * dk_, dk_), xi.middleRows(h * dk_, dk_),
-                        u.middleRows(h * dk_, dk_), beta(h), Scalar(1) - a_, &dKh, &(*dbeta)(h));
-      dK->middleRows(h * dk_, dk_) = dKh;
-    }
-  }
+                    Vector<Scalar>* dbeta) const;
 
   ParameterSet<Scalar>* params_;
   Index dr_, dy_, H_, dk_, dv_;
@@ -273,6 +158,173 @@ class HopfieldLayerEnergy : public Energy<Scalar> {
   Scalar a_;
   Matrix<Scalar> R_, Y_, mask_;
 };
+
+template <typename Scalar>
+void HopfieldLayerEnergy<Scalar>::SetInputs(
+    ConstMatrixRef<Scalar> R,
+    ConstMatrixRef<Scalar> Y,
+    Matrix<Scalar> mask) {
+  if (R.rows() != dr_) {
+    throw std::invalid_argument("HopfieldLayerEnergy::SetInputs(R): expected " +
+                                std::to_string(dr_) + " rows, got " + std::to_string(R.rows()));
+  }
+  if (Y.rows() != dy_ || Y.cols() == 0) {
+    throw std::invalid_argument("HopfieldLayerEnergy::SetInputs(Y): expected " +
+                                std::to_string(dy_) + "xN with N > 0, got " +
+                                std::to_string(Y.rows()) + "x" + std::to_string(Y.cols()));
+  }
+  if (mask.size() != 0 && (mask.rows() != Y.cols() || (mask.cols() != 1 && mask.cols() != R.cols()))) {
+    throw std::invalid_argument("HopfieldLayerEnergy::SetInputs(mask): expected " +
+                                std::to_string(Y.cols()) + "x1 or " + std::to_string(Y.cols()) +
+                                "x" + std::to_string(R.cols()) + ", got " +
+                                std::to_string(mask.rows()) + "x" + std::to_string(mask.cols()));
+  }
+  R_ = R;
+  Y_ = Y;
+  mask_ = std::move(mask);
+}
+
+template <typename Scalar>
+void HopfieldLayerEnergy<Scalar>::Value(ConstMatrixRef<Scalar> xi, VectorRef<Scalar> values) const {
+  Check("HopfieldLayerEnergy::Value(xi)", xi);
+  internal::CheckShape("HopfieldLayerEnergy::Value(values)", values, xi.cols(), 1);
+  const Matrix<Scalar> K = Keys();
+  values = Scalar(0.5) * xi.colwise().squaredNorm().transpose();
+  if (a_ != Scalar(0)) values -= a_ * (xi.array() * Anchor(xi.cols()).array()).colwise().sum().transpose().matrix();
+  for (Index h = 0; h < H_; ++h) {
+    const auto head = HeadAt(K, xi, h, "HopfieldLayerEnergy::Value");
+    for (Index j = 0; j < xi.cols(); ++j) {
+      values(j) += (Scalar(1) - a_) * internal::NegativeScaledLse(head.lse(j), beta(h));
+    }
+  }
+}
+
+template <typename Scalar>
+void HopfieldLayerEnergy<Scalar>::CccpUpdate(
+    ConstMatrixRef<Scalar> xi,
+    MatrixRef<Scalar> out) const {
+  Check("HopfieldLayerEnergy::CccpUpdate(xi)", xi);
+  internal::CheckShape("HopfieldLayerEnergy::CccpUpdate(out)", out, xi.rows(), xi.cols());
+  const Matrix<Scalar> K = Keys();
+  for (Index h = 0; h < H_; ++h) {
+    const auto head = HeadAt(K, xi, h, "HopfieldLayerEnergy::CccpUpdate");
+    out.middleRows(h * dk_, dk_).noalias() = (Scalar(1) - a_) * (K.middleRows(h * dk_, dk_) * head.p);
+  }
+  if (a_ != Scalar(0)) out += a_ * Anchor(xi.cols());
+}
+
+template <typename Scalar>
+void HopfieldLayerEnergy<Scalar>::CccpUpdateAndValue(
+    ConstMatrixRef<Scalar> xi,
+    MatrixRef<Scalar> out,
+    VectorRef<Scalar> values) const {
+  Check("HopfieldLayerEnergy::CccpUpdateAndValue(xi)", xi);
+  internal::CheckShape("HopfieldLayerEnergy::CccpUpdateAndValue(out)", out, xi.rows(), xi.cols());
+  internal::CheckShape("HopfieldLayerEnergy::CccpUpdateAndValue(values)", values, xi.cols(), 1);
+  const Matrix<Scalar> K = Keys();
+  values = Scalar(0.5) * xi.colwise().squaredNorm().transpose();
+  Matrix<Scalar> anchor;
+  if (a_ != Scalar(0)) {
+    anchor = Anchor(xi.cols());
+    values -= a_ * (xi.array() * anchor.array()).colwise().sum().transpose().matrix();
+  }
+  // Head h reads only rows h of xi and writes only rows h of out (out may alias xi).
+  for (Index h = 0; h < H_; ++h) {
+    const auto head = HeadAt(K, xi, h, "HopfieldLayerEnergy::CccpUpdateAndValue");
+    for (Index j = 0; j < xi.cols(); ++j) {
+      values(j) += (Scalar(1) - a_) * internal::NegativeScaledLse(head.lse(j), beta(h));
+    }
+    out.middleRows(h * dk_, dk_).noalias() = (Scalar(1) - a_) * (K.middleRows(h * dk_, dk_) * head.p);
+  }
+  if (a_ != Scalar(0)) out += a_ * anchor;
+}
+
+template <typename Scalar>
+void HopfieldLayerEnergy<Scalar>::HessianVectorProduct(
+    ConstMatrixRef<Scalar> xi,
+    ConstMatrixRef<Scalar> v,
+    MatrixRef<Scalar> out) const {
+  Check("HopfieldLayerEnergy::HessianVectorProduct(xi)", xi);
+  internal::CheckShape("HopfieldLayerEnergy::HessianVectorProduct(v)", v, xi.rows(), xi.cols());
+  internal::CheckShape("HopfieldLayerEnergy::HessianVectorProduct(out)", out, xi.rows(), xi.cols());
+  const Matrix<Scalar> K = Keys();
+  out = v;
+  for (Index h = 0; h < H_; ++h) {
+    const auto head = HeadAt(K, xi, h, "HopfieldLayerEnergy::HessianVectorProduct");
+    out.middleRows(h * dk_, dk_) -=
+        (Scalar(1) - a_) * head.CovarianceProduct(K.middleRows(h * dk_, dk_),
+                                                  v.middleRows(h * dk_, dk_), beta(h));
+  }
+}
+
+template <typename Scalar>
+void HopfieldLayerEnergy<Scalar>::ParameterVectorJacobianProduct(
+    ConstMatrixRef<Scalar> xi,
+    ConstMatrixRef<Scalar> u,
+    VectorRef<Scalar> out) const {
+  Check("HopfieldLayerEnergy::ParameterVectorJacobianProduct(xi)", xi);
+  internal::CheckShape("HopfieldLayerEnergy::ParameterVectorJacobianProduct(u)", u, xi.rows(), xi.cols());
+  internal::CheckShape("HopfieldLayerEnergy::ParameterVectorJacobianProduct(out)", out,
+                       num_parameters(), 1);
+  out.setZero();
+  Matrix<Scalar> dK;
+  Vector<Scalar> dbeta;
+  RetrievalVjp(xi, u, &dK, &dbeta);
+  if (params_->Contains("W_K")) params_->BlockOf(out, "W_K").noalias() = -dK * Y_.transpose();
+  if (params_->Contains("beta")) {
+    auto b = params_->BlockOf(out, "beta");
+    if (b.rows() == 1) b(0, 0) = -dbeta.sum(); else b = -dbeta;
+  }
+  if (a_ != Scalar(0) && params_->Contains("W_Q")) {
+    CheckSamples(xi.cols());
+    params_->BlockOf(out, "W_Q").noalias() = -a_ * (u * R_.transpose());
+  }
+}
+
+template <typename Scalar>
+void HopfieldLayerEnergy<Scalar>::StoredPatternVectorJacobianProduct(
+    ConstMatrixRef<Scalar> xi,
+    ConstMatrixRef<Scalar> u,
+    MatrixRef<Scalar> out) const {
+  Check("HopfieldLayerEnergy::StoredPatternVectorJacobianProduct(xi)", xi);
+  internal::CheckShape("HopfieldLayerEnergy::StoredPatternVectorJacobianProduct(out)", out, dy_,
+                       Y_.cols());
+  Matrix<Scalar> dK;
+  Vector<Scalar> dbeta;
+  RetrievalVjp(xi, u, &dK, &dbeta);
+  out = -ApplyProjectionTransposed("W_K", dK);
+}
+
+template <typename Scalar>
+internal::SoftmaxHead<Scalar> HopfieldLayerEnergy<Scalar>::HeadAt(
+    const Matrix<Scalar>& K,
+    ConstMatrixRef<Scalar> xi,
+    Index h,
+    const char* who) const {
+  const Scalar b = beta(h);
+  internal::CheckBeta(who, b);
+  internal::SoftmaxHead<Scalar> head;
+  head.Compute(K.middleRows(h * dk_, dk_), xi.middleRows(h * dk_, dk_), b, mask_, who);
+  return head;
+}
+
+template <typename Scalar>
+void HopfieldLayerEnergy<Scalar>::RetrievalVjp(
+    ConstMatrixRef<Scalar> xi,
+    ConstMatrixRef<Scalar> u,
+    Matrix<Scalar>* dK,
+    Vector<Scalar>* dbeta) const {
+  const Matrix<Scalar> K = Keys();
+  dK->setZero(K.rows(), K.cols());
+  dbeta->setZero(H_);
+  for (Index h = 0; h < H_; ++h) {
+    const auto head = HeadAt(K, xi, h, "HopfieldLayerEnergy");
+    Matrix<Scalar> dKh = Matrix<Scalar>::Zero(dk_, K.cols());
+    head.RetrievalVjp(K.middleRows(h * dk_, dk_), xi.middleRows(h * dk_, dk_),
+                      u.middleRows(h * dk_, dk_), beta(h), Scalar(1) - a_, &dKh, &(*dbeta)(h));
+    dK->middleRows(h * dk_, dk_) = dKh;
+  }
+}
 
 IMPLICIT_EXTERN_TEMPLATE_CLASS(HopfieldLayerEnergy);
 

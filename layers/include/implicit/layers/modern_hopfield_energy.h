@@ -127,44 +127,16 @@ class ModernHopfieldEnergy : public Energy<Scalar> {
   Scalar beta() const {
     return options_.learn_beta ? params_.Block("beta")(0, 0) : beta_;
   }
-  void SetPatterns(ConstMatrixRef<Scalar> patterns) {
-    internal::CheckShape("ModernHopfieldEnergy::SetPatterns(patterns)", patterns, n_, N_);
-    if (options_.learn_patterns) {
-      params_.Block("X") = patterns;
-    } else {
-      X_ = patterns;
-    }
-  }
-  void SetBeta(Scalar beta) {
-    internal::CheckBeta("ModernHopfieldEnergy::SetBeta", beta);
-    if (options_.learn_beta) {
-      params_.Block("beta")(0, 0) = beta;
-    } else {
-      beta_ = beta;
-    }
-  }
+  void SetPatterns(ConstMatrixRef<Scalar> patterns);
+  void SetBeta(Scalar beta);
   // Additive score mask m, N x 1 (same for every sample) or N x B (per sample;
   // then every call must have B samples). 0 = allowed, -inf = excluded; finite
   // values act as log prior weights of the patterns. Empty = no mask.
-  void SetMask(Matrix<Scalar> mask) {
-    if (mask.size() != 0 && mask.rows() != N_) {
-      throw std::invalid_argument("ModernHopfieldEnergy::SetMask(mask): expected " +
-                                  std::to_string(N_) + " rows, got " +
-                                  std::to_string(mask.rows()));
-    }
-    mask_ = std::move(mask);
-  }
+  void SetMask(Matrix<Scalar> mask);
   const Matrix<Scalar>& mask() const { return mask_; }
 
   // p = softmax(beta X^T xi + m), N x B: the attention weights of each sample.
-  void Attention(ConstMatrixRef<Scalar> xi, MatrixRef<Scalar> p) const {
-    internal::CheckBatch("ModernHopfieldEnergy::Attention(xi)", xi, n_);
-    internal::CheckShape("ModernHopfieldEnergy::Attention(p)", p, N_, xi.cols());
-    const Scalar b = CheckedBeta("ModernHopfieldEnergy::Attention");
-    p.noalias() = patterns().transpose() * xi;
-    internal::ScaledColumnSoftmaxInPlace<Scalar>(p, b, mask_, nullptr,
-                                                 "ModernHopfieldEnergy::Attention");
-  }
+  void Attention(ConstMatrixRef<Scalar> xi, MatrixRef<Scalar> p) const;
 
   // The evaluations below (Value, Gradient, CccpUpdate, CccpUpdateAndValue,
   // GradientAndValue, HessianVectorProduct) keep the N x B weights in
@@ -172,23 +144,9 @@ class ModernHopfieldEnergy : public Energy<Scalar> {
   // with the same or a smaller batch do not allocate (large products may still
   // let Eigen's GEMM allocate its packing buffers). out may alias xi.
 
-  void Value(ConstMatrixRef<Scalar> xi, VectorRef<Scalar> values) const override {
-    internal::CheckBatch("ModernHopfieldEnergy::Value(xi)", xi, n_);
-    internal::CheckShape("ModernHopfieldEnergy::Value(values)", values, xi.cols(), 1);
-    const Scalar b = CheckedBeta("ModernHopfieldEnergy::Value");
-    auto lse = internal::ThreadScratch<Scalar, 1>(xi.cols(), 1);
-    Weights(xi, b, lse.data(), /*want_weights=*/false, "ModernHopfieldEnergy::Value");
-    StoreValues(xi, lse, b, values);
-  }
+  void Value(ConstMatrixRef<Scalar> xi, VectorRef<Scalar> values) const override;
 
-  void Gradient(ConstMatrixRef<Scalar> xi, MatrixRef<Scalar> grad) const override {
-    internal::CheckBatch("ModernHopfieldEnergy::Gradient(xi)", xi, n_);
-    internal::CheckShape("ModernHopfieldEnergy::Gradient(grad)", grad, n_, xi.cols());
-    const Scalar b = CheckedBeta("ModernHopfieldEnergy::Gradient");
-    const auto p = Weights(xi, b, nullptr, true, "ModernHopfieldEnergy::Gradient");
-    grad = xi;
-    grad.noalias() -= patterns() * p;
-  }
+  void Gradient(ConstMatrixRef<Scalar> xi, MatrixRef<Scalar> grad) const override;
 
   // xi <- X softmax(beta X^T xi + m), computed directly (not as xi - grad E).
   void CccpUpdate(ConstMatrixRef<Scalar> xi, MatrixRef<Scalar> out) const override {
@@ -202,47 +160,17 @@ class ModernHopfieldEnergy : public Energy<Scalar> {
   // The CCCP update and E from one score GEMM X^T xi, one softmax pass (p and
   // lse) and one GEMM X p.
   void CccpUpdateAndValue(ConstMatrixRef<Scalar> xi, MatrixRef<Scalar> out,
-                          VectorRef<Scalar> values) const override {
-    internal::CheckBatch("ModernHopfieldEnergy::CccpUpdateAndValue(xi)", xi, n_);
-    internal::CheckShape("ModernHopfieldEnergy::CccpUpdateAndValue(out)", out, n_, xi.cols());
-    internal::CheckShape("ModernHopfieldEnergy::CccpUpdateAndValue(values)", values, xi.cols(), 1);
-    const Scalar b = CheckedBeta("ModernHopfieldEnergy::CccpUpdateAndValue");
-    auto lse = internal::ThreadScratch<Scalar, 1>(xi.cols(), 1);
-    const auto p = Weights(xi, b, lse.data(), true, "ModernHopfieldEnergy::CccpUpdateAndValue");
-    StoreValues(xi, lse, b, values);  // before out is written: out may alias xi
-    out.noalias() = patterns() * p;
-  }
+                          VectorRef<Scalar> values) const override;
 
   // grad E = xi - X p and E, with the work of one CCCP update.
   void GradientAndValue(ConstMatrixRef<Scalar> xi, MatrixRef<Scalar> grad,
-                        VectorRef<Scalar> values) const override {
-    internal::CheckBatch("ModernHopfieldEnergy::GradientAndValue(xi)", xi, n_);
-    internal::CheckShape("ModernHopfieldEnergy::GradientAndValue(grad)", grad, n_, xi.cols());
-    internal::CheckShape("ModernHopfieldEnergy::GradientAndValue(values)", values, xi.cols(), 1);
-    const Scalar b = CheckedBeta("ModernHopfieldEnergy::GradientAndValue");
-    auto lse = internal::ThreadScratch<Scalar, 1>(xi.cols(), 1);
-    const auto p = Weights(xi, b, lse.data(), true, "ModernHopfieldEnergy::GradientAndValue");
-    StoreValues(xi, lse, b, values);
-    grad = xi;
-    grad.noalias() -= patterns() * p;
-  }
+                        VectorRef<Scalar> values) const override;
 
   // The same function for every sample unless the mask is per sample (N x B).
   bool SupportsSubsets() const override { return mask_.size() == 0 || mask_.cols() == 1; }
 
   void HessianVectorProduct(ConstMatrixRef<Scalar> xi, ConstMatrixRef<Scalar> v,
-                            MatrixRef<Scalar> out) const override {
-    internal::CheckBatch("ModernHopfieldEnergy::HessianVectorProduct(xi)", xi, n_);
-    internal::CheckShape("ModernHopfieldEnergy::HessianVectorProduct(v)", v, n_, xi.cols());
-    internal::CheckShape("ModernHopfieldEnergy::HessianVectorProduct(out)", out, n_, xi.cols());
-    const Scalar b = CheckedBeta("ModernHopfieldEnergy::HessianVectorProduct");
-    const auto p = Weights(xi, b, nullptr, true, "ModernHopfieldEnergy::HessianVectorProduct");
-    auto w = internal::ThreadScratch<Scalar, 2>(N_, xi.cols());
-    w.noalias() = patterns().transpose() * v;
-    internal::SoftmaxJacobianProduct<Scalar>(p, w, w);
-    out = v;
-    out.noalias() -= b * (patterns() * w);
-  }
+                            MatrixRef<Scalar> out) const override;
 
   Index num_parameters() const override { return params_.size(); }
   ParameterSet<Scalar>* parameters() override {
@@ -254,22 +182,7 @@ class ModernHopfieldEnergy : public Energy<Scalar> {
   //   d/dX    = -(U P^T + beta Xi W^T),  W = (diag p - p p^T) X^T U
   //   d/dbeta = -sum_b <W_b, X^T xi_b>
   void ParameterVectorJacobianProduct(ConstMatrixRef<Scalar> xi, ConstMatrixRef<Scalar> u,
-                                      VectorRef<Scalar> out) const override {
-    internal::CheckBatch("ModernHopfieldEnergy::ParameterVectorJacobianProduct(xi)", xi, n_);
-    internal::CheckShape("ModernHopfieldEnergy::ParameterVectorJacobianProduct(u)", u, n_,
-                         xi.cols());
-    internal::CheckShape("ModernHopfieldEnergy::ParameterVectorJacobianProduct(out)", out,
-                         num_parameters(), 1);
-    const auto head = Head(xi, "ModernHopfieldEnergy::ParameterVectorJacobianProduct");
-    Matrix<Scalar> dX = Matrix<Scalar>::Zero(n_, N_);
-    Scalar dbeta(0);
-    head.RetrievalVjp(patterns(), xi, u, beta(), Scalar(-1),
-                      options_.learn_patterns ? &dX : nullptr,
-                      options_.learn_beta ? &dbeta : nullptr);
-    out.setZero();
-    if (options_.learn_patterns) params_.BlockOf(out, "X") = dX;
-    if (options_.learn_beta) params_.BlockOf(out, "beta")(0, 0) = dbeta;
-  }
+                                      VectorRef<Scalar> out) const override;
 
  private:
   internal::SoftmaxHead<Scalar> Head(ConstMatrixRef<Scalar> xi, const char* who) const {
@@ -307,6 +220,139 @@ class ModernHopfieldEnergy : public Energy<Scalar> {
   Matrix<Scalar> mask_;
   ParameterSet<Scalar> params_;
 };
+
+template <typename Scalar>
+void ModernHopfieldEnergy<Scalar>::SetPatterns(ConstMatrixRef<Scalar> patterns) {
+  internal::CheckShape("ModernHopfieldEnergy::SetPatterns(patterns)", patterns, n_, N_);
+  if (options_.learn_patterns) {
+    params_.Block("X") = patterns;
+  } else {
+    X_ = patterns;
+  }
+}
+
+template <typename Scalar>
+void ModernHopfieldEnergy<Scalar>::SetBeta(Scalar beta) {
+  internal::CheckBeta("ModernHopfieldEnergy::SetBeta", beta);
+  if (options_.learn_beta) {
+    params_.Block("beta")(0, 0) = beta;
+  } else {
+    beta_ = beta;
+  }
+}
+
+template <typename Scalar>
+void ModernHopfieldEnergy<Scalar>::SetMask(Matrix<Scalar> mask) {
+  if (mask.size() != 0 && mask.rows() != N_) {
+    throw std::invalid_argument("ModernHopfieldEnergy::SetMask(mask): expected " +
+                                std::to_string(N_) + " rows, got " +
+                                std::to_string(mask.rows()));
+  }
+  mask_ = std::move(mask);
+}
+
+template <typename Scalar>
+void ModernHopfieldEnergy<Scalar>::Attention(ConstMatrixRef<Scalar> xi, MatrixRef<Scalar> p) const {
+  internal::CheckBatch("ModernHopfieldEnergy::Attention(xi)", xi, n_);
+  internal::CheckShape("ModernHopfieldEnergy::Attention(p)", p, N_, xi.cols());
+  const Scalar b = CheckedBeta("ModernHopfieldEnergy::Attention");
+  p.noalias() = patterns().transpose() * xi;
+  internal::ScaledColumnSoftmaxInPlace<Scalar>(p, b, mask_, nullptr,
+                                               "ModernHopfieldEnergy::Attention");
+}
+
+template <typename Scalar>
+void ModernHopfieldEnergy<Scalar>::Value(
+    ConstMatrixRef<Scalar> xi,
+    VectorRef<Scalar> values) const {
+  internal::CheckBatch("ModernHopfieldEnergy::Value(xi)", xi, n_);
+  internal::CheckShape("ModernHopfieldEnergy::Value(values)", values, xi.cols(), 1);
+  const Scalar b = CheckedBeta("ModernHopfieldEnergy::Value");
+  auto lse = internal::ThreadScratch<Scalar, 1>(xi.cols(), 1);
+  Weights(xi, b, lse.data(), /*want_weights=*/false, "ModernHopfieldEnergy::Value");
+  StoreValues(xi, lse, b, values);
+}
+
+template <typename Scalar>
+void ModernHopfieldEnergy<Scalar>::Gradient(
+    ConstMatrixRef<Scalar> xi,
+    MatrixRef<Scalar> grad) const {
+  internal::CheckBatch("ModernHopfieldEnergy::Gradient(xi)", xi, n_);
+  internal::CheckShape("ModernHopfieldEnergy::Gradient(grad)", grad, n_, xi.cols());
+  const Scalar b = CheckedBeta("ModernHopfieldEnergy::Gradient");
+  const auto p = Weights(xi, b, nullptr, true, "ModernHopfieldEnergy::Gradient");
+  grad = xi;
+  grad.noalias() -= patterns() * p;
+}
+
+template <typename Scalar>
+void ModernHopfieldEnergy<Scalar>::CccpUpdateAndValue(
+    ConstMatrixRef<Scalar> xi,
+    MatrixRef<Scalar> out,
+    VectorRef<Scalar> values) const {
+  internal::CheckBatch("ModernHopfieldEnergy::CccpUpdateAndValue(xi)", xi, n_);
+  internal::CheckShape("ModernHopfieldEnergy::CccpUpdateAndValue(out)", out, n_, xi.cols());
+  internal::CheckShape("ModernHopfieldEnergy::CccpUpdateAndValue(values)", values, xi.cols(), 1);
+  const Scalar b = CheckedBeta("ModernHopfieldEnergy::CccpUpdateAndValue");
+  auto lse = internal::ThreadScratch<Scalar, 1>(xi.cols(), 1);
+  const auto p = Weights(xi, b, lse.data(), true, "ModernHopfieldEnergy::CccpUpdateAndValue");
+  StoreValues(xi, lse, b, values);  // before out is written: out may alias xi
+  out.noalias() = patterns() * p;
+}
+
+template <typename Scalar>
+void ModernHopfieldEnergy<Scalar>::GradientAndValue(
+    ConstMatrixRef<Scalar> xi,
+    MatrixRef<Scalar> grad,
+    VectorRef<Scalar> values) const {
+  internal::CheckBatch("ModernHopfieldEnergy::GradientAndValue(xi)", xi, n_);
+  internal::CheckShape("ModernHopfieldEnergy::GradientAndValue(grad)", grad, n_, xi.cols());
+  internal::CheckShape("ModernHopfieldEnergy::GradientAndValue(values)", values, xi.cols(), 1);
+  const Scalar b = CheckedBeta("ModernHopfieldEnergy::GradientAndValue");
+  auto lse = internal::ThreadScratch<Scalar, 1>(xi.cols(), 1);
+  const auto p = Weights(xi, b, lse.data(), true, "ModernHopfieldEnergy::GradientAndValue");
+  StoreValues(xi, lse, b, values);
+  grad = xi;
+  grad.noalias() -= patterns() * p;
+}
+
+template <typename Scalar>
+void ModernHopfieldEnergy<Scalar>::HessianVectorProduct(
+    ConstMatrixRef<Scalar> xi,
+    ConstMatrixRef<Scalar> v,
+    MatrixRef<Scalar> out) const {
+  internal::CheckBatch("ModernHopfieldEnergy::HessianVectorProduct(xi)", xi, n_);
+  internal::CheckShape("ModernHopfieldEnergy::HessianVectorProduct(v)", v, n_, xi.cols());
+  internal::CheckShape("ModernHopfieldEnergy::HessianVectorProduct(out)", out, n_, xi.cols());
+  const Scalar b = CheckedBeta("ModernHopfieldEnergy::HessianVectorProduct");
+  const auto p = Weights(xi, b, nullptr, true, "ModernHopfieldEnergy::HessianVectorProduct");
+  auto w = internal::ThreadScratch<Scalar, 2>(N_, xi.cols());
+  w.noalias() = patterns().transpose() * v;
+  internal::SoftmaxJacobianProduct<Scalar>(p, w, w);
+  out = v;
+  out.noalias() -= b * (patterns() * w);
+}
+
+template <typename Scalar>
+void ModernHopfieldEnergy<Scalar>::ParameterVectorJacobianProduct(
+    ConstMatrixRef<Scalar> xi,
+    ConstMatrixRef<Scalar> u,
+    VectorRef<Scalar> out) const {
+  internal::CheckBatch("ModernHopfieldEnergy::ParameterVectorJacobianProduct(xi)", xi, n_);
+  internal::CheckShape("ModernHopfieldEnergy::ParameterVectorJacobianProduct(u)", u, n_,
+                       xi.cols());
+  internal::CheckShape("ModernHopfieldEnergy::ParameterVectorJacobianProduct(out)", out,
+                       num_parameters(), 1);
+  const auto head = Head(xi, "ModernHopfieldEnergy::ParameterVectorJacobianProduct");
+  Matrix<Scalar> dX = Matrix<Scalar>::Zero(n_, N_);
+  Scalar dbeta(0);
+  head.RetrievalVjp(patterns(), xi, u, beta(), Scalar(-1),
+                    options_.learn_patterns ? &dX : nullptr,
+                    options_.learn_beta ? &dbeta : nullptr);
+  out.setZero();
+  if (options_.learn_patterns) params_.BlockOf(out, "X") = dX;
+  if (options_.learn_beta) params_.BlockOf(out, "beta")(0, 0) = dbeta;
+}
 
 IMPLICIT_EXTERN_TEMPLATE_CLASS(ModernHopfieldEnergy);
 

@@ -67,19 +67,26 @@ class HiddenPrior {
   virtual Scalar d2K(Scalar t, Index mu) const = 0;
   // Entry-wise K, K', K'' of t (M x B); any output may be nullptr.
   virtual void Evaluate(const Matrix<Scalar>& t, Matrix<Scalar>* k, Matrix<Scalar>* dk,
-                        Matrix<Scalar>* d2k) const {
-    if (k) k->resize(t.rows(), t.cols());
-    if (dk) dk->resize(t.rows(), t.cols());
-    if (d2k) d2k->resize(t.rows(), t.cols());
-    for (Index b = 0; b < t.cols(); ++b) {
-      for (Index mu = 0; mu < t.rows(); ++mu) {
-        if (k) (*k)(mu, b) = K(t(mu, b), mu);
-        if (dk) (*dk)(mu, b) = dK(t(mu, b), mu);
-        if (d2k) (*d2k)(mu, b) = d2K(t(mu, b), mu);
-      }
+                        Matrix<Scalar>* d2k) const;
+};
+
+template <typename Scalar>
+void HiddenPrior<Scalar>::Evaluate(
+    const Matrix<Scalar>& t,
+    Matrix<Scalar>* k,
+    Matrix<Scalar>* dk,
+    Matrix<Scalar>* d2k) const {
+  if (k) k->resize(t.rows(), t.cols());
+  if (dk) dk->resize(t.rows(), t.cols());
+  if (d2k) d2k->resize(t.rows(), t.cols());
+  for (Index b = 0; b < t.cols(); ++b) {
+    for (Index mu = 0; mu < t.rows(); ++mu) {
+      if (k) (*k)(mu, b) = K(t(mu, b), mu);
+      if (dk) (*dk)(mu, b) = dK(t(mu, b), mu);
+      if (d2k) (*d2k)(mu, b) = d2K(t(mu, b), mu);
     }
   }
-};
+}
 
 namespace internal {
 // A per-unit parameter: one value for every unit, or one per unit.
@@ -141,16 +148,7 @@ class PoissonPrior : public HiddenPrior<Scalar> {
   }
   Scalar d2K(Scalar t, Index mu) const override { return dK(t, mu); }
   void Evaluate(const Matrix<Scalar>& t, Matrix<Scalar>* k, Matrix<Scalar>* dk,
-                Matrix<Scalar>* d2k) const override {
-    Matrix<Scalar> e = t.array().exp().matrix();
-    ScaleRows(e);
-    if (k) {
-      *k = t.array().unaryExpr([](Scalar x) { return Scalar(std::expm1(x)); }).matrix();
-      ScaleRows(*k);
-    }
-    if (dk) *dk = e;
-    if (d2k) *d2k = e;
-  }
+                Matrix<Scalar>* d2k) const override;
 
  private:
   void ScaleRows(Matrix<Scalar>& m) const {
@@ -158,6 +156,22 @@ class PoissonPrior : public HiddenPrior<Scalar> {
   }
   Vector<Scalar> l_;
 };
+
+template <typename Scalar>
+void PoissonPrior<Scalar>::Evaluate(
+    const Matrix<Scalar>& t,
+    Matrix<Scalar>* k,
+    Matrix<Scalar>* dk,
+    Matrix<Scalar>* d2k) const {
+  Matrix<Scalar> e = t.array().exp().matrix();
+  ScaleRows(e);
+  if (k) {
+    *k = t.array().unaryExpr([](Scalar x) { return Scalar(std::expm1(x)); }).matrix();
+    ScaleRows(*k);
+  }
+  if (dk) *dk = e;
+  if (d2k) *d2k = e;
+}
 
 // Bernoulli(p) on {0, 1}: K(t) = log(1 - p + p e^t), K' = sigmoid(t + logit p),
 // K'' = K'(1 - K'). Computed without overflow for any t.
@@ -285,45 +299,14 @@ class RbmEnergy : public Energy<Scalar> {
   }
   // Gaussian visible units: v <- b + W K'(W^T v). Binary: throws std::logic_error
   // (use RetrieveBinary).
-  void CccpUpdate(ConstMatrixRef<Scalar> v, MatrixRef<Scalar> out) const override {
-    if (options_.visible != VisibleType::kGaussian) {
-      throw std::logic_error("RbmEnergy::CccpUpdate: binary visible units have no CCCP step; "
-                             "use RetrieveBinary");
-    }
-    internal::CheckBatch("RbmEnergy::CccpUpdate(v)", v, n_);
-    internal::CheckShape("RbmEnergy::CccpUpdate(out)", out, n_, v.cols());
-    const Vector<Scalar> b = bias();
-    Matrix<Scalar> r;
-    kernel_.Retrieval(weights(), &b, Eval(), v, &r);
-    out = r;
-  }
+  void CccpUpdate(ConstMatrixRef<Scalar> v, MatrixRef<Scalar> out) const override;
   // The CCCP update (Gaussian visible units; binary: std::logic_error) and E
   // from one product W^T v.
   void CccpUpdateAndValue(ConstMatrixRef<Scalar> v, MatrixRef<Scalar> out,
-                          VectorRef<Scalar> values) const override {
-    if (options_.visible != VisibleType::kGaussian) {
-      throw std::logic_error("RbmEnergy::CccpUpdateAndValue: binary visible units have no CCCP "
-                             "step; use RetrieveBinary");
-    }
-    internal::CheckBatch("RbmEnergy::CccpUpdateAndValue(v)", v, n_);
-    internal::CheckShape("RbmEnergy::CccpUpdateAndValue(out)", out, n_, v.cols());
-    internal::CheckShape("RbmEnergy::CccpUpdateAndValue(values)", values, v.cols(), 1);
-    const Vector<Scalar> b = bias();
-    Matrix<Scalar> r;
-    kernel_.RetrievalAndValue(weights(), &b, Eval(), v, &r, values);
-    out = r;
-  }
+                          VectorRef<Scalar> values) const override;
   // grad E = q v - b - W K'(W^T v) and E from one product W^T v.
   void GradientAndValue(ConstMatrixRef<Scalar> v, MatrixRef<Scalar> grad,
-                        VectorRef<Scalar> values) const override {
-    internal::CheckBatch("RbmEnergy::GradientAndValue(v)", v, n_);
-    internal::CheckShape("RbmEnergy::GradientAndValue(grad)", grad, n_, v.cols());
-    internal::CheckShape("RbmEnergy::GradientAndValue(values)", values, v.cols(), 1);
-    const Vector<Scalar> b = bias();
-    Matrix<Scalar> r;
-    kernel_.RetrievalAndValue(weights(), &b, Eval(), v, &r, values);
-    grad = kernel_.q * v - r;
-  }
+                        VectorRef<Scalar> values) const override;
   // No per-sample data (the bias is per visible unit): any subset of a batch's
   // columns may be evaluated.
   bool SupportsSubsets() const override { return true; }
@@ -340,35 +323,13 @@ class RbmEnergy : public Energy<Scalar> {
   const ParameterSet<Scalar>& parameter_set() const { return params_; }
   // d/dW = -(U K'(S)^T + V (K''(S) .* W^T U)^T), d/db = -sum_b u_b.
   void ParameterVectorJacobianProduct(ConstMatrixRef<Scalar> v, ConstMatrixRef<Scalar> u,
-                                      VectorRef<Scalar> out) const override {
-    internal::CheckBatch("RbmEnergy::ParameterVectorJacobianProduct(v)", v, n_);
-    internal::CheckShape("RbmEnergy::ParameterVectorJacobianProduct(u)", u, n_, v.cols());
-    internal::CheckShape("RbmEnergy::ParameterVectorJacobianProduct(out)", out, num_parameters(), 1);
-    if (options_.learn_weights) params_.BlockOf(out, "W") = kernel_.WeightVjp(weights(), Eval(), v, u);
-    if (options_.learn_bias) params_.BlockOf(out, "b") = -u.rowwise().sum();
-  }
+                                      VectorRef<Scalar> out) const override;
 
   // +-1 dynamics on the visible units: v_i <- the sign with the lower energy
   // (others fixed), asynchronously or synchronously (BinaryRetrievalOptions).
   // Works for either visible type (v_i^2 = 1 is constant on +-1 states).
   BinaryRetrievalSummary RetrieveBinary(MatrixRef<Scalar> states,
-                                        const BinaryRetrievalOptions& options = BinaryRetrievalOptions()) const {
-    const Matrix<double> W = weights().template cast<double>();
-    const Vector<double> b = bias().template cast<double>();
-    Matrix<Scalar> tp(W.cols(), 1), tm(W.cols(), 1), kp, km;
-    auto gain = [&](Index i, const Vector<double>& s, double si) {
-      // E(v_i = -1) - E(v_i = +1) = 2 b_i + sum_mu K(t + W_i) - K(t - W_i).
-      for (Index mu = 0; mu < W.cols(); ++mu) {
-        const double t = s(mu) - si * W(i, mu);
-        tp(mu, 0) = static_cast<Scalar>(t + W(i, mu));
-        tm(mu, 0) = static_cast<Scalar>(t - W(i, mu));
-      }
-      prior_->Evaluate(tp, &kp, nullptr, nullptr);
-      prior_->Evaluate(tm, &km, nullptr, nullptr);
-      return 2.0 * b(i) + static_cast<double>((kp - km).sum());
-    };
-    return internal::RunBinaryDynamics<Scalar>(W, states, options, gain, "RbmEnergy::RetrieveBinary");
-  }
+                                        const BinaryRetrievalOptions& options = BinaryRetrievalOptions()) const;
 
  private:
   auto Eval() const {
@@ -385,6 +346,85 @@ class RbmEnergy : public Energy<Scalar> {
   ParameterSet<Scalar> params_;
   internal::SeparableEnergy<Scalar> kernel_;
 };
+
+template <typename Scalar>
+void RbmEnergy<Scalar>::CccpUpdate(ConstMatrixRef<Scalar> v, MatrixRef<Scalar> out) const {
+  if (options_.visible != VisibleType::kGaussian) {
+    throw std::logic_error("RbmEnergy::CccpUpdate: binary visible units have no CCCP step; "
+                           "use RetrieveBinary");
+  }
+  internal::CheckBatch("RbmEnergy::CccpUpdate(v)", v, n_);
+  internal::CheckShape("RbmEnergy::CccpUpdate(out)", out, n_, v.cols());
+  const Vector<Scalar> b = bias();
+  Matrix<Scalar> r;
+  kernel_.Retrieval(weights(), &b, Eval(), v, &r);
+  out = r;
+}
+
+template <typename Scalar>
+void RbmEnergy<Scalar>::CccpUpdateAndValue(
+    ConstMatrixRef<Scalar> v,
+    MatrixRef<Scalar> out,
+    VectorRef<Scalar> values) const {
+  if (options_.visible != VisibleType::kGaussian) {
+    throw std::logic_error("RbmEnergy::CccpUpdateAndValue: binary visible units have no CCCP "
+                           "step; use RetrieveBinary");
+  }
+  internal::CheckBatch("RbmEnergy::CccpUpdateAndValue(v)", v, n_);
+  internal::CheckShape("RbmEnergy::CccpUpdateAndValue(out)", out, n_, v.cols());
+  internal::CheckShape("RbmEnergy::CccpUpdateAndValue(values)", values, v.cols(), 1);
+  const Vector<Scalar> b = bias();
+  Matrix<Scalar> r;
+  kernel_.RetrievalAndValue(weights(), &b, Eval(), v, &r, values);
+  out = r;
+}
+
+template <typename Scalar>
+void RbmEnergy<Scalar>::GradientAndValue(
+    ConstMatrixRef<Scalar> v,
+    MatrixRef<Scalar> grad,
+    VectorRef<Scalar> values) const {
+  internal::CheckBatch("RbmEnergy::GradientAndValue(v)", v, n_);
+  internal::CheckShape("RbmEnergy::GradientAndValue(grad)", grad, n_, v.cols());
+  internal::CheckShape("RbmEnergy::GradientAndValue(values)", values, v.cols(), 1);
+  const Vector<Scalar> b = bias();
+  Matrix<Scalar> r;
+  kernel_.RetrievalAndValue(weights(), &b, Eval(), v, &r, values);
+  grad = kernel_.q * v - r;
+}
+
+template <typename Scalar>
+void RbmEnergy<Scalar>::ParameterVectorJacobianProduct(
+    ConstMatrixRef<Scalar> v,
+    ConstMatrixRef<Scalar> u,
+    VectorRef<Scalar> out) const {
+  internal::CheckBatch("RbmEnergy::ParameterVectorJacobianProduct(v)", v, n_);
+  internal::CheckShape("RbmEnergy::ParameterVectorJacobianProduct(u)", u, n_, v.cols());
+  internal::CheckShape("RbmEnergy::ParameterVectorJacobianProduct(out)", out, num_parameters(), 1);
+  if (options_.learn_weights) params_.BlockOf(out, "W") = kernel_.WeightVjp(weights(), Eval(), v, u);
+  if (options_.learn_bias) params_.BlockOf(out, "b") = -u.rowwise().sum();
+}
+
+template <typename Scalar>
+BinaryRetrievalSummary RbmEnergy<Scalar>::RetrieveBinary(
+    MatrixRef<Scalar> states,
+    const BinaryRetrievalOptions& options) const {
+  const Matrix<double> W = weights().template cast<double>();
+  const Vector<double> b = bias().template cast<double>();
+  Matrix<Scalar> tp(W.cols(), 1), tm(W.cols(), 1), kp, km;
+  auto gain = [&](Index i, const Vector<double>& s, double si) {
+    // E(v_i = -1) - E(v_i = +1) = 2 b_i + sum_mu K(t + W_i) - K(t - W_i).
+    for (Index mu = 0; mu < W.cols(); ++mu) {
+      const double t = s(mu) - si * W(i, mu);
+      tp(mu, 0) = static_cast<Scalar>(t + W(i, mu));
+      tm(mu, 0) = static_cast<Scalar>(t - W(i, mu));
+    }
+    prior_->Evaluate(tp, &kp, nullptr, nullptr);
+    prior_->Evaluate(tm, &km, nullptr, nullptr);
+    return 2.0 * b(i) + static_cast<double>((kp - km).sum());
+  };
+  return internal::RunBinaryDynamics<Scalar>(W, states, options, gain, "RbmEnergy::RetrieveBinary");
+}
 
 IMPLICIT_EXTERN_TEMPLATE_CLASS(GaussianPrior);
 IMPLICIT_EXTERN_TEMPLATE_CLASS(PoissonPrior);

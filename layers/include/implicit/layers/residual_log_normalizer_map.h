@@ -62,14 +62,7 @@ class ResidualLogNormalizerMap : public FixedPointMap<Scalar> {
   }
 
   // The input injection c (d x B); empty = none (input_dimension() 0).
-  void SetInput(Matrix<Scalar> c) {
-    if (c.size() != 0 && c.rows() != dimension()) {
-      throw std::invalid_argument("ResidualLogNormalizerMap::SetInput(c): expected " +
-                                  std::to_string(dimension()) + " rows, got " +
-                                  std::to_string(c.rows()));
-    }
-    c_ = std::move(c);
-  }
+  void SetInput(Matrix<Scalar> c);
   const Matrix<Scalar>& input() const { return c_; }
   const ColumnLayerNorm<Scalar>& layer_norm() const { return ln_; }
 
@@ -82,22 +75,10 @@ class ResidualLogNormalizerMap : public FixedPointMap<Scalar> {
   bool HasJacobianProducts() const override { return true; }
   // J v = J_LN (v + a H v).
   void JacobianVectorProduct(ConstMatrixRef<Scalar> z, ConstMatrixRef<Scalar> v,
-                             MatrixRef<Scalar> out) const override {
-    internal::CheckBatch("ResidualLogNormalizerMap::JacobianVectorProduct(z)", z, dimension());
-    Matrix<Scalar> hv(z.rows(), z.cols());
-    log_z_.HessianVectorProduct(z, v, hv);
-    hv = v + a_ * hv;
-    ln_.JacobianProduct(PreNorm(z), hv, out);
-  }
+                             MatrixRef<Scalar> out) const override;
   // J^T u = (I + a H) J_LN u  (both factors symmetric).
   void VectorJacobianProduct(ConstMatrixRef<Scalar> z, ConstMatrixRef<Scalar> u,
-                             MatrixRef<Scalar> out) const override {
-    internal::CheckBatch("ResidualLogNormalizerMap::VectorJacobianProduct(z)", z, dimension());
-    Matrix<Scalar> w(z.rows(), z.cols());
-    ln_.JacobianProduct(PreNorm(z), u, w);
-    log_z_.HessianVectorProduct(z, w, out);
-    out = w + a_ * out;
-  }
+                             MatrixRef<Scalar> out) const override;
   Index num_parameters() const override { return log_z_.num_parameters(); }
   ParameterSet<Scalar>* parameters() override { return log_z_.parameters(); }
   // (df/dtheta)^T u = a d/dtheta <grad log Z, J_LN u>.
@@ -117,16 +98,7 @@ class ResidualLogNormalizerMap : public FixedPointMap<Scalar> {
 
  private:
   // y = z + a grad log Z(z) + c.
-  Matrix<Scalar> PreNorm(ConstMatrixRef<Scalar> z) const {
-    Matrix<Scalar> y(z.rows(), z.cols());
-    log_z_.Gradient(z, y);
-    y = z + a_ * y;
-    if (c_.size() != 0) {
-      internal::CheckShape("ResidualLogNormalizerMap: input c", c_, z.rows(), z.cols());
-      y += c_;
-    }
-    return y;
-  }
+  Matrix<Scalar> PreNorm(ConstMatrixRef<Scalar> z) const;
 
   Energy<Scalar>& log_z_;
   Options options_;
@@ -134,6 +106,52 @@ class ResidualLogNormalizerMap : public FixedPointMap<Scalar> {
   Scalar a_;
   Matrix<Scalar> c_;
 };
+
+template <typename Scalar>
+void ResidualLogNormalizerMap<Scalar>::SetInput(Matrix<Scalar> c) {
+  if (c.size() != 0 && c.rows() != dimension()) {
+    throw std::invalid_argument("ResidualLogNormalizerMap::SetInput(c): expected " +
+                                std::to_string(dimension()) + " rows, got " +
+                                std::to_string(c.rows()));
+  }
+  c_ = std::move(c);
+}
+
+template <typename Scalar>
+void ResidualLogNormalizerMap<Scalar>::JacobianVectorProduct(
+    ConstMatrixRef<Scalar> z,
+    ConstMatrixRef<Scalar> v,
+    MatrixRef<Scalar> out) const {
+  internal::CheckBatch("ResidualLogNormalizerMap::JacobianVectorProduct(z)", z, dimension());
+  Matrix<Scalar> hv(z.rows(), z.cols());
+  log_z_.HessianVectorProduct(z, v, hv);
+  hv = v + a_ * hv;
+  ln_.JacobianProduct(PreNorm(z), hv, out);
+}
+
+template <typename Scalar>
+void ResidualLogNormalizerMap<Scalar>::VectorJacobianProduct(
+    ConstMatrixRef<Scalar> z,
+    ConstMatrixRef<Scalar> u,
+    MatrixRef<Scalar> out) const {
+  internal::CheckBatch("ResidualLogNormalizerMap::VectorJacobianProduct(z)", z, dimension());
+  Matrix<Scalar> w(z.rows(), z.cols());
+  ln_.JacobianProduct(PreNorm(z), u, w);
+  log_z_.HessianVectorProduct(z, w, out);
+  out = w + a_ * out;
+}
+
+template <typename Scalar>
+Matrix<Scalar> ResidualLogNormalizerMap<Scalar>::PreNorm(ConstMatrixRef<Scalar> z) const {
+  Matrix<Scalar> y(z.rows(), z.cols());
+  log_z_.Gradient(z, y);
+  y = z + a_ * y;
+  if (c_.size() != 0) {
+    internal::CheckShape("ResidualLogNormalizerMap: input c", c_, z.rows(), z.cols());
+    y += c_;
+  }
+  return y;
+}
 
 IMPLICIT_EXTERN_TEMPLATE_CLASS(ResidualLogNormalizerMap);
 
