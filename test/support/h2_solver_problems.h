@@ -37,17 +37,7 @@ class LogCoshEnergy : public Energy<Scalar> {
   LogCoshEnergy(Matrix<Scalar> A, Vector<Scalar> m, Scalar mu)
       : A_(std::move(A)), m_(std::move(m)), mu_(mu) {}
   Index dimension() const override { return A_.cols(); }
-  void Value(ConstMatrixRef<Scalar> x, VectorRef<Scalar> values) const override {
-    for (Index b = 0; b < x.cols(); ++b) {
-      const Vector<Scalar> u = A_ * x.col(b) - m_;
-      Scalar e = Scalar(0.5) * mu_ * x.col(b).squaredNorm();
-      for (Index i = 0; i < u.size(); ++i) {
-        const Scalar a = std::abs(u(i));  // log cosh a = a + log1p(exp(-2a)) - log 2
-        e += a + std::log1p(std::exp(Scalar(-2) * a)) - std::log(Scalar(2));
-      }
-      values(b) = e;
-    }
-  }
+  void Value(ConstMatrixRef<Scalar> x, VectorRef<Scalar> values) const override;
   void Gradient(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> grad) const override {
     Matrix<Scalar> u = A_ * x;
     u.colwise() -= m_;
@@ -55,20 +45,39 @@ class LogCoshEnergy : public Energy<Scalar> {
     grad += mu_ * x;
   }
   void HessianVectorProduct(ConstMatrixRef<Scalar> x, ConstMatrixRef<Scalar> v,
-                            MatrixRef<Scalar> out) const override {
-    Matrix<Scalar> u = A_ * x;
-    u.colwise() -= m_;
-    const Matrix<Scalar> d = (Scalar(1) - u.array().tanh().square()).matrix();
-    const Matrix<Scalar> av = (d.array() * (A_ * v).array()).matrix();
-    out.noalias() = A_.transpose() * av;
-    out += mu_ * v;
-  }
+                            MatrixRef<Scalar> out) const override;
 
  private:
   Matrix<Scalar> A_;
   Vector<Scalar> m_;
   Scalar mu_;
 };
+
+template <typename Scalar>
+void LogCoshEnergy<Scalar>::Value(ConstMatrixRef<Scalar> x, VectorRef<Scalar> values) const {
+  for (Index b = 0; b < x.cols(); ++b) {
+    const Vector<Scalar> u = A_ * x.col(b) - m_;
+    Scalar e = Scalar(0.5) * mu_ * x.col(b).squaredNorm();
+    for (Index i = 0; i < u.size(); ++i) {
+      const Scalar a = std::abs(u(i));  // log cosh a = a + log1p(exp(-2a)) - log 2
+      e += a + std::log1p(std::exp(Scalar(-2) * a)) - std::log(Scalar(2));
+    }
+    values(b) = e;
+  }
+}
+
+template <typename Scalar>
+void LogCoshEnergy<Scalar>::HessianVectorProduct(
+    ConstMatrixRef<Scalar> x,
+    ConstMatrixRef<Scalar> v,
+    MatrixRef<Scalar> out) const {
+  Matrix<Scalar> u = A_ * x;
+  u.colwise() -= m_;
+  const Matrix<Scalar> d = (Scalar(1) - u.array().tanh().square()).matrix();
+  const Matrix<Scalar> av = (d.array() * (A_ * v).array()).matrix();
+  out.noalias() = A_.transpose() * av;
+  out += mu_ * v;
+}
 
 // Wraps a map; counts Evaluate and JVP calls and records every state z the
 // solver passed in (all B columns, one matrix per call).

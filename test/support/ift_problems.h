@@ -38,14 +38,7 @@ class HopfieldEnergy : public Energy<Scalar> {
   Scalar beta() const { return beta_; }
 
   Index dimension() const override { return n_; }
-  void Value(ConstMatrixRef<Scalar> z, VectorRef<Scalar> values) const override {
-    Matrix<Scalar> s = beta_ * (X().transpose() * z);
-    for (Index b = 0; b < z.cols(); ++b) {
-      const Scalar m = s.col(b).maxCoeff();
-      const Scalar lse = m + std::log((s.col(b).array() - m).exp().sum());
-      values(b) = Scalar(0.5) * z.col(b).squaredNorm() - lse / beta_ - Input(z).col(b).dot(z.col(b));
-    }
-  }
+  void Value(ConstMatrixRef<Scalar> z, VectorRef<Scalar> values) const override;
   void Gradient(ConstMatrixRef<Scalar> z, MatrixRef<Scalar> grad) const override {
     CccpUpdate(z, grad);
     grad = z - grad;
@@ -67,13 +60,7 @@ class HopfieldEnergy : public Energy<Scalar> {
   ParameterSet<Scalar>* parameters() override { return &params_; }
   // d/dX sum_b <grad E, u_b> = -sum_b (u_b p_b^T + beta z_b q_b^T), q = (diag p - p p^T) X^T u.
   void ParameterVectorJacobianProduct(ConstMatrixRef<Scalar> z, ConstMatrixRef<Scalar> u,
-                                      VectorRef<Scalar> out) const override {
-    const Matrix<Scalar> p = Softmax(z);
-    Matrix<Scalar> q = X().transpose() * u;
-    CenterByP(p, q);
-    Matrix<Scalar> g = -(u * p.transpose() + beta_ * z * q.transpose());
-    out = Eigen::Map<const Vector<Scalar>>(g.data(), g.size());
-  }
+                                      VectorRef<Scalar> out) const override;
   Index input_dimension() const override { return n_; }
   void InputVectorJacobianProduct(ConstMatrixRef<Scalar>, ConstMatrixRef<Scalar> u,
                                   MatrixRef<Scalar> out) const override {
@@ -88,15 +75,7 @@ class HopfieldEnergy : public Energy<Scalar> {
     internal::CheckShape("HopfieldEnergy input", x_, n_, z.cols());
     return x_;
   }
-  Matrix<Scalar> Softmax(ConstMatrixRef<Scalar> z) const {
-    Matrix<Scalar> s = beta_ * (X().transpose() * z);
-    for (Index b = 0; b < s.cols(); ++b) {
-      s.col(b).array() -= s.col(b).maxCoeff();
-      s.col(b) = s.col(b).array().exp().matrix();
-      s.col(b) /= s.col(b).sum();
-    }
-    return s;
-  }
+  Matrix<Scalar> Softmax(ConstMatrixRef<Scalar> z) const;
   // s_b <- (diag p_b - p_b p_b^T) s_b.
   static void CenterByP(const Matrix<Scalar>& p, Matrix<Scalar>& s) {
     for (Index b = 0; b < s.cols(); ++b) {
@@ -110,6 +89,39 @@ class HopfieldEnergy : public Energy<Scalar> {
   ParameterSet<Scalar> params_;
   Matrix<Scalar> x_;
 };
+
+template <typename Scalar>
+void HopfieldEnergy<Scalar>::Value(ConstMatrixRef<Scalar> z, VectorRef<Scalar> values) const {
+  Matrix<Scalar> s = beta_ * (X().transpose() * z);
+  for (Index b = 0; b < z.cols(); ++b) {
+    const Scalar m = s.col(b).maxCoeff();
+    const Scalar lse = m + std::log((s.col(b).array() - m).exp().sum());
+    values(b) = Scalar(0.5) * z.col(b).squaredNorm() - lse / beta_ - Input(z).col(b).dot(z.col(b));
+  }
+}
+
+template <typename Scalar>
+void HopfieldEnergy<Scalar>::ParameterVectorJacobianProduct(
+    ConstMatrixRef<Scalar> z,
+    ConstMatrixRef<Scalar> u,
+    VectorRef<Scalar> out) const {
+  const Matrix<Scalar> p = Softmax(z);
+  Matrix<Scalar> q = X().transpose() * u;
+  CenterByP(p, q);
+  Matrix<Scalar> g = -(u * p.transpose() + beta_ * z * q.transpose());
+  out = Eigen::Map<const Vector<Scalar>>(g.data(), g.size());
+}
+
+template <typename Scalar>
+Matrix<Scalar> HopfieldEnergy<Scalar>::Softmax(ConstMatrixRef<Scalar> z) const {
+  Matrix<Scalar> s = beta_ * (X().transpose() * z);
+  for (Index b = 0; b < s.cols(); ++b) {
+    s.col(b).array() -= s.col(b).maxCoeff();
+    s.col(b) = s.col(b).array().exp().matrix();
+    s.col(b) /= s.col(b).sum();
+  }
+  return s;
+}
 
 // f(z; x, A, c) = A z + B x + c. Allocation-free products (lazyProduct).
 template <typename Scalar>

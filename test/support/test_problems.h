@@ -114,14 +114,7 @@ class TanhDeqMap : public FixedPointMap<Scalar> {
   Index num_parameters() const override { return params_.size(); }
   ParameterSet<Scalar>* parameters() override { return &params_; }
   void ParameterVectorJacobianProduct(ConstMatrixRef<Scalar> z, ConstMatrixRef<Scalar> u,
-                                      VectorRef<Scalar> out) const override {
-    Matrix<Scalar> du = (Derivative(z).array() * u.array()).matrix();
-    Vector<Scalar> flat(params_.size());
-    params_.BlockOf(flat, "W").noalias() = du * z.transpose();
-    params_.BlockOf(flat, "U").noalias() = du * x_.transpose();
-    params_.BlockOf(flat, "b") = du.rowwise().sum();
-    out = flat;
-  }
+                                      VectorRef<Scalar> out) const override;
   Index input_dimension() const override { return input_dim_; }
   void InputVectorJacobianProduct(ConstMatrixRef<Scalar> z, ConstMatrixRef<Scalar> u,
                                   MatrixRef<Scalar> out) const override {
@@ -151,6 +144,19 @@ class TanhDeqMap : public FixedPointMap<Scalar> {
   Matrix<Scalar> x_;
 };
 
+template <typename Scalar>
+void TanhDeqMap<Scalar>::ParameterVectorJacobianProduct(
+    ConstMatrixRef<Scalar> z,
+    ConstMatrixRef<Scalar> u,
+    VectorRef<Scalar> out) const {
+  Matrix<Scalar> du = (Derivative(z).array() * u.array()).matrix();
+  Vector<Scalar> flat(params_.size());
+  params_.BlockOf(flat, "W").noalias() = du * z.transpose();
+  params_.BlockOf(flat, "U").noalias() = du * x_.transpose();
+  params_.BlockOf(flat, "b") = du.rowwise().sum();
+  out = flat;
+}
+
 // Modern Hopfield retrieval: f(xi) = X softmax(beta X^T xi), patterns X (n x N).
 template <typename Scalar>
 class HopfieldMap : public FixedPointMap<Scalar> {
@@ -164,33 +170,42 @@ class HopfieldMap : public FixedPointMap<Scalar> {
   bool HasJacobianProducts() const override { return true; }
   // J = beta X (diag(p) - p p^T) X^T, symmetric.
   void JacobianVectorProduct(ConstMatrixRef<Scalar> xi, ConstMatrixRef<Scalar> v,
-                             MatrixRef<Scalar> out) const override {
-    Matrix<Scalar> p = Softmax(xi);
-    Matrix<Scalar> s = X_.transpose() * v;  // N x B
-    for (Index b = 0; b < s.cols(); ++b) {
-      const Scalar mean = p.col(b).dot(s.col(b));
-      s.col(b) = (p.col(b).array() * (s.col(b).array() - mean)).matrix();
-    }
-    out.noalias() = beta_ * X_ * s;
-  }
+                             MatrixRef<Scalar> out) const override;
   void VectorJacobianProduct(ConstMatrixRef<Scalar> xi, ConstMatrixRef<Scalar> u,
                              MatrixRef<Scalar> out) const override {
     JacobianVectorProduct(xi, u, out);
   }
-  Matrix<Scalar> Softmax(ConstMatrixRef<Scalar> xi) const {
-    Matrix<Scalar> s = beta_ * (X_.transpose() * xi);
-    for (Index b = 0; b < s.cols(); ++b) {
-      s.col(b).array() -= s.col(b).maxCoeff();
-      s.col(b) = s.col(b).array().exp().matrix();
-      s.col(b) /= s.col(b).sum();
-    }
-    return s;
-  }
+  Matrix<Scalar> Softmax(ConstMatrixRef<Scalar> xi) const;
 
  private:
   Matrix<Scalar> X_;
   Scalar beta_;
 };
+
+template <typename Scalar>
+void HopfieldMap<Scalar>::JacobianVectorProduct(
+    ConstMatrixRef<Scalar> xi,
+    ConstMatrixRef<Scalar> v,
+    MatrixRef<Scalar> out) const {
+  Matrix<Scalar> p = Softmax(xi);
+  Matrix<Scalar> s = X_.transpose() * v;  // N x B
+  for (Index b = 0; b < s.cols(); ++b) {
+    const Scalar mean = p.col(b).dot(s.col(b));
+    s.col(b) = (p.col(b).array() * (s.col(b).array() - mean)).matrix();
+  }
+  out.noalias() = beta_ * X_ * s;
+}
+
+template <typename Scalar>
+Matrix<Scalar> HopfieldMap<Scalar>::Softmax(ConstMatrixRef<Scalar> xi) const {
+  Matrix<Scalar> s = beta_ * (X_.transpose() * xi);
+  for (Index b = 0; b < s.cols(); ++b) {
+    s.col(b).array() -= s.col(b).maxCoeff();
+    s.col(b) = s.col(b).array().exp().matrix();
+    s.col(b) /= s.col(b).sum();
+  }
+  return s;
+}
 
 // E(z) = 0.5 z^T H z - c^T z with H symmetric positive definite; minimiser H^{-1} c.
 template <typename Scalar>

@@ -49,16 +49,7 @@ class ClampedEnergy : public Energy<Scalar> {
 
   // free_mask and values: n x B (the batch this energy will be called with).
   // Entries of free_mask must be 0 or 1.
-  void SetClamp(Matrix<Scalar> free_mask, Matrix<Scalar> values) {
-    internal::CheckBatch("ClampedEnergy::SetClamp(free_mask)", free_mask, base_.dimension());
-    internal::CheckShape("ClampedEnergy::SetClamp(values)", values, free_mask.rows(),
-                         free_mask.cols());
-    if (!((free_mask.array() == Scalar(0)) || (free_mask.array() == Scalar(1))).all()) {
-      throw std::invalid_argument("ClampedEnergy::SetClamp(free_mask): entries must be 0 or 1");
-    }
-    mask_ = std::move(free_mask);
-    values_ = std::move(values);
-  }
+  void SetClamp(Matrix<Scalar> free_mask, Matrix<Scalar> values);
   // Replaces the clamped values only (same shape as before).
   void SetInput(Matrix<Scalar> values) {
     internal::CheckShape("ClampedEnergy::SetInput(values)", values, mask_.rows(), mask_.cols());
@@ -93,13 +84,7 @@ class ClampedEnergy : public Energy<Scalar> {
     Combine(x, out);
   }
   void GradientAndValue(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> grad,
-                        VectorRef<Scalar> values) const override {
-    const Matrix<Scalar> y = Merge(x);
-    base_.GradientAndValue(y, grad, values);
-    values += Scalar(0.5) *
-              ((Scalar(1) - mask_.array()) * (x - values_).array()).matrix().colwise().squaredNorm().transpose();
-    Combine(x, grad);
-  }
+                        VectorRef<Scalar> values) const override;
   void CccpUpdateAndValue(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> out,
                           VectorRef<Scalar> values) const override {
     GradientAndValue(x, out, values);
@@ -108,13 +93,7 @@ class ClampedEnergy : public Energy<Scalar> {
   // The clamp (mask and values) is per sample: never evaluate a subset.
   bool SupportsSubsets() const override { return false; }
   void HessianVectorProduct(ConstMatrixRef<Scalar> x, ConstMatrixRef<Scalar> v,
-                            MatrixRef<Scalar> out) const override {
-    const Matrix<Scalar> y = Merge(x);
-    internal::CheckShape("ClampedEnergy::HessianVectorProduct(v)", v, x.rows(), x.cols());
-    const Matrix<Scalar> mv = (mask_.array() * v.array()).matrix();
-    base_.HessianVectorProduct(y, mv, out);
-    out = (mask_.array() * out.array() + (Scalar(1) - mask_.array()) * v.array()).matrix();
-  }
+                            MatrixRef<Scalar> out) const override;
 
   Index num_parameters() const override { return base_.num_parameters(); }
   ParameterSet<Scalar>* parameters() override { return base_.parameters(); }
@@ -126,24 +105,10 @@ class ClampedEnergy : public Energy<Scalar> {
   }
   Index input_dimension() const override { return base_.dimension(); }
   void InputVectorJacobianProduct(ConstMatrixRef<Scalar> x, ConstMatrixRef<Scalar> u,
-                                  MatrixRef<Scalar> out) const override {
-    const Matrix<Scalar> y = Merge(x);
-    internal::CheckShape("ClampedEnergy::InputVectorJacobianProduct(u)", u, x.rows(), x.cols());
-    internal::CheckShape("ClampedEnergy::InputVectorJacobianProduct(out)", out, x.rows(), x.cols());
-    base_.HessianVectorProduct(y, (mask_.array() * u.array()).matrix(), out);
-    out = ((Scalar(1) - mask_.array()) * (out.array() - u.array())).matrix();
-  }
+                                  MatrixRef<Scalar> out) const override;
 
  private:
-  void Check(const char* what, ConstMatrixRef<Scalar> x) const {
-    internal::CheckBatch(what, x, base_.dimension());
-    if (mask_.cols() != x.cols() || mask_.rows() != x.rows()) {
-      std::ostringstream s;
-      s << what << ": the clamp (SetClamp) is " << mask_.rows() << "x" << mask_.cols()
-        << " but the state is " << x.rows() << "x" << x.cols();
-      throw std::invalid_argument(s.str());
-    }
-  }
+  void Check(const char* what, ConstMatrixRef<Scalar> x) const;
   // out <- m (.) out + (1 - m) (.) (x - c)
   void Combine(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> out) const {
     out = (mask_.array() * out.array() + (Scalar(1) - mask_.array()) * (x - values_).array()).matrix();
@@ -153,6 +118,65 @@ class ClampedEnergy : public Energy<Scalar> {
   Matrix<Scalar> mask_;
   Matrix<Scalar> values_;
 };
+
+template <typename Scalar>
+void ClampedEnergy<Scalar>::SetClamp(Matrix<Scalar> free_mask, Matrix<Scalar> values) {
+  internal::CheckBatch("ClampedEnergy::SetClamp(free_mask)", free_mask, base_.dimension());
+  internal::CheckShape("ClampedEnergy::SetClamp(values)", values, free_mask.rows(),
+                       free_mask.cols());
+  if (!((free_mask.array() == Scalar(0)) || (free_mask.array() == Scalar(1))).all()) {
+    throw std::invalid_argument("ClampedEnergy::SetClamp(free_mask): entries must be 0 or 1");
+  }
+  mask_ = std::move(free_mask);
+  values_ = std::move(values);
+}
+
+template <typename Scalar>
+void ClampedEnergy<Scalar>::GradientAndValue(
+    ConstMatrixRef<Scalar> x,
+    MatrixRef<Scalar> grad,
+    VectorRef<Scalar> values) const {
+  const Matrix<Scalar> y = Merge(x);
+  base_.GradientAndValue(y, grad, values);
+  values += Scalar(0.5) *
+            ((Scalar(1) - mask_.array()) * (x - values_).array()).matrix().colwise().squaredNorm().transpose();
+  Combine(x, grad);
+}
+
+template <typename Scalar>
+void ClampedEnergy<Scalar>::HessianVectorProduct(
+    ConstMatrixRef<Scalar> x,
+    ConstMatrixRef<Scalar> v,
+    MatrixRef<Scalar> out) const {
+  const Matrix<Scalar> y = Merge(x);
+  internal::CheckShape("ClampedEnergy::HessianVectorProduct(v)", v, x.rows(), x.cols());
+  const Matrix<Scalar> mv = (mask_.array() * v.array()).matrix();
+  base_.HessianVectorProduct(y, mv, out);
+  out = (mask_.array() * out.array() + (Scalar(1) - mask_.array()) * v.array()).matrix();
+}
+
+template <typename Scalar>
+void ClampedEnergy<Scalar>::InputVectorJacobianProduct(
+    ConstMatrixRef<Scalar> x,
+    ConstMatrixRef<Scalar> u,
+    MatrixRef<Scalar> out) const {
+  const Matrix<Scalar> y = Merge(x);
+  internal::CheckShape("ClampedEnergy::InputVectorJacobianProduct(u)", u, x.rows(), x.cols());
+  internal::CheckShape("ClampedEnergy::InputVectorJacobianProduct(out)", out, x.rows(), x.cols());
+  base_.HessianVectorProduct(y, (mask_.array() * u.array()).matrix(), out);
+  out = ((Scalar(1) - mask_.array()) * (out.array() - u.array())).matrix();
+}
+
+template <typename Scalar>
+void ClampedEnergy<Scalar>::Check(const char* what, ConstMatrixRef<Scalar> x) const {
+  internal::CheckBatch(what, x, base_.dimension());
+  if (mask_.cols() != x.cols() || mask_.rows() != x.rows()) {
+    std::ostringstream s;
+    s << what << ": the clamp (SetClamp) is " << mask_.rows() << "x" << mask_.cols()
+      << " but the state is " << x.rows() << "x" << x.cols();
+    throw std::invalid_argument(s.str());
+  }
+}
 
 IMPLICIT_EXTERN_TEMPLATE_CLASS(ClampedEnergy);
 
