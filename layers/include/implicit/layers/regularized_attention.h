@@ -106,37 +106,13 @@ class SparseHopfieldEnergy : public Energy<Scalar> {
   typename ParameterSet<Scalar>::ConstBlockMap patterns() const { return params_.Block("X"); }
   Scalar beta() const { return static_cast<Scalar>(options_.beta); }
   // The current alpha (the trained value when learn_alpha).
-  Scalar alpha() const {
-    if (!options_.learn_alpha) return static_cast<Scalar>(options_.alpha);
-    const Scalar a = params_.Block("alpha")(0, 0);
-    if (!(a > Scalar(1)) || !std::isfinite(static_cast<double>(a))) {
-      throw std::invalid_argument("SparseHopfieldEnergy: parameter alpha must be > 1, got " +
-                                  std::to_string(static_cast<double>(a)));
-    }
-    return a;
-  }
+  Scalar alpha() const;
 
   // active[i] = false masks pattern i (score -inf, zero weight). Empty: none.
-  void SetPatternMask(std::vector<bool> active) {
-    if (!active.empty() && static_cast<Index>(active.size()) != num_patterns()) {
-      std::ostringstream s;
-      s << "SparseHopfieldEnergy::SetPatternMask(active): expected " << num_patterns()
-        << " entries, got " << active.size();
-      throw std::invalid_argument(s.str());
-    }
-    mask_ = std::move(active);
-  }
+  void SetPatternMask(std::vector<bool> active);
 
   // scores = beta X^T xi (N x B), masked patterns -inf.
-  void Scores(ConstMatrixRef<Scalar> xi, MatrixRef<Scalar> scores) const {
-    internal::CheckBatch("SparseHopfieldEnergy::Scores(xi)", xi, dimension());
-    internal::CheckShape("SparseHopfieldEnergy::Scores(scores)", scores, num_patterns(), xi.cols());
-    scores.noalias() = patterns().transpose() * xi;
-    scores *= beta();
-    for (size_t i = 0; i < mask_.size(); ++i) {
-      if (!mask_[i]) scores.row(static_cast<Index>(i)).setConstant(-std::numeric_limits<Scalar>::infinity());
-    }
-  }
+  void Scores(ConstMatrixRef<Scalar> xi, MatrixRef<Scalar> scores) const;
   // weights = entmax_alpha(beta X^T xi) (N x B): the attention weights.
   void Weights(ConstMatrixRef<Scalar> xi, MatrixRef<Scalar> weights) const {
     Matrix<Scalar> s(num_patterns(), xi.cols());
@@ -168,85 +144,152 @@ class SparseHopfieldEnergy : public Energy<Scalar> {
 
   // The CCCP update X p and E from one score GEMM and one entmax pass.
   void CccpUpdateAndValue(ConstMatrixRef<Scalar> xi, MatrixRef<Scalar> out,
-                          VectorRef<Scalar> values) const override {
-    internal::CheckShape("SparseHopfieldEnergy::CccpUpdateAndValue(out)", out, xi.rows(), xi.cols());
-    Matrix<Scalar> p(num_patterns(), xi.cols());
-    WeightsAndValues(xi, p, values, "SparseHopfieldEnergy::CccpUpdateAndValue(xi)",
-                     "SparseHopfieldEnergy::CccpUpdateAndValue(values)");
-    out.noalias() = patterns() * p;
-  }
+                          VectorRef<Scalar> values) const override;
   // grad E = xi - X p and E, with the work of one CCCP update.
   void GradientAndValue(ConstMatrixRef<Scalar> xi, MatrixRef<Scalar> grad,
-                        VectorRef<Scalar> values) const override {
-    internal::CheckShape("SparseHopfieldEnergy::GradientAndValue(grad)", grad, xi.rows(), xi.cols());
-    Matrix<Scalar> p(num_patterns(), xi.cols());
-    WeightsAndValues(xi, p, values, "SparseHopfieldEnergy::GradientAndValue(xi)",
-                     "SparseHopfieldEnergy::GradientAndValue(values)");
-    grad = xi;
-    grad.noalias() -= patterns() * p;
-  }
+                        VectorRef<Scalar> values) const override;
   // The pattern mask is shared by all samples: no per-sample data.
   bool SupportsSubsets() const override { return true; }
 
   void HessianVectorProduct(ConstMatrixRef<Scalar> xi, ConstMatrixRef<Scalar> v,
-                            MatrixRef<Scalar> out) const override {
-    internal::CheckShape("SparseHopfieldEnergy::HessianVectorProduct(v)", v, xi.rows(), xi.cols());
-    internal::CheckShape("SparseHopfieldEnergy::HessianVectorProduct(out)", out, xi.rows(), xi.cols());
-    Matrix<Scalar> p(num_patterns(), xi.cols());
-    Weights(xi, p);
-    Matrix<Scalar> w = patterns().transpose() * v;
-    entmax::JacobianVectorProduct<Scalar>(p, alpha(), w, w);
-    out = v;
-    out.noalias() -= beta() * (patterns() * w);
-  }
+                            MatrixRef<Scalar> out) const override;
 
   Index num_parameters() const override { return params_.size(); }
   ParameterSet<Scalar>* parameters() override { return &params_; }
   const ParameterSet<Scalar>& parameter_set() const { return params_; }
 
   void ParameterVectorJacobianProduct(ConstMatrixRef<Scalar> xi, ConstMatrixRef<Scalar> u,
-                                      VectorRef<Scalar> out) const override {
-    internal::CheckBatch("SparseHopfieldEnergy::ParameterVectorJacobianProduct(xi)", xi, dimension());
-    internal::CheckShape("SparseHopfieldEnergy::ParameterVectorJacobianProduct(u)", u, xi.rows(),
-                         xi.cols());
-    internal::CheckShape("SparseHopfieldEnergy::ParameterVectorJacobianProduct(out)", out,
-                         num_parameters(), 1);
-    const Scalar a = alpha();
-    Matrix<Scalar> p(num_patterns(), xi.cols());
-    Weights(xi, p);
-    Matrix<Scalar> w = patterns().transpose() * u;  // X^T u
-    Vector<Scalar> flat = Vector<Scalar>::Zero(num_parameters());
-    if (options_.learn_alpha) {
-      Matrix<Scalar> dp(p.rows(), p.cols());
-      entmax::AlphaDerivative<Scalar>(p, a, dp);
-      params_.BlockOf(flat, "alpha")(0, 0) = -(w.array() * dp.array()).sum();
-    }
-    entmax::JacobianVectorProduct<Scalar>(p, a, w, w);  // W = J X^T u
-    auto dX = params_.BlockOf(flat, "X");
-    dX.noalias() = -(u * p.transpose());
-    dX.noalias() -= beta() * (xi * w.transpose());
-    out = flat;
-  }
+                                      VectorRef<Scalar> out) const override;
 
  private:
   // p = entmax(s) and values = E from the scores s = beta X^T xi (one GEMM).
   void WeightsAndValues(ConstMatrixRef<Scalar> xi, Matrix<Scalar>& p, VectorRef<Scalar> values,
-                        const char* xi_name, const char* values_name) const {
-    internal::CheckBatch(xi_name, xi, dimension());
-    internal::CheckShape(values_name, values, xi.cols(), 1);
-    Matrix<Scalar> s(num_patterns(), xi.cols());
-    Scores(xi, s);
-    const Scalar a = alpha();
-    entmax::Entmax<Scalar>(s, a, p);
-    Vector<Scalar> conj(xi.cols());
-    entmax::Conjugate<Scalar>(s, p, a, conj);
-    values = Scalar(0.5) * xi.colwise().squaredNorm().transpose() - conj / beta();
-  }
+                        const char* xi_name, const char* values_name) const;
 
   Options options_;
   ParameterSet<Scalar> params_;
   std::vector<bool> mask_;
 };
+
+template <typename Scalar>
+Scalar SparseHopfieldEnergy<Scalar>::alpha() const {
+  if (!options_.learn_alpha) return static_cast<Scalar>(options_.alpha);
+  const Scalar a = params_.Block("alpha")(0, 0);
+  if (!(a > Scalar(1)) || !std::isfinite(static_cast<double>(a))) {
+    throw std::invalid_argument("SparseHopfieldEnergy: parameter alpha must be > 1, got " +
+                                std::to_string(static_cast<double>(a)));
+  }
+  return a;
+}
+
+template <typename Scalar>
+void SparseHopfieldEnergy<Scalar>::SetPatternMask(std::vector<bool> active) {
+  if (!active.empty() && static_cast<Index>(active.size()) != num_patterns()) {
+    std::ostringstream s;
+    s << "SparseHopfieldEnergy::SetPatternMask(active): expected " << num_patterns()
+      << " entries, got " << active.size();
+    throw std::invalid_argument(s.str());
+  }
+  mask_ = std::move(active);
+}
+
+template <typename Scalar>
+void SparseHopfieldEnergy<Scalar>::Scores(
+    ConstMatrixRef<Scalar> xi,
+    MatrixRef<Scalar> scores) const {
+  internal::CheckBatch("SparseHopfieldEnergy::Scores(xi)", xi, dimension());
+  internal::CheckShape("SparseHopfieldEnergy::Scores(scores)", scores, num_patterns(), xi.cols());
+  scores.noalias() = patterns().transpose() * xi;
+  scores *= beta();
+  for (size_t i = 0; i < mask_.size(); ++i) {
+    if (!mask_[i]) scores.row(static_cast<Index>(i)).setConstant(-std::numeric_limits<Scalar>::infinity());
+  }
+}
+
+template <typename Scalar>
+void SparseHopfieldEnergy<Scalar>::CccpUpdateAndValue(
+    ConstMatrixRef<Scalar> xi,
+    MatrixRef<Scalar> out,
+    VectorRef<Scalar> values) const {
+  internal::CheckShape("SparseHopfieldEnergy::CccpUpdateAndValue(out)", out, xi.rows(), xi.cols());
+  Matrix<Scalar> p(num_patterns(), xi.cols());
+  WeightsAndValues(xi, p, values, "SparseHopfieldEnergy::CccpUpdateAndValue(xi)",
+                   "SparseHopfieldEnergy::CccpUpdateAndValue(values)");
+  out.noalias() = patterns() * p;
+}
+
+template <typename Scalar>
+void SparseHopfieldEnergy<Scalar>::GradientAndValue(
+    ConstMatrixRef<Scalar> xi,
+    MatrixRef<Scalar> grad,
+    VectorRef<Scalar> values) const {
+  internal::CheckShape("SparseHopfieldEnergy::GradientAndValue(grad)", grad, xi.rows(), xi.cols());
+  Matrix<Scalar> p(num_patterns(), xi.cols());
+  WeightsAndValues(xi, p, values, "SparseHopfieldEnergy::GradientAndValue(xi)",
+                   "SparseHopfieldEnergy::GradientAndValue(values)");
+  grad = xi;
+  grad.noalias() -= patterns() * p;
+}
+
+template <typename Scalar>
+void SparseHopfieldEnergy<Scalar>::HessianVectorProduct(
+    ConstMatrixRef<Scalar> xi,
+    ConstMatrixRef<Scalar> v,
+    MatrixRef<Scalar> out) const {
+  internal::CheckShape("SparseHopfieldEnergy::HessianVectorProduct(v)", v, xi.rows(), xi.cols());
+  internal::CheckShape("SparseHopfieldEnergy::HessianVectorProduct(out)", out, xi.rows(), xi.cols());
+  Matrix<Scalar> p(num_patterns(), xi.cols());
+  Weights(xi, p);
+  Matrix<Scalar> w = patterns().transpose() * v;
+  entmax::JacobianVectorProduct<Scalar>(p, alpha(), w, w);
+  out = v;
+  out.noalias() -= beta() * (patterns() * w);
+}
+
+template <typename Scalar>
+void SparseHopfieldEnergy<Scalar>::ParameterVectorJacobianProduct(
+    ConstMatrixRef<Scalar> xi,
+    ConstMatrixRef<Scalar> u,
+    VectorRef<Scalar> out) const {
+  internal::CheckBatch("SparseHopfieldEnergy::ParameterVectorJacobianProduct(xi)", xi, dimension());
+  internal::CheckShape("SparseHopfieldEnergy::ParameterVectorJacobianProduct(u)", u, xi.rows(),
+                       xi.cols());
+  internal::CheckShape("SparseHopfieldEnergy::ParameterVectorJacobianProduct(out)", out,
+                       num_parameters(), 1);
+  const Scalar a = alpha();
+  Matrix<Scalar> p(num_patterns(), xi.cols());
+  Weights(xi, p);
+  Matrix<Scalar> w = patterns().transpose() * u;  // X^T u
+  Vector<Scalar> flat = Vector<Scalar>::Zero(num_parameters());
+  if (options_.learn_alpha) {
+    Matrix<Scalar> dp(p.rows(), p.cols());
+    entmax::AlphaDerivative<Scalar>(p, a, dp);
+    params_.BlockOf(flat, "alpha")(0, 0) = -(w.array() * dp.array()).sum();
+  }
+  entmax::JacobianVectorProduct<Scalar>(p, a, w, w);  // W = J X^T u
+  auto dX = params_.BlockOf(flat, "X");
+  dX.noalias() = -(u * p.transpose());
+  dX.noalias() -= beta() * (xi * w.transpose());
+  out = flat;
+}
+
+template <typename Scalar>
+void SparseHopfieldEnergy<Scalar>::WeightsAndValues(
+    ConstMatrixRef<Scalar> xi,
+    Matrix<Scalar>& p,
+    VectorRef<Scalar> values,
+    const char* xi_name,
+    const char* values_name) const {
+  internal::CheckBatch(xi_name, xi, dimension());
+  internal::CheckShape(values_name, values, xi.cols(), 1);
+  Matrix<Scalar> s(num_patterns(), xi.cols());
+  Scores(xi, s);
+  const Scalar a = alpha();
+  entmax::Entmax<Scalar>(s, a, p);
+  Vector<Scalar> conj(xi.cols());
+  entmax::Conjugate<Scalar>(s, p, a, conj);
+  values = Scalar(0.5) * xi.colwise().squaredNorm().transpose() - conj / beta();
+}
 
 IMPLICIT_EXTERN_TEMPLATE_CLASS(SparseHopfieldEnergy);
 
