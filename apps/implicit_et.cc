@@ -48,6 +48,7 @@
 #include <implicit/core/optimizers.h>
 #include <implicit/layers/energy_transformer.h>
 #include <implicit/layers/entmax.h>
+#include <implicit/layers/layer_norm.h>
 
 #include <algorithm>
 #include <chrono>
@@ -87,23 +88,6 @@ struct Config {
 
 // Per-token LayerNorm g = gamma (x - mean) / sqrt(var + eps) + delta and its
 // backward, matching EnergyTransformer::LayerNorm.
-struct LayerNormOp {
-  double gamma = 1, delta = 0, eps = 1e-5;
-  void Forward(const Vector<double>& x, Vector<double>* g, Vector<double>* ghat, double* s) const {
-    const double mean = x.mean();
-    const double var = (x.array() - mean).square().mean();
-    *s = std::sqrt(var + eps);
-    *ghat = (x.array() - mean) / *s;
-    *g = gamma * *ghat;
-    g->array() += delta;
-  }
-  // dL/dx from dL/dg = w.
-  Vector<double> Backward(const Vector<double>& ghat, double s, const Vector<double>& w) const {
-    const double wm = w.mean(), wg = w.dot(ghat) / static_cast<double>(w.size());
-    return (gamma / s) * ((w.array() - wm) - ghat.array() * wg).matrix();
-  }
-};
-
 class EtModel {
  public:
   explicit EtModel(const Config& c) : config_(c), et_(EtOptions(c)), map_(et_, c.step) {
@@ -124,7 +108,7 @@ class EtModel {
     params_.Block("decode") = RandomGaussian(kPatches * kPatchSize, D, 0.1, gen);
     ln_.gamma = et_.gamma();
     ln_.delta = et_.delta();
-    ln_.eps = et_.options().eps;
+    ln_.epsilon = et_.options().eps;
   }
 
   implicit::ParameterSet<double>& params() { return params_; }
@@ -191,16 +175,22 @@ class EtModel {
     }
   }
 
+  // g = LN(token A + 1 of sample b), with its normalised ghat and scale s.
+  void NormalizeToken(const Matrix<double>& z, Index b, Index A, Vector<double>* g,
+                      Vector<double>* ghat, Vector<double>* s) const {
+    const Index D = config_.dim;
+    ln_.Normalize(z.col(b).segment((A + 1) * D, D), *ghat, *s);
+    *g = (ln_.gamma * ghat->array() + ln_.delta).matrix();
+  }
   // Decoded patches (64 x B) of the state z: patch A is a linear map of
   // LayerNorm(z_{A+1}).
   Matrix<double> Decode(const Matrix<double>& z) const {
     const Index D = config_.dim, B = z.cols();
     Matrix<double> out(kPatches * kPatchSize, B);
-    Vector<double> g, ghat;
-    double s;
+    Vector<double> g(D), ghat(D), s(1);
     for (Index b = 0; b < B; ++b)
       for (Index A = 0; A < kPatches; ++A) {
-        ln_.Forward(z.col(b).segment((A + 1) * D, D), &g, &ghat, &s);
+        NormalizeToken(z, b, A, &g, &ghat, &s);
         out.col(b).segment(kPatchSize * A, kPatchSize) =
             params_.Block("decode").middleRows(kPatchSize * A, kPatchSize) * g +
             params_.Block("decode_bias").middleRows(kPatchSize * A, kPatchSize);
@@ -212,8 +202,7 @@ class EtModel {
                                 implicit::Vector<double>* grad) {
     const Index D = config_.dim, B = z.cols();
     Matrix<double> dz = Matrix<double>::Zero(z.rows(), B);
-    Vector<double> g, ghat;
-    double s;
+    Vector<double> g(D), ghat(D), s(1), w(D), dx(D);
     auto dW = params_.BlockOf(*grad, "decode");
     auto db = params_.BlockOf(*grad, "decode_bias");
     const auto W = params_.Block("decode");
@@ -221,11 +210,13 @@ class EtModel {
       for (Index A = 0; A < kPatches; ++A) {
         const Vector<double> d = dp.col(b).segment(kPatchSize * A, kPatchSize);
         if (d.isZero(0)) continue;
-        ln_.Forward(z.col(b).segment((A + 1) * D, D), &g, &ghat, &s);
+        NormalizeToken(z, b, A, &g, &ghat, &s);
         dW.middleRows(kPatchSize * A, kPatchSize) += d * g.transpose();
         db.middleRows(kPatchSize * A, kPatchSize) += d;
-        dz.col(b).segment((A + 1) * D, D) =
-            ln_.Backward(ghat, s, W.middleRows(kPatchSize * A, kPatchSize).transpose() * d);
+        // dL/dx = J^T w = J w (LayerNorm's Jacobian is symmetric), w = dL/dg.
+        w = W.middleRows(kPatchSize * A, kPatchSize).transpose() * d;
+        implicit::ColumnLayerNorm<double>::JacobianProductAt(ghat, s, ln_.gamma, w, dx);
+        dz.col(b).segment((A + 1) * D, D) = dx;
       }
     return dz;
   }
@@ -270,7 +261,7 @@ class EtModel {
   implicit::EnergyTransformer<double> et_;
   implicit::EnergyTransformerMap<double> map_;
   implicit::ParameterSet<double> params_;
-  LayerNormOp ln_;
+  implicit::ColumnLayerNorm<double> ln_;
   Matrix<double> start_, patches_, patch_mask_;
 };
 
