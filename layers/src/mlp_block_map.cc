@@ -1,5 +1,5 @@
 // Compiled once for float and double (see "Compile once" in types.h).
-#include <implicit/layers/deq_layer.h>
+#include <implicit/layers/mlp_block_map.h>
 
 namespace implicit {
 IMPLICIT_INSTANTIATE_TEMPLATE_CLASS(MlpBlockMap);
