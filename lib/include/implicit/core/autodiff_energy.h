@@ -228,8 +228,10 @@ class AutoDiffEnergy : public Energy<Scalar> {
                          num_parameters(), 1);
     CheckInput("AutoDiffEnergy::ParameterVectorJacobianProduct", x.cols());
     out.setZero();
+    Vector<Dual2> theta = Lift<Dual2>(parameters_.values());
     for (Index b = 0; b < x.cols(); ++b) {
-      MixedProducts(x, u, b, /*wrt_input=*/false, [&](Index i, Scalar d) { out(i) += d; });
+      MixedProducts(x, u, b, /*wrt_input=*/false, &theta,
+                    [&](Index i, Scalar d) { out(i) += d; });
     }
   }
 
@@ -241,8 +243,10 @@ class AutoDiffEnergy : public Energy<Scalar> {
     internal::CheckShape("AutoDiffEnergy::InputVectorJacobianProduct(out)", out,
                          input_dimension_, x.cols());
     CheckInput("AutoDiffEnergy::InputVectorJacobianProduct", x.cols());
+    Vector<Dual2> theta = Lift<Dual2>(parameters_.values());
     for (Index b = 0; b < x.cols(); ++b) {
-      MixedProducts(x, u, b, /*wrt_input=*/true, [&](Index i, Scalar d) { out(i, b) = d; });
+      MixedProducts(x, u, b, /*wrt_input=*/true, &theta,
+                    [&](Index i, Scalar d) { out(i, b) = d; });
     }
   }
 
@@ -270,17 +274,17 @@ class AutoDiffEnergy : public Energy<Scalar> {
 
   // sink(i, d/dw_i <grad_x E(x_b), u_b>) for w = theta or (wrt_input) c_b, by
   // nested duals: the inner dual carries the direction u_b on x, the outer
-  // one a chunk of w's coordinates.
+  // one a chunk of w's coordinates. `theta` is the lifted parameter vector
+  // (lifted once by the caller); its derivative parts are zero again on return.
   template <typename Sink>
   void MixedProducts(ConstMatrixRef<Scalar> x, ConstMatrixRef<Scalar> u, Index b,
-                     bool wrt_input, Sink&& sink) const {
-    Vector<Dual2> theta = Lift<Dual2>(parameters_.values());
+                     bool wrt_input, Vector<Dual2>* theta, Sink&& sink) const {
     Vector<Dual2> input = InputOf<Dual2>(b);
     const Vector<Dual2> xd = LiftWithDirection(x.col(b), u.col(b));
-    Vector<Dual2>& w = wrt_input ? input : theta;
+    Vector<Dual2>& w = wrt_input ? input : *theta;
     ForEachChunk(w.size(), [&](Index c, Index len) {
       for (Index k = 0; k < len; ++k) w(c + k).v[k] = Inner(Scalar(1));
-      const Dual2 e = Call(xd, input, theta);
+      const Dual2 e = Call(xd, input, *theta);
       for (Index k = 0; k < len; ++k) {
         sink(c + k, e.v[k].v[0]);
         w(c + k).v[k] = Inner(Scalar(0));
