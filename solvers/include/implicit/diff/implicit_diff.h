@@ -28,7 +28,7 @@
 //
 // or, without the layer object, ImplicitBackward(map, z_star, dLdz, options).
 //
-// Methods (BackwardOptions::method):
+// Methods (BackwardOptions::method; the options are in backward_options.h):
 //   kImplicit      the exact IFT gradient (default).
 //   kJacobianFree  Jacobian-free backprop (Fung et al.): u = dL/dz*, i.e. I - J
 //                  replaced by I. No linear solve; a descent direction when J is
@@ -52,6 +52,7 @@
 
 #include <implicit/core/map.h>
 #include <implicit/core/types.h>
+#include <implicit/diff/backward_options.h>
 #include <implicit/solvers/linear_solvers.h>
 #include <implicit/solvers/solver.h>
 
@@ -64,83 +65,6 @@
 #include <vector>
 
 namespace implicit {
-
-enum class GradientMethod {
-  kImplicit,      // exact implicit-function-theorem gradient (adjoint linear solve)
-  kJacobianFree,  // JFB: u = dL/dz* (no solve; approximate)
-  kPhantom,       // k damped unrolled steps at z* (approximate; exact as k -> inf)
-};
-
-// "implicit", "jacobian_free", "phantom".
-inline const char* GradientMethodToString(GradientMethod method) {
-  switch (method) {
-    case GradientMethod::kImplicit: return "implicit";
-    case GradientMethod::kJacobianFree: return "jacobian_free";
-    case GradientMethod::kPhantom: return "phantom";
-  }
-  return "unknown";
-}
-inline bool StringToGradientMethod(const std::string& name, GradientMethod* method) {
-  for (GradientMethod m : {GradientMethod::kImplicit, GradientMethod::kJacobianFree,
-                           GradientMethod::kPhantom}) {
-    if (name == GradientMethodToString(m)) {
-      if (method != nullptr) *method = m;
-      return true;
-    }
-  }
-  return false;
-}
-
-// Options of the backward pass. The LinearSolverOptions fields (tolerance,
-// absolute_tolerance, max_iterations, restart, memory, regularization,
-// divergence_threshold; see linear_solvers.h) configure the adjoint solve of
-// kImplicit: sample b converged when |g_b - (I - J)^T u_b| <= tolerance |g_b| +
-// absolute_tolerance. Defaults: tolerance 1e-10 (use ~1e-5 with float).
-struct BackwardOptions : LinearSolverOptions {
-  // Which gradient to compute (see the top of this file).
-  GradientMethod method = GradientMethod::kImplicit;
-  // Adjoint linear solver for kImplicit, by name: "fixed_point", "anderson",
-  // "broyden", "cg", "minres", "gmres", "direct", or "auto" = "minres" when
-  // map.HasSymmetricJacobian() (MINRES, unlike CG, also handles an indefinite
-  // Hessian at a saddle) and "gmres" otherwise.
-  std::string linear_solver = "auto";
-  // kPhantom: number k >= 1 of unrolled steps, and their damping l in (0, 1].
-  int phantom_steps = 5;
-  double phantom_damping = 0.5;
-  // When some samples' adjoint solves fail: false (default) makes
-  // parameter_gradient NaN; true sums the converged samples only (the summary
-  // still reports the failures and ok() stays false).
-  bool drop_failed_samples = false;
-  // ImplicitLayer::Backward only: samples whose last forward solve did not
-  // converge are reported as failed (kFailure, NaN gradients) instead of being
-  // differentiated at a point that is not an equilibrium.
-  bool require_converged_forward = true;
-
-  // Checks every field; on failure names it in *error.
-  bool IsValid(std::string* error) const {
-    auto fail = [error](const std::string& m) {
-      if (error != nullptr) *error = m;
-      return false;
-    };
-    if (!LinearSolverOptions::IsValid(error)) return false;
-    if (method != GradientMethod::kImplicit && method != GradientMethod::kJacobianFree &&
-        method != GradientMethod::kPhantom) {
-      return fail("method is not a GradientMethod");
-    }
-    if (linear_solver != "auto" && !StringToLinearSolverType(linear_solver, nullptr)) {
-      return fail("linear_solver '" + linear_solver +
-                  "' is unknown (auto, fixed_point, anderson, broyden, cg, minres, gmres, "
-                  "direct)");
-    }
-    if (phantom_steps < 1) {
-      return fail("phantom_steps must be >= 1, got " + std::to_string(phantom_steps));
-    }
-    if (!(phantom_damping > 0.0 && phantom_damping <= 1.0)) {
-      return fail("phantom_damping must be in (0, 1], got " + std::to_string(phantom_damping));
-    }
-    return true;
-  }
-};
 
 template <typename Scalar>
 struct BackwardResult {
