@@ -9,9 +9,8 @@
 //   logz.Gradient(eta, attn);                             // K softmax(K^T eta)
 #pragma once
 
-#include <implicit/core/energy.h>
-#include <implicit/core/parameters.h>
 #include <implicit/core/types.h>
+#include <implicit/layers/log_normalizer_base.h>
 #include <implicit/layers/log_sum_exp.h>
 
 #include <stdexcept>
@@ -22,7 +21,9 @@ namespace implicit {
 
 // log Z(eta) = log sum_i exp(k_i . eta + m_i) over the keys K (d x N).
 template <typename Scalar>
-class DiscreteLogNormalizer : public Energy<Scalar> {
+class DiscreteLogNormalizer : public LogNormalizerBase<Scalar> {
+  using Base = LogNormalizerBase<Scalar>;
+
  public:
   struct Options {
     // Trainable keys: parameter block "K" (d x N). False: fixed data.
@@ -30,7 +31,7 @@ class DiscreteLogNormalizer : public Energy<Scalar> {
   };
 
   explicit DiscreteLogNormalizer(Matrix<Scalar> keys, const Options& options = Options())
-      : options_(options) {
+      : Base("DiscreteLogNormalizer"), options_(options) {
     if (keys.rows() == 0 || keys.cols() == 0) {
       throw std::invalid_argument("DiscreteLogNormalizer(keys): must be non-empty, got " +
                                   std::to_string(keys.rows()) + "x" + std::to_string(keys.cols()));
@@ -97,16 +98,6 @@ class DiscreteLogNormalizer : public Energy<Scalar> {
     internal::CheckShape("DiscreteLogNormalizer::HessianVectorProduct(out)", out, d_, eta.cols());
     out = Head(eta, "DiscreteLogNormalizer::HessianVectorProduct").CovarianceProduct(keys(), v, Scalar(1));
   }
-  // Not an energy to minimise: the "CCCP step" of log Z is meaningless; use
-  // LogNormalizerEnergy or ResidualLogNormalizerMap.
-  void CccpUpdate(ConstMatrixRef<Scalar>, MatrixRef<Scalar>) const override {
-    throw std::logic_error("DiscreteLogNormalizer is a log-normaliser, not an energy: wrap it in "
-                           "LogNormalizerEnergy or ResidualLogNormalizerMap");
-  }
-
-  Index num_parameters() const override { return params_.size(); }
-  ParameterSet<Scalar>* parameters() override { return params_.size() > 0 ? &params_ : nullptr; }
-  const ParameterSet<Scalar>& parameter_set() const { return params_; }
   // d/dK sum_b <K p_b, u_b> = U P^T + Eta W^T, W = (diag p - p p^T) K^T U.
   void ParameterVectorJacobianProduct(ConstMatrixRef<Scalar> eta, ConstMatrixRef<Scalar> u,
                                       VectorRef<Scalar> out) const override;
@@ -121,7 +112,7 @@ class DiscreteLogNormalizer : public Energy<Scalar> {
   Options options_;
   Index d_ = 0, N_ = 0;
   Matrix<Scalar> K_, mask_;
-  ParameterSet<Scalar> params_;
+  using Base::params_;
 };
 
 template <typename Scalar>
@@ -160,7 +151,7 @@ void DiscreteLogNormalizer<Scalar>::ParameterVectorJacobianProduct(
   internal::CheckBatch("DiscreteLogNormalizer::ParameterVectorJacobianProduct(eta)", eta, d_);
   internal::CheckShape("DiscreteLogNormalizer::ParameterVectorJacobianProduct(u)", u, d_, eta.cols());
   internal::CheckShape("DiscreteLogNormalizer::ParameterVectorJacobianProduct(out)", out,
-                       num_parameters(), 1);
+                       this->num_parameters(), 1);
   if (!options_.learn_keys) return;
   Matrix<Scalar> dK = Matrix<Scalar>::Zero(d_, N_);
   Head(eta, "DiscreteLogNormalizer::ParameterVectorJacobianProduct")

@@ -8,9 +8,8 @@
 //   logz.Gradient(eta, grad);                                  // mu + Sigma eta
 #pragma once
 
-#include <implicit/core/energy.h>
-#include <implicit/core/parameters.h>
 #include <implicit/core/types.h>
+#include <implicit/layers/log_normalizer_base.h>
 
 #include <stdexcept>
 #include <string>
@@ -23,7 +22,9 @@ namespace implicit {
 // so that grad log Z = mu + Sigma eta for a symmetric Sigma and the parameter
 // derivative stays symmetric.
 template <typename Scalar>
-class GaussianLogNormalizer : public Energy<Scalar> {
+class GaussianLogNormalizer : public LogNormalizerBase<Scalar> {
+  using Base = LogNormalizerBase<Scalar>;
+
  public:
   struct Options {
     // Trainable mean (block "mu", d x 1) and covariance (block "Sigma", d x d).
@@ -33,7 +34,7 @@ class GaussianLogNormalizer : public Energy<Scalar> {
 
   GaussianLogNormalizer(Vector<Scalar> mean, Matrix<Scalar> covariance,
                         const Options& options = Options())
-      : options_(options) {
+      : Base("GaussianLogNormalizer"), options_(options) {
     d_ = mean.size();
     if (d_ == 0) throw std::invalid_argument("GaussianLogNormalizer(mean): empty");
     internal::CheckShape("GaussianLogNormalizer(covariance)", covariance, d_, d_);
@@ -86,14 +87,6 @@ class GaussianLogNormalizer : public Energy<Scalar> {
     internal::CheckShape("GaussianLogNormalizer::HessianVectorProduct(out)", out, d_, eta.cols());
     out.noalias() = covariance() * v;
   }
-  void CccpUpdate(ConstMatrixRef<Scalar>, MatrixRef<Scalar>) const override {
-    throw std::logic_error("GaussianLogNormalizer is a log-normaliser, not an energy: wrap it in "
-                           "LogNormalizerEnergy or ResidualLogNormalizerMap");
-  }
-
-  Index num_parameters() const override { return params_.size(); }
-  ParameterSet<Scalar>* parameters() override { return params_.size() > 0 ? &params_ : nullptr; }
-  const ParameterSet<Scalar>& parameter_set() const { return params_; }
   // d/dmu = sum_b u_b;  d/dSigma = 0.5 sum_b (u_b eta_b^T + eta_b u_b^T).
   void ParameterVectorJacobianProduct(ConstMatrixRef<Scalar> eta, ConstMatrixRef<Scalar> u,
                                       VectorRef<Scalar> out) const override;
@@ -103,7 +96,7 @@ class GaussianLogNormalizer : public Energy<Scalar> {
   Index d_ = 0;
   Vector<Scalar> mu_;
   Matrix<Scalar> Sigma_;
-  ParameterSet<Scalar> params_;
+  using Base::params_;
 };
 
 template <typename Scalar>
@@ -130,7 +123,7 @@ void GaussianLogNormalizer<Scalar>::ParameterVectorJacobianProduct(
   internal::CheckBatch("GaussianLogNormalizer::ParameterVectorJacobianProduct(eta)", eta, d_);
   internal::CheckShape("GaussianLogNormalizer::ParameterVectorJacobianProduct(u)", u, d_, eta.cols());
   internal::CheckShape("GaussianLogNormalizer::ParameterVectorJacobianProduct(out)", out,
-                       num_parameters(), 1);
+                       this->num_parameters(), 1);
   if (options_.learn_mean) params_.BlockOf(out, "mu") = u.rowwise().sum();
   if (options_.learn_covariance) {
     const Matrix<Scalar> ue = u * eta.transpose();

@@ -14,9 +14,10 @@
 //   GaussianLogNormalizer   nu = N(mu, Sigma):
 //       log Z = mu . eta + 0.5 eta^T Sigma eta,   grad = mu + Sigma eta,   hess = Sigma
 //
-// Both derive from Energy<S> as *scalar functions of eta*: Value is log Z,
-// Gradient its gradient (the attention output), HessianVectorProduct the
-// covariance times v, ParameterVectorJacobianProduct d/dtheta <grad log Z, u>;
+// Both derive from Energy<S> (through LogNormalizerBase, log_normalizer_base.h)
+// as *scalar functions of eta*: Value is log Z, Gradient its gradient (the
+// attention output), HessianVectorProduct the covariance times v,
+// ParameterVectorJacobianProduct d/dtheta <grad log Z, u>;
 // GradientAndValue gives both from one pass, and SupportsSubsets() holds
 // unless the discrete base measure is per sample (N x B).
 // (They are convex functions to ascend, not energies to minimise: do not hand

@@ -1,0 +1,54 @@
+// LogNormalizerBase: what every log-normaliser of the family (log_normalizer.h)
+// shares. A log-normaliser log Z(eta) is an Energy<S> only as a scalar
+// function of the query eta (Value log Z, Gradient the attention output), not
+// an energy to minimise: its "CCCP step" is meaningless, so CccpUpdate throws
+// std::logic_error naming the class and pointing to LogNormalizerEnergy and
+// ResidualLogNormalizerMap. It also owns the parameter set of the trainable
+// blocks (keys, mean, covariance) and exposes it to the optimisers.
+//
+//   template <typename Scalar>
+//   class MyLogNormalizer : public implicit::LogNormalizerBase<Scalar> {
+//    public:
+//     MyLogNormalizer() : implicit::LogNormalizerBase<Scalar>("MyLogNormalizer") {}
+//     ...  // dimension, Value, Gradient, HessianVectorProduct, parameter VJP
+//   };
+#pragma once
+
+#include <implicit/core/energy.h>
+#include <implicit/core/parameters.h>
+#include <implicit/core/types.h>
+
+#include <stdexcept>
+#include <string>
+
+namespace implicit {
+
+template <typename Scalar>
+class LogNormalizerBase : public Energy<Scalar> {
+ public:
+  // Not an energy to minimise: the "CCCP step" of log Z is meaningless; use
+  // LogNormalizerEnergy or ResidualLogNormalizerMap.
+  void CccpUpdate(ConstMatrixRef<Scalar>, MatrixRef<Scalar>) const override {
+    throw std::logic_error(std::string(name_) +
+                           " is a log-normaliser, not an energy: wrap it in "
+                           "LogNormalizerEnergy or ResidualLogNormalizerMap");
+  }
+
+  Index num_parameters() const override { return params_.size(); }
+  ParameterSet<Scalar>* parameters() override { return params_.size() > 0 ? &params_ : nullptr; }
+  const ParameterSet<Scalar>& parameter_set() const { return params_; }
+
+ protected:
+  // name: the class, for the error messages (a string literal).
+  explicit LogNormalizerBase(const char* name) : name_(name) {}
+
+  // The trainable blocks; empty when nothing is learned.
+  ParameterSet<Scalar> params_;
+
+ private:
+  const char* name_;
+};
+
+IMPLICIT_EXTERN_TEMPLATE_CLASS(LogNormalizerBase);
+
+}  // namespace implicit
