@@ -4,6 +4,8 @@
 //   energy_transformer_options.h  EnergyTransformerOptions, EnergyTransformerMemory
 //   energy_transformer_energy.h   EnergyTransformer, the energy of the tokens
 //   energy_transformer_forces.h   its attention and memory terms (internal)
+//   energy_transformer_token_norm.h  its token LayerNorm and the chain rule
+//                                 through it (internal)
 //   energy_transformer_map.h      EnergyTransformerMap, the ET dynamics as a
 //                                 fixed-point map (clamped tokens, IFT training)
 //   token_mask.h                  TokenMask, per-token masks to coordinates
@@ -20,4 +22,5 @@
 #include <implicit/layers/energy_transformer_forces.h>
 #include <implicit/layers/energy_transformer_map.h>
 #include <implicit/layers/energy_transformer_options.h>
+#include <implicit/layers/energy_transformer_token_norm.h>
 #include <implicit/layers/token_mask.h>

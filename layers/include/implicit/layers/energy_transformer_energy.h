@@ -57,9 +57,8 @@
 #include <implicit/core/energy.h>
 #include <implicit/core/parameters.h>
 #include <implicit/core/types.h>
-#include <implicit/layers/energy_transformer_forces.h>
 #include <implicit/layers/energy_transformer_options.h>
-#include <implicit/layers/layer_norm.h>
+#include <implicit/layers/energy_transformer_token_norm.h>
 
 #include <cmath>
 #include <random>
@@ -68,8 +67,8 @@
 namespace implicit {
 
 template <typename Scalar>
-class EnergyTransformer : public Energy<Scalar>, private internal::EnergyTransformerForces<Scalar> {
-  using Base = internal::EnergyTransformerForces<Scalar>;
+class EnergyTransformer : public Energy<Scalar>, private internal::EnergyTransformerTokenNorm<Scalar> {
+  using Base = internal::EnergyTransformerTokenNorm<Scalar>;
 
  public:
   using Options = EnergyTransformerOptions;
@@ -88,19 +87,11 @@ class EnergyTransformer : public Energy<Scalar>, private internal::EnergyTransfo
   Index token_dim() const { return options_.token_dim; }
   Index dimension() const override { return options_.num_tokens * options_.token_dim; }
   Scalar beta() const { return beta_; }
-  Scalar gamma() const {
-    return options_.learnable_layer_norm ? params_.Block("gamma")(0, 0)
-                                         : static_cast<Scalar>(options_.gamma);
-  }
-  Scalar delta() const {
-    return options_.learnable_layer_norm ? params_.Block("delta")(0, 0)
-                                         : static_cast<Scalar>(options_.delta);
-  }
-
-  // The D x N token view of one sample's column (token A = column A).
-  Eigen::Map<const Matrix<Scalar>> Tokens(const Scalar* column) const {
-    return Eigen::Map<const Matrix<Scalar>>(column, options_.token_dim, options_.num_tokens);
-  }
+  // The LayerNorm gain and bias, and the D x N token view of one sample's
+  // column (token A = column A): energy_transformer_token_norm.h.
+  using Base::delta;
+  using Base::gamma;
+  using Base::Tokens;
 
   // g = LayerNorm(x) token by token (same layout as x).
   void LayerNorm(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> g) const;
@@ -156,11 +147,18 @@ class EnergyTransformer : public Energy<Scalar>, private internal::EnergyTransfo
  private:
   using typename Base::Sample;
   using Base::beta_;
+  using Base::options_;
+  using Base::params_;
+  // The attention and memory terms F (energy_transformer_forces.h).
   using Base::Forces;
   using Base::ForcesHvp;
   using Base::ForcesParameterVjp;
-  using Base::options_;
-  using Base::params_;
+  // The token LayerNorm and its chain rule (energy_transformer_token_norm.h).
+  using Base::ApplyM;
+  using Base::DerivativeOfM;
+  using Base::LayerNormEnergy;
+  using Base::Normalize;
+  using Base::Out;
 
   void CheckProduct(const char* function, ConstMatrixRef<Scalar> x, ConstMatrixRef<Scalar> v,
                     MatrixRef<Scalar> out) const {
@@ -168,40 +166,6 @@ class EnergyTransformer : public Energy<Scalar>, private internal::EnergyTransfo
     internal::CheckBatch((name + "(x)").c_str(), x, dimension());
     internal::CheckShape((name + "(v)").c_str(), v, x.rows(), x.cols());
     internal::CheckShape((name + "(out)").c_str(), out, x.rows(), x.cols());
-  }
-
-  Eigen::Map<Matrix<Scalar>> Out(MatrixRef<Scalar> m, Index b) const {
-    return Eigen::Map<Matrix<Scalar>>(m.col(b).data(), options_.token_dim, options_.num_tokens);
-  }
-
-  // The token LayerNorm with the current gamma and delta.
-  ColumnLayerNorm<Scalar> TokenNorm() const {
-    return ColumnLayerNorm<Scalar>{gamma(), delta(), static_cast<Scalar>(options_.eps)};
-  }
-
-  void Normalize(const Scalar* column, Sample* s) const {
-    s->xhat.resize(options_.token_dim, options_.num_tokens);
-    s->s.resize(options_.num_tokens);
-    const ColumnLayerNorm<Scalar> ln = TokenNorm();
-    ln.Normalize(Tokens(column), s->xhat, s->s);
-    s->g = (ln.gamma * s->xhat).array() + ln.delta;
-  }
-
-  // out = M r per token, M = (gamma/s)(I - 1 1^T / D - xhat xhat^T / D): the
-  // LayerNorm Jacobian (with gain gamma_value).
-  template <typename Derived>
-  void ApplyM(const Sample& s, const Eigen::MatrixBase<Derived>& r, Scalar gamma_value,
-              Matrix<Scalar>* out) const {
-    out->resize(r.rows(), r.cols());
-    ColumnLayerNorm<Scalar>::JacobianProductAt(s.xhat, s.s, gamma_value, r, *out);
-  }
-
-  // out = (d/dt M(x + t v))|_{t=0} r per token: the third derivative of L.
-  template <typename Derived>
-  void DerivativeOfM(const Sample& s, const Eigen::MatrixBase<Derived>& v, const Matrix<Scalar>& r,
-                     Matrix<Scalar>* out) const {
-    out->resize(r.rows(), r.cols());
-    ColumnLayerNorm<Scalar>::JacobianDerivativeProductAt(s.xhat, s.s, gamma(), v, r, *out);
   }
 
   // r = x + dF/dG (and the caches for the second-order products).
@@ -240,12 +204,9 @@ void EnergyTransformer<Scalar>::Value(ConstMatrixRef<Scalar> x, VectorRef<Scalar
   internal::CheckBatch("EnergyTransformer::Value(x)", x, dimension());
   internal::CheckShape("EnergyTransformer::Value(values)", values, x.cols(), 1);
   Sample s;
-  const Scalar D = static_cast<Scalar>(options_.token_dim);
-  const Scalar eps = static_cast<Scalar>(options_.eps);
   for (Index b = 0; b < x.cols(); ++b) {
     Normalize(x.col(b).data(), &s);
-    const Scalar e_ln = -D * gamma() * eps * s.s.cwiseInverse().sum();
-    values(b) = e_ln + Forces(&s, nullptr, /*with_value=*/true);
+    values(b) = LayerNormEnergy(s) + Forces(&s, nullptr, /*with_value=*/true);
   }
 }
 
@@ -286,11 +247,9 @@ void EnergyTransformer<Scalar>::GradientAndValue(
   internal::CheckShape("EnergyTransformer::GradientAndValue(values)", values, x.cols(), 1);
   Sample s;
   Matrix<Scalar> r, mr;
-  const Scalar D = static_cast<Scalar>(options_.token_dim);
-  const Scalar eps = static_cast<Scalar>(options_.eps);
   for (Index b = 0; b < x.cols(); ++b) {
     Normalize(x.col(b).data(), &s);
-    const Scalar e_ln = -D * gamma() * eps * s.s.cwiseInverse().sum();
+    const Scalar e_ln = LayerNormEnergy(s);
     const Scalar f = Forces(&s, &r, /*with_value=*/true);
     r += Tokens(x.col(b).data());
     ApplyM(s, r, gamma(), &mr);
@@ -304,9 +263,7 @@ void EnergyTransformer<Scalar>::HessianVectorProduct(
     ConstMatrixRef<Scalar> x,
     ConstMatrixRef<Scalar> v,
     MatrixRef<Scalar> out) const {
-  internal::CheckBatch("EnergyTransformer::HessianVectorProduct(x)", x, dimension());
-  internal::CheckShape("EnergyTransformer::HessianVectorProduct(v)", v, x.rows(), x.cols());
-  internal::CheckShape("EnergyTransformer::HessianVectorProduct(out)", out, x.rows(), x.cols());
+  CheckProduct("HessianVectorProduct", x, v, out);
   Sample s;
   Matrix<Scalar> r, mv, hf, term, result;
   for (Index b = 0; b < x.cols(); ++b) {

@@ -2,9 +2,10 @@
 // F(G) = E_ATT + E_HN, as a function of one sample's LayerNorm'd tokens G
 // (D x N): the value, dF/dG, the G-Hessian product H_F dG and the parameter
 // product d/dtheta <dF/dG, z>, with the per-sample caches they share (Sample).
-// Internal: the base of EnergyTransformer (energy_transformer_energy.h), which
-// adds the LayerNorm Lagrangian and the chain rule through LayerNorm; it owns
-// the options, the parameters (W_K, W_Q, Xi, and gamma, delta) and beta.
+// Internal: the base of EnergyTransformerTokenNorm (energy_transformer_token_norm.h),
+// which adds the LayerNorm Lagrangian and the chain rule through LayerNorm,
+// and so of EnergyTransformer (energy_transformer_energy.h); it owns the
+// options, the parameters (W_K, W_Q, Xi, and gamma, delta) and beta.
 //
 //   // inside EnergyTransformer, per sample:
 //   Normalize(column, &s);                // s.g = LayerNorm(tokens)
