@@ -1,5 +1,5 @@
-# implicit_target_options(<target>): the project's warning and sanitizer flags,
-# applied per target (never globally).
+# implicit_target_options(<target>): the project's warning, sanitizer, fuzzing
+# and linker flags, applied per target (never globally).
 function(implicit_target_options target)
   target_compile_options(${target} PRIVATE
     $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra>)
@@ -9,9 +9,17 @@ function(implicit_target_options target)
     target_compile_options(${target} PRIVATE
       $<$<COMPILE_LANGUAGE:CXX>:-Wno-maybe-uninitialized>)
   endif()
-  if(IMPLICIT_SANITIZE)
+  if(IMPLICIT_USE_LLD)
+    target_link_options(${target} PRIVATE -fuse-ld=lld)
+  endif()
+  if(IMPLICIT_SANITIZE OR IMPLICIT_FUZZ)
     target_compile_options(${target} PRIVATE
       $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined>)
     target_link_options(${target} PRIVATE -fsanitize=address,undefined)
+  endif()
+  if(IMPLICIT_FUZZ)
+    # Coverage instrumentation for libFuzzer (test/fuzz); its main() is linked
+    # into the harnesses only.
+    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=fuzzer-no-link>)
   endif()
 endfunction()
