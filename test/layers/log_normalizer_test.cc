@@ -22,7 +22,10 @@
 #include <cmath>
 #include <limits>
 #include <random>
+#include <string>
 #include <tuple>
+#include <utility>
+#include <vector>
 
 using implicit::DiscreteLogNormalizer;
 using implicit::GaussianLogNormalizer;
@@ -197,6 +200,33 @@ BOOST_AUTO_TEST_CASE(gaussian_measure_gives_mu_plus_sigma_eta) {
   logz.Value(small, vg);
   BOOST_TEST((gd - gg).cwiseAbs().maxCoeff() <= 0.05);
   BOOST_TEST((vd - vg).cwiseAbs().maxCoeff() <= 0.05);
+}
+
+// A log-normaliser is a function to ascend, not an energy: CccpUpdate throws
+// std::logic_error naming the class and the two wrappers; the parameters are
+// reported only when something is learned.
+BOOST_AUTO_TEST_CASE(log_normalizers_have_no_cccp_step) {
+  const Index d = 3, B = 2;
+  const Matrix<double> eta = RandomMatrix<double>(d, B, 31);
+  Matrix<double> out(d, B);
+  DiscreteLogNormalizer<double> discrete(RandomMatrix<double>(d, 5, 32));
+  GaussianLogNormalizer<double> gaussian(Vector<double>::Zero(d), Spd(d, 33));
+  const std::vector<std::pair<implicit::Energy<double>*, std::string>> cases = {
+      {&discrete, "DiscreteLogNormalizer"}, {&gaussian, "GaussianLogNormalizer"}};
+  for (const auto& [energy, name] : cases) {
+    try {
+      energy->CccpUpdate(eta, out);
+      BOOST_ERROR(name + "::CccpUpdate did not throw");
+    } catch (const std::logic_error& e) {
+      BOOST_TEST(std::string(e.what()) ==
+                 name + " is a log-normaliser, not an energy: wrap it in "
+                        "LogNormalizerEnergy or ResidualLogNormalizerMap");
+    }
+  }
+  BOOST_TEST(discrete.num_parameters() == 0);
+  BOOST_TEST(discrete.parameters() == nullptr);
+  BOOST_TEST(gaussian.num_parameters() == d + d * d);
+  BOOST_TEST(gaussian.parameters() == &gaussian.parameter_set());
 }
 
 BOOST_AUTO_TEST_CASE(residual_map_jacobian_products_match_finite_differences) {

@@ -146,6 +146,15 @@ class DenseAssociativeMemoryEnergy : public Energy<Scalar> {
       f.Evaluate(s, g, dg, d2g);
     };
   }
+  // out = the CCCP update from the retrieval r = X F'(X^T x): r for kEuclidean,
+  // tanh(T r) for kBox.
+  void StoreUpdate(const Matrix<Scalar>& r, MatrixRef<Scalar> out) const {
+    if (box_) {
+      out = (T_ * r.array()).tanh().matrix();
+    } else {
+      out = r;
+    }
+  }
   // kBox: values += (1/T) sum_i phi(x_i); nothing for kEuclidean.
   void AddBarrier(ConstMatrixRef<Scalar> x, VectorRef<Scalar> values) const;
   // phi(x) = u log u + w log w, u = (1+x)/2, w = (1-x)/2; 0 log 0 = 0.
@@ -172,11 +181,7 @@ void DenseAssociativeMemoryEnergy<Scalar>::CccpUpdate(
   internal::CheckShape("DenseAssociativeMemoryEnergy::CccpUpdate(out)", out, n_, x.cols());
   Matrix<Scalar> r;
   kernel_.Retrieval(patterns(), nullptr, Eval(), x, &r);
-  if (box_) {
-    out = (T_ * r.array()).tanh().matrix();
-  } else {
-    out = r;
-  }
+  StoreUpdate(r, out);
 }
 
 template <typename Scalar>
@@ -191,11 +196,7 @@ void DenseAssociativeMemoryEnergy<Scalar>::CccpUpdateAndValue(
   Matrix<Scalar> r;
   kernel_.RetrievalAndValue(patterns(), nullptr, Eval(), x, &r, values);
   AddBarrier(x, values);
-  if (box_) {
-    out = (T_ * r.array()).tanh().matrix();
-  } else {
-    out = r;
-  }
+  StoreUpdate(r, out);
 }
 
 template <typename Scalar>
