@@ -16,7 +16,9 @@
 #include <iterator>
 #include <limits>
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -135,6 +137,29 @@ std::uint32_t ReadLE32(const std::string& s, std::size_t pos) {
 
 std::string SystemError(const std::string& what, const std::string& path) {
   return what + " '" + path + "': " + std::strerror(errno);
+}
+
+// The temporary files of SaveCheckpoint(path) are named
+// TemporaryPrefix(path) + writer pid + "." + 6 random characters.
+std::string TemporaryPrefix(const std::string& path) { return path + ".tmp."; }
+
+// Whether the process `pid` runs (a zombie counts as running).
+bool ProcessRuns(long pid) {
+  if (pid <= 0 || pid > 0x3fffffffL) return false;
+  return ::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM;
+}
+
+// Whether `rest` (a temporary file name after the prefix) is left by a writer
+// that no longer runs: "<pid>.XXXXXX" with a dead pid or this process's own
+// (its writers have finished when it asks), or the older "XXXXXX" without pid.
+bool StaleTemporary(const std::string& rest) {
+  if (rest.size() == 6 && rest.find('.') == std::string::npos) return true;
+  const std::size_t dot = rest.find('.');
+  if (dot == std::string::npos || dot == 0 || dot > 10 || rest.size() - dot - 1 != 6) return false;
+  const std::string digits = rest.substr(0, dot);
+  if (digits.find_first_not_of("0123456789") != std::string::npos) return false;
+  const long pid = std::stol(digits);
+  return pid == static_cast<long>(::getpid()) || !ProcessRuns(pid);
 }
 
 }  // namespace
@@ -291,7 +316,7 @@ void SaveCheckpoint(const std::string& path, const Checkpoint& checkpoint) {
   const std::string bytes = checkpoint.Serialize();
   const std::size_t slash = path.find_last_of('/');
   const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
-  std::string tmp = path + ".tmp.XXXXXX";
+  std::string tmp = TemporaryPrefix(path) + std::to_string(::getpid()) + ".XXXXXX";
   std::vector<char> name(tmp.begin(), tmp.end());
   name.push_back('\0');
   const int fd = ::mkstemp(name.data());
@@ -333,12 +358,53 @@ void SaveCheckpoint(const std::string& path, const Checkpoint& checkpoint) {
 }
 
 Checkpoint LoadCheckpoint(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error(SystemError("cannot open checkpoint", path));
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) throw std::runtime_error(SystemError("cannot read checkpoint", path));
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) throw std::runtime_error(SystemError("cannot open checkpoint", path));
+  // A directory, FIFO or device is no checkpoint (reading one fails deep in
+  // the stream library, blocks or never ends).
+  if (S_ISDIR(st.st_mode)) throw std::runtime_error("cannot read checkpoint '" + path + "': it is a directory");
+  if (!S_ISREG(st.st_mode))
+    throw std::runtime_error("cannot read checkpoint '" + path + "': not a regular file");
+  std::string bytes;
+  try {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw std::runtime_error(SystemError("cannot open checkpoint", path));
+    bytes.assign((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (in.bad()) throw std::runtime_error(SystemError("cannot read checkpoint", path));
+  } catch (const std::ios_base::failure& e) {
+    throw std::runtime_error("cannot read checkpoint '" + path + "': " + e.what());
+  }
   if (bytes.empty()) throw std::runtime_error("checkpoint '" + path + "': truncated checkpoint (empty file)");
   return Checkpoint::Deserialize(bytes, "checkpoint '" + path + "'");
+}
+
+}  // namespace implicit
+
+namespace implicit {
+
+std::vector<std::string> RemoveStaleCheckpointTemporaries(const std::string& path) {
+  std::vector<std::string> removed;
+  if (path.empty()) return removed;
+  const std::size_t slash = path.find_last_of('/');
+  const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+  const std::string prefix = TemporaryPrefix(slash == std::string::npos ? path : path.substr(slash + 1));
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return removed;
+  std::vector<std::string> stale;
+  while (const dirent* entry = ::readdir(d)) {
+    const std::string name = entry->d_name;
+    if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) continue;
+    if (StaleTemporary(name.substr(prefix.size()))) stale.push_back(name);
+  }
+  ::closedir(d);
+  for (const std::string& name : stale) {
+    const std::string file = (slash == std::string::npos ? "" : path.substr(0, slash + 1)) + name;
+    struct stat st;
+    // Only plain files: never follow a link or remove a directory.
+    if (::lstat(file.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::unlink(file.c_str()) == 0)
+      removed.push_back(file);
+  }
+  return removed;
 }
 
 }  // namespace implicit

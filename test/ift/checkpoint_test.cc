@@ -1,6 +1,7 @@
 // Checkpoints: exact round trip of parameters, optimiser state and metadata;
-// atomic writes; truncated, corrupt, foreign and mismatched files rejected
-// with a message that says what is wrong.
+// atomic writes; truncated, corrupt, foreign, mismatched and non-regular
+// files rejected with a message that says what is wrong; temporary files of
+// killed writers cleaned up.
 #define BOOST_TEST_MODULE checkpoint
 #include <boost/test/unit_test.hpp>
 
@@ -11,8 +12,11 @@
 
 #include <dirent.h>
 #include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <iterator>
@@ -237,4 +241,53 @@ BOOST_AUTO_TEST_CASE(failed_save_leaves_the_destination_alone) {
       ErrorOf([&] { implicit::SaveCheckpoint(dir.path + "/no/such/dir/x.ckpt", t.ckpt); });
   BOOST_TEST(Contains(m, "no/such/dir/x.ckpt"));
   BOOST_TEST(dir.Files().empty());
+}
+
+// A directory, a FIFO or another non-regular file is no checkpoint: the error
+// names the path (not the stream library's internals) and never blocks.
+BOOST_AUTO_TEST_CASE(non_regular_files_are_rejected_by_name) {
+  TempDir dir;
+  const std::string sub = dir.path + "/a.ckpt";
+  BOOST_REQUIRE(mkdir(sub.c_str(), 0755) == 0);
+  const std::string m = ErrorOf([&] { implicit::LoadCheckpoint(sub); });
+  BOOST_TEST(Contains(m, "'" + sub + "'"));
+  BOOST_TEST(Contains(m, "directory"));
+  rmdir(sub.c_str());
+  const std::string fifo = dir.path + "/f.ckpt";
+  BOOST_REQUIRE(mkfifo(fifo.c_str(), 0644) == 0);
+  const std::string f = ErrorOf([&] { implicit::LoadCheckpoint(fifo); });
+  BOOST_TEST(Contains(f, "'" + fifo + "'"));
+  BOOST_TEST(Contains(f, "not a regular file"));
+}
+
+// The temporary files of writers that were killed (their pid no longer runs,
+// or the older names without a pid) are removed; a running writer's file, the
+// checkpoint itself, other files and directories are left alone.
+BOOST_AUTO_TEST_CASE(stale_temporary_files_of_killed_writers_are_removed) {
+  TempDir dir;
+  Trained t;
+  const std::string path = dir.path + "/run.ckpt";
+  implicit::SaveCheckpoint(path, t.ckpt);
+  const pid_t child = fork();
+  if (child == 0) _exit(0);
+  BOOST_REQUIRE(child > 0);
+  waitpid(child, nullptr, 0);  // a pid that no longer runs
+  const std::string dead = "run.ckpt.tmp." + std::to_string(child) + ".Ab12Cd";
+  const std::string old = "run.ckpt.tmp.Zz9Yy8";
+  const std::string live = "run.ckpt.tmp.1.Ab12Cd";  // pid 1 runs
+  const std::string other = "other.ckpt.tmp." + std::to_string(child) + ".Ab12Cd";
+  for (const std::string& f : {dead, old, live, other}) WriteAll(dir.path + "/" + f, "partial");
+  const std::vector<std::string> removed = implicit::RemoveStaleCheckpointTemporaries(path);
+  BOOST_TEST(removed.size() == 2u);
+  std::vector<std::string> files = dir.Files();
+  std::sort(files.begin(), files.end());
+  std::vector<std::string> expected = {live, other, "run.ckpt"};
+  std::sort(expected.begin(), expected.end());
+  BOOST_TEST(files == expected, boost::test_tools::per_element());
+  BOOST_TEST(implicit::LoadCheckpoint(path).step == t.ckpt.step);
+  // A save names its temporary file after this process, and removes it.
+  implicit::SaveCheckpoint(path, t.ckpt);
+  BOOST_TEST(dir.Files().size() == 3u);
+  BOOST_TEST(implicit::RemoveStaleCheckpointTemporaries(dir.path + "/missing/x.ckpt").empty());
+  for (const std::string& f : {live, other}) std::remove((dir.path + "/" + f).c_str());
 }

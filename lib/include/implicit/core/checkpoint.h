@@ -5,7 +5,9 @@
 // layout of a ParameterSet), named optimiser states, a step counter and
 // free-form string metadata. SaveCheckpoint writes it to a temporary file in
 // the destination's directory, fsyncs it and renames it over the destination,
-// so a crash never leaves a half-written checkpoint under the real name.
+// so a crash never leaves a half-written checkpoint under the real name; the
+// temporary files a killed writer leaves behind (<path>.tmp.<pid>.XXXXXX)
+// are removed by RemoveStaleCheckpointTemporaries, e.g. when a run starts.
 // LoadCheckpoint verifies magic, version, sizes and a checksum and throws
 // std::runtime_error with a message naming the file and what is wrong
 // (truncated, not a checkpoint, unsupported version, checksum mismatch).
@@ -145,15 +147,25 @@ class Checkpoint {
   std::map<std::string, OptimizerState> optimizers_;
 };
 
-// Writes `checkpoint` to `path` atomically (temporary file in the same
-// directory, fsync, rename, fsync of the directory). Throws std::runtime_error
+// Writes `checkpoint` to `path` atomically (temporary file
+// <path>.tmp.<pid>.XXXXXX in the same directory, fsync, rename, fsync of the
+// directory). Throws std::runtime_error
 // naming the path and the system error on failure; the destination is then
 // left as it was.
 void SaveCheckpoint(const std::string& path, const Checkpoint& checkpoint);
 
 // Reads and verifies a checkpoint; throws std::runtime_error naming the path
-// and the problem (unreadable, truncated, bad magic, unsupported version,
-// checksum mismatch, malformed contents).
+// and the problem (missing, a directory or not a regular file, unreadable,
+// truncated, bad magic, unsupported version, checksum mismatch, malformed
+// contents).
 Checkpoint LoadCheckpoint(const std::string& path);
+
+// Removes the temporary files that SaveCheckpoint(path) writers left next to
+// `path` when they were killed before renaming: <path>.tmp.<pid>.XXXXXX
+// whose writer process no longer runs (or is this process: call it before
+// this process saves `path`), and <path>.tmp.XXXXXX of older versions. Only
+// regular files are removed; `path` itself is not touched. Returns the paths
+// removed (none when the directory cannot be read).
+std::vector<std::string> RemoveStaleCheckpointTemporaries(const std::string& path);
 
 }  // namespace implicit
