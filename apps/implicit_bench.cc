@@ -121,14 +121,15 @@ bool ParseOptions(int argc, char** argv, Options* o) {
                "also build each problem in float: float floors, map times and solves\n(tolerance --float-tol)");
   app.add_option("--float-tol", o->float_tol, "absolute tolerance of the float solves")->check(Positive());
   app.add_option("--seed", o->seed, "seed of the random weights")->check(IntIn(0, 4294967295L));
-  app.add_option("--data", o->data, "digits.csv.gz, or a directory holding it")->default_str("");
-  app.add_option("--json", o->json, "write every number (machine, build flags, floors, results)");
+  app.add_option("--data", o->data, "digits.csv.gz, or a directory holding it")->default_str("")->check(PathCheck());
+  app.add_option("--json", o->json, "write every number (machine, build flags, floors, results)")->check(PathCheck());
   app.add_flag("--quiet", o->quiet, "no progress lines on stderr");
   if (!Parse(app, argc, argv) || !CheckProblemSelection(o->problems)) return false;
   if (o->solvers.size() == 1 && o->solvers[0] == "all") o->solvers = AvailableSolvers();
   for (const std::string& s : o->solvers) CheckSolverName(s);
   o->problems.settings.seed = static_cast<unsigned>(o->seed);
   CheckWritable(o->json, "--json");
+  CheckDistinctFiles({{"--json", o->json}}, {{"--data", o->data}});
   return true;
 }
 
@@ -333,14 +334,20 @@ void MeasureProblem(const Options& o, const ProblemT<S>& problem, const std::str
   }
 }
 
+// The settings of the problem `name`: --patterns or the problem's default.
+ProblemSettings ProblemSettingsFor(const Options& o, const std::string& name, const implicit::DigitsDataset& digits) {
+  ProblemSettings s = o.problems.settings;
+  s.patterns = static_cast<int>(o.patterns > 0 ? o.patterns : DefaultPatterns(name, digits.size()));
+  return s;
+}
+
 Measurements MeasureAll(const Options& o, const implicit::DigitsDataset& digits) {
   Measurements m;
   const int total = static_cast<int>(o.problems.names.size() * o.solvers.size() * (o.with_float ? 2 : 1));
   int done = 0;
   const auto start = std::chrono::steady_clock::now();
   for (const std::string& problem_name : o.problems.names) {
-    ProblemSettings s = o.problems.settings;
-    s.patterns = static_cast<int>(o.patterns > 0 ? o.patterns : DefaultPatterns(problem_name, digits.size()));
+    const ProblemSettings s = ProblemSettingsFor(o, problem_name, digits);
     MeasureProblem(o, *MakeProblemOf<double>(problem_name, digits, s), "double", &m, &done, total);
     if (o.with_float) MeasureProblem(o, *MakeProblemOf<float>(problem_name, digits, s), "float", &m, &done, total);
   }
@@ -476,14 +483,18 @@ int Run(int argc, char** argv) {
   Options o;
   if (!ParseOptions(argc, argv, &o)) return 0;
   const implicit::DigitsDataset digits = LoadDigitsOption(o.data);
-  Require(o.patterns <= digits.size(), "--patterns " + std::to_string(o.patterns) + " exceeds the " +
+  Require(o.patterns <= digits.size(), "--patterns: " + std::to_string(o.patterns) + " exceeds the " +
                                            std::to_string(digits.size()) + " digits in " + digits.source);
+  for (const std::string& name : o.problems.names)
+    CheckFiniteSettings(name, digits, ProblemSettingsFor(o, name, digits), o.with_float);
   if (o.threads > 0) Eigen::setNbThreads(static_cast<int>(o.threads));
   PrintMachine();
   const Measurements m = MeasureAll(o, digits);
   PrintFloors(o, m.floors);
   PrintResults(o, m);
-  if (!o.json.empty()) WriteJson(o, m, digits.source);
+  Outputs outputs;
+  outputs.Write("--json", o.json, [&] { WriteJson(o, m, digits.source); });
+  outputs.Finish();
   return 0;
 }
 

@@ -58,9 +58,10 @@ bool ParseOptions(int argc, char** argv, Options* o) {
   app.add_option("--patterns", o->patterns, "digits stored / samples per problem, up to 1797")
       ->check(IntIn(1, 1000000));
   app.add_option("--seed", o->seed, "seed of the random weights")->check(IntIn(0, 4294967295L));
-  app.add_option("--data", o->data, "digits.csv.gz, or a directory holding it")->default_str("");
-  app.add_option("--json", o->json, "write {\"settings\": ..., \"results\": [...]}, one result per (problem, solver)");
-  app.add_option("--csv", o->csv, "write the table as CSV");
+  app.add_option("--data", o->data, "digits.csv.gz, or a directory holding it")->default_str("")->check(PathCheck());
+  app.add_option("--json", o->json, "write {\"settings\": ..., \"results\": [...]}, one result per (problem, solver)")
+      ->check(PathCheck());
+  app.add_option("--csv", o->csv, "write the table as CSV")->check(PathCheck());
   app.add_option("--plot", o->plot, "draw residual vs iteration and vs time (.png or .svg, needs gnuplot)")
       ->check(ExtensionCheck({".png", ".svg"}));
   app.add_flag("--quiet", o->quiet, "no progress line on stderr");
@@ -74,6 +75,7 @@ bool ParseOptions(int argc, char** argv, Options* o) {
   CheckWritable(o->json, "--json");
   CheckWritable(o->csv, "--csv");
   CheckWritable(o->plot, "--plot");
+  CheckDistinctFiles({{"--json", o->json}, {"--csv", o->csv}, {"--plot", o->plot}}, {{"--data", o->data}});
   return true;
 }
 
@@ -278,24 +280,24 @@ int Run(int argc, char** argv) {
   Options o;
   if (!ParseOptions(argc, argv, &o)) return 0;
   const implicit::DigitsDataset digits = LoadDigitsOption(o.data);
-  Require(o.patterns <= digits.size(), "--patterns " + std::to_string(o.patterns) + " exceeds the " +
+  Require(o.patterns <= digits.size(), "--patterns: " + std::to_string(o.patterns) + " exceeds the " +
                                            std::to_string(digits.size()) + " digits in " + digits.source);
   o.problems.settings.patterns = static_cast<int>(o.patterns);
+  for (const std::string& name : o.problems.names) CheckFiniteSettings(name, digits, o.problems.settings, false);
 
   double seconds = 0;
   const std::vector<Result> results = RunAll(o, digits, &seconds);
   PrintTable(o, results, seconds);
-  if (!o.json.empty()) WriteJson(o, results, digits.source);
-  if (!o.csv.empty()) WriteCsv(o.csv, results);
-  if (!o.plot.empty()) {
-    try {
-      Plot(o.plot, o.problems.names, results);
-      std::cout << "plot: " << o.plot << " (residual vs iteration and vs time, drawn with gnuplot)\n";
-    } catch (const std::exception& e) {
-      std::cout << "plot: not written: " << e.what() << "\n";
-      std::cerr << "implicit-compare: warning: " << e.what() << "\n";
-    }
-  }
+  // Every output asked for is written, or the run fails (exit 1) naming each
+  // one that was not.
+  Outputs outputs;
+  outputs.Write("--json", o.json, [&] { WriteJson(o, results, digits.source); });
+  outputs.Write("--csv", o.csv, [&] { WriteCsv(o.csv, results); });
+  outputs.Write("--plot", o.plot, [&] {
+    Plot(o.plot, o.problems.names, results);
+    std::cout << "plot: " << o.plot << " (residual vs iteration and vs time, drawn with gnuplot)\n";
+  });
+  outputs.Finish();
   return 0;
 }
 

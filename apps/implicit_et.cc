@@ -52,12 +52,16 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
 #include <exception>
 #include <functional>
 #include <iostream>
 #include <memory>
 #include <numeric>
 #include <random>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -84,6 +88,9 @@ struct Config {
   bool unroll = false, quiet = false;
   std::string solver = "broyden", checkpoint = "implicit-et.ckpt", resume, image = "implicit-et.png",
               json, data;
+  // What a checkpoint must match besides ConfigKey: the training digits
+  // (count and a hash of their pixels), set once they are loaded.
+  std::string data_key;
 };
 
 // Per-token LayerNorm g = gamma (x - mean) / sqrt(var + eps) + delta and its
@@ -502,6 +509,20 @@ std::string ConfigKey(const Config& c) {
          (c.unroll ? "unroll" : "implicit");
 }
 
+// UsageError when the model's copies (one per --threads) and its gradient and
+// Adam state would take more than 2 GB, naming the option that weighs most.
+void CheckModelSize(const Config& c) {
+  const double D = static_cast<double>(c.dim), attention = 2.0 * static_cast<double>(c.heads * c.head_dim) * D,
+               memories = static_cast<double>(c.memories) * D;
+  const double parameters = attention + memories + D * (kPatchSize * kPatches + 1 + kTokens + 4) +
+                            kPatches * kPatchSize * (D + 1);
+  const double bytes = 8.0 * parameters * static_cast<double>(c.threads + 4);
+  if (bytes <= 2e9) return;
+  const std::string option = memories >= attention ? "--memories" : "--heads";
+  throw UsageError(option + ": " + Fmt(parameters, 3) + " parameters in " + std::to_string(c.threads) +
+                   " copies (--threads) would take " + Fmt(bytes * 1e-9, 3) + " GB (at most 2 GB)");
+}
+
 // The command line into `c`; false when it asked for --help.
 bool ParseConfig(int argc, char** argv, Config* c) {
   CLI::App app(kDescription, "implicit-et");
@@ -534,14 +555,16 @@ bool ParseConfig(int argc, char** argv, Config* c) {
   app.add_option("--max-iter", c->max_iter, "forward iteration budget")->check(IntIn(1, 1000000));
   app.add_option("--holdout", c->holdout, "held-out digits, the last N of the file")->check(IntIn(1, 1000000));
   app.add_option("--seed", c->seed, "initialisation, batches and masks")->check(IntIn(0, 4294967295L));
-  app.add_option("--checkpoint", c->checkpoint, "where checkpoints go")->check(CLI::Validator(
-      [](std::string& path) { return path.empty() ? std::string("must not be empty") : std::string(); }, ""));
+  app.add_option("--checkpoint", c->checkpoint, "where checkpoints go")->check(PathCheck());
   app.add_option("--checkpoint-every", c->checkpoint_every, "save every N steps (0 = only at the end)")
       ->check(IntIn(0, 1000000000));
-  app.add_option("--resume", c->resume, "continue from a checkpoint (same model options)");
+  app.add_option("--resume", c->resume,
+                 "continue from a checkpoint (same model options and data); one at or\n"
+                 "past --steps (the total) leaves nothing to train")
+      ->check(PathCheck());
   app.add_option("--image", c->image, "PNG grid original / masked / ET / Hopfield")->check(ExtensionCheck({".png"}));
-  app.add_option("--json", c->json, "write the results as JSON");
-  app.add_option("--data", c->data, "digits.csv.gz, or a directory holding it")->default_str("");
+  app.add_option("--json", c->json, "write the results as JSON")->check(PathCheck());
+  app.add_option("--data", c->data, "digits.csv.gz, or a directory holding it")->default_str("")->check(PathCheck());
   app.add_option("--check-gradients", c->check_gradients,
                  "compare N gradient entries with central finite differences of the\n"
                  "loss on one batch, print the errors and exit")
@@ -553,12 +576,17 @@ bool ParseConfig(int argc, char** argv, Config* c) {
   app.add_flag("--quiet", c->quiet, "no progress bar");
   if (!Parse(app, argc, argv)) return false;
   Require(!(unroll_flag->count() > 0 && mode_option->count() > 0 && mode == "implicit"),
-          "--unroll contradicts --mode implicit");
+          "--unroll: contradicts --mode implicit");
   c->unroll = unroll_flag->count() > 0 || mode == "unroll";
-  Require(c->pos_dim < c->dim, "--pos-dim must be in 0..dim-1, got " + std::to_string(c->pos_dim));
-  CheckWritable(c->checkpoint, "--checkpoint");
+  Require(c->pos_dim < c->dim, "--pos-dim: must be in 0..dim-1, got " + std::to_string(c->pos_dim));
+  CheckModelSize(*c);
+  if (c->check_gradients > 0) return true;  // writes no file
+  CheckWritable(c->checkpoint, "--checkpoint", true);
   CheckWritable(c->image, "--image");
   CheckWritable(c->json, "--json");
+  CheckDistinctFiles({{"--checkpoint", c->checkpoint}, {"--image", c->image}, {"--json", c->json}},
+                     {{"--data", c->data}});
+  CheckDistinctFiles({{"--image", c->image}, {"--json", c->json}}, {{"--resume", c->resume}});
   return true;
 }
 
@@ -581,38 +609,88 @@ struct Optimizers {
   double lr, energy_lr;
 };
 
+// The first "key=value" of `a` that differs in `b`, as "key=A there, key=B here".
+std::string FirstDifference(const std::string& there, const std::string& here) {
+  std::istringstream a(there), b(here);
+  std::string x, y;
+  while (a >> x) {
+    if (!(b >> y)) return x + " there, nothing here";
+    if (x != y) return x + " there, " + y + " here";
+  }
+  return b >> y ? "nothing there, " + y + " here" : "";
+}
+
+// A checkpoint's metadata `key` against this run's `value`: throws naming
+// the difference. `required`: a checkpoint without it is another program's.
+void RequireSame(const implicit::Checkpoint& ck, const std::string& key, const std::string& value, bool required,
+                 const std::string& path) {
+  const auto it = ck.metadata.find(key);
+  if (it == ck.metadata.end()) {
+    if (required)
+      throw std::runtime_error("--resume: checkpoint '" + path + "' was written by another program (no " + key +
+                               "), this run uses " + value);
+    return;  // written before the key was recorded
+  }
+  if (it->second != value)
+    throw std::runtime_error("--resume: checkpoint '" + path + "' was written for a different " + key + ": " +
+                             FirstDifference(it->second, value) + " (checkpoint: " + it->second +
+                             "; this run: " + value + ")");
+}
+
 // Restores parameters and optimiser state from --resume; the step it was saved at.
 long Resume(const Config& c, Workers& workers, Optimizers& adam) {
   EtModel& model = workers.main();
-  const implicit::Checkpoint ck = implicit::LoadCheckpoint(c.resume);
-  const auto it = ck.metadata.find("config");
-  if (it == ck.metadata.end() || it->second != ConfigKey(c))
-    throw std::runtime_error("checkpoint '" + c.resume + "' was written for " +
-                             (it == ck.metadata.end() ? std::string("another program") : it->second) +
-                             ", this run uses " + ConfigKey(c));
-  ck.RestoreParameters("model", &model.params());
-  ck.RestoreParameters("energy", &model.energy_params());
+  implicit::Checkpoint ck;
+  try {
+    ck = implicit::LoadCheckpoint(c.resume);
+  } catch (const std::exception& e) {
+    throw std::runtime_error("--resume: " + std::string(e.what()));
+  }
+  RequireSame(ck, "config", ConfigKey(c), true, c.resume);
+  RequireSame(ck, "precision", "double", false, c.resume);
+  RequireSame(ck, "data", c.data_key, false, c.resume);
+  if (ck.step < 0 || ck.step > 1000000)
+    throw std::runtime_error("--resume: checkpoint '" + c.resume + "' has an invalid step " + std::to_string(ck.step));
+  try {
+    ck.RestoreParameters("model", &model.params());
+    ck.RestoreParameters("energy", &model.energy_params());
+  } catch (const std::exception& e) {
+    throw std::runtime_error("--resume: checkpoint '" + c.resume + "': " + e.what());
+  }
+  if (!model.params().values().allFinite() || !model.energy_params().values().allFinite())
+    throw std::runtime_error("--resume: checkpoint '" + c.resume +
+                             "' holds parameters that are not finite (inf or nan); resume from an earlier one");
   try {
     adam.model.SetState(ck.Optimizer("adam_model"), model.params().size());
     adam.energy.SetState(ck.Optimizer("adam_energy"), model.energy_params().size());
   } catch (const std::invalid_argument& e) {
-    throw std::runtime_error("checkpoint '" + c.resume + "': optimiser state does not fit: " + e.what());
+    throw std::runtime_error("--resume: checkpoint '" + c.resume + "': optimiser state does not fit: " + e.what());
   }
   workers.Sync();
   if (!c.quiet) std::cerr << "resumed from " << c.resume << " at step " << ck.step << "\n";
-  return ck.step;
+  return static_cast<long>(ck.step);
 }
 
+// Writes the checkpoint of `step` (only finite parameters are ever written).
 void Save(const Config& c, long step, EtModel& model, const Optimizers& adam) {
+  if (!model.params().values().allFinite() || !model.energy_params().values().allFinite())
+    throw std::runtime_error("--checkpoint: not writing '" + c.checkpoint + "' at step " + std::to_string(step) +
+                             ": the parameters are not finite");
   implicit::Checkpoint ck;
   ck.step = step;
   ck.metadata["program"] = "implicit-et";
   ck.metadata["config"] = ConfigKey(c);
+  ck.metadata["precision"] = "double";
+  ck.metadata["data"] = c.data_key;
   ck.AddParameters("model", model.params());
   ck.AddParameters("energy", model.energy_params());
   ck.AddOptimizer("adam_model", adam.model.state());
   ck.AddOptimizer("adam_energy", adam.energy.state());
-  implicit::SaveCheckpoint(c.checkpoint, ck);
+  try {
+    implicit::SaveCheckpoint(c.checkpoint, ck);
+  } catch (const std::exception& e) {
+    throw std::runtime_error("--checkpoint: " + std::string(e.what()));
+  }
 }
 
 // --check-gradients: `count` gradient entries, every parameter block in turn
@@ -678,10 +756,24 @@ int CheckGradients(const Config& c, EtModel& model, const Matrix<double>& train)
 struct TrainStats {
   double first_loss = -1, last_loss = 0, seconds = 0;
   long backward_failures = 0, forward_unconverged = 0;
+  long saved_step = -1;  // the last checkpoint this run wrote (-1: none)
 };
 
-// Training steps start_step..c.steps-1, with a checkpoint every
-// --checkpoint-every steps and at the end.
+// What is on disk at --checkpoint for the message of a failed run.
+std::string CheckpointState(const Config& c, const TrainStats& ts, long start_step) {
+  if (ts.saved_step >= 0)
+    return "the last good checkpoint '" + c.checkpoint + "' (step " + std::to_string(ts.saved_step) + ") is kept";
+  if (SameFile(c.checkpoint, c.resume))
+    return "checkpoint '" + c.checkpoint + "' (step " + std::to_string(start_step) + ") is kept unchanged";
+  return "no checkpoint was written ('" + c.checkpoint + "' is unchanged)";
+}
+
+// Training steps start_step..c.steps-1. A checkpoint of the parameters after
+// k steps is written every --checkpoint-every steps, once step k + 1 has found
+// a finite loss and finite gradients with them (so never from a diverged
+// state); the final one by Run after the evaluation. A non-finite loss,
+// gradient or parameter stops the run with an error (exit 1) that says which
+// checkpoint is kept.
 TrainStats Train(const Config& c, Workers& workers, Optimizers& adam, const Matrix<double>& train, long start_step) {
   EtModel& model = workers.main();
   Progress progress(!c.quiet, 5.0);
@@ -697,6 +789,17 @@ TrainStats Train(const Config& c, Workers& workers, Optimizers& adam, const Matr
     const Matrix<double> masks = RandomMasks(c.batch, c.masked, gen);
     adam.Decay(CosineDecay(step, c.steps));
     const StepStats st = workers.Gradients(c, batch, masks, &gm, &ge);
+    if (!std::isfinite(st.loss) || !gm.allFinite() || !ge.allFinite()) {
+      progress.Done();
+      throw std::runtime_error("training diverged at step " + std::to_string(step + 1) + " (loss " +
+                               Fmt(st.loss) + (std::isfinite(st.loss) ? ", gradient not finite" : "") +
+                               "; try a smaller --lr or --energy-lr): " + CheckpointState(c, ts, start_step) +
+                               "; --json and --image not written");
+    }
+    if (c.checkpoint_every > 0 && step > start_step && step % c.checkpoint_every == 0) {
+      Save(c, step, model, adam);
+      ts.saved_step = step;
+    }
     adam.model.Step(model.params(), gm);
     adam.energy.Step(model.energy_params(), ge);
     workers.Sync();
@@ -712,12 +815,9 @@ TrainStats Train(const Config& c, Workers& workers, Optimizers& adam, const Matr
                     FmtFixed(rate, 2) + " steps/s  " + FmtFixed(rate * static_cast<double>(c.batch), 0) +
                     " digits/s  fwd it " + std::to_string(st.forward_iterations) + "  eta " +
                     FmtFixed(static_cast<double>(c.steps - step - 1) / std::max(rate, 1e-9), 0) + " s");
-    if (c.checkpoint_every > 0 && (step + 1) % c.checkpoint_every == 0 && step + 1 < c.steps)
-      Save(c, step + 1, model, adam);
   }
   progress.Done();
   ts.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  Save(c, std::max(c.steps, start_step), model, adam);
   return ts;
 }
 
@@ -766,9 +866,16 @@ Evaluation Evaluate(const Config& c, EtModel& model, const Matrix<double>& train
   return e;
 }
 
-void PrintEvaluation(const Config& c, const TrainStats& ts, long trained_steps, const Evaluation& e) {
-  std::cout << "trained " << trained_steps << " steps in " << FmtFixed(ts.seconds, 1) << " s; training loss "
-            << Fmt(ts.first_loss, 4) << " -> " << Fmt(ts.last_loss, 4) << "\n";
+void PrintEvaluation(const Config& c, const TrainStats& ts, long start_step, const Evaluation& e) {
+  if (start_step >= c.steps && !c.resume.empty()) {
+    std::cout << "nothing to do: checkpoint '" << c.resume << "' is at step " << start_step
+              << ", at or past --steps " << c.steps << " (the total); trained 0 steps, evaluating it\n";
+  } else if (start_step >= c.steps) {
+    std::cout << "nothing to do: --steps 0; trained 0 steps, evaluating the initial model\n";
+  } else {
+    std::cout << "trained " << c.steps - start_step << " steps in " << FmtFixed(ts.seconds, 1)
+              << " s; training loss " << Fmt(ts.first_loss, 4) << " -> " << Fmt(ts.last_loss, 4) << "\n";
+  }
   if (!c.unroll) std::cout << "held-out forward: " << e.summary.BriefReport() << "\n";
   Table t({"held-out masked MSE", "value", "vs ET"}, {false, true, true});
   t.AddRow({std::string("energy transformer (") + (c.unroll ? "unrolled" : "implicit") + ")", FmtFixed(e.et_mse, 4),
@@ -780,7 +887,6 @@ void PrintEvaluation(const Config& c, const TrainStats& ts, long trained_steps, 
   std::cout << "ET minus one-step Hopfield, per held-out digit: " << Fmt(e.diff_mean, 3) << " +- "
             << Fmt(e.diff_stderr, 2) << " (standard error); ET better on " << e.better << "/" << e.pred.cols()
             << " digits\n";
-  std::cout << "checkpoint: " << c.checkpoint << "\n";
 }
 
 // The PNG grid of the first 12 held-out digits: original, masked, ET and
@@ -836,15 +942,34 @@ void PrintHeader(const Config& c, Index n_train, Index parameters) {
             << "\n";
 }
 
+// "<n> training digits, fnv1a <hash of their pixels>": what a checkpoint was trained on.
+std::string DataKey(const Matrix<double>& train) {
+  std::uint64_t h = 14695981039346656037ULL;
+  const unsigned char* bytes = reinterpret_cast<const unsigned char*>(train.data());
+  for (std::size_t i = 0; i < static_cast<std::size_t>(train.size()) * sizeof(double); ++i) {
+    h ^= bytes[i];
+    h *= 1099511628211ULL;
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return std::to_string(train.cols()) + " training digits, fnv1a " + hex;
+}
+
 int Run(int argc, char** argv) {
   Config c;
   if (!ParseConfig(argc, argv, &c)) return 0;
+  if (c.check_gradients == 0) {
+    // Temporary files of writers killed while saving this checkpoint.
+    for (const std::string& f : implicit::RemoveStaleCheckpointTemporaries(c.checkpoint))
+      if (!c.quiet) std::cerr << "implicit-et: removed '" << f << "', left by a checkpoint writer that was killed\n";
+  }
   const implicit::DigitsDataset digits = LoadDigitsOption(c.data);
-  Require(c.holdout < digits.size(), "--holdout must be in 1.." + std::to_string(digits.size() - 1) + ", got " +
+  Require(c.holdout < digits.size(), "--holdout: must be in 1.." + std::to_string(digits.size() - 1) + ", got " +
                                          std::to_string(c.holdout));
   const Matrix<double> all = DigitPatches(digits.Scaled());
   const Index n_train = digits.size() - c.holdout;
   const Matrix<double> train = all.leftCols(n_train), test = all.rightCols(c.holdout);
+  c.data_key = DataKey(train);
 
   Workers workers(c, c.threads);
   EtModel& model = workers.main();
@@ -855,9 +980,25 @@ int Run(int argc, char** argv) {
   PrintHeader(c, n_train, parameters);
   const TrainStats ts = Train(c, workers, adam, train, start_step);
   const Evaluation e = Evaluate(c, model, train, test);
-  PrintEvaluation(c, ts, c.steps - start_step, e);
-  WriteImage(c, test, e);
-  if (!c.json.empty()) WriteJson(c, ts, e, n_train, parameters);
+  if (!std::isfinite(e.et_mse))
+    throw std::runtime_error("the held-out masked MSE of the trained model is not finite (" + Fmt(e.et_mse) +
+                             "): " + CheckpointState(c, ts, start_step) + "; --json and --image not written");
+  PrintEvaluation(c, ts, start_step, e);
+  // Every output asked for is written, or the run fails naming each one that
+  // was not. The final checkpoint only when this run trained (a resumed
+  // checkpoint at or past --steps stays as it is).
+  Outputs outputs;
+  if (start_step < c.steps) {
+    outputs.Write("--checkpoint", c.checkpoint, [&] {
+      Save(c, c.steps, model, adam);
+      std::cout << "checkpoint: " << c.checkpoint << " (step " << c.steps << ")\n";
+    });
+  } else {
+    std::cout << "checkpoint: " << c.checkpoint << " not written (nothing trained)\n";
+  }
+  outputs.Write("--image", c.image, [&] { WriteImage(c, test, e); });
+  outputs.Write("--json", c.json, [&] { WriteJson(c, ts, e, n_train, parameters); });
+  outputs.Finish();
   return 0;
 }
 

@@ -24,6 +24,7 @@
 #include <implicit/layers/regularized_attention.h>
 
 #include <algorithm>
+#include <cmath>
 #include <iostream>
 #include <numeric>
 #include <random>
@@ -40,8 +41,8 @@ struct Common {
 };
 
 void AddCommonOptions(CLI::App& sub, Common* c) {
-  sub.add_option("--data", c->data, "digits.csv.gz, or a directory holding it")->default_str("");
-  sub.add_option("--json", c->json, "write the results as JSON");
+  sub.add_option("--data", c->data, "digits.csv.gz, or a directory holding it")->default_str("")->check(PathCheck());
+  sub.add_option("--json", c->json, "write the results as JSON")->check(PathCheck());
   sub.add_flag("--quiet", c->quiet, "no progress line on stderr");
 }
 
@@ -67,9 +68,22 @@ void AddSolveOptions(CLI::App& sub, SolveSettings* s) {
 implicit::DigitsDataset LoadData(const Common& c) { return LoadDigitsOption(c.data); }
 
 int CheckPatterns(long n, const implicit::DigitsDataset& digits) {
-  Require(n <= digits.size(), "--patterns " + std::to_string(n) + " exceeds the " + std::to_string(digits.size()) +
+  Require(n <= digits.size(), "--patterns: " + std::to_string(n) + " exceeds the " + std::to_string(digits.size()) +
                                   " digits in " + digits.source);
   return static_cast<int>(n);
+}
+
+// UsageError unless beta * max|score| (scores of `n` stored digits) stays
+// within double's range: checked before solving, not found as nan later.
+void CheckBeta(const std::string& option, double beta, const implicit::DigitsDataset& digits, int n) {
+  const std::string error =
+      ScaleRangeError(option, "beta * max|score|", beta, MaxDigitScore(digits, n), RangeOf<double>());
+  if (!error.empty()) throw UsageError(error);
+}
+
+// Throws (exit 1) when a result the table would show is not finite.
+void RequireFinite(bool finite, const std::string& what) {
+  if (!finite) throw std::runtime_error(what + " is not finite (inf or nan); no result to report");
 }
 
 // Fraction of columns b with |xi_b - x_b| < 0.1 |x_b|.
@@ -109,6 +123,7 @@ int Retrieval(const RetrievalSettings& r, const Common& c) {
   ProblemSettings s;
   s.patterns = CheckPatterns(r.patterns, digits);
   s.beta = r.beta;
+  CheckBeta("--beta", r.beta, digits, s.patterns);
   const std::unique_ptr<Problem> problem = MakeProblemOf<double>("hopfield-digits", digits, s);
   const Matrix<double> X = MakeDigitPatterns(digits, s.patterns).patterns;
   const std::string& solver_name = r.solve.solver;
@@ -119,11 +134,13 @@ int Retrieval(const RetrievalSettings& r, const Common& c) {
   if (!skip.empty()) throw UsageError("--solver " + solver_name + ": " + skip);
   Matrix<double> z = problem->initial();
   const implicit::Summary summary = MakeSolver(solver_name, r.solve.Options())->Solve(problem->map(), z);
+  RequireFinite(one_step.allFinite(), "retrieval: the one-step update");
+  const std::string status = implicit::TerminationTypeToString(summary.termination_type);
+  RequireFinite(z.allFinite(), "retrieval: the state the " + solver_name + " solve ended in (" + status + ")");
   const double one = HitRate(one_step, X), conv = HitRate(z, X);
   double mean_iterations = 0;
   for (int it : summary.sample_iterations) mean_iterations += it;
   mean_iterations /= std::max(1, summary.num_samples());
-  const std::string status = implicit::TerminationTypeToString(summary.termination_type);
 
   std::cout << "retrieval: " << X.cols() << " digits stored, queries with pixels 32..63 zeroed, beta "
             << Fmt(r.beta) << ", solver " << solver_name << "\n";
@@ -164,7 +181,11 @@ int Completion(double beta, const Common& c) {
   const Matrix<double> X = all.leftCols(memories);
   const Matrix<double> Q = all.rightCols(all.cols() - memories);
   // Scores over the visible pixels 0..31 only; output = full patterns weighted.
-  Matrix<double> scores = beta * (X.topRows(32).transpose() * Q.topRows(32));
+  Matrix<double> scores = X.topRows(32).transpose() * Q.topRows(32);
+  const std::string range =
+      ScaleRangeError("--beta", "beta * max|score|", beta, scores.cwiseAbs().maxCoeff(), RangeOf<double>());
+  if (!range.empty()) throw UsageError(range);
+  scores *= beta;
   Matrix<double> p(scores.rows(), scores.cols());
   implicit::entmax::Softmax<double>(scores, p);
   const Matrix<double> completed = X * p;
@@ -176,6 +197,7 @@ int Completion(double beta, const Common& c) {
   double effective = 0;
   for (Index b = 0; b < B; ++b) effective += 1.0 / p.col(b).squaredNorm();
   effective /= B;
+  RequireFinite(std::isfinite(mse) && std::isfinite(effective), "completion: the completed pixels");
 
   std::cout << "completion: memories = digits 0..999, queries = digits 1000.." << all.cols() - 1
             << " with pixels 0..31 visible, beta " << Fmt(beta) << "\n";
@@ -254,6 +276,12 @@ std::vector<double> CapacityRates(const CapacitySettings& s, long n, const std::
 
 int Capacity(const CapacitySettings& s, const Common& c) {
   const std::vector<long> counts = ParseNumbers<long>("--counts", s.counts, IntIn(1, 100000));
+  // The patterns (d x n) and the probes, their targets and states (d x P each).
+  const double largest = static_cast<double>(*std::max_element(counts.begin(), counts.end()));
+  const double bytes = 8.0 * static_cast<double>(s.dimension) * (largest + 3.0 * static_cast<double>(s.probes));
+  Require(bytes <= 2e9, std::string(largest >= 3.0 * static_cast<double>(s.probes) ? "--counts" : "--probes") +
+                            ": " + Fmt(bytes * 1e-9, 3) + " GB of patterns and probes at --dimension " +
+                            std::to_string(s.dimension) + " (at most 2 GB)");
   const std::string degree = std::to_string(s.degree);
   const std::vector<Interaction> kinds = {
       {"quadratic", "Gaussian prior K(t)=t^2/2: classical Hopfield", implicit::Interaction::Quadratic()},
@@ -344,6 +372,7 @@ int Sparse(const SparseSettings& s, const Common& c) {
   for (const auto& [name, alpha] : kinds) {
     for (double beta : betas) {
       progress.Update("sparse: " + name + ", beta " + Fmt(beta));
+      CheckBeta("--betas", beta, digits, n);
       implicit::SparseHopfieldEnergy<double>::Options eo;
       eo.alpha = alpha;
       eo.beta = beta;
@@ -355,10 +384,11 @@ int Sparse(const SparseSettings& s, const Common& c) {
       energy.Weights(data.queries, p0);
       Matrix<double> z = data.queries;
       const implicit::Summary summary = MakeSolver(s.solve.solver, s.solve.Options())->Solve(map, z);
+      const std::string status = implicit::TerminationTypeToString(summary.termination_type);
+      RequireFinite(z.allFinite(), "sparse: the " + name + " state at beta " + Fmt(beta) + " (" + status + ")");
       energy.Weights(z, p);
       const SupportStats st = Supports(p, p0);
       const double hit = HitRate(z, data.patterns);
-      const std::string status = implicit::TerminationTypeToString(summary.termination_type);
       t.AddRow({name, Fmt(alpha), Fmt(beta), FmtFixed(st.mean, 2), std::to_string(st.min), std::to_string(st.max),
                 FmtFixed(st.one_step_mean, 2), FmtFixed(hit, 3), status});
       rows.push_back({{"attention", name}, {"alpha", alpha}, {"beta", beta}, {"mean_support", st.mean},
@@ -392,6 +422,7 @@ int Run(int argc, char** argv) {
   if (app.get_subcommands().empty())
     throw UsageError("missing subcommand (retrieval, completion, capacity or sparse)");
   CheckWritable(common.json, "--json");
+  CheckDistinctFiles({{"--json", common.json}}, {{"--data", common.data}});
   if (retrieval_cmd->parsed()) return Retrieval(retrieval, common);
   if (completion_cmd->parsed()) return Completion(completion_beta, common);
   if (capacity_cmd->parsed()) return Capacity(capacity, common);

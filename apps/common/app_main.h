@@ -9,6 +9,7 @@
 // own parse errors become, see cli.h), 1 for everything else (files, data).
 #pragma once
 
+#include <algorithm>
 #include <exception>
 #include <functional>
 #include <iostream>
@@ -51,16 +52,42 @@ inline std::string OneLine(std::string text) {
   return out;
 }
 
+// A message fit for one short line, whatever input it quotes: every quoted
+// part ('...') longer than `max` characters is cut to its first `max`
+// followed by "...", control characters become '?', and the whole is cut at
+// 4 `max` characters. (A library error may quote a whole input line.)
+inline std::string ShortenQuoted(const std::string& text, std::size_t max = 160) {
+  std::string out;
+  std::size_t i = 0;
+  while (i < text.size()) {
+    const std::size_t open = text.find('\'', i);
+    if (open == std::string::npos) {
+      out += text.substr(i);
+      break;
+    }
+    out += text.substr(i, open - i + 1);
+    const std::size_t close = std::min(text.find('\'', open + 1), text.size());
+    const std::string inner = text.substr(open + 1, close - open - 1);
+    out += inner.size() > max ? inner.substr(0, max) + "..." : inner;
+    if (close < text.size()) out += '\'';
+    i = close + 1;
+  }
+  if (out.size() > 4 * max) out = out.substr(0, 4 * max) + "...";
+  for (char& c : out)
+    if ((static_cast<unsigned char>(c) < 32 && c != '\t') || c == 127) c = '?';
+  return out;
+}
+
 // Runs `body`, turning any exception into one line on stderr and an exit code.
 inline int Main(const char* program, const std::function<int()>& body) {
   KeepFreedMemory();
   try {
     return body();
   } catch (const UsageError& e) {
-    std::cerr << program << ": error: " << OneLine(e.what()) << " (see " << program << " --help)\n";
+    std::cerr << program << ": error: " << ShortenQuoted(OneLine(e.what())) << " (see " << program << " --help)\n";
     return 2;
   } catch (const std::exception& e) {
-    std::cerr << program << ": error: " << OneLine(e.what()) << "\n";
+    std::cerr << program << ": error: " << ShortenQuoted(OneLine(e.what())) << "\n";
     return 1;
   } catch (...) {
     std::cerr << program << ": error: unknown failure\n";

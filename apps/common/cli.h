@@ -13,6 +13,12 @@
 // status 2 through Main, app_main.h): CLI11's own messages ("--beta: 1
 // required FLOAT missing", "Could not convert: --beta = abc"), the checks
 // below ("--beta: must be > 0, got -1"), "unknown option --frobnicate".
+//
+// Every option has one of these checks: RealCheck (Positive, AtLeast) for a
+// real number, IntIn for an integer (read as a 64-bit value, so 2^32 or 2^63
+// is out of range, never wrapped), PathCheck or ExtensionCheck for a file
+// name (never empty). Values are quoted in errors through Excerpt (at most 60
+// characters).
 #pragma once
 
 #include "common/app_main.h"
@@ -50,8 +56,8 @@ inline CLI::Validator RealCheck(std::function<bool(double)> ok = {}, const std::
         errno = 0;
         const double v = std::strtod(s.c_str(), &end);
         if (s.empty() || *end != '\0' || errno == ERANGE || !std::isfinite(v))
-          return "'" + s + "' is not a finite number";
-        return !ok || ok(v) ? std::string() : "must be " + bound + ", got " + s;
+          return "'" + Excerpt(s) + "' is not a finite number";
+        return !ok || ok(v) ? std::string() : "must be " + bound + ", got " + Excerpt(s);
       },
       bound.empty() ? std::string() : "(" + bound + ")");
 }
@@ -67,26 +73,41 @@ inline CLI::Validator ExtensionCheck(const std::vector<std::string>& extensions)
     names += (i == 0 ? "" : i + 1 == extensions.size() ? " or " : ", ") + extensions[i];
   return CLI::Validator(
       [extensions, names](std::string& path) {
+        if (path.empty()) return "must name a " + names + " file, not be empty";
         for (const std::string& e : extensions)
-          if (EndsWith(Lower(path), e)) return std::string();
-        return "must name a " + names + " file, got '" + path + "'";
+          if (EndsWith(Lower(path), e) && path.size() > e.size() && path[path.size() - e.size() - 1] != '/')
+            return std::string();
+        return "must name a " + names + " file, got '" + Excerpt(path) + "'";
+      },
+      "");
+}
+
+// A check on a file name option: not empty (an empty value never means "the
+// default"), at most PATH_MAX characters, no NUL byte.
+inline CLI::Validator PathCheck() {
+  return CLI::Validator(
+      [](std::string& path) -> std::string {
+        if (path.empty()) return "must name a file, not be empty";
+        if (path.size() >= 4096) return "file name of " + std::to_string(path.size()) + " characters is too long";
+        return std::string();
       },
       "");
 }
 
 // A check on an integer option: decimal digits with an optional sign (CLI11
-// alone would read 010 as octal and accept 0x10), in lo..hi. Leading zeros are
+// alone would read 010 as octal and accept 0x10), in lo..hi, read as a 64-bit
+// value (2^32 and 2^64 are out of range, not wrapped). Leading zeros are
 // dropped before CLI11 converts the value.
-inline CLI::Validator IntIn(long lo, long hi) {
+inline CLI::Validator IntIn(long long lo, long long hi) {
   const std::string bound = "in " + std::to_string(lo) + ".." + std::to_string(hi);
   return CLI::Validator(
       [lo, hi, bound](std::string& s) -> std::string {
         std::size_t i = (!s.empty() && (s[0] == '-' || s[0] == '+')) ? 1 : 0;
         if (i == s.size() || s.find_first_not_of("0123456789", i) != std::string::npos)
-          return "'" + s + "' is not an integer";
+          return "'" + Excerpt(s) + "' is not an integer";
         errno = 0;
-        const long v = std::strtol(s.c_str(), nullptr, 10);
-        if (errno == ERANGE || v < lo || v > hi) return "must be " + bound + ", got " + s;
+        const long long v = std::strtoll(s.c_str(), nullptr, 10);
+        if (errno == ERANGE || v < lo || v > hi) return "must be " + bound + ", got " + Excerpt(s);
         s = std::to_string(v);
         return std::string();
       },
@@ -101,11 +122,11 @@ inline std::vector<std::string> SplitList(const std::string& option, const std::
   std::stringstream ss(text);
   std::string item;
   while (std::getline(ss, item, separator)) {
-    if (item.empty()) throw CLI::ValidationError(option, "empty entry in '" + text + "'");
+    if (item.empty()) throw CLI::ValidationError(option, "empty entry in '" + Excerpt(text) + "'");
     out.push_back(item);
   }
   if (out.empty() || text.back() == separator)
-    throw CLI::ValidationError(option, "empty entry in '" + text + "'");
+    throw CLI::ValidationError(option, "empty entry in '" + Excerpt(text) + "'");
   return out;
 }
 
@@ -140,14 +161,14 @@ inline void CheckNoneLeft(const CLI::App& app) {
   const std::vector<std::string> rest = app.remaining(true);
   if (rest.empty()) return;
   const std::string& a = rest.front();
-  if (a.size() > 1 && a[0] == '-') throw UsageError("unknown option " + a.substr(0, a.find('=')));
+  if (a.size() > 1 && a[0] == '-') throw UsageError("unknown option " + Excerpt(a.substr(0, a.find('='))));
   const std::vector<const CLI::App*> subcommands = app.get_subcommands([](const CLI::App*) { return true; });
   if (!subcommands.empty() && app.get_subcommands().empty()) {
     std::vector<std::string> names;
     for (const CLI::App* s : subcommands) names.push_back(s->get_name());
-    throw UsageError("unknown subcommand '" + a + "' (available: " + JoinNames(names) + ")");
+    throw UsageError("unknown subcommand '" + Excerpt(a) + "' (available: " + JoinNames(names) + ")");
   }
-  throw UsageError("unexpected argument '" + a + "'");
+  throw UsageError("unexpected argument '" + Excerpt(a) + "'");
 }
 
 // Parses the command line. Returns false after printing the help (--help);

@@ -41,6 +41,9 @@ inline std::string FindDigits(const std::string& data_option) {
         throw std::runtime_error("--data: cannot read '" + p + "': " + std::strerror(errno));
       return p;
     }
+    // A FIFO or a device would block or never end: only regular files.
+    if (::stat(data_option.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+      throw std::runtime_error("--data: cannot read '" + data_option + "': not a regular file");
     return data_option;  // LoadDigits reports a missing or unreadable file
   }
   std::vector<std::string> dirs;
@@ -62,9 +65,16 @@ inline std::string FindDigits(const std::string& data_option) {
   return found;
 }
 
-// Loads the digits that `data_option` (--data) names or the search finds.
+// Loads the digits that `data_option` (--data) names or the search finds;
+// errors about a file given with --data start with "--data: ".
 inline implicit::DigitsDataset LoadDigitsOption(const std::string& data_option) {
-  return implicit::LoadDigits(FindDigits(data_option));
+  const std::string path = FindDigits(data_option);
+  try {
+    return implicit::LoadDigits(path);
+  } catch (const std::exception& e) {
+    if (data_option.empty()) throw;
+    throw std::runtime_error("--data: " + std::string(e.what()));
+  }
 }
 
 }  // namespace implicit_apps

@@ -37,6 +37,18 @@ inline std::string Lower(std::string s) {
 inline bool EndsWith(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
+// A piece of user input fit for a one-line message: bytes that are not
+// printable ASCII (newlines, binary data) become '?', and text longer than
+// `max` characters is cut to its first `max` followed by "...".
+inline std::string Excerpt(const std::string& s, std::size_t max = 60) {
+  std::string out;
+  for (std::size_t i = 0; i < s.size() && i < max; ++i) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    out += (c >= 32 && c < 127) ? static_cast<char>(c) : '?';
+  }
+  if (s.size() > max) out += "...";
+  return out;
+}
 // "a, b, c".
 inline std::string JoinNames(const std::vector<std::string>& names, const std::string& separator = ", ") {
   std::string s;

@@ -26,7 +26,7 @@ inline std::vector<std::string> AvailableSolvers() { return implicit::SolverName
 inline void CheckSolverName(const std::string& name) {
   const std::vector<std::string> names = AvailableSolvers();
   if (std::find(names.begin(), names.end(), name) == names.end())
-    throw UsageError("unknown solver '" + name + "' (available: " + JoinNames(names) + ")");
+    throw UsageError("unknown solver '" + Excerpt(name) + "' (available: " + JoinNames(names) + ")");
 }
 
 // A CLI11 check that the option names a registered solver.
@@ -72,7 +72,7 @@ inline SolverOptionMap ParseSolverOptions(const std::string& option, const std::
       if (spec.empty()) continue;
       const std::size_t colon = spec.find(':');
       if (colon == std::string::npos)
-        throw UsageError(option + ": '" + spec + "' is not SOLVER:KEY=VALUE,...");
+        throw UsageError(option + ": '" + Excerpt(spec) + "' is not SOLVER:KEY=VALUE,...");
       const std::string name = spec.substr(0, colon);
       try {
         CheckSolverName(name);

@@ -102,8 +102,8 @@ const bool kRegistered = RegisterProblem<DeqTanhProblemT>([] {
   p.summary = "z = tanh(W z + U x + b) with |W|_2 = --spectral-norm";
   p.floor = "W Z";
   p.bench_patterns = 500;
-  p.parameters = {{"spectral-norm", 0.9, "|W|_2 of deq-tanh, < 1 for a contraction", "> 0",
-                   [](double v) { return v > 0; }}};
+  p.parameters = {{"spectral-norm", 0.9, "|W|_2 of deq-tanh, < 1 for a contraction", "in (0, 1e6]",
+                   [](double v) { return v > 0 && v <= 1e6; }}};
   return p;
 }());
 

@@ -152,8 +152,8 @@ const bool kRegistered = RegisterProblem<EtDigitsProblemT>([] {
   p.summary = "Energy Transformer block on 2x2 digit patches";
   p.floor = "an estimate of its GEMMs (see the notes implicit-bench prints)";
   p.bench_patterns = 500;
-  p.parameters = {{"et-step", 0.5, "gradient step A of et-digits' map z - A grad E", "> 0",
-                   [](double a) { return a > 0; }}};
+  p.parameters = {{"et-step", 0.5, "gradient step A of et-digits' map z - A grad E", "in (0, 1]",
+                   [](double a) { return a > 0 && a <= 1; }}};
   return p;
 }());
 

@@ -46,6 +46,9 @@ const bool kRegistered = RegisterProblem<HopfieldDigitsProblemT>([] {
   p.order = 10;
   p.summary = "modern Hopfield retrieval of digits (bottom half hidden)";
   p.floor = "X^T Z + X P";
+  p.finite_check = [](const implicit::DigitsDataset& d, const ProblemSettings& s, const ScalarRange& scalar) {
+    return ScaleRangeError("--beta", "beta * max|score|", s.beta, MaxDigitScore(d, s.patterns), scalar);
+  };
   return p;
 }());
 

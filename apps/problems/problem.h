@@ -13,9 +13,13 @@
 #include <implicit/core/map.h>
 #include <implicit/core/types.h>
 
+#include "common/format.h"
+
+#include <limits>
 #include <map>
 #include <random>
 #include <string>
+#include <type_traits>
 
 namespace implicit_apps {
 
@@ -63,6 +67,35 @@ inline DigitPatterns MakeDigitPatterns(const implicit::DigitsDataset& digits, in
   d.queries = d.patterns;
   d.queries.bottomRows(32).setZero();
   return d;
+}
+
+// The scalar a computation runs in: its name and largest finite value.
+struct ScalarRange {
+  std::string name;
+  double max = 0;
+};
+template <typename S>
+ScalarRange RangeOf() {
+  return {std::is_same<S, float>::value ? "float" : "double", static_cast<double>(std::numeric_limits<S>::max())};
+}
+
+// The largest |x_i . xi| of the first n digits x_i (x/8 - 1) with any xi in
+// their convex hull (the Hopfield retrieval states and queries): max |x_i|^2.
+inline double MaxDigitScore(const implicit::DigitsDataset& digits, int n) {
+  return digits.Scaled().leftCols(n).colwise().squaredNorm().maxCoeff();
+}
+
+// Why `option` = `value` cannot give a finite computation, or "": the
+// product `value` x `bound` (described by `product`, e.g. "beta * max|score|")
+// must stay a factor 4 inside the scalar's range (a softmax also forms the
+// differences of such products).
+inline std::string ScaleRangeError(const std::string& option, const std::string& product, double value,
+                                   double bound, const ScalarRange& scalar) {
+  const double limit = scalar.max / (4.0 * bound);
+  if (!(bound > 0) || value <= limit) return "";
+  return option + ": " + product + " = " + Fmt(value) + " * " + Fmt(bound) + " is beyond the range of " +
+         scalar.name + " (" + Fmt(scalar.max) + "); the results would be inf or nan, use " + option +
+         " <= " + Fmt(limit * 0.999, 3);
 }
 
 inline Matrix<double> RandomGaussian(Index rows, Index cols, double scale, std::mt19937& gen) {

@@ -49,6 +49,20 @@ inline bool CheckProblemSelection(const ProblemSelection& p) {
   return true;
 }
 
+// UsageError when the problem `name` with settings `s` cannot give a finite
+// computation in double (and in float when `with_float`), with the reason:
+// checked before anything runs, instead of reporting inf or nan later.
+inline void CheckFiniteSettings(const std::string& name, const implicit::DigitsDataset& digits,
+                                const ProblemSettings& s, bool with_float) {
+  const ProblemInfo& info = FindProblem(name);
+  if (!info.finite_check) return;
+  for (const ScalarRange& scalar : {RangeOf<double>(), RangeOf<float>()}) {
+    if (scalar.name == "float" && !with_float) continue;
+    const std::string error = info.finite_check(digits, s, scalar);
+    if (!error.empty()) throw UsageError(error + " (problem " + name + ")");
+  }
+}
+
 // The problem parameters as JSON settings fields ("spectral-norm" ->
 // "spectral_norm").
 inline void AddProblemParametersJson(const ProblemSettings& s, Json* settings) {

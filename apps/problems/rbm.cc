@@ -51,7 +51,8 @@ const bool kRegistered = RegisterProblem<RbmProblemT>([] {
   p.summary = "RBM-effective energy on the digits";
   p.floor = "W^T V + W S";
   p.parameters = {
-      {"rbm-scale", 0.03, "couplings of rbm, W = C x digits", "> 0", [](double c) { return c > 0; }},
+      {"rbm-scale", 0.03, "couplings of rbm, W = C x digits", "in (0, 1e6]",
+       [](double c) { return c > 0 && c <= 1e6; }},
       {"rbm-p", 0.1, "Bernoulli prior of rbm's hidden units", "in (0, 1)", [](double q) { return q > 0 && q < 1; }}};
   return p;
 }());

@@ -38,7 +38,7 @@ std::vector<std::string> ProblemNames() {
 const ProblemInfo& FindProblem(const std::string& name) {
   for (const ProblemInfo& p : Problems())
     if (p.name == name) return p;
-  throw UsageError("unknown problem '" + name + "' (available: " + JoinNames(ProblemNames()) + ")");
+  throw UsageError("unknown problem '" + Excerpt(name) + "' (available: " + JoinNames(ProblemNames()) + ")");
 }
 
 std::vector<ProblemParameter> ProblemParameters() {

@@ -52,6 +52,10 @@ struct ProblemInfo {
   std::string floor;        // the products its floor times, one line (implicit-bench --help)
   int bench_patterns = 0;   // implicit-bench's default --patterns; 0 = all digits
   std::vector<ProblemParameter> parameters;
+  // Why the settings cannot give a finite computation in `scalar` (a message
+  // naming the option, ScaleRangeError), or "". Empty: always finite.
+  std::function<std::string(const implicit::DigitsDataset&, const ProblemSettings&, const ScalarRange& scalar)>
+      finite_check;
   ProblemFactory<double> make_double;
   ProblemFactory<float> make_float;
 };

@@ -48,6 +48,13 @@ const bool kRegistered = RegisterProblem<SparseHopfieldProblemT>([] {
   p.summary = "the same with the entmax (sparse) update";
   p.floor = "X^T Z + X P, as hopfield-digits";
   p.parameters = {{"alpha", 1.5, "entmax order of sparse-hopfield", ">= 1", [](double a) { return a >= 1; }}};
+  // entmax_alpha works on (alpha - 1) beta X^T xi.
+  p.finite_check = [](const implicit::DigitsDataset& d, const ProblemSettings& s, const ScalarRange& scalar) {
+    const double score = MaxDigitScore(d, s.patterns), alpha = s.Parameter("alpha");
+    const std::string beta = ScaleRangeError("--beta", "beta * max|score|", s.beta, score, scalar);
+    if (!beta.empty() || alpha <= 2) return beta;
+    return ScaleRangeError("--alpha", "(alpha - 1) * beta * max|score|", alpha - 1, s.beta * score, scalar);
+  };
   return p;
 }());
 

@@ -154,7 +154,7 @@ BOOST_AUTO_TEST_CASE(every_problem_every_solver_in_float_too) {
 
 BOOST_AUTO_TEST_CASE(bad_flags_are_a_one_line_error_with_status_2) {
   ExpectUsageError("--patterns 0", "--patterns");
-  ExpectUsageError("--patterns 5000", "--patterns 5000 exceeds");
+  ExpectUsageError("--patterns 5000", "--patterns: 5000 exceeds");
   ExpectUsageError("--patterns x", "--patterns");
   ExpectUsageError("--repeat 0", "--repeat");
   ExpectUsageError("--repeat 2.5", "--repeat");

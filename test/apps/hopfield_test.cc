@@ -100,7 +100,7 @@ BOOST_AUTO_TEST_CASE(bad_input_is_a_one_line_error) {
   ExpectOneLineError("recall", "unknown subcommand 'recall'");
   ExpectOneLineError("retrieval --beta -1", "--beta");
   ExpectOneLineError("retrieval --patterns 0", "--patterns");
-  ExpectOneLineError("retrieval --patterns 5000", "--patterns 5000 exceeds");
+  ExpectOneLineError("retrieval --patterns 5000", "--patterns: 5000 exceeds");
   ExpectOneLineError("retrieval --solver nope", "unknown solver 'nope'");
   ExpectOneLineError("retrieval --solver newtonx", "unknown solver");
   ExpectOneLineError("completion --beta 0", "--beta");

@@ -1,6 +1,7 @@
 // Helpers for the end-to-end tests of the command-line programs: run a
-// command and capture its exit status, stdout and stderr; read the JSON files
-// the programs write (nlohmann-json).
+// command and capture its exit status, stdout and stderr (or start it in the
+// background, to kill it); hash the files a run must not change; read the
+// JSON files the programs write (nlohmann-json).
 //
 //   implicit::testing::CommandResult r = implicit::testing::RunCommand("prog --json out.json");
 //   implicit::testing::Json j = implicit::testing::ReadJson("out.json");
@@ -13,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -50,6 +52,45 @@ struct ScratchDir {
   ~ScratchDir() { std::system(("rm -rf '" + path + "'").c_str()); }
   std::string File(const std::string& name) const { return path + "/" + name; }
 };
+
+// FNV-1a 64 of a file's bytes as hex; "missing" when it cannot be read (what
+// the tests compare before and after a run to show a file was not changed).
+inline std::string FileHash(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return "missing";
+  std::uint64_t h = 14695981039346656037ULL;
+  char buffer[1 << 14];
+  while (in.read(buffer, sizeof buffer) || in.gcount() > 0) {
+    for (std::streamsize i = 0; i < in.gcount(); ++i) {
+      h ^= static_cast<unsigned char>(buffer[i]);
+      h *= 1099511628211ULL;
+    }
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return hex;
+}
+
+// Quotes `s` for /bin/sh ('...', with ' as '\'').
+inline std::string ShellQuote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+// Starts `command` through /bin/sh -c in the background (exec, so the pid is
+// the program's own once the shell has exec'd), stdout and stderr to
+// `output`; returns its pid (waitpid it, or kill it).
+inline pid_t StartCommand(const std::string& command, const std::string& output) {
+  const pid_t pid = fork();
+  if (pid < 0) throw std::runtime_error("fork failed");
+  if (pid == 0) {
+    const std::string line = "exec " + command + " > " + ShellQuote(output) + " 2>&1";
+    execl("/bin/sh", "sh", "-c", line.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  return pid;
+}
 
 // Runs `command` through /bin/sh with stdout and stderr captured.
 inline CommandResult RunCommand(const std::string& command) {
