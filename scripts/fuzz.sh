@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer harnesses of the parsers (test/fuzz) with clang-14 and
 # runs each for SECONDS (default 60) starting from its corpus in the repository.
-#   scripts/fuzz.sh [SECONDS] [TARGET...]     TARGET: digits_csv checkpoint solver_options
+#   scripts/fuzz.sh [SECONDS] [TARGET...]     TARGET: digits_csv graph_csv checkpoint solver_options
 # New interesting inputs go to build-fuzz/corpus/<target> (not the repository);
 # a crash stops with a non-zero exit status and leaves the input in
 # build-fuzz/crashes/. Such an input belongs in test/fuzz/corpus/<target>/ once
@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 seconds=${1:-60}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(digits_csv checkpoint solver_options)
+[ ${#targets[@]} -gt 0 ] || targets=(digits_csv graph_csv checkpoint solver_options)
 jobs=${JOBS:-$(nproc)}
 
 if ! command -v clang++-14 >/dev/null; then

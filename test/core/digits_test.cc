@@ -128,3 +128,12 @@ BOOST_AUTO_TEST_CASE(unreadable_and_corrupt_files_are_rejected) {
              kDigits);
   BOOST_TEST(implicit::FindDataFile("digits.csv.gz", {"/nonexistent"}).empty());
 }
+
+BOOST_AUTO_TEST_CASE(a_huge_field_is_quoted_as_an_excerpt) {
+  TempFile f(std::string(1 << 20, '7') + "x," + Row(1, 2).substr(2) + "\n");
+  const std::string m = ErrorOf(f.path);
+  BOOST_TEST_INFO(m.substr(0, 400));
+  BOOST_TEST(m.find("line 1: column 1: '7777") != std::string::npos);
+  BOOST_TEST(m.find("is not an integer") != std::string::npos);
+  BOOST_TEST(m.size() < 300u + f.path.size());
+}
