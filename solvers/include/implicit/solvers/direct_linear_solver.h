@@ -4,7 +4,7 @@
 //   implicit::LinearSolveSummary s = implicit::DirectLinearSolve<double>(apply, rhs, u, options);
 #pragma once
 
-#include <implicit/solvers/internal/linear_monitor.h>
+#include <implicit/solvers/internal/batch_monitor.h>
 
 #include <Eigen/LU>
 
@@ -24,7 +24,7 @@ template <typename Scalar>
 LinearSolveSummary DirectLinearSolve(const LinearOperator<Scalar>& apply,
                                      ConstMatrixRef<Scalar> rhs, MatrixRef<Scalar> u,
                                      const LinearSolverOptions& options) {
-  internal::LinearMonitor<Scalar> m("direct", apply, rhs, u, options);
+  internal::BatchMonitor<Scalar> m("direct", apply, rhs, u, options);
   const Index n = u.rows(), batch = u.cols();
   Matrix<Scalar> r(n, batch);
   if (m.Residual(u, r)) {
@@ -40,14 +40,14 @@ LinearSolveSummary DirectLinearSolve(const LinearOperator<Scalar>& apply,
     for (Index b = 0; b < batch; ++b) {
       if (!m.active(b)) continue;
       if (!A[b].allFinite()) {
-        m.Stop(b, TerminationType::kNonFinite);
+        m.StopSample(b, TerminationType::kNonFinite);
         continue;
       }
       Eigen::FullPivLU<Matrix<Scalar>> lu(A[b]);
       if (!lu.isInvertible()) {
         m.Note("direct: singular matrix (rank " + std::to_string(lu.rank()) + " < " +
                std::to_string(n) + ")");
-        m.Stop(b, TerminationType::kFailure);
+        m.StopSample(b, TerminationType::kFailure);
         continue;
       }
       // Solve for the correction from the current residual (one refinement-ready step).
@@ -56,7 +56,7 @@ LinearSolveSummary DirectLinearSolve(const LinearOperator<Scalar>& apply,
     m.CountIteration();
     m.Residual(u, r);
   }
-  return m.Finish();
+  return m.FinishLinear();
 }
 
 IMPLICIT_EXTERN_LINEAR_SOLVE(DirectLinearSolve);

@@ -9,7 +9,7 @@
 
 #include <implicit/solvers/anderson.h>
 #include <implicit/solvers/broyden.h>
-#include <implicit/solvers/internal/linear_monitor.h>
+#include <implicit/solvers/internal/batch_monitor.h>
 #include <implicit/solvers/picard.h>
 
 #include <algorithm>
@@ -55,7 +55,7 @@ LinearSolveSummary SolveInFixedPointForm(const char* name, typename SolverT::Opt
                                          const LinearOperator<Scalar>& apply,
                                          ConstMatrixRef<Scalar> rhs, MatrixRef<Scalar> u,
                                          const LinearSolverOptions& options) {
-  LinearMonitor<Scalar> m(name, apply, rhs, u, options);
+  BatchMonitor<Scalar> m(name, apply, rhs, u, options);
   const Index batch = rhs.cols();
   Vector<Scalar> scale(batch);
   double largest = 0.0;
@@ -74,12 +74,12 @@ LinearSolveSummary SolveInFixedPointForm(const char* name, typename SolverT::Opt
       SolverT(forward).Solve(LinearFixedPointMap<Scalar>(apply, scaled_rhs), u);
   u = u * scale.asDiagonal();
   Matrix<Scalar> r(rhs.rows(), batch);
-  m.AddWork(solved.iterations, solved.function_evaluations);
+  m.CountWork(solved.iterations, solved.function_evaluations);
   m.Residual(u, r);
   for (Index b = 0; b < batch; ++b) {
-    if (solved.sample_status[b] != TerminationType::kConverged) m.Stop(b, solved.sample_status[b]);
+    if (solved.sample_status[b] != TerminationType::kConverged) m.StopSample(b, solved.sample_status[b]);
   }
-  LinearSolveSummary summary = m.Finish();
+  LinearSolveSummary summary = m.FinishLinear();
   summary.sample_iterations = solved.sample_iterations;
   return summary;
 }

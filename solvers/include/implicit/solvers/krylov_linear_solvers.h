@@ -6,7 +6,7 @@
 //   implicit::LinearSolveSummary s = implicit::GmresSolve<double>(apply, rhs, u, options);
 #pragma once
 
-#include <implicit/solvers/internal/linear_monitor.h>
+#include <implicit/solvers/internal/batch_monitor.h>
 
 #include <algorithm>
 #include <chrono>
@@ -24,7 +24,7 @@ template <typename Scalar>
 LinearSolveSummary ConjugateGradientSolve(const LinearOperator<Scalar>& apply,
                                           ConstMatrixRef<Scalar> rhs, MatrixRef<Scalar> u,
                                           const LinearSolverOptions& options) {
-  internal::LinearMonitor<Scalar> m("cg", apply, rhs, u, options);
+  internal::BatchMonitor<Scalar> m("cg", apply, rhs, u, options);
   const Index n = u.rows(), batch = u.cols();
   Matrix<Scalar> r(n, batch), p(n, batch), ap(n, batch);
   std::vector<Scalar> rs(batch);
@@ -48,7 +48,7 @@ LinearSolveSummary ConjugateGradientSolve(const LinearOperator<Scalar>& apply,
         const Scalar pap = p.col(b).dot(ap.col(b));
         if (!(pap > Scalar(0))) {
           m.Note("cg: p^T A p <= 0 (operator not positive definite)");
-          m.Stop(b, TerminationType::kFailure);
+          m.StopSample(b, TerminationType::kFailure);
           run[b] = 0;
           --running;
           p.col(b).setZero();
@@ -70,13 +70,13 @@ LinearSolveSummary ConjugateGradientSolve(const LinearOperator<Scalar>& apply,
       }
     }
   }
-  return m.Finish();
+  return m.FinishLinear();
 }
 
 template <typename Scalar>
 LinearSolveSummary MinresSolve(const LinearOperator<Scalar>& apply, ConstMatrixRef<Scalar> rhs,
                                MatrixRef<Scalar> u, const LinearSolverOptions& options) {
-  internal::LinearMonitor<Scalar> m("minres", apply, rhs, u, options);
+  internal::BatchMonitor<Scalar> m("minres", apply, rhs, u, options);
   const Index n = u.rows(), batch = u.cols();
   // Lanczos vectors r1, r2, y, v and search directions w, w1, w2 (Paige-Saunders).
   Matrix<Scalar> r(n, batch), r1(n, batch), r2(n, batch), y(n, batch), v(n, batch);
@@ -148,13 +148,13 @@ LinearSolveSummary MinresSolve(const LinearOperator<Scalar>& apply, ConstMatrixR
       }
     }
   }
-  return m.Finish();
+  return m.FinishLinear();
 }
 
 template <typename Scalar>
 LinearSolveSummary GmresSolve(const LinearOperator<Scalar>& apply, ConstMatrixRef<Scalar> rhs,
                               MatrixRef<Scalar> u, const LinearSolverOptions& options) {
-  internal::LinearMonitor<Scalar> m("gmres", apply, rhs, u, options);
+  internal::BatchMonitor<Scalar> m("gmres", apply, rhs, u, options);
   const Index n = u.rows(), batch = u.cols();
   const int k_max = options.restart;
   // The Krylov basis, allocated as it grows: a solve that converges in a few
@@ -250,7 +250,7 @@ LinearSolveSummary GmresSolve(const LinearOperator<Scalar>& apply, ConstMatrixRe
       for (int i = 0; i < k; ++i) u.col(b) += static_cast<Scalar>(coef(i)) * V[i].col(b);
     }
   }
-  return m.Finish();
+  return m.FinishLinear();
 }
 
 IMPLICIT_EXTERN_LINEAR_SOLVE(ConjugateGradientSolve);
