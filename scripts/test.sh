@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The test command: installs dependencies, builds libimplicit with its tests,
 # runs them, installs the package and builds a consumer project against it,
-# then builds and runs the whole suite again under AddressSanitizer + UBSan.
+# then builds and runs the whole suite again under AddressSanitizer + UBSan,
+# and runs the parsers' libFuzzer harnesses briefly (scripts/fuzz.sh).
 #   scripts/test.sh            everything
 #   SKIP_SANITIZE=1 scripts/test.sh   skip the sanitizer pass
+#   SKIP_FUZZ=1 scripts/test.sh       skip the fuzzing pass (FUZZ_SECONDS per target, default 15)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -40,5 +42,11 @@ if [ "${SKIP_SANITIZE:-0}" != "1" ]; then
   cmake --build build-asan -j "$jobs"
   (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
      ctest -j "$jobs" --output-on-failure)
+fi
+if [ "${SKIP_FUZZ:-0}" != "1" ]; then
+  # A short bounded run of every libFuzzer harness (test/fuzz), which also
+  # replays every input of the corpora in the repository; skipped with a
+  # message when clang-14 / libFuzzer are missing.
+  scripts/fuzz.sh "${FUZZ_SECONDS:-15}"
 fi
 echo "== all tests passed"

@@ -205,6 +205,12 @@ BOOST_AUTO_TEST_CASE(invalid_options_and_shapes_throw) {
   o.memory = 0;
   BOOST_TEST(message(o, 3).find("memory") != std::string::npos);
   o = LinearSolverOptions();
+  o.memory = kMaxSolverMemory + 1;
+  BOOST_TEST(message(o, 3).find("memory must be in 1..") != std::string::npos);
+  o = LinearSolverOptions();
+  o.restart = 2000000000;
+  BOOST_TEST(message(o, 3).find("restart must be in 1..") != std::string::npos);
+  o = LinearSolverOptions();
   o.regularization = -1;
   BOOST_TEST(message(o, 3).find("regularization") != std::string::npos);
   o = LinearSolverOptions();

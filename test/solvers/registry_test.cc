@@ -104,6 +104,15 @@ BOOST_AUTO_TEST_CASE(malformed_and_out_of_range_values) {
   m = InvalidArgumentMessage(
       [] { MakeSolver<double>("picard", {}, [] { SolverOptions o; o.max_iterations = -1; return o; }()); });
   BOOST_TEST(Contains(m, "max_iterations"));
+  // A history longer than kMaxSolverMemory is refused up front (found by
+  // fuzzing: memory=1000000000 was accepted and the solve then asked for 48 GB).
+  for (const char* solver : {"anderson", "broyden", "lbfgs"}) {
+    BOOST_TEST_CONTEXT(solver) {
+      m = InvalidArgumentMessage([&] { MakeSolver<double>(solver, {{"memory", "1000000000"}}); });
+      BOOST_TEST(Contains(m, "memory must be in 1..1000"));
+      BOOST_TEST((MakeSolver<double>(solver, {{"memory", "1000"}}) != nullptr));
+    }
+  }
 }
 
 BOOST_AUTO_TEST_CASE(options_reach_the_solver) {

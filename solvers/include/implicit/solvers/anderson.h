@@ -86,7 +86,8 @@ class AndersonSolver : public Solver<Scalar> {
         if (error != nullptr) *error = message;
         return false;
       };
-      if (memory < 1) return fail("memory must be >= 1, got " + std::to_string(memory));
+      if (memory < 1 || memory > kMaxSolverMemory)
+        return fail("memory must be in 1.." + std::to_string(kMaxSolverMemory) + ", got " + std::to_string(memory));
       if (!(mixing > 0.0) || !std::isfinite(mixing))
         return fail("mixing must be finite and > 0, got " + std::to_string(mixing));
       if (!(ridge >= 0.0) || !std::isfinite(ridge))

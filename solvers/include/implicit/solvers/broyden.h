@@ -56,8 +56,9 @@ class BroydenSolver : public Solver<Scalar> {
     // Checks every field (the shared ones first); on failure names the field in *error.
     bool IsValid(std::string* error) const {
       if (!SolverOptions::IsValid(error) || !GuardOptions::IsValid(error)) return false;
-      if (memory < 1) {
-        if (error != nullptr) *error = "memory must be >= 1, got " + std::to_string(memory);
+      if (memory < 1 || memory > kMaxSolverMemory) {
+        if (error != nullptr)
+          *error = "memory must be in 1.." + std::to_string(kMaxSolverMemory) + ", got " + std::to_string(memory);
         return false;
       }
       return true;

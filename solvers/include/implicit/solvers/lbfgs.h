@@ -71,7 +71,8 @@ class LbfgsSolver : public Solver<Scalar> {
         if (error != nullptr) *error = message;
         return false;
       };
-      if (memory < 1) return fail("memory must be >= 1, got " + std::to_string(memory));
+      if (memory < 1 || memory > kMaxSolverMemory)
+        return fail("memory must be in 1.." + std::to_string(kMaxSolverMemory) + ", got " + std::to_string(memory));
       if (!(curvature_threshold >= 0.0 && curvature_threshold < 1.0))
         return fail("curvature_threshold must be in [0, 1), got " +
                     std::to_string(curvature_threshold));

@@ -66,10 +66,10 @@ struct LinearSolverOptions {
   // Maximum number of iterations (Krylov steps / fixed-point updates), >= 0.
   // "direct" ignores it.
   int max_iterations = 200;
-  // GMRES: Krylov vectors per cycle before a restart, >= 1.
+  // GMRES: Krylov vectors per cycle before a restart, 1..kMaxSolverMemory.
   int restart = 30;
   // Anderson: window of stored differences; Broyden: stored rank-one updates
-  // before a restart. >= 1.
+  // before a restart. 1..kMaxSolverMemory.
   int memory = 5;
   // Anderson: ridge added to the least-squares normal equations, relative to
   // their mean diagonal (scale-free, so it does not stall at small residuals). >= 0.
@@ -91,8 +91,10 @@ struct LinearSolverOptions {
                   std::to_string(absolute_tolerance));
     if (max_iterations < 0)
       return fail("max_iterations must be >= 0, got " + std::to_string(max_iterations));
-    if (restart < 1) return fail("restart must be >= 1, got " + std::to_string(restart));
-    if (memory < 1) return fail("memory must be >= 1, got " + std::to_string(memory));
+    if (restart < 1 || restart > kMaxSolverMemory)
+      return fail("restart must be in 1.." + std::to_string(kMaxSolverMemory) + ", got " + std::to_string(restart));
+    if (memory < 1 || memory > kMaxSolverMemory)
+      return fail("memory must be in 1.." + std::to_string(kMaxSolverMemory) + ", got " + std::to_string(memory));
     if (!(regularization >= 0.0) || !std::isfinite(regularization))
       return fail("regularization must be finite and >= 0, got " +
                   std::to_string(regularization));

@@ -61,6 +61,12 @@ enum class CallbackReturnType { kContinue, kAbort };
 using IterationCallback = std::function<CallbackReturnType(const IterationSummary&)>;
 
 // Options shared by every solver. Each solver's Options derives from this.
+// The largest `memory` (history length) Anderson, Broyden and L-BFGS accept.
+// Each keeps about 2 n memory numbers per sample and solves a memory x memory
+// problem per step, so a longer history never pays; the bound turns a typo
+// such as memory=1000000000 into an error instead of a 48 GB allocation.
+inline constexpr int kMaxSolverMemory = 1000;
+
 struct SolverOptions {
   // Maximum number of iterations (batch updates) after the initial point.
   int max_iterations = 100;
