@@ -141,8 +141,8 @@ void GraphEnergyTransformer<Scalar>::Check(const char* function, ConstMatrixRef<
 }
 
 template <typename Scalar>
-Scalar GraphEnergyTransformer<Scalar>::Residual(ConstMatrixRef<Scalar> x, Index b,
-                                                Work* w) const {
+Scalar GraphEnergyTransformer<Scalar>::Residual(ConstMatrixRef<Scalar> x, Index b, Work* w,
+                                                bool with_r) const {
   const Index N = num_nodes(), H = options_.num_heads, Y = options_.head_dim,
               M = options_.num_memories;
   const auto xb = Tokens(x.col(b).data());
@@ -176,8 +176,10 @@ Scalar GraphEnergyTransformer<Scalar>::Residual(ConstMatrixRef<Scalar> x, Index 
         }
       }
     }
-    w->r.noalias() -= wk.transpose() * w->QPt;
-    w->r.noalias() -= wq.transpose() * w->KP;
+    if (with_r) {
+      w->r.noalias() -= wk.transpose() * w->QPt;
+      w->r.noalias() -= wq.transpose() * w->KP;
+    }
   }
   if (M > 0) {
     const auto xi = params_.Block("Xi");
@@ -192,7 +194,7 @@ Scalar GraphEnergyTransformer<Scalar>::Residual(ConstMatrixRef<Scalar> x, Index 
         value -= internal::SoftmaxColumn<Scalar>(w->R.col(i), w->R.col(i)) / bm;
       }
     }
-    w->r.noalias() -= xi * w->R;
+    if (with_r) w->r.noalias() -= xi * w->R;
   }
   if (has_input()) {
     const auto c = Tokens(input_.col(b).data());
@@ -270,17 +272,22 @@ void GraphEnergyTransformer<Scalar>::Value(ConstMatrixRef<Scalar> x,
   Check("Value", x, nullptr);
   internal::CheckShape("GraphEnergyTransformer::Value(values)", values, x.cols(), 1);
   Work w;
-  for (Index b = 0; b < x.cols(); ++b) values(b) = Residual(x, b, &w);
+  for (Index b = 0; b < x.cols(); ++b) values(b) = Residual(x, b, &w, /*with_r=*/false);
 }
 
 template <typename Scalar>
-void GraphEnergyTransformer<Scalar>::DescentDirection(ConstMatrixRef<Scalar> x,
-                                                      MatrixRef<Scalar> out) const {
+void GraphEnergyTransformer<Scalar>::DescentDirectionAndValue(ConstMatrixRef<Scalar> x,
+                                                              MatrixRef<Scalar> out,
+                                                              VectorRef<Scalar>* values) const {
   Check("DescentDirection", x, nullptr);
   internal::CheckShape("GraphEnergyTransformer::DescentDirection(out)", out, x.rows(), x.cols());
+  if (values) {
+    internal::CheckShape("GraphEnergyTransformer::DescentDirection(values)", *values, x.cols(), 1);
+  }
   Work w;
   for (Index b = 0; b < x.cols(); ++b) {
-    Residual(x, b, &w);
+    const Scalar e = Residual(x, b, &w);
+    if (values) (*values)(b) = e;
     Out(out, b) = w.r;
   }
 }
@@ -392,7 +399,7 @@ void GraphEnergyTransformer<Scalar>::DescentJacobianProduct(ConstMatrixRef<Scala
                        x.cols());
   Work w;
   for (Index b = 0; b < x.cols(); ++b) {
-    Residual(x, b, &w);
+    Residual(x, b, &w, /*with_r=*/false);  // the caches only
     const auto vb = Tokens(v.col(b).data());
     if (!transpose) {  // v + H_F M v
       ApplyM(w, vb, gamma(), &w.a);

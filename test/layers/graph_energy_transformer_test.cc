@@ -431,6 +431,14 @@ BOOST_AUTO_TEST_CASE(map_products_are_exact) {
   et.SetInput(c);
   BOOST_TEST(map.input_dimension() == N * D);
   BOOST_TEST(!map.SupportsSubsets());
+  // f and E from one pass equal the separate calls.
+  Matrix<double> f(N * D, B), f1(N * D, B);
+  Vector<double> e(B), e1(B);
+  map.Evaluate(x, f);
+  et.Value(x, e);
+  map.EvaluateWithEnergy(x, f1, e1);
+  BOOST_TEST((f - f1).norm() <= 1e-13 * (1 + f.norm()));
+  BOOST_TEST((e - e1).norm() <= 1e-13 * (1 + e.norm()));
   implicit::testing::CheckMapFiniteDifferences(
       map, x, 1e-7, "input", map.parameters(), [&](const Matrix<double>& ci) { et.SetInput(ci); },
       c, 1e-6);

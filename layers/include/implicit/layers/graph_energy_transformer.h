@@ -114,7 +114,12 @@ class GraphEnergyTransformer : public Energy<Scalar>,
   const Matrix<Scalar>& input() const { return input_; }
 
   void Value(ConstMatrixRef<Scalar> x, VectorRef<Scalar> values) const override;
-  void DescentDirection(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> out) const override;
+  void DescentDirection(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> out) const override {
+    DescentDirectionAndValue(x, out, nullptr);
+  }
+  // dE/dg and (when values != nullptr) E in one pass.
+  void DescentDirectionAndValue(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> out,
+                                VectorRef<Scalar>* values) const;
   void Gradient(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> grad) const override {
     Run("Gradient", x, nullptr, grad, nullptr);
   }
@@ -179,8 +184,9 @@ class GraphEnergyTransformer : public Energy<Scalar>,
   // Shapes of x (and of the direction v), and the input's batch size.
   void Check(const char* function, ConstMatrixRef<Scalar> x,
              const ConstMatrixRef<Scalar>* v) const;
-  // Normalises column b of x and fills w's caches and w->r = dE/dg; returns E.
-  Scalar Residual(ConstMatrixRef<Scalar> x, Index b, Work* w) const;
+  // Normalises column b of x, fills w's caches and (with_r) w->r = dE/dg;
+  // returns E.
+  Scalar Residual(ConstMatrixRef<Scalar> x, Index b, Work* w, bool with_r = true) const;
   // out = H_F dG (w: Residual's caches; uses w->dK .. w->dR).
   void ForcesHvp(Work* w, ConstMatrixRef<Scalar> dG, Matrix<Scalar>* out) const;
   // w->ks, w->qs = the derivatives of QPt, KP along dG (w->dK, w->dQ set too).
@@ -234,6 +240,12 @@ class GraphEnergyTransformerMap : public FixedPointMap<Scalar> {
   void InputVectorJacobianProduct(ConstMatrixRef<Scalar> x, ConstMatrixRef<Scalar> u,
                                   MatrixRef<Scalar> out) const override;
   const Energy<Scalar>* energy() const override { return &et_; }
+  // f and E from one pass (the energy-guarded solvers ask for both).
+  void EvaluateWithEnergy(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> out,
+                          VectorRef<Scalar> energies) const override {
+    et_.DescentDirectionAndValue(x, out, &energies);
+    out = x - step_ * out;
+  }
   bool SupportsSubsets() const override { return et_.SupportsSubsets(); }
 
  private:
