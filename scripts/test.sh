@@ -12,12 +12,22 @@ root=$(pwd)
 jobs=${JOBS:-$(nproc)}
 export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/ccache}
 
+# Each stage's wall time, printed at the end (CI time is a project target).
+stage_times=()
+stage_start=$SECONDS
+stage() {
+  stage_times+=("$(printf '%5d s  %s' $((SECONDS - stage_start)) "$1")")
+  stage_start=$SECONDS
+}
+
 scripts/install-deps.sh
+stage "install-deps"
 
 echo "== Release build and tests"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DIMPLICIT_BUILD_TESTS=ON
 cmake --build build -j "$jobs"
 (cd build && ctest -j "$jobs" --output-on-failure)
+stage "Release build and tests"
 
 echo "== Install and build the consumer project against the installed package"
 rm -rf build/_install build/_consumer
@@ -28,6 +38,7 @@ build/_consumer/implicit_consumer
 build/_consumer/implicit_consumer_solvers_only
 build/_consumer/implicit_train_deq
 build/_consumer/implicit_cuda_check
+stage "install and consumer project"
 
 if [ "${SKIP_SANITIZE:-0}" != "1" ]; then
   echo "== AddressSanitizer + UBSan build and tests"
@@ -42,11 +53,15 @@ if [ "${SKIP_SANITIZE:-0}" != "1" ]; then
   cmake --build build-asan -j "$jobs"
   (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
      ctest -j "$jobs" --output-on-failure)
+  stage "sanitizer build and tests"
 fi
 if [ "${SKIP_FUZZ:-0}" != "1" ]; then
   # A short bounded run of every libFuzzer harness (test/fuzz), which also
   # replays every input of the corpora in the repository; skipped with a
   # message when clang-14 / libFuzzer are missing.
   scripts/fuzz.sh "${FUZZ_SECONDS:-15}"
+  stage "fuzzing"
 fi
 echo "== all tests passed"
+printf '%s\n' "${stage_times[@]}"
+echo "$(printf '%5d s' "$SECONDS")  in all"
