@@ -157,11 +157,11 @@ Scalar GraphEnergyTransformer<Scalar>::Residual(ConstMatrixRef<Scalar> x, Index 
     w->QPt.setZero(H * Y, N);
     w->KP.setZero(H * Y, N);
     w->p.resize(num_edges(), H);
-    for (Index h = 0; h < H; ++h) {
-      const Index o = h * Y;
-      for (Index i = 0; i < N; ++i) {
-        const Index lo = row_offsets_[i], deg = row_offsets_[i + 1] - lo;
-        if (deg == 0) continue;  // no neighbours: no term
+    for (Index i = 0; i < N; ++i) {  // node-major: node i's edges stay in cache
+      const Index lo = row_offsets_[i], deg = row_offsets_[i + 1] - lo;
+      if (deg == 0) continue;  // no neighbours: no term
+      for (Index h = 0; h < H; ++h) {
+        const Index o = h * Y;
         const auto q = w->Q.col(i).segment(o, Y);
         auto p = w->p.col(h).segment(lo, deg);
         for (Index e = 0; e < deg; ++e) {
@@ -211,12 +211,12 @@ void GraphEnergyTransformer<Scalar>::AttentionDirection(Work* w, ConstMatrixRef<
   w->dQ.noalias() = params_.Block("W_Q") * dG;
   w->ks.setZero(H * Y, N);
   w->qs.setZero(H * Y, N);
-  w->dA.resize(num_edges());
-  for (Index h = 0; h < H; ++h) {
-    const Index o = h * Y;
-    for (Index i = 0; i < N; ++i) {
-      const Index lo = row_offsets_[i], deg = row_offsets_[i + 1] - lo;
-      if (deg == 0) continue;
+  w->dA.resize(num_edges());  // per edge, reused by every head
+  for (Index i = 0; i < N; ++i) {
+    const Index lo = row_offsets_[i], deg = row_offsets_[i + 1] - lo;
+    if (deg == 0) continue;
+    for (Index h = 0; h < H; ++h) {
+      const Index o = h * Y;
       const auto q = w->Q.col(i).segment(o, Y), dq = w->dQ.col(i).segment(o, Y);
       const auto p = w->p.col(h).segment(lo, deg);
       auto dA = w->dA.segment(lo, deg);
