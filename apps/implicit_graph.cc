@@ -1,0 +1,301 @@
+// implicit-graph: node anomaly detection on attributed graphs (data/graphs).
+//
+//   implicit-graph                                  # gen_1000, 5 seeds, train ratio 0.4
+//   implicit-graph --graph reddit --train-ratio 0.01 --seeds 10 --json out.json
+//   implicit-graph --nodes my.nodes.csv --edges my.edges.csv
+//
+// For every seed it draws a stratified train / validation / test split, trains
+// each detector on the training nodes (early stopping on validation AUROC) and
+// scores the test nodes: AUROC, average precision (AUPRC) and macro-F1 at the
+// threshold chosen on validation. It prints mean +- standard error over the
+// seeds and the paired difference of the first detector to each other one.
+// Detectors: "et", the graph Energy Transformer trained through its
+// equilibrium with implicit gradients (graph/et_detector.h), and the
+// baselines, logistic regression on the raw features ("lr-raw") and on the
+// features with their neighbours' mean ("lr-neighbour-mean").
+#include "common/cli.h"
+#include "common/data_paths.h"
+#include "common/format.h"
+#include "common/json_output.h"
+#include "common/output_files.h"
+#include "common/progress.h"
+#include "common/solvers.h"
+#include "common/table.h"
+#include "graph/et_detector.h"
+#include "graph/logistic_detector.h"
+#include "graph/node_features.h"
+
+#include <implicit/core/classification_metrics.h>
+#include <implicit/core/graph_data.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+#include <vector>
+
+namespace implicit_apps {
+namespace {
+
+const std::vector<std::string> kModels = {"et", "lr-raw", "lr-neighbour-mean"};
+
+struct Settings {
+  std::string graph = "gen_1000", nodes, edges, json;
+  double train_ratio = 0.4, validation_ratio = 0.2;
+  long seeds = 5, seed = 1;
+  std::vector<std::string> models = kModels;
+  LogisticDetector::Options detector;
+  EtDetector::Options et;
+  long epochs = 300, et_epochs = 30, patience = 50, et_dim = 16, et_heads = 2, et_head_dim = 8, et_memories = 32, max_iter = 300;
+  bool quiet = false;
+};
+
+struct SeedResult {
+  long seed = 0;
+  double auroc = 0, auprc = 0, macro_f1 = 0, validation_auroc = 0, ms_per_epoch = 0;
+  double forward_iterations = 0, backward_iterations = 0;  // et only: mean per epoch
+  int best_epoch = 0;
+};
+
+// NAME.nodes.csv.gz / NAME.edges.csv.gz in graphs/ of $IMPLICIT_DATA_DIR, the
+// source tree's data/, the installed share/implicit next to the program, or
+// the configured install prefix.
+std::string FindGraphFile(const std::string& name, const std::string& part) {
+  std::vector<std::string> dirs;
+  if (const char* env = std::getenv("IMPLICIT_DATA_DIR")) dirs.push_back(std::string(env) + "/graphs");
+#ifdef IMPLICIT_APPS_SOURCE_DATA_DIR
+  dirs.push_back(std::string(IMPLICIT_APPS_SOURCE_DATA_DIR) + "/graphs");
+#endif
+  if (!ExecutableDir().empty()) dirs.push_back(ExecutableDir() + "/../share/implicit/graphs");
+#ifdef IMPLICIT_APPS_INSTALL_DATA_DIR
+  dirs.push_back(std::string(IMPLICIT_APPS_INSTALL_DATA_DIR) + "/graphs");
+#endif
+  const std::string file = name + "." + part + ".csv.gz";
+  const std::string found = implicit::FindDataFile(file, dirs);
+  if (found.empty()) throw std::runtime_error("--graph: cannot find " + file + " (looked in " + JoinNames(dirs) + ")");
+  return found;
+}
+
+implicit::GraphDataset LoadGraph(const Settings& s) {
+  if (!s.nodes.empty()) return implicit::LoadGraph(s.nodes, s.edges);
+  return implicit::LoadGraph(FindGraphFile(s.graph, "nodes"), FindGraphFile(s.graph, "edges"));
+}
+
+bool Parse(int argc, char** argv, Settings* s) {
+  CLI::App app("Node anomaly detection on an attributed graph: stratified splits, detectors, "
+               "AUROC / AUPRC / macro-F1 over seeds.", "implicit-graph");
+  ConfigureApp(app);
+  app.add_option("--graph", s->graph, "shipped graph: gen_1000, inj_cora or reddit")
+      ->check(CLI::IsMember({"gen_1000", "inj_cora", "reddit"}));
+  auto* nodes = app.add_option("--nodes", s->nodes, "nodes file (label,x0,x1,...) instead of --graph")->check(PathCheck());
+  auto* edges = app.add_option("--edges", s->edges, "edges file (source,target) instead of --graph")->check(PathCheck());
+  nodes->needs(edges);
+  edges->needs(nodes);
+  app.add_option("--train-ratio", s->train_ratio, "fraction of each class used for training")
+      ->check(RealCheck([](double v) { return v > 0 && v < 1; }, "in (0, 1)"));
+  app.add_option("--validation-ratio", s->validation_ratio, "fraction of each class for validation")
+      ->check(RealCheck([](double v) { return v > 0 && v < 1; }, "in (0, 1)"));
+  app.add_option("--seeds", s->seeds, "number of random splits")->check(IntIn(1, 1000));
+  app.add_option("--seed", s->seed, "first seed (seeds seed .. seed + seeds - 1)")->check(IntIn(0, 1000000000));
+  AddList(app, "--models", &s->models, "detectors: " + JoinNames(kModels), JoinNames(kModels, ","));
+  app.add_option("--epochs", s->epochs, "training epochs at most (logistic detectors)")->check(IntIn(1, 1000000));
+  app.add_option("--et-epochs", s->et_epochs, "et: training epochs at most (each solves the equilibrium and its adjoint)")
+      ->check(IntIn(1, 1000000));
+  app.add_option("--lr", s->detector.learning_rate, "Adam learning rate")->check(Positive());
+  app.add_option("--weight-decay", s->detector.weight_decay, "decoupled weight decay")->check(AtLeast(0));
+  app.add_option("--patience", s->patience, "epochs without a better validation AUROC before stopping")
+      ->check(IntIn(1, 1000000));
+  app.add_option("--et-dim", s->et_dim, "et: node state dimension D")->check(IntIn(2, 4096));
+  app.add_option("--et-heads", s->et_heads, "et: attention heads")->check(IntIn(0, 64));
+  app.add_option("--et-head-dim", s->et_head_dim, "et: key/query dimension per head")->check(IntIn(1, 4096));
+  app.add_option("--et-memories", s->et_memories, "et: Hopfield memories")->check(IntIn(0, 100000));
+  app.add_option("--et-step", s->et.step, "et: step of the map x <- x - step dE/dg")->check(Positive());
+  app.add_option("--solver", s->et.solver, "et: forward solver")->check(SolverNameCheck());
+  app.add_option("--tol", s->et.tolerance, "et: forward and adjoint tolerance")->check(Positive());
+  app.add_option("--max-iter", s->max_iter, "et: forward iteration budget")->check(IntIn(1, 1000000));
+  app.add_option("--json", s->json, "write the results as JSON")->check(PathCheck());
+  app.add_flag("--quiet", s->quiet, "no progress line on stderr");
+  if (!implicit_apps::Parse(app, argc, argv)) return false;
+  Require(s->train_ratio + s->validation_ratio < 1,
+          "--validation-ratio: --train-ratio + --validation-ratio must be < 1, got " +
+              Fmt(s->train_ratio + s->validation_ratio));
+  for (const std::string& m : s->models)
+    Require(std::find(kModels.begin(), kModels.end(), m) != kModels.end(),
+            "--models: unknown detector '" + Excerpt(m) + "' (available: " + JoinNames(kModels) + ")");
+  s->detector.epochs = static_cast<int>(s->epochs);
+  s->detector.patience = static_cast<int>(s->patience);
+  s->et.training = s->detector;
+  s->et.training.epochs = static_cast<int>(s->et_epochs);
+  s->et.energy.node_dim = s->et_dim;
+  s->et.energy.num_heads = s->et_heads;
+  s->et.energy.head_dim = s->et_head_dim;
+  s->et.energy.num_memories = s->et_memories;
+  s->et.max_iterations = static_cast<int>(s->max_iter);
+  CheckWritable(s->json, "--json");
+  return true;
+}
+
+// Scores of every node by `model`, trained on the split.
+struct Trained {
+  std::vector<double> scores;
+  SeedResult info;
+};
+
+Trained TrainModel(const std::string& model, const implicit::GraphDataset& g, const std::vector<int>& anomalous,
+                   const implicit::DataSplit& split, long seed, const Settings& s) {
+  Matrix<double> x = Standardize(g.features, split.train);
+  Trained t;
+  if (model == "et") {
+    EtDetector::Options o = s.et;
+    o.seed = static_cast<unsigned>(seed);
+    const EtDetector::Result r = EtDetector(o).Train(g, x, anomalous, split);
+    t.scores = r.scores;
+    t.info.validation_auroc = r.best_validation_auroc;
+    t.info.best_epoch = r.best_epoch;
+    t.info.ms_per_epoch = 1e3 * r.seconds_per_epoch;
+    t.info.forward_iterations = r.forward_iterations;
+    t.info.backward_iterations = r.backward_iterations;
+    return t;
+  }
+  if (model == "lr-neighbour-mean") x = WithNeighbourMean(g, x);
+  const LogisticDetector::Result r = LogisticDetector(s.detector).Train(x, anomalous, split);
+  t.scores = r.scores;
+  t.info.validation_auroc = r.best_validation_auroc;
+  t.info.best_epoch = r.best_epoch;
+  t.info.ms_per_epoch = 1e3 * r.seconds_per_epoch;
+  return t;
+}
+
+SeedResult RunOne(const std::string& model, const implicit::GraphDataset& g, const std::vector<int>& anomalous,
+                  const implicit::DataSplit& split, long seed, const Settings& s) {
+  const Trained r = TrainModel(model, g, anomalous, split, seed, s);
+  auto scores_of = [&](const std::vector<Index>& nodes) {
+    std::vector<double> out;
+    for (Index i : nodes) out.push_back(r.scores[i]);
+    return out;
+  };
+  const std::vector<int> test_labels = LogisticDetector::Subset(anomalous, split.test);
+  const std::vector<double> test_scores = scores_of(split.test);
+  const double threshold = implicit::BestMacroF1Threshold(scores_of(split.validation),
+                                                          LogisticDetector::Subset(anomalous, split.validation));
+  SeedResult out = r.info;
+  out.seed = seed;
+  out.auroc = implicit::Auroc(test_scores, test_labels);
+  out.auprc = implicit::AveragePrecision(test_scores, test_labels);
+  out.macro_f1 = implicit::MacroF1(test_scores, test_labels, threshold);
+  return out;
+}
+
+// Mean and standard error of the mean (0 for one value).
+std::pair<double, double> MeanAndError(const std::vector<double>& v) {
+  double mean = 0;
+  for (double x : v) mean += x;
+  mean /= static_cast<double>(v.size());
+  if (v.size() < 2) return {mean, 0.0};
+  double square = 0;
+  for (double x : v) square += (x - mean) * (x - mean);
+  return {mean, std::sqrt(square / static_cast<double>(v.size() - 1) / static_cast<double>(v.size()))};
+}
+
+std::string PlusMinus(const std::pair<double, double>& m) { return FmtFixed(m.first, 3) + " ± " + FmtFixed(m.second, 3); }
+
+int Run(int argc, char** argv) {
+  Settings s;
+  if (!Parse(argc, argv, &s)) return 0;
+  const implicit::GraphDataset g = LoadGraph(s);
+  std::vector<int> anomalous;
+  for (int label : g.labels) anomalous.push_back(label > 0 ? 1 : 0);
+
+  Progress progress(!s.quiet);
+  std::vector<std::vector<SeedResult>> results(s.models.size());
+  for (long k = 0; k < s.seeds; ++k) {
+    const long seed = s.seed + k;
+    const implicit::DataSplit split =
+        implicit::StratifiedSplit(anomalous, s.train_ratio, s.validation_ratio, static_cast<std::uint64_t>(seed));
+    for (std::size_t m = 0; m < s.models.size(); ++m) {
+      progress.Update("seed " + std::to_string(k + 1) + "/" + std::to_string(s.seeds) + "  " + s.models[m]);
+      results[m].push_back(RunOne(s.models[m], g, anomalous, split, seed, s));
+    }
+  }
+  progress.Done();
+
+  auto metric = [&](std::size_t m, double SeedResult::*field) {
+    std::vector<double> v;
+    for (const SeedResult& r : results[m]) v.push_back(r.*field);
+    return v;
+  };
+  std::cout << g.source << ": " << g.num_nodes() << " nodes, " << g.num_edges() << " directed edges, "
+            << g.feature_dimension() << " features, " << g.num_anomalies() << " anomalies; train ratio "
+            << Fmt(s.train_ratio) << ", " << s.seeds << " seeds\n\n";
+  Table table({"detector", "test AUROC", "test AUPRC", "test macro-F1", "best epoch", "ms/epoch", "fwd/bwd iters"},
+              {false, true, true, true, true, true, true});
+  Json j;
+  j["graph"] = s.nodes.empty() ? s.graph : g.source;
+  j["nodes"] = g.num_nodes();
+  j["directed_edges"] = g.num_edges();
+  j["features"] = g.feature_dimension();
+  j["anomalies"] = g.num_anomalies();
+  j["settings"] = {{"train_ratio", s.train_ratio}, {"validation_ratio", s.validation_ratio}, {"seeds", s.seeds},
+                   {"seed", s.seed}, {"epochs", s.epochs}, {"et_epochs", s.et_epochs}, {"patience", s.patience},
+                   {"learning_rate", s.detector.learning_rate}, {"weight_decay", s.detector.weight_decay},
+                   {"et", {{"dim", s.et_dim}, {"heads", s.et_heads}, {"head_dim", s.et_head_dim},
+                           {"memories", s.et_memories}, {"step", s.et.step}, {"solver", s.et.solver},
+                           {"tolerance", s.et.tolerance}, {"max_iterations", s.max_iter}}}};
+  j["detectors"] = Json::array();
+  for (std::size_t m = 0; m < s.models.size(); ++m) {
+    const auto auroc = MeanAndError(metric(m, &SeedResult::auroc)), auprc = MeanAndError(metric(m, &SeedResult::auprc)),
+               f1 = MeanAndError(metric(m, &SeedResult::macro_f1)), ms = MeanAndError(metric(m, &SeedResult::ms_per_epoch));
+    double epochs = 0;
+    for (const SeedResult& r : results[m]) epochs += r.best_epoch;
+    epochs /= static_cast<double>(results[m].size());
+    const std::string iterations =
+        s.models[m] != "et" ? "-"
+                            : Fmt(MeanAndError(metric(m, &SeedResult::forward_iterations)).first, 3) + "/" +
+                                  Fmt(MeanAndError(metric(m, &SeedResult::backward_iterations)).first, 3);
+    table.AddRow({s.models[m], PlusMinus(auroc), PlusMinus(auprc), PlusMinus(f1), Fmt(epochs, 3), Fmt(ms.first, 3),
+                  iterations});
+    Json d = {{"name", s.models[m]}, {"auroc_mean", auroc.first}, {"auroc_se", auroc.second},
+              {"auprc_mean", auprc.first}, {"auprc_se", auprc.second}, {"macro_f1_mean", f1.first},
+              {"macro_f1_se", f1.second}, {"ms_per_epoch", ms.first}, {"per_seed", Json::array()}};
+    for (const SeedResult& r : results[m]) {
+      Json row = {{"seed", r.seed}, {"auroc", r.auroc}, {"auprc", r.auprc}, {"macro_f1", r.macro_f1},
+                  {"validation_auroc", r.validation_auroc}, {"best_epoch", r.best_epoch},
+                  {"ms_per_epoch", r.ms_per_epoch}};
+      if (s.models[m] == "et") {
+        row["forward_iterations"] = r.forward_iterations;
+        row["backward_iterations"] = r.backward_iterations;
+      }
+      d["per_seed"].push_back(row);
+    }
+    j["detectors"].push_back(d);
+  }
+  table.Print(std::cout);
+  j["paired"] = Json::array();
+  if (s.models.size() > 1) {
+    std::cout << "\npaired difference " << s.models[0] << " − detector (same splits; mean ± standard error over seeds)\n";
+    Table paired({"detector", "Δ AUROC", "Δ AUPRC", "Δ macro-F1"}, {false, true, true, true});
+    for (std::size_t m = 1; m < s.models.size(); ++m) {
+      auto diff = [&](double SeedResult::*field) {
+        std::vector<double> a = metric(0, field), b = metric(m, field);
+        for (std::size_t k = 0; k < a.size(); ++k) a[k] -= b[k];
+        return MeanAndError(a);
+      };
+      const auto da = diff(&SeedResult::auroc), dp = diff(&SeedResult::auprc), df = diff(&SeedResult::macro_f1);
+      paired.AddRow({s.models[m], PlusMinus(da), PlusMinus(dp), PlusMinus(df)});
+      j["paired"].push_back({{"detector", s.models[0]}, {"baseline", s.models[m]}, {"auroc_difference_mean", da.first},
+                             {"auroc_difference_se", da.second}, {"auprc_difference_mean", dp.first},
+                             {"auprc_difference_se", dp.second}, {"macro_f1_difference_mean", df.first},
+                             {"macro_f1_difference_se", df.second}});
+    }
+    paired.Print(std::cout);
+  }
+  if (!s.json.empty()) WriteJsonFile(s.json, j, "--json");
+  return 0;
+}
+
+}  // namespace
+}  // namespace implicit_apps
+
+int main(int argc, char** argv) {
+  return implicit_apps::Main("implicit-graph", [&] { return implicit_apps::Run(argc, argv); });
+}

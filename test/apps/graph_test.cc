@@ -1,0 +1,114 @@
+// End-to-end runs of implicit-graph on the small shipped graph (gen_1000): the
+// JSON holds one result per seed and detector, its scores lie in [0, 1], the
+// summaries are the means of the per-seed values and the paired differences
+// the means of the per-seed differences (first detector minus the other); the same seeds give the same
+// results; bad input is a one-line error naming the flag or file.
+#define BOOST_TEST_MODULE graph
+#include <boost/test/unit_test.hpp>
+
+#include "support/app_runner.h"
+
+#include <fstream>
+#include <string>
+
+using implicit::testing::Json;
+using implicit::testing::RunCommand;
+using implicit::testing::ScratchDir;
+
+#ifdef IMPLICIT_APP_GRAPH
+namespace {
+
+const std::string kApp = IMPLICIT_APP_GRAPH;
+
+Json RunJson(const std::string& args, const ScratchDir& dir, const std::string& name = "g.json") {
+  const auto r = RunCommand(kApp + " " + args + " --quiet --json " + dir.File(name));
+  BOOST_TEST_INFO("args: " << args << "\nstdout:\n" << r.out << "\nstderr:\n" << r.err);
+  BOOST_REQUIRE(r.exit_code == 0);
+  return implicit::testing::ReadJson(dir.File(name));
+}
+
+bool IsScore(const Json& v) { return v.is_number() && v.get<double>() >= 0.0 && v.get<double>() <= 1.0; }
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(results_per_seed_and_their_summaries) {
+  ScratchDir dir;
+  const Json j = RunJson("--models lr-raw,lr-neighbour-mean --seeds 3 --epochs 60", dir);
+  BOOST_TEST(j.at("nodes").get<int>() == 1000);
+  BOOST_TEST(j.at("anomalies").get<int>() == 20);
+  const Json& detectors = j.at("detectors");
+  BOOST_REQUIRE(detectors.size() == 2u);
+  for (const Json& d : detectors) {
+    BOOST_REQUIRE(d.at("per_seed").size() == 3u);
+    double mean = 0;
+    for (const Json& r : d.at("per_seed")) {
+      BOOST_TEST(IsScore(r.at("auroc")));
+      BOOST_TEST(IsScore(r.at("auprc")));
+      BOOST_TEST(IsScore(r.at("macro_f1")));
+      BOOST_TEST(IsScore(r.at("validation_auroc")));
+      mean += r.at("auroc").get<double>() / 3;
+    }
+    BOOST_TEST(d.at("auroc_mean").get<double>() == mean, boost::test_tools::tolerance(1e-12));
+    BOOST_TEST(d.at("auroc_se").get<double>() >= 0.0);
+  }
+  // Paired: the first detector minus each other one, seed by seed.
+  double difference = 0;
+  for (int k = 0; k < 3; ++k)
+    difference += (detectors[0].at("per_seed")[k].at("auroc").get<double>() -
+                   detectors[1].at("per_seed")[k].at("auroc").get<double>()) / 3;
+  BOOST_TEST(j.at("paired")[0].at("auroc_difference_mean").get<double>() == difference,
+             boost::test_tools::tolerance(1e-12));
+  // The same seeds give the same splits and the same results (all but the timings).
+  const Json again = RunJson("--models lr-raw,lr-neighbour-mean --seeds 3 --epochs 60", dir, "again.json");
+  for (std::size_t m = 0; m < 2; ++m)
+    for (int k = 0; k < 3; ++k)
+      for (const char* field : {"auroc", "auprc", "macro_f1", "validation_auroc", "best_epoch"})
+        BOOST_TEST(again.at("detectors")[m].at("per_seed")[k].at(field) == detectors[m].at("per_seed")[k].at(field));
+}
+
+// The graph Energy Transformer trains through its equilibrium on a small graph
+// given as files: every epoch's forward and adjoint solves converge (else the
+// run fails), and it reports their iteration counts.
+BOOST_AUTO_TEST_CASE(energy_transformer_on_nodes_and_edges_files) {
+  ScratchDir dir;
+  std::ofstream(dir.File("n.csv")) << "# label,x0,x1\n0,0,1\n0,1,0\n1,5,5\n0,0,0\n1,6,4\n0,1,1\n1,5,6\n0,0,1\n";
+  std::ofstream(dir.File("e.csv")) << "0,1\n1,2\n2,3\n4,5\n6,7\n";
+  const Json j = RunJson("--nodes " + dir.File("n.csv") + " --edges " + dir.File("e.csv") +
+                             " --train-ratio 0.4 --validation-ratio 0.3 --seeds 2 --epochs 20 --et-epochs 3"
+                             " --et-dim 4 --et-heads 1 --et-head-dim 2 --et-memories 4",
+                         dir);
+  BOOST_TEST(j.at("nodes").get<int>() == 8);
+  BOOST_TEST(j.at("anomalies").get<int>() == 3);
+  const Json& et = j.at("detectors")[0];
+  BOOST_TEST(et.at("name").get<std::string>() == "et");
+  for (const Json& r : et.at("per_seed")) {
+    BOOST_TEST(IsScore(r.at("auroc")));
+    BOOST_TEST(r.at("forward_iterations").get<double>() > 0.0);
+    BOOST_TEST(r.at("backward_iterations").get<double>() > 0.0);
+  }
+  BOOST_TEST(j.at("paired").size() == 2u);
+}
+
+BOOST_AUTO_TEST_CASE(bad_input_is_a_one_line_error) {
+  ScratchDir dir;
+  auto expect = [](const std::string& args, const std::string& what, int status) {
+    implicit::testing::ExpectOneLineError(kApp + " " + args, what, status, "implicit-graph");
+  };
+  expect("--train-ratio 1.5", "--train-ratio", 2);
+  expect("--train-ratio 0.7 --validation-ratio 0.3", "--validation-ratio", 2);
+  expect("--seeds 0", "--seeds", 2);
+  expect("--graph cora", "--graph", 2);
+  expect("--models lr-raw,svm", "--models", 2);
+  expect("--nodes " + dir.File("n.csv"), "--edges", 2);
+  expect("--json ''", "--json", 2);
+  expect("--nodes " + dir.File("missing.csv") + " --edges " + dir.File("missing2.csv"), "missing.csv", 1);
+  std::ofstream(dir.File("bad.csv")) << "0,1\nx,2\n";
+  std::ofstream(dir.File("e.csv")) << "0,1\n";
+  expect("--nodes " + dir.File("bad.csv") + " --edges " + dir.File("e.csv"), "line 2", 1);
+  expect("--json " + dir.path, "--json", 1);
+}
+#else
+BOOST_AUTO_TEST_CASE(skipped_without_apps) {
+  BOOST_TEST_MESSAGE("implicit-graph was not built (IMPLICIT_BUILD_APPS=OFF): skipping");
+}
+#endif
