@@ -46,7 +46,7 @@ struct Settings {
   std::vector<std::string> models = kModels;
   LogisticDetector::Options detector;
   EtDetector::Options et;
-  long epochs = 300, et_epochs = 30, patience = 50, et_dim = 16, et_heads = 2, et_head_dim = 8, et_memories = 32, max_iter = 300;
+  long epochs = 300, et_epochs = 30, patience = 50, et_dim = 16, et_heads = 2, et_head_dim = 8, et_memories = 32, max_iter = 1000;
   bool quiet = false;
 };
 

@@ -39,7 +39,7 @@ class EtDetector {
     double step = 0.5;               // the ET map x <- x - step dE/dg
     std::string solver = "anderson"; // forward solver (registry name)
     double tolerance = 1e-6;         // forward and adjoint tolerance
-    int max_iterations = 300;
+    int max_iterations = 1000;
     LogisticDetector::Options training;  // epochs, learning rate, weight decay, patience
     unsigned seed = 1;               // initial weights
     double init_scale = 0.1;         // W_K, W_Q, Xi ~ N(0, (init_scale / sqrt(D))^2): a weak start keeps the map contractive
@@ -59,6 +59,7 @@ class EtDetector {
     e.num_heads = 2;
     e.head_dim = 8;
     e.num_memories = 32;
+    e.eps = 1.0;  // LayerNorm variance floor: a large one keeps the equilibrium well conditioned
     return e;
   }
 
