@@ -28,6 +28,8 @@
 #include <implicit/core/classification_metrics.h>
 #include <implicit/core/graph_data.h>
 
+#include <sys/stat.h>
+
 #include <cmath>
 #include <cstdlib>
 #include <iostream>
@@ -76,9 +78,27 @@ std::string FindGraphFile(const std::string& name, const std::string& part) {
   return found;
 }
 
+// A FIFO or a device would block or never end: --nodes and --edges must be
+// regular files (LoadGraph names a missing or unreadable one).
+void CheckRegularFile(const std::string& path, const std::string& option) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+    throw std::runtime_error(option + ": cannot read '" + path + "': not a regular file");
+}
+
+// The graph of --nodes/--edges (errors start with the option whose file is at
+// fault) or of --graph.
 implicit::GraphDataset LoadGraph(const Settings& s) {
-  if (!s.nodes.empty()) return implicit::LoadGraph(s.nodes, s.edges);
-  return implicit::LoadGraph(FindGraphFile(s.graph, "nodes"), FindGraphFile(s.graph, "edges"));
+  if (s.nodes.empty()) return implicit::LoadGraph(FindGraphFile(s.graph, "nodes"), FindGraphFile(s.graph, "edges"));
+  CheckRegularFile(s.nodes, "--nodes");
+  CheckRegularFile(s.edges, "--edges");
+  try {
+    return implicit::LoadGraph(s.nodes, s.edges);
+  } catch (const std::runtime_error& e) {
+    const std::string what = e.what();
+    const bool edges = what.find("edges file '" + s.edges + "'") != std::string::npos;
+    throw std::runtime_error((edges ? "--edges: " : "--nodes: ") + what);
+  }
 }
 
 bool Parse(int argc, char** argv, Settings* s) {

@@ -11,7 +11,6 @@
 #include <implicit/layers/graph_energy_transformer.h>
 
 #include <cmath>
-#include <random>
 #include <stdexcept>
 #include <string>
 
@@ -111,14 +110,7 @@ GraphEnergyTransformer<Scalar>::GraphEnergyTransformer(const Options& options,
 
 template <typename Scalar>
 void GraphEnergyTransformer<Scalar>::Initialize(unsigned seed, double stddev) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<double> dist(0.0, stddev);
-  for (const char* name : {"W_K", "W_Q", "Xi"}) {
-    if (!params_.Contains(name)) continue;
-    auto block = params_.Block(name);
-    for (Index j = 0; j < block.cols(); ++j)
-      for (Index i = 0; i < block.rows(); ++i) block(i, j) = static_cast<Scalar>(dist(gen));
-  }
+  this->DrawWeights(seed, stddev);
 }
 
 template <typename Scalar>

@@ -60,7 +60,7 @@ using implicit::testing::ShellQuote;
 namespace {
 
 const std::string kCompare = IMPLICIT_APP_COMPARE, kHopfield = IMPLICIT_APP_HOPFIELD, kEt = IMPLICIT_APP_ET,
-                  kBench = IMPLICIT_APP_BENCH;
+                  kBench = IMPLICIT_APP_BENCH, kGraph = IMPLICIT_APP_GRAPH;
 
 // ---- the scratch directory and the user's files --------------------------------------
 // @D in a case's command is the scratch directory, @DATA the user's digits
@@ -104,6 +104,9 @@ struct Scratch {
     const std::string digits = ReadFile(std::string(IMPLICIT_DATA_DIR) + "/digits.csv.gz");
     WriteBytes(dir + "/user/digits.csv.gz", digits);
     WriteBytes(dir + "/user/keep.json", "{\"mine\": true}\n");
+    // A small graph for implicit-graph (8 nodes, 3 anomalous).
+    WriteBytes(dir + "/user/g.nodes.csv", "# label,x0,x1\n0,0,1\n0,1,0\n1,5,5\n0,0,0\n1,6,4\n0,1,1\n1,5,6\n0,0,1\n");
+    WriteBytes(dir + "/user/g.edges.csv", "# source,target\n0,1\n1,2\n2,3\n4,5\n6,7\n");
     // Bad data files.
     WriteBytes(dir + "/empty.csv", "");
     WriteBytes(dir + "/truncated.csv.gz", digits.substr(0, digits.size() / 2));
@@ -518,6 +521,51 @@ std::vector<Case> AllCases() {
   cases.push_back(Make(kEt, "--resume ''", et_tiny + " --resume ''", 2, {"error: --resume: "}));
   cases.push_back(Make(kEt, "--resume unreadable", et_tiny + " --data @DATA --resume @D/unreadable.csv", 1,
                        {"error: --resume: ", "@D/unreadable.csv"}, true));
+
+  // ---- implicit-graph
+  const std::map<std::string, std::string> graph_base = {
+      {"--nodes", "@D/user/g.nodes.csv"}, {"--edges", "@D/user/g.edges.csv"}, {"--models", "lr-raw"},
+      {"--seeds", "1"}, {"--epochs", "2"}};
+  AddFlagCases(&cases, kGraph, "", graph_base,
+               {{"--train-ratio", 'r', {"0", "1", "-0.5"}}, {"--validation-ratio", 'r', {"0", "1"}},
+                {"--seeds", 'i', {"0", "1001"}},           {"--seed", 'i', {"-1", "1000000001"}},
+                {"--epochs", 'i', {"0", "1000001"}},       {"--et-epochs", 'i', {"0", "1000001"}},
+                {"--lr", 'r', {"0", "-1"}},                {"--weight-decay", 'r', {"-1"}},
+                {"--patience", 'i', {"0"}},                {"--et-dim", 'i', {"1", "4097"}},
+                {"--et-heads", 'i', {"-1", "65"}},         {"--et-head-dim", 'i', {"0"}},
+                {"--et-memories", 'i', {"-1", "100001"}},  {"--et-step", 'r', {"0", "-1"}},
+                {"--tol", 'r', {"0"}},                     {"--max-iter", 'i', {"0", "1000001"}}});
+  const std::string graph_tiny = "--quiet" + Join(graph_base);
+  cases.push_back(Make(kGraph, "--graph nope", "--quiet --graph nope", 2, {"--graph"}));
+  cases.push_back(Make(kGraph, "--nodes without --edges", "--quiet --nodes @D/user/g.nodes.csv", 2, {"--edges"}));
+  cases.push_back(Make(kGraph, "--models svm", graph_tiny + " --models lr-raw,svm", 2, {"--models: "}));
+  cases.push_back(Make(kGraph, "--train-ratio + --validation-ratio >= 1",
+                       graph_tiny + " --train-ratio 0.6 --validation-ratio 0.4", 2, {"--validation-ratio: "}));
+  cases.push_back(Make(kGraph, "--solver nope", graph_tiny + " --solver nope", 2, {"--solver: "}));
+  // Bad --nodes / --edges files (the other one good): the error names the option and the file.
+  const std::vector<std::pair<std::string, std::string>> graph_files = {
+      {"missing", "@D/missing.csv.gz"}, {"directory", "@D/adir"},        {"fifo", "@D/fifo"},
+      {"truncated", "@D/truncated.csv.gz"}, {"binary", "@D/binary.bin"}, {"1 MB line", "@D/hugeline.csv"},
+      {"1 MB field", "@D/hugefield.csv"}, {"a checkpoint", "@D/user/good.ckpt"}};
+  for (const char* option : {"--nodes", "--edges"}) {
+    const std::string other = std::string(option) == "--nodes" ? "--edges" : "--nodes";
+    const std::string rest = " --models lr-raw --seeds 1 --epochs 2 " + other + " @D/user/g." +
+                             (other == "--nodes" ? "nodes" : "edges") + ".csv";
+    for (const auto& [what, path] : graph_files)
+      cases.push_back(Make(kGraph, std::string(option) + " " + what, "--quiet" + rest + " " + option + " " + path, 1,
+                           {"error: " + std::string(option) + ": ", path}));
+    cases.push_back(Make(kGraph, std::string(option) + " ''", "--quiet" + rest + " " + option + " ''", 2,
+                         {"error: " + std::string(option) + ": "}));
+    cases.push_back(Make(kGraph, std::string(option) + " unreadable", "--quiet" + rest + " " + option +
+                             " @D/unreadable.csv", 1, {"error: " + std::string(option) + ": "}, true));
+  }
+  cases.push_back(Make(kGraph, "--nodes empty", "--quiet --models lr-raw --edges @D/user/g.edges.csv --nodes @D/empty.csv",
+                       1, {"error: --nodes: ", "contains no nodes"}));
+  cases.push_back(Make(kGraph, "--edges with three columns",
+                       "--quiet --models lr-raw --nodes @D/user/g.nodes.csv --edges @D/wrongcols.csv", 1,
+                       {"error: --edges: ", "@D/wrongcols.csv"}));
+  AddCommandLineCases(&cases, kGraph, "");
+  AddOutputCases(&cases, kGraph, graph_tiny, "--json", "", true, false);
   return cases;
 }
 

@@ -28,11 +28,11 @@ using implicit::testing::Residuals;
 namespace {
 
 template <typename Scalar>
-ModernHopfieldEnergy<Scalar> Hopfield(Matrix<Scalar> patterns, double beta) {
+ModernHopfieldEnergy<Scalar> Hopfield(const Matrix<Scalar>& patterns, double beta) {
   typename ModernHopfieldEnergy<Scalar>::Options o;
   o.beta = beta;
   o.learn_beta = false;
-  return ModernHopfieldEnergy<Scalar>(std::move(patterns), o);
+  return ModernHopfieldEnergy<Scalar>(patterns, o);
 }
 
 // The energy-aware solvers by name (the registry), with shared options.

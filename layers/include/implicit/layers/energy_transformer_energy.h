@@ -61,7 +61,6 @@
 #include <implicit/layers/energy_transformer_token_norm.h>
 
 #include <cmath>
-#include <random>
 #include <string>
 
 namespace implicit {
@@ -178,14 +177,7 @@ class EnergyTransformer : public Energy<Scalar>, private internal::EnergyTransfo
 
 template <typename Scalar>
 void EnergyTransformer<Scalar>::Initialize(unsigned seed, double stddev) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<double> dist(0.0, stddev);
-  for (const char* name : {"W_K", "W_Q", "Xi"}) {
-    if (!params_.Contains(name)) continue;
-    auto block = params_.Block(name);
-    for (Index j = 0; j < block.cols(); ++j)
-      for (Index i = 0; i < block.rows(); ++i) block(i, j) = static_cast<Scalar>(dist(gen));
-  }
+  this->DrawWeights(seed, stddev);
 }
 
 template <typename Scalar>

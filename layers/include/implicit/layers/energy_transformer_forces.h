@@ -20,6 +20,7 @@
 
 #include <cmath>
 #include <limits>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -54,6 +55,20 @@ class EnergyTransformerForces {
     beta_ = options.beta > 0.0 ? static_cast<Scalar>(options.beta)
             : options.num_heads > 0 ? Scalar(1) / std::sqrt(static_cast<Scalar>(options.head_dim))
                                     : Scalar(1);
+  }
+
+  // Redraws W_K, W_Q and Xi with i.i.d. N(0, stddev^2) entries, column by
+  // column (gamma and delta keep their values): the Initialize of the image
+  // and graph Energy Transformers.
+  void DrawWeights(unsigned seed, double stddev) {
+    std::mt19937 gen(seed);
+    std::normal_distribution<double> dist(0.0, stddev);
+    for (const char* name : {"W_K", "W_Q", "Xi"}) {
+      if (!params_.Contains(name)) continue;
+      auto block = params_.Block(name);
+      for (Index j = 0; j < block.cols(); ++j)
+        for (Index i = 0; i < block.rows(); ++i) block(i, j) = static_cast<Scalar>(dist(gen));
+    }
   }
 
   // Everything one sample's products need.
