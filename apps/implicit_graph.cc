@@ -59,19 +59,11 @@ struct SeedResult {
   int best_epoch = 0;
 };
 
-// NAME.nodes.csv.gz / NAME.edges.csv.gz in graphs/ of $IMPLICIT_DATA_DIR, the
-// source tree's data/, the installed share/implicit next to the program, or
-// the configured install prefix.
+// NAME.nodes.csv.gz / NAME.edges.csv.gz in graphs/ of the data directories
+// (DataDirectories(), common/data_paths.h).
 std::string FindGraphFile(const std::string& name, const std::string& part) {
   std::vector<std::string> dirs;
-  if (const char* env = std::getenv("IMPLICIT_DATA_DIR")) dirs.push_back(std::string(env) + "/graphs");
-#ifdef IMPLICIT_APPS_SOURCE_DATA_DIR
-  dirs.push_back(std::string(IMPLICIT_APPS_SOURCE_DATA_DIR) + "/graphs");
-#endif
-  if (!ExecutableDir().empty()) dirs.push_back(ExecutableDir() + "/../share/implicit/graphs");
-#ifdef IMPLICIT_APPS_INSTALL_DATA_DIR
-  dirs.push_back(std::string(IMPLICIT_APPS_INSTALL_DATA_DIR) + "/graphs");
-#endif
+  for (const std::string& dir : DataDirectories()) dirs.push_back(dir + "/graphs");
   const std::string file = name + "." + part + ".csv.gz";
   const std::string found = implicit::FindDataFile(file, dirs);
   if (found.empty()) throw std::runtime_error("--graph: cannot find " + file + " (looked in " + JoinNames(dirs) + ")");
@@ -189,15 +181,10 @@ Trained TrainModel(const std::string& model, const implicit::GraphDataset& g, co
 SeedResult RunOne(const std::string& model, const implicit::GraphDataset& g, const std::vector<int>& anomalous,
                   const implicit::DataSplit& split, long seed, const Settings& s) {
   const Trained r = TrainModel(model, g, anomalous, split, seed, s);
-  auto scores_of = [&](const std::vector<Index>& nodes) {
-    std::vector<double> out;
-    for (Index i : nodes) out.push_back(r.scores[i]);
-    return out;
-  };
-  const std::vector<int> test_labels = LogisticDetector::Subset(anomalous, split.test);
-  const std::vector<double> test_scores = scores_of(split.test);
-  const double threshold = implicit::BestMacroF1Threshold(scores_of(split.validation),
-                                                          LogisticDetector::Subset(anomalous, split.validation));
+  const std::vector<int> test_labels = Subset(anomalous, split.test);
+  const std::vector<double> test_scores = Subset(r.scores, split.test);
+  const double threshold =
+      implicit::BestMacroF1Threshold(Subset(r.scores, split.validation), Subset(anomalous, split.validation));
   SeedResult out = r.info;
   out.seed = seed;
   out.auroc = implicit::Auroc(test_scores, test_labels);

@@ -26,11 +26,26 @@ inline std::string ExecutableDir() {
   return slash == std::string::npos ? "" : p.substr(0, slash);
 }
 
-// The digits file: `--data PATH` (a file, or a directory holding
-// digits.csv.gz) when given, else the first of $IMPLICIT_DATA_DIR, the source
-// tree's data/ (compile definition IMPLICIT_APPS_SOURCE_DATA_DIR), the
+// Where the shipped data is looked for, in order: $IMPLICIT_DATA_DIR, the
+// source tree's data/ (compile definition IMPLICIT_APPS_SOURCE_DATA_DIR), the
 // installed share/implicit next to the executable, and the configured install
 // prefix's share/implicit (IMPLICIT_APPS_INSTALL_DATA_DIR).
+inline std::vector<std::string> DataDirectories() {
+  std::vector<std::string> dirs;
+  if (const char* env = std::getenv("IMPLICIT_DATA_DIR")) dirs.push_back(env);
+#ifdef IMPLICIT_APPS_SOURCE_DATA_DIR
+  dirs.push_back(IMPLICIT_APPS_SOURCE_DATA_DIR);
+#endif
+  const std::string exe = ExecutableDir();
+  if (!exe.empty()) dirs.push_back(exe + "/../share/implicit");
+#ifdef IMPLICIT_APPS_INSTALL_DATA_DIR
+  dirs.push_back(IMPLICIT_APPS_INSTALL_DATA_DIR);
+#endif
+  return dirs;
+}
+
+// The digits file: `--data PATH` (a file, or a directory holding
+// digits.csv.gz) when given, else the first hit in DataDirectories().
 inline std::string FindDigits(const std::string& data_option) {
   const std::string name = "digits.csv.gz";
   if (!data_option.empty()) {
@@ -46,16 +61,7 @@ inline std::string FindDigits(const std::string& data_option) {
       throw std::runtime_error("--data: cannot read '" + data_option + "': not a regular file");
     return data_option;  // LoadDigits reports a missing or unreadable file
   }
-  std::vector<std::string> dirs;
-  if (const char* env = std::getenv("IMPLICIT_DATA_DIR")) dirs.push_back(env);
-#ifdef IMPLICIT_APPS_SOURCE_DATA_DIR
-  dirs.push_back(IMPLICIT_APPS_SOURCE_DATA_DIR);
-#endif
-  const std::string exe = ExecutableDir();
-  if (!exe.empty()) dirs.push_back(exe + "/../share/implicit");
-#ifdef IMPLICIT_APPS_INSTALL_DATA_DIR
-  dirs.push_back(IMPLICIT_APPS_INSTALL_DATA_DIR);
-#endif
+  const std::vector<std::string> dirs = DataDirectories();
   const std::string found = implicit::FindDataFile(name, dirs);
   if (found.empty()) {
     std::string list;

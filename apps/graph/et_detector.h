@@ -3,7 +3,7 @@
 // a GraphEnergyTransformer on the graph (layers/graph_energy_transformer.h);
 // the node states x* are its equilibrium, found by a forward solver through
 // ImplicitLayer; score_i = w . x*_i + b. Training minimises the same
-// class-weighted logistic loss as the logistic baseline (logistic_detector.h)
+// class-weighted logistic loss as the logistic baseline (detector_training.h)
 // over the training nodes, full batch, with Adam on W_in, w, b and the ET's
 // W_K, W_Q, Xi; the gradients of W_K, W_Q, Xi and of the input c (hence W_in)
 // come from the implicit-function-theorem backward pass, never from unrolling.
@@ -93,7 +93,8 @@ class EtDetector {
     adam_options.learning_rate = options_.training.learning_rate;
     adam_options.weight_decay = options_.training.weight_decay;
     implicit::AdamOptimizer<double> adam_head(adam_options), adam_et(adam_options);
-    const std::vector<double> weight = LogisticDetector::ClassWeights(anomalous, split.train);
+    const WeightedLogisticLoss loss(anomalous, split.train);
+    EarlyStopping stopping(options_.training.patience);
 
     Result result;
     implicit::Vector<double> best_head = head.values(), best_et = et.parameters()->values();
@@ -105,12 +106,9 @@ class EtDetector {
       Matrix<double> grad_state = Matrix<double>::Zero(n * D, 1);
       implicit::Vector<double> grad_head = implicit::Vector<double>::Zero(head.size());
       const auto w = head.values().segment(D * F, D);
-      double total_weight = 0;
-      for (double c : weight) total_weight += c;
       for (std::size_t k = 0; k < split.train.size(); ++k) {
         const Index i = split.train[k];
-        const double sign = anomalous[i] ? 1.0 : -1.0;
-        const double g_score = -weight[k] * sign / (1.0 + std::exp(sign * scores[i])) / total_weight;
+        const double g_score = loss.Derivative(k, scores[i]) / loss.total_weight();
         grad_state.col(0).segment(i * D, D) += g_score * w;
         grad_head.segment(D * F, D) += g_score * state.col(0).segment(i * D, D);
         grad_head(D * F + D) += g_score;
@@ -127,18 +125,16 @@ class EtDetector {
       adam_head.Step(head, grad_head);
       adam_et.Step(*et.parameters(), back.parameter_gradient);
 
-      const double auroc = implicit::Auroc(Select(scores, split.validation),
-                                           LogisticDetector::Subset(anomalous, split.validation));
-      result.epochs_run = epoch;
-      if (auroc > result.best_validation_auroc) {
-        result.best_validation_auroc = auroc;
-        result.best_epoch = epoch;
+      if (stopping.Improved(epoch, ValidationAuroc(scores, anomalous, split))) {
         best_head = head.values();
         best_et = et.parameters()->values();
-      } else if (epoch - result.best_epoch >= options_.training.patience) {
+      } else if (stopping.ShouldStop(epoch)) {
         break;
       }
     }
+    result.epochs_run = stopping.epochs_run();
+    result.best_epoch = stopping.best_epoch();
+    result.best_validation_auroc = stopping.best_auroc();
     result.seconds_per_epoch =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / result.epochs_run;
     result.forward_iterations /= result.epochs_run;
@@ -176,12 +172,6 @@ class EtDetector {
     std::vector<double> scores(static_cast<std::size_t>(n));
     for (Index i = 0; i < n; ++i) scores[i] = w.dot(state->col(0).segment(i * D, D)) + b;
     return scores;
-  }
-
-  static std::vector<double> Select(const std::vector<double>& v, const std::vector<implicit::Index>& nodes) {
-    std::vector<double> out;
-    for (implicit::Index i : nodes) out.push_back(v[i]);
-    return out;
   }
 
   Options options_;

@@ -1,15 +1,16 @@
 // A class-weighted logistic-regression detector: the baseline scorer of
 // implicit-graph. score_i = w . x_i + b, trained with Adam on the training
-// nodes to minimise sum_i c_i log(1 + exp(-s_i score_i)) / sum_i c_i, where
-// s_i = +1 for an anomaly and -1 otherwise and c_i weighs each class by
-// N / (2 N_class), so the rare anomalies count as much as the normal nodes.
-// Early stopping keeps the parameters with the best validation AUROC (checked
-// every epoch; training stops after `patience` epochs without improvement).
+// nodes to minimise the class-weighted logistic loss (WeightedLogisticLoss,
+// detector_training.h). Early stopping keeps the parameters with the best
+// validation AUROC (checked every epoch; training stops after `patience`
+// epochs without improvement).
 //
 //   LogisticDetector::Options o;   // epochs 300, learning_rate 0.01, ...
 //   LogisticDetector::Result r = LogisticDetector(o).Train(x, anomalous, split);
 //   std::vector<double> scores = r.scores;   // one per node (all splits)
 #pragma once
+
+#include "graph/detector_training.h"
 
 #include <implicit/core/classification_metrics.h>
 #include <implicit/core/optimizers.h>
@@ -17,8 +18,6 @@
 #include <implicit/core/types.h>
 
 #include <chrono>
-#include <cmath>
-#include <stdexcept>
 #include <vector>
 
 namespace implicit_apps {
@@ -52,36 +51,31 @@ class LogisticDetector {
     adam_options.learning_rate = options_.learning_rate;
     adam_options.weight_decay = options_.weight_decay;
     implicit::AdamOptimizer<double> adam(adam_options);
-    const std::vector<double> weight = ClassWeights(anomalous, split.train);
+    const WeightedLogisticLoss loss(anomalous, split.train);
+    EarlyStopping stopping(options_.patience);
 
-    Result result;
     implicit::Vector<double> best = params.values();
-    result.best_validation_auroc = -1;
     const auto start = std::chrono::steady_clock::now();
     for (int epoch = 1; epoch <= options_.epochs; ++epoch) {
       implicit::Vector<double> grad = implicit::Vector<double>::Zero(params.size());
-      double total_weight = 0;
       for (std::size_t k = 0; k < split.train.size(); ++k) {
         const implicit::Index i = split.train[k];
-        const double sign = anomalous[i] ? 1.0 : -1.0;
-        const double margin = sign * Score(params, x, i);
-        // d/dscore of c log(1 + exp(-sign score)) = -c sign sigmoid(-margin)
-        const double g = -weight[k] * sign / (1.0 + std::exp(margin));
+        const double g = loss.Derivative(k, Score(params, x, i));
         grad.head(d) += g * x.col(i);
         grad(d) += g;
-        total_weight += weight[k];
       }
-      adam.Step(params, grad / total_weight);
-      const double auroc = implicit::Auroc(Scores(params, x, split.validation), Subset(anomalous, split.validation));
-      result.epochs_run = epoch;
-      if (auroc > result.best_validation_auroc) {
-        result.best_validation_auroc = auroc;
-        result.best_epoch = epoch;
+      adam.Step(params, grad / loss.total_weight());
+      if (stopping.Improved(epoch, implicit::Auroc(Scores(params, x, split.validation),
+                                                   Subset(anomalous, split.validation)))) {
         best = params.values();
-      } else if (epoch - result.best_epoch >= options_.patience) {
+      } else if (stopping.ShouldStop(epoch)) {
         break;
       }
     }
+    Result result;
+    result.epochs_run = stopping.epochs_run();
+    result.best_epoch = stopping.best_epoch();
+    result.best_validation_auroc = stopping.best_auroc();
     result.seconds_per_epoch =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / result.epochs_run;
     params.values() = best;
@@ -89,24 +83,6 @@ class LogisticDetector {
     for (implicit::Index i = 0; i < x.cols(); ++i) all[i] = i;
     result.scores = Scores(params, x, all);
     return result;
-  }
-
-  static std::vector<int> Subset(const std::vector<int>& values, const std::vector<implicit::Index>& nodes) {
-    std::vector<int> out;
-    for (implicit::Index i : nodes) out.push_back(values[i]);
-    return out;
-  }
-
-  // N / (2 N_class) for each training node's class.
-  static std::vector<double> ClassWeights(const std::vector<int>& anomalous, const std::vector<implicit::Index>& train) {
-    double positives = 0;
-    for (implicit::Index i : train) positives += anomalous[i];
-    const double n = static_cast<double>(train.size());
-    if (positives == 0 || positives == n)
-      throw std::runtime_error("the training split needs both normal and anomalous nodes");
-    std::vector<double> w;
-    for (implicit::Index i : train) w.push_back(n / (2 * (anomalous[i] ? positives : n - positives)));
-    return w;
   }
 
  private:
