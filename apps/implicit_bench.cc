@@ -15,6 +15,8 @@
 //
 //   implicit-bench                                     # the default run (about 1-2 min, 2 cores)
 //   implicit-bench --problem hopfield-digits --solvers picard,anderson --float --json bench.json
+//   implicit-bench --autodiff                          # user energies' derivatives (bench/autodiff_bench.h)
+#include "bench/autodiff_bench.h"
 #include "common/cli.h"
 #include "common/data_paths.h"
 #include "common/format.h"
@@ -86,7 +88,8 @@ struct Options {
   long patterns = 0;  // 0: each problem's default
   double tol = 1e-8, time_limit = 5.0, float_tol = 1e-5;
   long max_iter = 500, threads = 0, repeat = 7, seed = 1;
-  bool with_float = false, quiet = false;
+  bool with_float = false, quiet = false, autodiff = false;
+  AutodiffBenchOptions autodiff_options;
   std::string data, json;
 };
 
@@ -124,10 +127,20 @@ bool ParseOptions(int argc, char** argv, Options* o) {
   app.add_option("--data", o->data, "digits.csv.gz, or a directory holding it")->default_str("")->check(PathCheck());
   app.add_option("--json", o->json, "write every number (machine, build flags, floors, results)")->check(PathCheck());
   app.add_flag("--quiet", o->quiet, "no progress lines on stderr");
+  app.add_flag("--autodiff", o->autodiff,
+               "instead of the solvers: the derivatives of user energies (AutoDiffEnergy),\n"
+               "forward against reverse mode and the closed form, as multiples of the value");
+  std::vector<std::string> dimensions;
+  AddList(app, "--autodiff-dims", &dimensions, "state dimensions n of --autodiff", "64,256,1024,4096");
   if (!Parse(app, argc, argv) || !CheckProblemSelection(o->problems)) return false;
   if (o->solvers.size() == 1 && o->solvers[0] == "all") o->solvers = AvailableSolvers();
   for (const std::string& s : o->solvers) CheckSolverName(s);
   o->problems.settings.seed = static_cast<unsigned>(o->seed);
+  if (!dimensions.empty()) {
+    o->autodiff_options.dimensions = ParseNumbers<long>("--autodiff-dims", dimensions, IntIn(16, 65536));
+  }
+  o->autodiff_options.repeat = std::max<long>(1, std::min<long>(o->repeat, 3));
+  o->autodiff_options.quiet = o->quiet;
   CheckWritable(o->json, "--json");
   CheckDistinctFiles({{"--json", o->json}}, {{"--data", o->data}});
   return true;
@@ -482,6 +495,16 @@ void WriteJson(const Options& o, const Measurements& m, const std::string& data_
 int Run(int argc, char** argv) {
   Options o;
   if (!ParseOptions(argc, argv, &o)) return 0;
+  if (o.autodiff) {
+    const Json results = RunAutodiffBench(o.autodiff_options);
+    Outputs outputs;
+    outputs.Write("--json", o.json, [&] {
+      WriteJsonFile(o.json, results, "--json");
+      std::cout << "json: " << o.json << "\n";
+    });
+    outputs.Finish();
+    return 0;
+  }
   const implicit::DigitsDataset digits = LoadDigitsOption(o.data);
   Require(o.patterns <= digits.size(), "--patterns: " + std::to_string(o.patterns) + " exceeds the " +
                                            std::to_string(digits.size()) + " digits in " + digits.source);

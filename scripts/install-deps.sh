@@ -6,7 +6,8 @@
 # cannot install it, the script says so and fuzzing is skipped.
 set -euo pipefail
 packages=(cmake ninja-build g++ ccache pkg-config libeigen3-dev libceres-dev
-          libboost-test-dev zlib1g-dev gnuplot-nox libcli11-dev nlohmann-json3-dev lld)
+          libboost-test-dev zlib1g-dev gnuplot-nox libcli11-dev nlohmann-json3-dev lld
+          libadolc-dev)
 optional=(clang-14 libfuzzer-14-dev)
 
 missing_from() {

@@ -37,6 +37,7 @@ cmake --build build/_consumer
 build/_consumer/implicit_consumer
 build/_consumer/implicit_consumer_solvers_only
 build/_consumer/implicit_train_deq
+build/_consumer/implicit_user_energy
 build/_consumer/implicit_cuda_check
 stage "install and consumer project"
 

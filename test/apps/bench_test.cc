@@ -8,6 +8,8 @@
 
 #include "support/app_runner.h"
 
+#include <implicit/core/autodiff_energy.h>
+
 #include <cmath>
 #include <set>
 #include <string>
@@ -176,11 +178,37 @@ BOOST_AUTO_TEST_CASE(bad_flags_are_a_one_line_error_with_status_2) {
   ExpectUsageError("--json /nonexistent/dir/b.json", "/nonexistent/dir/b.json", 1);
 }
 
+// --autodiff: every ratio present and positive; the closed form only for the
+// retrieval energy; reverse mode's ratios exactly when the build has it.
+BOOST_AUTO_TEST_CASE(autodiff_run_reports_every_ratio) {
+  ScratchDir dir;
+  const auto r = RunCommand(kApp + " --quiet --autodiff --autodiff-dims 16,48 --repeat 1 --json " +
+                            dir.File("a.json"));
+  BOOST_TEST_INFO("stdout:\n" << r.out << "\nstderr:\n" << r.err);
+  BOOST_REQUIRE(r.exit_code == 0);
+  BOOST_TEST(r.err.empty());  // --quiet
+  const Json j = implicit::testing::ReadJson(dir.File("a.json"));
+  const bool reverse = j.at("settings").at("reverse_mode").get<bool>();
+  BOOST_TEST(reverse == implicit::kHaveReverseMode);
+  BOOST_REQUIRE(j.at("results").size() == 4u);  // 2 energies x 2 dimensions
+  for (const Json& row : j.at("results")) {
+    const std::string energy = row.at("energy").get<std::string>();
+    BOOST_TEST_CONTEXT(energy << " n " << row.at("n")) {
+      BOOST_TEST(row.at("value_seconds").get<double>() > 0);
+      BOOST_TEST(row.at("gradient_forward").get<double>() > 0);
+      BOOST_TEST(row.at("hvp_forward").get<double>() > 0);
+      BOOST_TEST(row.at("gradient_reverse").is_null() == !reverse);
+      BOOST_TEST(row.at("hvp_reverse").is_null() == !reverse);
+      BOOST_TEST(row.at("gradient_closed_form").is_null() == (energy != "retrieval"));
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(help_succeeds) {
   const auto r = RunCommand(kApp + " --help");
   BOOST_TEST(r.exit_code == 0);
   for (const char* flag : {"--problem", "--solvers", "--patterns", "--beta", "--tol", "--max-iter", "--repeat",
-                           "--float", "--json", "--quiet"})
+                           "--float", "--json", "--quiet", "--autodiff", "--autodiff-dims"})
     BOOST_TEST(r.out.find(flag) != std::string::npos, "missing " << flag);
 }
 #else

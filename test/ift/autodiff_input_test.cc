@@ -11,6 +11,7 @@
 #include <implicit/diff/implicit_diff.h>
 
 #include <string>
+#include <vector>
 
 #include "support/energy_checks.h"
 #include "support/ift_problems.h"
@@ -59,7 +60,14 @@ struct Pair {
   implicit::AutoDiffEnergy<InjectedHopfield, double> autodiff;
 };
 
-Pair MakePair(Index n, Index N, Index B, double beta) {
+// The modes AutoDiffEnergy offers in this build (reverse: with ADOL-C).
+std::vector<implicit::AutoDiffMode> Modes() {
+  std::vector<implicit::AutoDiffMode> modes = {implicit::AutoDiffMode::kForward};
+  if (implicit::kHaveReverseMode) modes.push_back(implicit::AutoDiffMode::kReverse);
+  return modes;
+}
+
+Pair MakePair(Index n, Index N, Index B, double beta, implicit::AutoDiffMode mode) {
   const Matrix<double> X = implicit::testing::RandomMatrix<double>(n, N, 3, 0.8);
   const Matrix<double> c = implicit::testing::RandomMatrix<double>(n, B, 5, 0.3);
   implicit::ParameterSet<double> params;
@@ -70,6 +78,7 @@ Pair MakePair(Index n, Index N, Index B, double beta) {
                                                                params)};
   pair.closed.SetInput(c);
   pair.autodiff.SetInput(c);
+  pair.autodiff.set_mode(mode);
   return pair;
 }
 
@@ -77,52 +86,60 @@ Pair MakePair(Index n, Index N, Index B, double beta) {
 
 BOOST_AUTO_TEST_CASE(input_products_match_the_closed_form_and_finite_differences) {
   const Index n = 6, N = 4, B = 3;  // n not a multiple of the dual chunk width
-  Pair pair = MakePair(n, N, B, 2.0);
-  const Matrix<double> x = implicit::testing::RandomMatrix<double>(n, B, 11);
-  BOOST_TEST(pair.autodiff.input_dimension() == n);
-  BOOST_TEST(!pair.autodiff.SupportsSubsets());
-  implicit::testing::CheckEnergyAgainstReference(pair.closed, pair.autodiff, x, 1e-10, "values");
+  for (implicit::AutoDiffMode mode : Modes()) {
+    BOOST_TEST_CONTEXT("mode " << static_cast<int>(mode)) {
+      Pair pair = MakePair(n, N, B, 2.0, mode);
+      const Matrix<double> x = implicit::testing::RandomMatrix<double>(n, B, 11);
+      BOOST_TEST(pair.autodiff.input_dimension() == n);
+      BOOST_TEST(!pair.autodiff.SupportsSubsets());
+      implicit::testing::CheckEnergyAgainstReference(pair.closed, pair.autodiff, x, 1e-10, "values");
 
-  const Matrix<double> u = implicit::testing::RandomMatrix<double>(n, B, 13);
-  Matrix<double> from_autodiff(n, B), closed_form(n, B);
-  pair.autodiff.InputVectorJacobianProduct(x, u, from_autodiff);
-  pair.closed.InputVectorJacobianProduct(x, u, closed_form);
-  BOOST_TEST((from_autodiff - closed_form).norm() <= 1e-12 * (1 + closed_form.norm()));
+      const Matrix<double> u = implicit::testing::RandomMatrix<double>(n, B, 13);
+      Matrix<double> from_autodiff(n, B), closed_form(n, B);
+      pair.autodiff.InputVectorJacobianProduct(x, u, from_autodiff);
+      pair.closed.InputVectorJacobianProduct(x, u, closed_form);
+      BOOST_TEST((from_autodiff - closed_form).norm() <= 1e-12 * (1 + closed_form.norm()));
 
-  // The gradient-step map's input VJP against central differences in c.
-  implicit::GradientStepMap<double> map(pair.autodiff, 0.5);
-  const Matrix<double> c = pair.autodiff.input();
-  implicit::testing::CheckMapFiniteDifferences(
-      map, x, 1e-6, "gradient step", pair.autodiff.parameters(),
-      [&](const Matrix<double>& input) { pair.autodiff.SetInput(input); }, c);
+      // The gradient-step map's input VJP against central differences in c.
+      implicit::GradientStepMap<double> map(pair.autodiff, 0.5);
+      const Matrix<double> c = pair.autodiff.input();
+      implicit::testing::CheckMapFiniteDifferences(
+          map, x, 1e-6, "gradient step", pair.autodiff.parameters(),
+          [&](const Matrix<double>& input) { pair.autodiff.SetInput(input); }, c);
+    }
+  }
 }
 
 BOOST_AUTO_TEST_CASE(implicit_backward_returns_the_input_gradient) {
   const Index n = 5, N = 3, B = 2;
-  Pair pair = MakePair(n, N, B, 1.0);
-  implicit::CccpMap<double> map(pair.autodiff);
-  const Matrix<double> c = pair.autodiff.input();
-  const Matrix<double> w = implicit::testing::RandomMatrix<double>(n, B, 17);
-  // L = sum_b w_b . z*_b, z* the equilibrium for input c.
-  auto loss_at = [&](const Matrix<double>& input) {
-    pair.autodiff.SetInput(input);
-    const Matrix<double> z = implicit::testing::SolveTight(map, B);
-    return (w.array() * z.array()).sum();
-  };
-  pair.autodiff.SetInput(c);
-  const Matrix<double> z_star = implicit::testing::SolveTight(map, B);
-  const implicit::BackwardResult<double> g = implicit::ImplicitBackward(map, z_star, w);
-  BOOST_REQUIRE(g.ok());
-  BOOST_REQUIRE(g.input_gradient.rows() == n && g.input_gradient.cols() == B);
-  const double h = 1e-6;
-  for (Index b = 0; b < B; ++b) {
-    for (Index i = 0; i < n; ++i) {
-      Matrix<double> cp = c, cm = c;
-      cp(i, b) += h;
-      cm(i, b) -= h;
-      const double fd = (loss_at(cp) - loss_at(cm)) / (2 * h);
-      BOOST_TEST(std::abs(g.input_gradient(i, b) - fd) <= 1e-6 * (1 + std::abs(fd)),
-                 "dL/dc(" << i << ", " << b << ") = " << g.input_gradient(i, b) << ", fd " << fd);
+  for (implicit::AutoDiffMode mode : Modes()) {
+    BOOST_TEST_CONTEXT("mode " << static_cast<int>(mode)) {
+      Pair pair = MakePair(n, N, B, 1.0, mode);
+      implicit::CccpMap<double> map(pair.autodiff);
+      const Matrix<double> c = pair.autodiff.input();
+      const Matrix<double> w = implicit::testing::RandomMatrix<double>(n, B, 17);
+      // L = sum_b w_b . z*_b, z* the equilibrium for input c.
+      auto loss_at = [&](const Matrix<double>& input) {
+        pair.autodiff.SetInput(input);
+        const Matrix<double> z = implicit::testing::SolveTight(map, B);
+        return (w.array() * z.array()).sum();
+      };
+      pair.autodiff.SetInput(c);
+      const Matrix<double> z_star = implicit::testing::SolveTight(map, B);
+      const implicit::BackwardResult<double> g = implicit::ImplicitBackward(map, z_star, w);
+      BOOST_REQUIRE(g.ok());
+      BOOST_REQUIRE(g.input_gradient.rows() == n && g.input_gradient.cols() == B);
+      const double h = 1e-6;
+      for (Index b = 0; b < B; ++b) {
+        for (Index i = 0; i < n; ++i) {
+          Matrix<double> cp = c, cm = c;
+          cp(i, b) += h;
+          cm(i, b) -= h;
+          const double fd = (loss_at(cp) - loss_at(cm)) / (2 * h);
+          BOOST_TEST(std::abs(g.input_gradient(i, b) - fd) <= 1e-6 * (1 + std::abs(fd)),
+                     "dL/dc(" << i << ", " << b << ") = " << g.input_gradient(i, b) << ", fd " << fd);
+        }
+      }
     }
   }
 }

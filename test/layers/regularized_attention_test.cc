@@ -40,6 +40,9 @@ double Val(const ceres::Jet<U, K>& x) { return Val(x.a); }
 // bisection on the values, then refined by Newton steps in the dual type so
 // that its derivatives (with respect to x, X and alpha) are exact.
 struct HfyFunctor {
+  // tau's bisection runs on the values (Val): a replayed reverse-mode tape
+  // would keep the recording point's support, so forward mode only.
+  static constexpr bool kForwardModeOnly = true;
   Index d, N;
   double beta, alpha;
   bool learn_alpha;

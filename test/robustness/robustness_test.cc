@@ -379,7 +379,8 @@ std::vector<Case> AllCases() {
                                    {"--tol", 'r', {"0"}},                  {"--max-iter", 'i', {"0", "1000001"}},
                                    {"--time-limit", 'r', {"-1"}},          {"--repeat", 'i', {"0", "1001"}},
                                    {"--threads", 'i', {"-1", "1025"}},     {"--float-tol", 'r', {"0"}},
-                                   {"--seed", 'i', {"-1", "4294967296"}}};
+                                   {"--seed", 'i', {"-1", "4294967296"}},
+                                   {"--autodiff-dims", 'I', {"15", "65537"}}};
   bench_flags.insert(bench_flags.end(), kProblemFlags.begin(), kProblemFlags.end());
   AddFlagCases(&cases, kBench, "", bench_base, bench_flags);
   const std::string bench_tiny = "--quiet" + Join(bench_base);

@@ -41,29 +41,53 @@
 // built-in layers do. Such an energy does not support subsets (its samples
 // carry their own input).
 //
-// Cost, with n the state dimension, p the number of parameters, K = kChunk
-// (default 8) and C the cost of one scalar evaluation of E:
-//   Value                 C per sample
-//   Gradient              ceil(n/K) evaluations in K-wide duals: about n*C
-//   HessianVectorProduct  ceil(n/K) evaluations in nested duals:  about 2n*C
-//   ParameterVJP          ceil(p/K) evaluations in nested duals:  about 2p*C
-// so a gradient of an energy whose own cost grows like n costs O(n^2): fine
-// for prototyping and for checking closed-form layers, not for large states.
-// Built-in layers implement the same products in closed form at O(C).
-// GradientAndValue costs what Gradient costs (E is the duals' value part), and
-// SupportsSubsets() is true: E has no per-sample input.
+// Two ways to differentiate (set_mode; AutoDiffMode below):
+//  * forward mode, dual numbers (ceres::Jet), with n the state dimension, p the
+//    number of parameters, K = kChunk (default 8) and C the cost of one
+//    scalar evaluation of E:
+//      Gradient              ceil(n/K) evaluations in K-wide duals: about n*C
+//      HessianVectorProduct  ceil(n/K) evaluations in nested duals:  about 2n*C
+//      ParameterVJP          ceil(p/K) evaluations in nested duals:  about 2p*C
+//    so a gradient of an energy whose own cost grows like n costs O(n^2);
+//  * reverse mode (when libimplicit is built with ADOL-C, IMPLICIT_HAVE_ADOLC):
+//    E is recorded once on an ADOL-C tape (the functor is also compiled for
+//    adouble) and the tape is replayed per sample: a gradient costs a small
+//    multiple of C whatever n is, and the Hessian-vector, parameter and input
+//    products come from one second-order adjoint sweep each. A sample on the
+//    other side of a comparison than the recording point is detected and the
+//    tape recorded again there (write branches with ad_functions.h to avoid
+//    that). ADOL-C's state is process-global, so reverse-mode products of
+//    several threads are serialised (correct, one at a time).
+// The tape holds the operations of one evaluation: a functor that reads the
+// values of its scalars to steer the computation (a bisection on extracted
+// doubles, say) would replay stale decisions, so such a functor does not
+// compile for adouble (it has no value accessor for it), or must declare
+//   static constexpr bool kForwardModeOnly = true;
+// to be used in forward mode only. Comparisons of T values are fine (the tape
+// checks them at every replay).
+// The default, AutoDiffMode::kAutomatic, takes reverse mode when it is
+// available and x, c and theta have kReverseModeMinVariables or more
+// variables together; docs/energies.md has the measured costs of both.
+// GradientAndValue costs what Gradient costs (E comes with the derivatives),
+// and SupportsSubsets() is true when E has no per-sample input.
 #pragma once
 
+#include <implicit/core/ad_functions.h>
 #include <implicit/core/energy.h>
 #include <implicit/core/parameters.h>
 #include <implicit/core/types.h>
+#if IMPLICIT_HAVE_ADOLC
+#include <implicit/core/reverse_tape.h>
+#endif
 
 #include <ceres/jet.h>
 
 #include <algorithm>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 namespace implicit {
 namespace internal {
@@ -104,6 +128,29 @@ IMPLICIT_DIRECTIONAL_JET_COMPARISON(!=)
 
 }  // namespace internal
 
+// How AutoDiffEnergy computes derivatives.
+enum class AutoDiffMode {
+  kAutomatic,  // reverse when available and the variables are many enough
+  kForward,    // dual numbers: cost grows with the number of variables
+  kReverse,    // ADOL-C tape (needs libimplicit built with ADOL-C)
+};
+// kAutomatic's threshold: reverse mode from this many variables (x, the
+// input c and theta together). Measured by implicit-bench --autodiff: forward
+// mode's gradient is cheaper below it.
+constexpr Index kReverseModeMinVariables = 64;
+// Whether this build of libimplicit has reverse mode (ADOL-C).
+constexpr bool kHaveReverseMode = IMPLICIT_HAVE_ADOLC != 0;
+
+namespace internal {
+// A functor that declares `static constexpr bool kForwardModeOnly = true;` is
+// never compiled for reverse mode (see AutoDiffEnergy).
+template <typename Functor, typename = void>
+struct ForwardModeOnly : std::false_type {};
+template <typename Functor>
+struct ForwardModeOnly<Functor, std::void_t<decltype(Functor::kForwardModeOnly)>>
+    : std::integral_constant<bool, Functor::kForwardModeOnly> {};
+}  // namespace internal
+
 template <typename Functor, typename Scalar, int kChunk = 8>
 class AutoDiffEnergy : public Energy<Scalar> {
   static_assert(kChunk >= 1, "AutoDiffEnergy: kChunk must be at least 1");
@@ -111,6 +158,9 @@ class AutoDiffEnergy : public Energy<Scalar> {
   static constexpr bool kHasInput =
       std::is_invocable<const Functor&, const Vector<Scalar>&, const Vector<Scalar>&,
                         const Vector<Scalar>&>::value;
+  // Reverse mode: built with ADOL-C, and the functor has not opted out.
+  static constexpr bool kCanReverse =
+      kHaveReverseMode && !internal::ForwardModeOnly<Functor>::value;
 
  public:
   using Dual = ceres::Jet<Scalar, kChunk>;        // first derivatives
@@ -145,6 +195,29 @@ class AutoDiffEnergy : public Energy<Scalar> {
   }
 
   const Functor& functor() const { return functor_; }
+
+  // How derivatives are computed (default kAutomatic). kReverse throws
+  // std::invalid_argument when libimplicit was built without ADOL-C.
+  void set_mode(AutoDiffMode mode) {
+    if (mode == AutoDiffMode::kReverse && !kHaveReverseMode) {
+      throw std::invalid_argument(
+          "AutoDiffEnergy::set_mode: reverse mode needs ADOL-C, and this libimplicit was built "
+          "without it (install libadolc-dev and rebuild with IMPLICIT_WITH_ADOLC=ON)");
+    }
+    if (mode == AutoDiffMode::kReverse && !kCanReverse) {
+      throw std::invalid_argument(
+          "AutoDiffEnergy::set_mode: the functor declares kForwardModeOnly, so it has no "
+          "reverse mode");
+    }
+    mode_ = mode;
+  }
+  AutoDiffMode mode() const { return mode_; }
+  // Whether the products use reverse mode now (kAutomatic resolved).
+  bool uses_reverse_mode() const {
+    if (!kCanReverse || mode_ == AutoDiffMode::kForward) return false;
+    return mode_ == AutoDiffMode::kReverse || num_variables() >= kReverseModeMinVariables;
+  }
+
   Index dimension() const override { return dimension_; }
   Index num_parameters() const override { return parameters_.size(); }
   ParameterSet<Scalar>* parameters() override { return &parameters_; }
@@ -204,6 +277,15 @@ class AutoDiffEnergy : public Energy<Scalar> {
     internal::CheckShape("AutoDiffEnergy::HessianVectorProduct(v)", v, x.rows(), x.cols());
     internal::CheckShape("AutoDiffEnergy::HessianVectorProduct(out)", out, x.rows(), x.cols());
     CheckInput("AutoDiffEnergy::HessianVectorProduct", x.cols());
+#if IMPLICIT_HAVE_ADOLC
+    if constexpr (kCanReverse) {
+      if (uses_reverse_mode()) {
+        return ReverseSecondOrder(x, v, [&](Index b, const std::vector<double>& hv) {
+          for (Index i = 0; i < dimension_; ++i) out(i, b) = static_cast<Scalar>(hv[i]);
+        });
+      }
+    }
+#endif
     const Vector<Dual2> theta = Lift<Dual2>(parameters_.values());
     for (Index b = 0; b < x.cols(); ++b) {
       Vector<Dual2> xd = LiftWithDirection(x.col(b), v.col(b));
@@ -228,6 +310,16 @@ class AutoDiffEnergy : public Energy<Scalar> {
                          num_parameters(), 1);
     CheckInput("AutoDiffEnergy::ParameterVectorJacobianProduct", x.cols());
     out.setZero();
+#if IMPLICIT_HAVE_ADOLC
+    if constexpr (kCanReverse) {
+      if (uses_reverse_mode()) {
+        const Index offset = dimension_ + input_dimension_;
+        return ReverseSecondOrder(x, u, [&](Index, const std::vector<double>& hv) {
+          for (Index i = 0; i < out.size(); ++i) out(i) += static_cast<Scalar>(hv[offset + i]);
+        });
+      }
+    }
+#endif
     Vector<Dual2> theta = Lift<Dual2>(parameters_.values());
     for (Index b = 0; b < x.cols(); ++b) {
       MixedProducts(x, u, b, /*wrt_input=*/false, &theta,
@@ -243,6 +335,17 @@ class AutoDiffEnergy : public Energy<Scalar> {
     internal::CheckShape("AutoDiffEnergy::InputVectorJacobianProduct(out)", out,
                          input_dimension_, x.cols());
     CheckInput("AutoDiffEnergy::InputVectorJacobianProduct", x.cols());
+#if IMPLICIT_HAVE_ADOLC
+    if constexpr (kCanReverse) {
+      if (uses_reverse_mode()) {
+        return ReverseSecondOrder(x, u, [&](Index b, const std::vector<double>& hv) {
+          for (Index i = 0; i < input_dimension_; ++i) {
+            out(i, b) = static_cast<Scalar>(hv[dimension_ + i]);
+          }
+        });
+      }
+    }
+#endif
     Vector<Dual2> theta = Lift<Dual2>(parameters_.values());
     for (Index b = 0; b < x.cols(); ++b) {
       MixedProducts(x, u, b, /*wrt_input=*/true, &theta,
@@ -256,6 +359,11 @@ class AutoDiffEnergy : public Energy<Scalar> {
   void GradientWithValue(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> grad,
                          VectorRef<Scalar>* values) const {
     CheckInput("AutoDiffEnergy::Gradient", x.cols());
+#if IMPLICIT_HAVE_ADOLC
+    if constexpr (kCanReverse) {
+      if (uses_reverse_mode()) return ReverseGradient(x, grad, values);
+    }
+#endif
     const Vector<Dual> theta = Lift<Dual>(parameters_.values());
     for (Index b = 0; b < x.cols(); ++b) {
       Vector<Dual> xd = Lift<Dual>(x.col(b));
@@ -291,6 +399,73 @@ class AutoDiffEnergy : public Energy<Scalar> {
       }
     });
   }
+
+  // x, c and theta: the variables of the reverse-mode tape.
+  Index num_variables() const { return dimension_ + input_dimension_ + parameters_.size(); }
+
+#if IMPLICIT_HAVE_ADOLC
+  // z = (x_b, c_b, theta) in double, the tape's variables for sample b.
+  void PackVariables(ConstMatrixRef<Scalar> x, Index b, std::vector<double>* z) const {
+    z->resize(num_variables());
+    double* out = z->data();
+    for (Index i = 0; i < dimension_; ++i) *out++ = static_cast<double>(x(i, b));
+    if constexpr (kHasInput) {
+      for (Index i = 0; i < input_dimension_; ++i) *out++ = static_cast<double>(input_(i, b));
+    }
+    const Vector<Scalar>& theta = parameters_.values();
+    for (Index i = 0; i < theta.size(); ++i) *out++ = static_cast<double>(theta(i));
+  }
+  // Records E at z (the caller holds ReverseTape::Lock()).
+  void RecordTape(const std::vector<double>& z) const {
+    if (tape_.size() != num_variables()) tape_ = internal::ReverseTape(num_variables());
+    tape_.Record(z.data(), [&](const Vector<adouble>& za) {
+      const Vector<adouble> xa = za.head(dimension_);
+      const Vector<adouble> ca = za.segment(dimension_, input_dimension_);
+      const Vector<adouble> ta = za.tail(parameters_.size());
+      return adouble(Call(xa, ca, ta));
+    });
+  }
+  // Replays op (a ReverseTape product returning false on a branch switch) at
+  // z, recording the tape there first when it is missing or another branch.
+  template <typename Op>
+  void Replay(const std::vector<double>& z, Op&& op) const {
+    if (!tape_.recorded() || tape_.size() != num_variables()) RecordTape(z);
+    if (op()) return;
+    RecordTape(z);
+    if (!op()) {
+      throw std::runtime_error(
+          "AutoDiffEnergy: the ADOL-C tape reports a branch switch at its own recording point "
+          "(a comparison of equal values?); use forward mode (set_mode) for this energy");
+    }
+  }
+  void ReverseGradient(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> grad,
+                       VectorRef<Scalar>* values) const {
+    const auto lock = internal::ReverseTape::Lock();
+    std::vector<double> z, g(num_variables());
+    for (Index b = 0; b < x.cols(); ++b) {
+      PackVariables(x, b, &z);
+      double e = 0;
+      Replay(z, [&] { return tape_.GradientAndValue(z.data(), &e, g.data()); });
+      for (Index i = 0; i < dimension_; ++i) grad(i, b) = static_cast<Scalar>(g[i]);
+      if (values != nullptr) (*values)(b) = static_cast<Scalar>(e);
+    }
+  }
+  // sink(b, H_b (u_b, 0, 0)) per sample, H_b the Hessian of E in (x, c, theta):
+  // its x rows are the Hessian-vector product, its c and theta rows the input
+  // and parameter products d/dw <grad_x E, u_b>.
+  template <typename Sink>
+  void ReverseSecondOrder(ConstMatrixRef<Scalar> x, ConstMatrixRef<Scalar> u,
+                          Sink&& sink) const {
+    const auto lock = internal::ReverseTape::Lock();
+    std::vector<double> z, v(num_variables(), 0.0), hv(num_variables());
+    for (Index b = 0; b < x.cols(); ++b) {
+      PackVariables(x, b, &z);
+      for (Index i = 0; i < dimension_; ++i) v[i] = static_cast<double>(u(i, b));
+      Replay(z, [&] { return tape_.HessianVectorProduct(z.data(), v.data(), hv.data()); });
+      sink(b, hv);
+    }
+  }
+#endif
 
   // E(x; c, theta) for any of the scalar types; c is ignored without an input.
   template <typename T>
@@ -360,6 +535,11 @@ class AutoDiffEnergy : public Energy<Scalar> {
   Index input_dimension_ = 0;
   ParameterSet<Scalar> parameters_;
   Matrix<Scalar> input_;  // input_dimension_ x B, when the functor takes an input
+  AutoDiffMode mode_ = AutoDiffMode::kAutomatic;
+#if IMPLICIT_HAVE_ADOLC
+  // E recorded for reverse mode (at the first reverse-mode product).
+  mutable internal::ReverseTape tape_{1};
+#endif
 };
 
 }  // namespace implicit

@@ -1,0 +1,201 @@
+// implicit-bench --autodiff (autodiff_bench.h).
+#include "bench/autodiff_bench.h"
+
+#include "common/format.h"
+#include "common/table.h"
+
+#include <implicit/core/ad_functions.h>
+#include <implicit/core/autodiff_energy.h>
+#include <implicit/layers/modern_hopfield_energy.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <functional>
+#include <iostream>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace implicit_apps {
+namespace {
+
+using implicit::Index;
+using implicit::Matrix;
+using implicit::Vector;
+
+Matrix<double> Gaussian(Index rows, Index cols, double scale, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<double> normal(0.0, scale);
+  Matrix<double> m(rows, cols);
+  for (Index i = 0; i < m.size(); ++i) m.data()[i] = normal(rng);
+  return m;
+}
+
+// Dot product of a fixed (double) row and a T vector, as a plain loop (the
+// cheapest form for every scalar type, see autodiff_energy.h).
+template <typename T, typename Row, typename X>
+T Dot(const Row& row, const X& x) {
+  T acc = T(0.0);
+  for (Index k = 0; k < x.size(); ++k) acc += T(row(k)) * x(k);
+  return acc;
+}
+
+struct Retrieval {
+  Matrix<double> P;  // n x N
+  double beta;
+  template <typename T>
+  T operator()(const Vector<T>& x, const Vector<T>&) const {
+    Vector<T> s(P.cols());
+    for (Index i = 0; i < P.cols(); ++i) s(i) = T(beta) * Dot<T>(P.col(i), x);
+    return T(0.5) * x.squaredNorm() - implicit::ad::LogSumExp(s) / T(beta);
+  }
+};
+
+struct Attention {
+  Index tokens, width;
+  Matrix<double> WK, WQ, Xi;  // key width x width, key width x width, width x memories
+  double beta;
+  template <typename T>
+  T operator()(const Vector<T>& x, const Vector<T>&) const {
+    const Index Y = WK.rows();
+    Matrix<T> K(Y, tokens), Q(Y, tokens);
+    T e = T(0.5) * x.squaredNorm();
+    for (Index t = 0; t < tokens; ++t) {
+      const auto xt = x.segment(t * width, width);
+      for (Index y = 0; y < Y; ++y) {
+        K(y, t) = Dot<T>(WK.row(y), xt);
+        Q(y, t) = Dot<T>(WQ.row(y), xt);
+      }
+      for (Index mu = 0; mu < Xi.cols(); ++mu) {
+        const T h = implicit::ad::Max(Dot<T>(Xi.col(mu), xt), T(0.0));
+        e -= T(0.5) * h * h;
+      }
+    }
+    Vector<T> scores(tokens);
+    for (Index t = 0; t < tokens; ++t) {
+      for (Index s = 0; s < tokens; ++s) scores(s) = T(beta) * K.col(s).dot(Q.col(t));
+      e -= implicit::ad::LogSumExp(scores) / T(beta);
+    }
+    return e;
+  }
+};
+
+// Seconds per sample of call(x) over the samples' columns: the median of
+// `repeat` calls.
+double SecondsPerSample(const std::function<void()>& call, long repeat, Index samples) {
+  std::vector<double> t;
+  for (long r = 0; r < repeat; ++r) {
+    const auto start = std::chrono::steady_clock::now();
+    call();
+    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  std::nth_element(t.begin(), t.begin() + t.size() / 2, t.end());
+  return t[t.size() / 2] / static_cast<double>(samples);
+}
+
+struct Row {
+  std::string energy;
+  Index n = 0;
+  double value = 0;  // seconds per sample
+  // Multiples of `value`; < 0: not measured.
+  double gradient_forward = -1, gradient_reverse = -1, hvp_forward = -1, hvp_reverse = -1;
+  double gradient_closed = -1, hvp_closed = -1;
+  bool forward_one_sample = false;  // forward mode timed on one sample, once
+};
+
+// Times value, gradient and HVP of `energy` in both modes on B samples.
+template <typename Functor>
+Row Measure(const std::string& name, implicit::AutoDiffEnergy<Functor, double> energy,
+            const AutodiffBenchOptions& o, unsigned seed) {
+  const Index n = energy.dimension(), B = o.samples;
+  const Matrix<double> x = Gaussian(n, B, 1.0 / std::sqrt(static_cast<double>(n)), seed);
+  const Matrix<double> v = Gaussian(n, B, 1.0, seed + 1);
+  Matrix<double> out(n, B);
+  Vector<double> e(B);
+  Row row;
+  row.energy = name;
+  row.n = n;
+  row.value = SecondsPerSample([&] { energy.Value(x, e); }, o.repeat * 3, B);
+  if (implicit::kHaveReverseMode) {
+    energy.set_mode(implicit::AutoDiffMode::kReverse);
+    energy.Gradient(x.col(0), out.col(0));  // records the tape (not timed)
+    row.gradient_reverse = SecondsPerSample([&] { energy.Gradient(x, out); }, o.repeat, B) / row.value;
+    row.hvp_reverse =
+        SecondsPerSample([&] { energy.HessianVectorProduct(x, v, out); }, o.repeat, B) / row.value;
+  }
+  energy.set_mode(implicit::AutoDiffMode::kForward);
+  // A forward gradient is about n/8 evaluations in 8-wide duals.
+  const double estimate = row.value * static_cast<double>(n) * static_cast<double>(B);
+  row.forward_one_sample = estimate > o.forward_budget;
+  const Index fb = row.forward_one_sample ? 1 : B;
+  const long fr = row.forward_one_sample ? 1 : o.repeat;
+  const Matrix<double> xf = x.leftCols(fb), vf = v.leftCols(fb);
+  Matrix<double> outf(n, fb);
+  row.gradient_forward = SecondsPerSample([&] { energy.Gradient(xf, outf); }, fr, fb) / row.value;
+  row.hvp_forward =
+      SecondsPerSample([&] { energy.HessianVectorProduct(xf, vf, outf); }, fr, fb) / row.value;
+  return row;
+}
+
+std::string Ratio(double r) { return r < 0 ? "-" : FmtFixed(r, r < 10 ? 1 : 0); }
+
+}  // namespace
+
+Json RunAutodiffBench(const AutodiffBenchOptions& o) {
+  std::vector<Row> rows;
+  for (long n : o.dimensions) {
+    if (!o.quiet) std::cerr << "autodiff: n = " << n << "\n";
+    const Matrix<double> P = Gaussian(n, o.patterns, 1.0, 7);
+    Row r = Measure("retrieval", implicit::AutoDiffEnergy<Retrieval, double>(Retrieval{P, 2.0}, n), o, 11);
+    {  // the built-in closed form of the same energy
+      implicit::ModernHopfieldEnergy<double>::Options ho;
+      ho.beta = 2.0;
+      const implicit::ModernHopfieldEnergy<double> closed(P, ho);
+      const Index B = o.samples;
+      const Matrix<double> x = Gaussian(n, B, 1.0 / std::sqrt(static_cast<double>(n)), 11);
+      const Matrix<double> v = Gaussian(n, B, 1.0, 12);
+      Matrix<double> out(n, B);
+      r.gradient_closed = SecondsPerSample([&] { closed.Gradient(x, out); }, o.repeat * 3, B) / r.value;
+      r.hvp_closed =
+          SecondsPerSample([&] { closed.HessianVectorProduct(x, v, out); }, o.repeat * 3, B) / r.value;
+    }
+    rows.push_back(r);
+    const Index width = 16, tokens = std::max<long>(1, n / width);
+    Attention a{tokens, width, Gaussian(16, width, 0.25, 21), Gaussian(16, width, 0.25, 22),
+                Gaussian(width, 32, 0.25, 23), 1.0};
+    rows.push_back(Measure("attention", implicit::AutoDiffEnergy<Attention, double>(a, tokens * width), o, 31));
+  }
+
+  std::cout << "User energies (AutoDiffEnergy): time per sample as a multiple of the value's\n"
+            << "(reverse mode: " << (implicit::kHaveReverseMode ? "ADOL-C" : "not built (no ADOL-C)")
+            << "; closed form: ModernHopfieldEnergy; * forward mode timed on one sample, once)\n";
+  Table table({"energy", "n", "value us", "grad fwd", "grad rev", "grad closed", "hvp fwd", "hvp rev",
+               "hvp closed"},
+              {false, true, true, true, true, true, true, true, true});
+  for (const Row& r : rows) {
+    const std::string star = r.forward_one_sample ? "*" : "";
+    table.AddRow({r.energy, std::to_string(r.n), FmtFixed(r.value * 1e6, 1),
+                  Ratio(r.gradient_forward) + star, Ratio(r.gradient_reverse), Ratio(r.gradient_closed),
+                  Ratio(r.hvp_forward) + star, Ratio(r.hvp_reverse), Ratio(r.hvp_closed)});
+  }
+  table.Print(std::cout);
+  Json root;
+  root["settings"] = {{"patterns", o.patterns}, {"samples", o.samples}, {"repeat", o.repeat},
+                      {"forward_budget", o.forward_budget}, {"reverse_mode", implicit::kHaveReverseMode}};
+  root["results"] = Json::array();
+  auto ratio = [](double r) { return r < 0 ? Json(nullptr) : Json(r); };
+  for (const Row& r : rows) {
+    root["results"].push_back({{"energy", r.energy}, {"n", r.n}, {"value_seconds", r.value},
+                               {"gradient_forward", ratio(r.gradient_forward)},
+                               {"gradient_reverse", ratio(r.gradient_reverse)},
+                               {"gradient_closed_form", ratio(r.gradient_closed)},
+                               {"hvp_forward", ratio(r.hvp_forward)},
+                               {"hvp_reverse", ratio(r.hvp_reverse)},
+                               {"hvp_closed_form", ratio(r.hvp_closed)},
+                               {"forward_one_sample", r.forward_one_sample}});
+  }
+  return root;
+}
+
+}  // namespace implicit_apps
