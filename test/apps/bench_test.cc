@@ -182,7 +182,9 @@ BOOST_AUTO_TEST_CASE(bad_flags_are_a_one_line_error_with_status_2) {
 // retrieval energy; reverse mode's ratios exactly when the build has it.
 BOOST_AUTO_TEST_CASE(autodiff_run_reports_every_ratio) {
   ScratchDir dir;
-  const auto r = RunCommand(kApp + " --quiet --autodiff --autodiff-dims 16,48 --repeat 1 --json " +
+  // One small dimension: forward mode's products take seconds under the
+  // sanitizers already at n = 48.
+  const auto r = RunCommand(kApp + " --quiet --autodiff --autodiff-dims 16 --repeat 1 --json " +
                             dir.File("a.json"));
   BOOST_TEST_INFO("stdout:\n" << r.out << "\nstderr:\n" << r.err);
   BOOST_REQUIRE(r.exit_code == 0);
@@ -190,7 +192,7 @@ BOOST_AUTO_TEST_CASE(autodiff_run_reports_every_ratio) {
   const Json j = implicit::testing::ReadJson(dir.File("a.json"));
   const bool reverse = j.at("settings").at("reverse_mode").get<bool>();
   BOOST_TEST(reverse == implicit::kHaveReverseMode);
-  BOOST_REQUIRE(j.at("results").size() == 4u);  // 2 energies x 2 dimensions
+  BOOST_REQUIRE(j.at("results").size() == 2u);  // 2 energies x 1 dimension
   for (const Json& row : j.at("results")) {
     const std::string energy = row.at("energy").get<std::string>();
     BOOST_TEST_CONTEXT(energy << " n " << row.at("n")) {
