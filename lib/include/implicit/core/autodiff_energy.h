@@ -1,5 +1,6 @@
 // User energies: write E once, get gradient, Hessian-vector and parameter
-// products automatically and exactly (forward-mode dual numbers, ceres::Jet).
+// products automatically and exactly (forward-mode dual numbers, ceres::Jet,
+// or reverse mode on an ADOL-C tape; see "Two ways to differentiate" below).
 //
 // The user writes a functor templated on the scalar type T that returns the
 // energy of ONE sample x (length n) given the parameter vector theta:
@@ -9,17 +10,17 @@
 //     double beta;
 //     template <typename T>
 //     T operator()(const implicit::Vector<T>& x, const implicit::Vector<T>& theta) const {
-//       using std::exp; using std::log;
 //       implicit::Vector<T> s(X.cols());   // s = beta X^T x, one dot product each
 //       for (implicit::Index i = 0; i < X.cols(); ++i) s(i) = T(beta) * X.col(i).cast<T>().dot(x);
-//       T m = s.maxCoeff();
-//       return T(0.5) * x.squaredNorm() - (m + log((s.array() - m).exp().sum())) / T(beta);
+//       // max-shifted, branch-free (ad_functions.h)
+//       return T(0.5) * x.squaredNorm() - implicit::ad::LogSumExp(s) / T(beta);
 //     }
 //   };
 //   implicit::AutoDiffEnergy<SoftRetrieval, double> energy(SoftRetrieval{X, 2.0}, n);
 //
 // The functor is compiled for three scalar types: Scalar, ceres::Jet<Scalar, K>
-// and the nested ceres::Jet<internal::DirectionalJet<Scalar>, K>. Eigen matrix
+// and the nested ceres::Jet<internal::DirectionalJet<Scalar>, K>, and for
+// ADOL-C's adouble when libimplicit has reverse mode. Eigen matrix
 // products (A * x, A * B) work on all of them but instantiate Eigen's general
 // matrix-vector / matrix-matrix kernels for each dual type, which is slow to
 // compile (minutes for a few products, more in sanitizer or debug builds).
