@@ -139,7 +139,7 @@ bool ParseOptions(int argc, char** argv, Options* o) {
   if (!dimensions.empty()) {
     o->autodiff_options.dimensions = ParseNumbers<long>("--autodiff-dims", dimensions, IntIn(16, 65536));
   }
-  o->autodiff_options.repeat = std::max<long>(1, std::min<long>(o->repeat, 3));
+  o->autodiff_options.repeat = std::min<long>(o->repeat, 3);  // --repeat is >= 1
   o->autodiff_options.quiet = o->quiet;
   CheckWritable(o->json, "--json");
   CheckDistinctFiles({{"--json", o->json}}, {{"--data", o->data}});

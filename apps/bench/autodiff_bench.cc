@@ -3,6 +3,7 @@
 
 #include "common/format.h"
 #include "common/table.h"
+#include "problems/problem.h"
 
 #include <implicit/core/ad_functions.h>
 #include <implicit/core/autodiff_energy.h>
@@ -13,7 +14,6 @@
 #include <cmath>
 #include <functional>
 #include <iostream>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -26,10 +26,7 @@ using implicit::Vector;
 
 Matrix<double> Gaussian(Index rows, Index cols, double scale, unsigned seed) {
   std::mt19937 rng(seed);
-  std::normal_distribution<double> normal(0.0, scale);
-  Matrix<double> m(rows, cols);
-  for (Index i = 0; i < m.size(); ++i) m.data()[i] = normal(rng);
-  return m;
+  return RandomGaussian(rows, cols, scale, rng);
 }
 
 // Dot product of a fixed (double) row and a T vector, as a plain loop (the
@@ -104,10 +101,11 @@ struct Row {
   bool forward_one_sample = false;  // forward mode timed on one sample, once
 };
 
-// Times value, gradient and HVP of `energy` in both modes on B samples.
+// Times value, gradient and HVP of `energy` in both modes on B samples, and
+// those of `closed` (the same energy in closed form) when given.
 template <typename Functor>
 Row Measure(const std::string& name, implicit::AutoDiffEnergy<Functor, double> energy,
-            const AutodiffBenchOptions& o, unsigned seed) {
+            const implicit::Energy<double>* closed, const AutodiffBenchOptions& o, unsigned seed) {
   const Index n = energy.dimension(), B = o.samples;
   const Matrix<double> x = Gaussian(n, B, 1.0 / std::sqrt(static_cast<double>(n)), seed);
   const Matrix<double> v = Gaussian(n, B, 1.0, seed + 1);
@@ -117,6 +115,11 @@ Row Measure(const std::string& name, implicit::AutoDiffEnergy<Functor, double> e
   row.energy = name;
   row.n = n;
   row.value = SecondsPerSample([&] { energy.Value(x, e); }, o.repeat * 3, B);
+  if (closed != nullptr) {
+    row.gradient_closed = SecondsPerSample([&] { closed->Gradient(x, out); }, o.repeat * 3, B) / row.value;
+    row.hvp_closed =
+        SecondsPerSample([&] { closed->HessianVectorProduct(x, v, out); }, o.repeat * 3, B) / row.value;
+  }
   if (implicit::kHaveReverseMode) {
     energy.set_mode(implicit::AutoDiffMode::kReverse);
     energy.Gradient(x.col(0), out.col(0));  // records the tape (not timed)
@@ -147,24 +150,16 @@ Json RunAutodiffBench(const AutodiffBenchOptions& o) {
   for (long n : o.dimensions) {
     if (!o.quiet) std::cerr << "autodiff: n = " << n << "\n";
     const Matrix<double> P = Gaussian(n, o.patterns, 1.0, 7);
-    Row r = Measure("retrieval", implicit::AutoDiffEnergy<Retrieval, double>(Retrieval{P, 2.0}, n), o, 11);
-    {  // the built-in closed form of the same energy
-      implicit::ModernHopfieldEnergy<double>::Options ho;
-      ho.beta = 2.0;
-      const implicit::ModernHopfieldEnergy<double> closed(P, ho);
-      const Index B = o.samples;
-      const Matrix<double> x = Gaussian(n, B, 1.0 / std::sqrt(static_cast<double>(n)), 11);
-      const Matrix<double> v = Gaussian(n, B, 1.0, 12);
-      Matrix<double> out(n, B);
-      r.gradient_closed = SecondsPerSample([&] { closed.Gradient(x, out); }, o.repeat * 3, B) / r.value;
-      r.hvp_closed =
-          SecondsPerSample([&] { closed.HessianVectorProduct(x, v, out); }, o.repeat * 3, B) / r.value;
-    }
-    rows.push_back(r);
+    implicit::ModernHopfieldEnergy<double>::Options closed_options;
+    closed_options.beta = 2.0;
+    const implicit::ModernHopfieldEnergy<double> closed(P, closed_options);
+    rows.push_back(Measure("retrieval", implicit::AutoDiffEnergy<Retrieval, double>(Retrieval{P, 2.0}, n),
+                           &closed, o, 11));
     const Index width = 16, tokens = std::max<long>(1, n / width);
     Attention a{tokens, width, Gaussian(16, width, 0.25, 21), Gaussian(16, width, 0.25, 22),
                 Gaussian(width, 32, 0.25, 23), 1.0};
-    rows.push_back(Measure("attention", implicit::AutoDiffEnergy<Attention, double>(a, tokens * width), o, 31));
+    rows.push_back(
+        Measure("attention", implicit::AutoDiffEnergy<Attention, double>(a, tokens * width), nullptr, o, 31));
   }
 
   std::cout << "User energies (AutoDiffEnergy): time per sample as a multiple of the value's\n"
