@@ -3,14 +3,8 @@
 # without it AutoDiffEnergy keeps its forward mode only (AutoDiffMode::kReverse
 # then throws, naming the missing library).
 find_package(ADOLC QUIET)
-set(IMPLICIT_ADOLC_DEFAULT OFF)
-if(ADOLC_FOUND)
-  set(IMPLICIT_ADOLC_DEFAULT ON)
-endif()
-option(IMPLICIT_WITH_ADOLC "Reverse-mode derivatives of user energies (ADOL-C)" ${IMPLICIT_ADOLC_DEFAULT})
-if(IMPLICIT_WITH_ADOLC AND NOT ADOLC_FOUND)
-  message(FATAL_ERROR "IMPLICIT_WITH_ADOLC=ON but ADOL-C was not found (apt-get install libadolc-dev)")
-endif()
+implicit_dependency_option(IMPLICIT_WITH_ADOLC "Reverse-mode derivatives of user energies (ADOL-C)"
+                           ADOLC_FOUND "ADOL-C was not found (apt-get install libadolc-dev)")
 if(NOT IMPLICIT_WITH_ADOLC)
   message(STATUS "libimplicit: ADOL-C not used; user energies get forward-mode derivatives only")
 endif()

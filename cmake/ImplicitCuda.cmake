@@ -6,17 +6,10 @@ if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
   set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc CACHE FILEPATH "CUDA compiler")
 endif()
 check_language(CUDA)
-set(_implicit_cuda_default OFF)
-if(CMAKE_CUDA_COMPILER)
-  set(_implicit_cuda_default ON)
-endif()
-option(IMPLICIT_WITH_CUDA "Build the CUDA backend (needs nvcc; no GPU needed to build)"
-       ${_implicit_cuda_default})
+implicit_dependency_option(IMPLICIT_WITH_CUDA "Build the CUDA backend (needs nvcc; no GPU needed to build)"
+                           CMAKE_CUDA_COMPILER "no CUDA compiler was found")
 
 if(IMPLICIT_WITH_CUDA)
-  if(NOT CMAKE_CUDA_COMPILER)
-    message(FATAL_ERROR "IMPLICIT_WITH_CUDA=ON but no CUDA compiler was found")
-  endif()
   if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
     set(CMAKE_CUDA_ARCHITECTURES 90)   # Hopper (H100/H200); override as needed
   endif()
