@@ -7,7 +7,7 @@
 set -euo pipefail
 packages=(cmake ninja-build g++ ccache pkg-config libeigen3-dev libceres-dev
           libboost-test-dev zlib1g-dev gnuplot-nox libcli11-dev nlohmann-json3-dev lld
-          libadolc-dev)
+          libadolc-dev python3-dev pybind11-dev python3-numpy python3-pytest)
 optional=(clang-14 libfuzzer-14-dev)
 
 missing_from() {

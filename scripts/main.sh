@@ -8,8 +8,13 @@ export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/ccache}
 scripts/install-deps.sh
 # -DIMPLICIT_NATIVE=ON: -march=native (this machine's vector units); the
 # binaries are for this machine only.
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DIMPLICIT_NATIVE=ON >/dev/null
-cmake --build build -j "$(nproc)" --target implicit-compare
+# Debian's python3 (the one python3-numpy is installed for) for the Python module.
+python=$(command -v /usr/bin/python3 || command -v python3)
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DIMPLICIT_NATIVE=ON \
+      -DPython_EXECUTABLE="$python" >/dev/null
+targets=(implicit-compare)
+grep -q "^IMPLICIT_PYTHON:BOOL=ON" build/CMakeCache.txt && targets+=(implicit_python)
+cmake --build build -j "$(nproc)" --target "${targets[@]}"
 mkdir -p results
 build/apps/implicit-compare --json results/compare.json --csv results/compare.csv \
   --plot results/compare.png "$@"

@@ -1,0 +1,88 @@
+// What a Python Energy or Map object holds: the float or the double instance
+// of the C++ object (chosen by dtype at construction), and the Python objects
+// it must keep alive (the energy behind a map, a Python map's callables).
+#pragma once
+
+#include "arrays.h"
+
+#include <implicit/core/energy.h>
+#include <implicit/core/map.h>
+#include <implicit/solvers/solver.h>
+
+#include <memory>
+#include <optional>
+#include <stdexcept>
+
+namespace implicit::python {
+
+// One of T<double>, T<float>.
+template <template <typename> class T>
+struct Typed {
+  Dtype dtype = Dtype::kFloat64;
+  std::shared_ptr<T<double>> d;
+  std::shared_ptr<T<float>> f;
+
+  template <typename Scalar>
+  T<Scalar>& get() const {
+    if constexpr (sizeof(Scalar) == sizeof(double)) {
+      return *d;
+    } else {
+      return *f;
+    }
+  }
+  template <typename Scalar>
+  void set(std::shared_ptr<T<Scalar>> object) {
+    dtype = DtypeOf<Scalar>();
+    if constexpr (sizeof(Scalar) == sizeof(double)) {
+      d = std::move(object);
+    } else {
+      f = std::move(object);
+    }
+  }
+};
+
+// A Python exception raised inside a callable the C++ code called (a Python
+// map, an iteration callback): kept until control is back in the binding,
+// which raises it there. While one is pending, Python maps return NaN without
+// calling Python again and the solve stops at its next iteration.
+class PendingError {
+ public:
+  // Stores the Python error currently set (call with the GIL held, inside
+  // catch (py::error_already_set&)). Keeps the first one.
+  void Store(py::error_already_set&& error) {
+    if (!error_) error_.emplace(std::move(error));
+  }
+  bool pending() const { return error_.has_value(); }
+  // Raises the stored exception (GIL held), clearing it; attaches `summary`
+  // (when given) as its attribute "summary".
+  void RaiseIfPending(const py::object& summary = py::none());
+
+ private:
+  std::optional<py::error_already_set> error_;
+};
+
+struct EnergyHandle : Typed<Energy> {
+  virtual ~EnergyHandle() = default;
+  const char* type_name = "Energy";
+};
+
+struct MapHandle : Typed<FixedPointMap> {
+  virtual ~MapHandle() = default;
+  const char* type_name = "Map";
+  py::object keep_alive;                    // the energy, or the callables
+  std::shared_ptr<PendingError> errors;     // Python maps only
+  void RaisePendingError(const py::object& summary = py::none()) const {
+    if (errors) errors->RaiseIfPending(summary);
+  }
+};
+
+// The names of per-sample statuses ("converged", ...), as a list.
+py::list StatusNames(const std::vector<TerminationType>& status);
+
+// Registers the classes of each part with the module.
+void BindSolvers(py::module_& m);
+void BindEnergies(py::module_& m);
+void BindMaps(py::module_& m);
+void BindDifferentiation(py::module_& m);
+
+}  // namespace implicit::python

@@ -1,0 +1,59 @@
+"""Implicit gradients from Python: IFT gradients against finite differences of
+converged solves, every adjoint linear solver, Python maps' VJPs."""
+import numpy as np
+import pytest
+
+import implicit
+from conftest import hopfield_problem
+
+
+def loss_and_equilibrium(beta, target, solver="anderson"):
+    energy, z = hopfield_problem(beta=beta, noise=1.0)
+    f = implicit.CccpMap(energy)
+    s = implicit.solve(f, z, solver, absolute_tolerance=1e-13, max_iterations=2000)
+    assert s.is_converged()
+    return 0.5 * float(np.sum((z - target) ** 2)), z, f
+
+
+@pytest.mark.parametrize("linear_solver",
+                         ["auto", "minres", "gmres", "cg", "fixed_point", "anderson", "broyden",
+                          "direct"])
+def test_ift_gradient_matches_finite_differences_of_converged_solves(linear_solver):
+    beta = 1.2
+    target = np.asfortranarray(np.random.default_rng(7).standard_normal((16, 6)))
+    _, z, f = loss_and_equilibrium(beta, target)
+    result = implicit.backward(f, z, np.asfortranarray(z - target),
+                               linear_solver=linear_solver)
+    assert result.ok, result.summary.brief_report()
+    h = 1e-5
+    fd = (loss_and_equilibrium(beta + h, target)[0] -
+          loss_and_equilibrium(beta - h, target)[0]) / (2 * h)
+    assert result.parameter_gradient.shape == (1,)     # the block "beta"
+    assert result.parameter_gradient[0] == pytest.approx(fd, rel=1e-5, abs=1e-9)
+    assert result.adjoint.shape == z.shape and result.input_gradient.size == 0
+
+
+def test_python_map_adjoint_solves_the_transposed_system():
+    rng = np.random.default_rng(2)
+    A = rng.standard_normal((5, 5))
+    A *= 0.6 / np.linalg.norm(A, 2)
+    f = implicit.PythonMap(5, lambda z: A @ z, vjp=lambda z, u: A.T @ u)
+    z = np.zeros((5, 2), order="F")
+    g = np.asfortranarray(rng.standard_normal((5, 2)))
+    result = implicit.backward(f, z, g)
+    assert result.ok and result.summary.solver == "gmres"
+    assert np.allclose((np.eye(5) - A).T @ result.adjoint, g, atol=1e-9)
+
+
+def test_backward_errors():
+    energy, z = hopfield_problem()
+    f = implicit.CccpMap(energy)
+    with pytest.raises(ValueError, match="method: 'nope' is unknown"):
+        implicit.backward(f, z, z, method="nope")
+    with pytest.raises(ValueError, match="linear_solver 'qr' is unknown"):
+        implicit.backward(f, z, z, linear_solver="qr")
+    with pytest.raises(ValueError, match=r"grad_z: expected shape \(16, 6\)"):
+        implicit.backward(f, z, np.zeros((16, 5), order="F"))
+    no_vjp = implicit.PythonMap(16, lambda z: z)
+    with pytest.raises((ValueError, RuntimeError), match="vjp|Jacobian"):
+        implicit.backward(no_vjp, z, z)
