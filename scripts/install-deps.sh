@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Installs the Debian packages libimplicit needs (idempotent: does nothing when
 # they are all present). CUDA is optional and not installed here: the build
-# uses nvcc from /usr/local/cuda when it exists. The fuzzing toolchain
-# (clang-14, libfuzzer-14-dev; scripts/fuzz.sh) is optional too: when apt
-# cannot install it, the script says so and fuzzing is skipped.
+# uses nvcc from /usr/local/cuda when it exists. Two groups are optional:
+# the fuzzing toolchain (clang-14, libfuzzer-14-dev; scripts/fuzz.sh) and
+# PyTorch (python3-torch; implicit.torch): when apt cannot install one, the
+# script says so, and fuzzing / the torch tests and example are skipped.
 set -euo pipefail
 packages=(cmake ninja-build g++ ccache pkg-config libeigen3-dev libceres-dev
           libboost-test-dev zlib1g-dev gnuplot-nox libcli11-dev nlohmann-json3-dev lld
           libadolc-dev python3-dev pybind11-dev python3-numpy python3-pytest)
-optional=(clang-14 libfuzzer-14-dev)
+fuzzing=(clang-14 libfuzzer-14-dev)
+torch=(python3-torch)
 
 missing_from() {
   local p
@@ -17,8 +19,9 @@ missing_from() {
   done
 }
 mapfile -t missing < <(missing_from "${packages[@]}")
-mapfile -t missing_optional < <(missing_from "${optional[@]}")
-if [ ${#missing[@]} -eq 0 ] && [ ${#missing_optional[@]} -eq 0 ]; then
+mapfile -t missing_fuzzing < <(missing_from "${fuzzing[@]}")
+mapfile -t missing_torch < <(missing_from "${torch[@]}")
+if [ ${#missing[@]} -eq 0 ] && [ ${#missing_fuzzing[@]} -eq 0 ] && [ ${#missing_torch[@]} -eq 0 ]; then
   echo "install-deps: all packages present"
   exit 0
 fi
@@ -29,10 +32,14 @@ if [ ${#missing[@]} -gt 0 ]; then
   echo "install-deps: installing ${missing[*]}"
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-if [ ${#missing_optional[@]} -gt 0 ]; then
-  echo "install-deps: installing optional ${missing_optional[*]} (fuzzing)"
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
-      "${missing_optional[@]}" >/dev/null ||
-    echo "install-deps: optional ${missing_optional[*]} not installed: scripts/fuzz.sh will be skipped"
-fi
+install_optional() {  # <what it is for> <what is skipped without it> <packages...>
+  local purpose=$1 skipped=$2
+  shift 2
+  [ $# -gt 0 ] || return 0
+  echo "install-deps: installing optional $* ($purpose)"
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "$@" >/dev/null ||
+    echo "install-deps: optional $* not installed: $skipped"
+}
+install_optional "fuzzing" "scripts/fuzz.sh will be skipped" "${missing_fuzzing[@]}"
+install_optional "implicit.torch" "the torch tests and example will be skipped" "${missing_torch[@]}"
 echo "install-deps: done"

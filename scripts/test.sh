@@ -48,8 +48,14 @@ build/_consumer/implicit_cuda_check
 if grep -q "^IMPLICIT_PYTHON:BOOL=ON" build/CMakeCache.txt; then
   # The installed Python package, from the example at a small size.
   python_dir=$(sed -n 's/^IMPLICIT_PYTHON_INSTALL_DIR:STRING=//p' build/CMakeCache.txt)
-  PYTHONPATH="$root/build/_install/$python_dir" IMPLICIT_DATA_DIR="$root/build/_install/share/implicit" \
-    "$python" examples/python/hopfield_digits.py --patterns 200 --repeat 1
+  export PYTHONPATH="$root/build/_install/$python_dir" IMPLICIT_DATA_DIR="$root/build/_install/share/implicit"
+  "$python" examples/python/hopfield_digits.py --patterns 200 --repeat 1
+  if "$python" -c "import torch" 2>/dev/null; then
+    "$python" examples/python/train_deq_digits.py --train 300 --epochs 3
+  else
+    echo "implicit.torch example skipped: $python cannot import torch (apt-get install python3-torch)"
+  fi
+  unset PYTHONPATH IMPLICIT_DATA_DIR
 fi
 stage "install and consumer project"
 

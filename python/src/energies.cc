@@ -2,7 +2,11 @@
 #include "handles.h"
 
 #include <implicit/layers/dense_associative_memory_energy.h>
+#include <implicit/layers/entmax.h>
+#include <implicit/layers/hidden_prior.h>
 #include <implicit/layers/modern_hopfield_energy.h>
+#include <implicit/layers/rbm.h>
+#include <implicit/layers/regularized_attention.h>
 
 #include <pybind11/stl.h>
 
@@ -95,15 +99,6 @@ py::array ParameterVjp(const EnergyHandle& e, const py::object& x, const py::obj
   });
 }
 
-template <template <typename> class T>
-struct BuiltinEnergy : EnergyHandle {
-  Typed<T> typed;  // the same object as the base's, with its own methods
-  template <typename Scalar>
-  void Set(std::shared_ptr<T<Scalar>> energy) {
-    typed.template set<Scalar>(energy);
-    EnergyHandle::set<Scalar>(std::move(energy));
-  }
-};
 using HopfieldHandle = BuiltinEnergy<ModernHopfieldEnergy>;
 using DamHandle = BuiltinEnergy<DenseAssociativeMemoryEnergy>;
 
@@ -166,6 +161,98 @@ std::shared_ptr<DamHandle> MakeDam(const py::object& patterns, const std::string
   return handle;
 }
 
+using SparseHopfieldHandle = BuiltinEnergy<SparseHopfieldEnergy>;
+using RbmHandle = BuiltinEnergy<RbmEnergy>;
+
+std::shared_ptr<SparseHopfieldHandle> MakeSparseHopfield(const py::object& patterns,
+                                                         double alpha, double beta,
+                                                         bool learn_alpha,
+                                                         const py::object& dtype) {
+  auto handle = std::make_shared<SparseHopfieldHandle>();
+  handle->type_name = "SparseHopfieldEnergy";
+  const Dtype d = dtype.is_none() ? DtypeOfData(patterns) : ParseDtype(dtype, "dtype");
+  Dispatch(d, [&](auto scalar) {
+    using Scalar = decltype(scalar);
+    SparseHopfieldOptions o;
+    o.alpha = alpha;
+    o.beta = beta;
+    o.learn_alpha = learn_alpha;
+    handle->Set(std::make_shared<SparseHopfieldEnergy<Scalar>>(
+        CopyMatrix<Scalar>(patterns, "patterns"), o));
+  });
+  return handle;
+}
+
+// A hidden-unit prior by kind and values (each a scalar for every unit or one
+// value per unit), built for the energy's scalar type when the energy is made.
+struct PriorSpec {
+  std::string kind;  // gaussian, poisson, bernoulli, constant
+  std::vector<double> first, second;
+
+  template <typename Scalar>
+  std::shared_ptr<const HiddenPrior<Scalar>> Make() const {
+    auto vec = [](const std::vector<double>& v) {
+      return Eigen::Map<const Vector<double>>(v.data(), Index(v.size())).cast<Scalar>().eval();
+    };
+    if (kind == "gaussian") return std::make_shared<GaussianPrior<Scalar>>(vec(first), vec(second));
+    if (kind == "poisson") return std::make_shared<PoissonPrior<Scalar>>(vec(first));
+    if (kind == "bernoulli") return std::make_shared<BernoulliPrior<Scalar>>(vec(first));
+    return std::make_shared<ConstantPrior<Scalar>>(vec(first));
+  }
+};
+
+// A scalar or a 1-D array of per-unit values.
+std::vector<double> PerUnit(const py::object& value, const char* name) {
+  auto a = py::array_t<double, py::array::forcecast>::ensure(value);
+  if (!a || a.ndim() > 1 || a.size() == 0) {
+    throw py::value_error(std::string(name) + ": expected a number or a 1-D array of numbers");
+  }
+  return std::vector<double>(a.data(), a.data() + a.size());
+}
+
+PriorSpec MakePrior(const std::string& kind, const py::object& first, const char* first_name,
+                    const py::object& second = py::none(), const char* second_name = "") {
+  PriorSpec spec{kind, PerUnit(first, first_name), {}};
+  if (!second.is_none()) spec.second = PerUnit(second, second_name);
+  // Validate now (the priors' own checks), in double.
+  spec.Make<double>();
+  return spec;
+}
+
+std::shared_ptr<RbmHandle> MakeRbm(const py::object& weights, const PriorSpec& prior,
+                                   const std::string& visible, bool learn_weights,
+                                   bool learn_bias, const py::object& dtype) {
+  auto handle = std::make_shared<RbmHandle>();
+  handle->type_name = "RbmEnergy";
+  if (visible != "gaussian" && visible != "binary") {
+    throw py::value_error("visible: '" + visible + "' is unknown (gaussian, binary)");
+  }
+  const Dtype d = dtype.is_none() ? DtypeOfData(weights) : ParseDtype(dtype, "dtype");
+  Dispatch(d, [&](auto scalar) {
+    using Scalar = decltype(scalar);
+    typename RbmEnergy<Scalar>::Options o;
+    o.visible = visible == "binary" ? VisibleType::kBinary : VisibleType::kGaussian;
+    o.learn_weights = learn_weights;
+    o.learn_bias = learn_bias;
+    handle->Set(std::make_shared<RbmEnergy<Scalar>>(CopyMatrix<Scalar>(weights, "weights"),
+                                                    prior.Make<Scalar>(), o));
+  });
+  return handle;
+}
+
+// entmax over the columns of an N x B score array, in the array's dtype.
+template <typename Fn>
+py::array ColumnwiseScores(const py::object& scores, const char* name, Fn fn) {
+  const Dtype d = DtypeOfData(scores);
+  return Dispatch(d, [&](auto scalar) {
+    using Scalar = decltype(scalar);
+    auto s = View<Scalar>(scores, name, -1, -1);
+    Matrix<Scalar> out(s.rows(), s.cols());
+    fn(s, out);
+    return MatrixToArray<Scalar>(out);
+  });
+}
+
 }  // namespace
 
 void BindEnergies(py::module_& m) {
@@ -195,6 +282,14 @@ States x are dimension x batch arrays in Fortran order of the energy's dtype
             });
           },
           py::arg("x"))
+      .def(
+          "descent_direction",
+          [](const EnergyHandle& e, const py::object& x) {
+            return StateMethod(e, x, py::none(), "", [](const auto& energy, auto x_, auto, auto& d) {
+              energy.DescentDirection(x_, d);
+            });
+          },
+          py::arg("x"), "The direction of the energy's own dynamics (the gradient by default).")
       .def(
           "hessian_vector_product",
           [](const EnergyHandle& e, const py::object& x, const py::object& v) {
@@ -264,6 +359,94 @@ entropy barrier on (-1, 1)^n (domain "box"); F is the interaction:
            py::arg("degree") = 2, py::arg("beta") = 1.0, py::arg("domain") = "euclidean",
            py::arg("box_gain") = 1.0, py::arg("learn_patterns") = false,
            py::arg("dtype") = py::none());
+
+  py::class_<SparseHopfieldHandle, EnergyHandle, std::shared_ptr<SparseHopfieldHandle>>(
+      m, "SparseHopfieldEnergy",
+      R"(E(x) = 0.5 |x|^2 - (1/beta) Omega*_alpha(beta X^T x): Hopfield retrieval with
+alpha-entmax attention (alpha = 1 softmax, 1.5 entmax15, 2 sparsemax). Its CCCP map
+is x <- X entmax_alpha(beta X^T x). Parameters: "X" (always), "alpha" when
+learn_alpha (alpha > 1).)")
+      .def(py::init(&MakeSparseHopfield), py::arg("patterns"), py::arg("alpha") = 1.5,
+           py::arg("beta") = 1.0, py::arg("learn_alpha") = false, py::arg("dtype") = py::none())
+      .def(
+          "attention",
+          [](const SparseHopfieldHandle& h, const py::object& x) {
+            return Dispatch(h.dtype, [&](auto s) {
+              using Scalar = decltype(s);
+              const SparseHopfieldEnergy<Scalar>& energy = h.typed.get<Scalar>();
+              auto xs = View<Scalar>(x, "x", energy.dimension(), -1);
+              Matrix<Scalar> p(energy.num_patterns(), xs.cols());
+              energy.Weights(xs, p);
+              return MatrixToArray<Scalar>(p);
+            });
+          },
+          py::arg("x"), "entmax_alpha(beta X^T x): the N x B (sparse) attention weights.");
+
+  m.def(
+      "entmax",
+      [](const py::object& scores, double alpha) {
+        return ColumnwiseScores(scores, "scores", [&](auto s, auto& p) {
+          using Scalar = typename std::decay_t<decltype(p)>::Scalar;
+          entmax::Entmax<Scalar>(s, Scalar(alpha), p);
+        });
+      },
+      py::arg("scores"), py::arg("alpha") = 1.5,
+      "alpha-entmax of each column of an N x B score array (1: softmax, 2: sparsemax); "
+      "-inf entries get weight exactly 0.");
+  m.def(
+      "sparsemax",
+      [](const py::object& scores) {
+        return ColumnwiseScores(scores, "scores", [&](auto s, auto& p) {
+          using Scalar = typename std::decay_t<decltype(p)>::Scalar;
+          entmax::Entmax<Scalar>(s, Scalar(2), p);
+        });
+      },
+      py::arg("scores"), "Sparsemax (the Euclidean projection onto the simplex) of each column.");
+  m.def(
+      "entmax_jacobian_vector_product",
+      [](const py::object& p, double alpha, const py::object& v) {
+        return Dispatch(DtypeOfData(p), [&](auto scalar) {
+          using Scalar = decltype(scalar);
+          auto ps = View<Scalar>(p, "p", -1, -1);
+          auto vs = View<Scalar>(v, "v", ps.rows(), ps.cols());
+          Matrix<Scalar> out(ps.rows(), ps.cols());
+          entmax::JacobianVectorProduct<Scalar>(ps, Scalar(alpha), vs, out);
+          return MatrixToArray<Scalar>(out);
+        });
+      },
+      py::arg("p"), py::arg("alpha"), py::arg("v"),
+      "dp/ds v at the weights p = entmax_alpha(s) (symmetric: also the VJP).");
+
+  py::class_<PriorSpec>(m, "HiddenPrior", R"(The prior of an RBM's hidden units, by its
+cumulant generating function K. Values are one number for every unit or a 1-D
+array with one per unit.)")
+      .def_static(
+          "gaussian",
+          [](const py::object& mean, const py::object& stddev) {
+            return MakePrior("gaussian", mean, "mean", stddev, "stddev");
+          },
+          py::arg("mean") = 0.0, py::arg("stddev") = 1.0, "K(t) = m t + s^2 t^2 / 2")
+      .def_static(
+          "poisson", [](const py::object& rate) { return MakePrior("poisson", rate, "rate"); },
+          py::arg("rate") = 1.0, "K(t) = l (e^t - 1)")
+      .def_static(
+          "bernoulli", [](const py::object& p) { return MakePrior("bernoulli", p, "p"); },
+          py::arg("p") = 0.5, "K(t) = log(1 - p + p e^t)")
+      .def_static(
+          "constant", [](const py::object& c) { return MakePrior("constant", c, "c"); },
+          py::arg("c") = 1.0, "K(t) = c t (h = c with certainty)")
+      .def_readonly("kind", &PriorSpec::kind)
+      .def("__repr__", [](const PriorSpec& p) { return "<HiddenPrior " + p.kind + ">"; });
+
+  py::class_<RbmHandle, EnergyHandle, std::shared_ptr<RbmHandle>>(
+      m, "RbmEnergy",
+      R"(The RBM-effective energy E(v) = 0.5|v|^2 - b.v - sum_mu K_mu(w_mu . v) of an RBM
+with couplings W (n x M) and hidden prior K (implicit.HiddenPrior), hidden units
+integrated out; visible "gaussian" (with 0.5|v|^2) or "binary". Parameters: "W"
+when learn_weights, "b" when learn_bias.)")
+      .def(py::init(&MakeRbm), py::arg("weights"), py::arg("prior"),
+           py::arg("visible") = "gaussian", py::arg("learn_weights") = true,
+           py::arg("learn_bias") = false, py::arg("dtype") = py::none());
 }
 
 }  // namespace implicit::python

@@ -66,6 +66,17 @@ struct EnergyHandle : Typed<Energy> {
   const char* type_name = "Energy";
 };
 
+// A built-in energy T: the Energy handle plus the typed object for T's own methods.
+template <template <typename> class T>
+struct BuiltinEnergy : EnergyHandle {
+  Typed<T> typed;  // the same object as the base's
+  template <typename Scalar>
+  void Set(std::shared_ptr<T<Scalar>> energy) {
+    typed.template set<Scalar>(energy);
+    EnergyHandle::set<Scalar>(std::move(energy));
+  }
+};
+
 struct MapHandle : Typed<FixedPointMap> {
   virtual ~MapHandle() = default;
   const char* type_name = "Map";
@@ -83,6 +94,7 @@ py::list StatusNames(const std::vector<TerminationType>& status);
 void BindSolvers(py::module_& m);
 void BindEnergies(py::module_& m);
 void BindMaps(py::module_& m);
+void BindEnergyTransformer(py::module_& m);
 void BindDifferentiation(py::module_& m);
 
 }  // namespace implicit::python

@@ -100,6 +100,7 @@ PYBIND11_MODULE(_implicit, m) {
       "gradients (the C++ library's Python binding; see docs/python.md).";
   implicit::python::BindEnergies(m);
   implicit::python::BindMaps(m);
+  implicit::python::BindEnergyTransformer(m);
   implicit::python::BindSolvers(m);
   implicit::python::BindDifferentiation(m);
 }

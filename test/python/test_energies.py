@@ -25,6 +25,12 @@ def energies():
         implicit.DenseAssociativeMemoryEnergy(X, interaction="polynomial", degree=3),
         implicit.DenseAssociativeMemoryEnergy(0.5 * X, interaction="exponential", beta=0.7,
                                               domain="box"),
+        implicit.SparseHopfieldEnergy(X, alpha=1.5, beta=0.8),
+        implicit.RbmEnergy(0.5 * X, implicit.HiddenPrior.bernoulli(0.3)),
+        implicit.RbmEnergy(0.5 * X, implicit.HiddenPrior.gaussian(0.1, [0.5, 1, 1.5, 1, 0.7]),
+                           learn_bias=True),
+        implicit.EnergyTransformer(num_tokens=3, token_dim=2, num_heads=2, head_dim=2,
+                                   num_memories=3, memory="softmax", seed=4, init_stddev=0.8),
     ]
 
 
@@ -103,3 +109,74 @@ def test_constructor_errors():
                                               degree=1)
     with pytest.raises(TypeError, match="energy: expected an implicit.Energy"):
         implicit.CccpMap("not an energy")
+
+
+def test_sparsemax_is_the_projection_onto_the_simplex():
+    rng = np.random.default_rng(8)
+    s = np.asfortranarray(rng.standard_normal((7, 5)) * 2)
+    p = implicit.sparsemax(s)
+    assert np.all(p >= 0) and np.allclose(p.sum(axis=0), 1.0)
+    assert np.any(p == 0)                        # sparse
+    for b in range(s.shape[1]):                  # KKT: p = max(s - tau, 0) for one tau
+        support = p[:, b] > 0
+        tau = s[support, b] - p[support, b]
+        assert np.allclose(tau, tau[0])
+        assert np.all(s[~support, b] <= tau[0] + 1e-12)
+    softmax = np.exp(s - s.max(axis=0)) / np.exp(s - s.max(axis=0)).sum(axis=0)
+    assert np.allclose(implicit.entmax(s, alpha=1.0), softmax)
+
+
+def test_entmax_jacobian_matches_finite_differences():
+    rng = np.random.default_rng(9)
+    s = np.asfortranarray(rng.standard_normal((6, 4)))
+    v = np.asfortranarray(rng.standard_normal((6, 4)))
+    h = 1e-7
+    fd = (implicit.entmax(np.asfortranarray(s + h * v), 1.5) -
+          implicit.entmax(np.asfortranarray(s - h * v), 1.5)) / (2 * h)
+    jv = implicit.entmax_jacobian_vector_product(implicit.entmax(s, 1.5), 1.5, v)
+    assert np.allclose(jv, fd, atol=1e-6)
+
+
+def test_sparse_hopfield_retrieves_separated_patterns_exactly():
+    X = np.asfortranarray(np.eye(8)[:, :5] * 3.0)
+    energy = implicit.SparseHopfieldEnergy(X, alpha=2.0, beta=2.0)
+    assert np.array_equal(energy.attention(X), np.eye(5))
+    z = np.asfortranarray(X + 0.2 * np.random.default_rng(1).standard_normal(X.shape))
+    s = implicit.solve(implicit.CccpMap(energy), z, "picard", absolute_tolerance=1e-12)
+    assert s.is_converged() and np.allclose(z, X, atol=1e-12)
+
+
+def test_hidden_prior_errors():
+    with pytest.raises(ValueError, match="BernoulliPrior: probabilities must be in"):
+        implicit.HiddenPrior.bernoulli(1.5)
+    with pytest.raises(ValueError, match="rate: expected a number or a 1-D array"):
+        implicit.HiddenPrior.poisson([[1.0]])
+    with pytest.raises(ValueError, match="visible: 'ternary' is unknown"):
+        implicit.RbmEnergy(np.ones((2, 2)), implicit.HiddenPrior.constant(), visible="ternary")
+
+
+def energy_transformer():
+    return implicit.EnergyTransformer(num_tokens=4, token_dim=3, num_heads=2, head_dim=2,
+                                      num_memories=5, seed=2)
+
+
+def test_energy_transformer_dynamics_descend_and_clamps_hold():
+    et = energy_transformer()
+    assert et.dimension == 12 and et.num_tokens == 4 and et.token_dim == 3
+    x = np.asfortranarray(np.random.default_rng(6).standard_normal((12, 3)))
+    f = implicit.EnergyTransformerMap(et, step=0.1)
+    values = [et.value(x)]
+    for _ in range(20):
+        x = f.evaluate(x)
+        values.append(et.value(x))
+    assert np.all(np.diff(np.array(values), axis=0) <= 1e-12)
+    free = np.ones((12, 3), order="F")
+    free[:3, :] = 0.0                             # token 0 is clamped
+    clamp = np.asfortranarray(np.full((12, 3), 0.5))
+    f.set_clamp(free, clamp)
+    y = f.evaluate(x)
+    assert np.allclose(y[:3, :], 0.5)
+    with pytest.raises(ValueError, match="memory: 'gelu' is unknown"):
+        implicit.EnergyTransformer(num_tokens=2, token_dim=2, memory="gelu")
+    with pytest.raises(ValueError, match="token_dim must be >= 2"):
+        implicit.EnergyTransformer(num_tokens=2, token_dim=1)

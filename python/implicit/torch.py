@@ -1,0 +1,235 @@
+"""PyTorch integration: equilibrium layers whose forward pass is a C++ solve and
+whose backward pass is the implicit function theorem with a C++ linear solver.
+
+    import torch
+    import implicit.torch as itorch
+
+    class Cell(torch.nn.Module):                     # f(z, x) = tanh(W z + U x + b)
+        def __init__(self, n, m):
+            super().__init__()
+            self.W = torch.nn.Linear(n, n, bias=False)
+            self.U = torch.nn.Linear(m, n)
+        def forward(self, z, x):
+            return torch.tanh(self.W(z) + self.U(x))
+
+    deq = itorch.DEQ(Cell(32, 10), dimension=32, solver="anderson",
+                     solver_options={"absolute_tolerance": 1e-10})
+    z = deq(x)                                     # x: (batch, 10) -> z*: (batch, 32)
+    loss = z.square().sum(); loss.backward()         # exact implicit gradients for W, U
+
+Tensors are batch-first, (batch, dimension), as usual in PyTorch; C-contiguous
+(batch, n) memory is exactly the library's (n, batch) column-major layout, so
+states cross between torch and C++ as views, without transposing copies.
+Double (float64) and float (float32) tensors on the CPU are supported.
+
+A sample whose forward solve did not converge, or whose adjoint solve failed,
+gets NaN gradients (never silently wrong ones); `last_forward_summary` and
+`last_backward_summary` say what happened.
+"""
+
+import numpy as np
+import torch
+
+from . import _implicit
+
+__all__ = ["DEQ", "HopfieldRetrieval"]
+
+
+def _dtype_name(dtype):
+    if dtype == torch.float64:
+        return "float64"
+    if dtype == torch.float32:
+        return "float32"
+    raise TypeError(f"implicit.torch: tensors must be float64 or float32, got {dtype}")
+
+
+def _columns(tensor):
+    """A (batch, n) tensor as a (n, batch) Fortran-ordered numpy view (no copy)."""
+    return tensor.detach().contiguous().numpy().T
+
+
+def _nan_failed(adjoint, statuses):
+    """NaN columns for samples whose solve did not converge."""
+    for b, status in enumerate(statuses):
+        if status != "converged":
+            adjoint[:, b] = np.nan
+    return adjoint
+
+
+def _backward_keywords(backward, backward_options):
+    options = dict(backward_options or {})
+    if "method" in options:
+        raise ValueError("backward_options: give the method as backward=...")
+    options["method"] = backward
+    return options
+
+
+class DEQ(torch.nn.Module):
+    """z* = f(z*, x): a deep-equilibrium layer around a torch function f.
+
+    f(z, x) -> tensor shaped like z, for z of shape (batch, dimension); f may be
+    an nn.Module (its parameters are this module's parameters). The forward
+    solve runs the named C++ solver on f evaluated under no_grad; the output is
+    f(z*, x) recorded by autograd (equal to z* within the tolerance), and its
+    gradient is replaced by the adjoint u that solves (I - J)^T u = dL/dz*
+    (J = df/dz at z*), found by the named C++ linear solver with
+    vector-Jacobian products from torch.autograd. Parameters of f and x then
+    receive exact implicit gradients; the solver is never unrolled.
+
+    solver / solver_options: implicit.Solver's name and options.
+    backward: "implicit" (exact), "jacobian_free" or "phantom" (approximations).
+    backward_options: implicit.backward's keywords (linear_solver, tolerance, ...).
+    require_converged_forward: samples whose forward solve did not converge get
+    NaN gradients (default True), as ImplicitLayer does in C++.
+    """
+
+    def __init__(self, f, dimension, solver="anderson", solver_options=None,
+                 backward="implicit", backward_options=None, require_converged_forward=True):
+        super().__init__()
+        if dimension < 1:
+            raise ValueError(f"dimension: must be >= 1, got {dimension}")
+        self.f = f
+        self.dimension = int(dimension)
+        self.solver = _implicit.Solver(solver, solver_options)
+        self.backward_options = _backward_keywords(backward, backward_options)
+        self.require_converged_forward = require_converged_forward
+        self.last_forward_summary = None
+        self.last_backward_summary = None
+
+    def forward(self, x, z0=None):
+        batch = x.shape[0]
+        dtype = x.dtype if z0 is None else z0.dtype
+        name = _dtype_name(dtype)
+        if z0 is None:
+            z0 = torch.zeros(batch, self.dimension, dtype=dtype)
+        if z0.shape != (batch, self.dimension):
+            raise ValueError(f"z0: expected shape ({batch}, {self.dimension}), got "
+                             f"{tuple(z0.shape)}")
+        x_data = x.detach()
+
+        def evaluate(z_columns):
+            with torch.no_grad():
+                out = self.f(torch.from_numpy(z_columns.T), x_data)
+            return out.contiguous().numpy().T
+
+        state = _columns(z0.detach().clone())
+        self.last_forward_summary = self.solver.solve(
+            _implicit.PythonMap(self.dimension, evaluate, dtype=name), state)
+        z_star = torch.from_numpy(state.T.copy())
+        forward_status = self.last_forward_summary.sample_status
+
+        # One application of f with the autograd graph attached to x and f's
+        # parameters; its incoming gradient is swapped for the IFT adjoint.
+        z = self.f(z_star, x)
+        if z.requires_grad:
+            z.register_hook(lambda grad: self._adjoint(z_star, x_data, grad, forward_status))
+        return z
+
+    def _adjoint(self, z_star, x, grad, forward_status):
+        if grad is None:      # an undefined (zero) gradient stays undefined
+            return None
+        z_leaf = z_star.detach().requires_grad_()
+        with torch.enable_grad():
+            fz = self.f(z_leaf, x)
+
+        def vjp(z_columns, u_columns):
+            (out,) = torch.autograd.grad(fz, z_leaf, torch.from_numpy(u_columns.T),
+                                         retain_graph=True)
+            return out.contiguous().numpy().T
+
+        name = _dtype_name(grad.dtype)
+        at = _columns(z_star)
+        f_map = _implicit.PythonMap(self.dimension, lambda z: at, vjp=vjp, dtype=name)
+        result = _implicit.backward(f_map, at, _columns(grad), **self.backward_options)
+        self.last_backward_summary = result.summary
+        adjoint = _nan_failed(result.adjoint, result.summary.sample_status)
+        if self.require_converged_forward:
+            adjoint = _nan_failed(adjoint, forward_status)
+        return torch.from_numpy(np.ascontiguousarray(adjoint.T))
+
+
+class _EnergyEquilibrium(torch.autograd.Function):
+    """z* of a C++ energy's map, with the C++ IFT backward for its parameters."""
+
+    @staticmethod
+    def forward(ctx, module, z0, *parameters):
+        z_star = module._solve(z0)
+        ctx.module = module
+        ctx.forward_converged = module.last_forward_summary.is_converged()
+        ctx.save_for_backward(z_star)
+        return z_star
+
+    @staticmethod
+    def backward(ctx, grad):
+        (z_star,) = ctx.saved_tensors
+        module = ctx.module
+        columns = _columns(z_star)
+        result = _implicit.backward(module.map, columns, _columns(grad),
+                                    **module.backward_options)
+        module.last_backward_summary = result.summary
+        flat = result.parameter_gradient
+        if not (result.ok and ctx.forward_converged):   # never a silently wrong gradient
+            flat = np.full_like(flat, np.nan)
+        grads = []
+        offset = 0
+        for name, view in module.energy.parameters.items():
+            size = view.size
+            block = flat[offset:offset + size].reshape(view.shape, order="F")
+            offset += size
+            if name in module._torch_names:
+                grads.append(torch.from_numpy(np.ascontiguousarray(block)))
+        # The equilibrium is locally constant in its starting point (None: zero).
+        return (None, None, *grads)
+
+
+class HopfieldRetrieval(torch.nn.Module):
+    """Modern Hopfield retrieval as an nn.Module: queries (batch, n) -> the
+    equilibria z* = X softmax(beta X^T z*) reached from them (C++ solve), with
+    beta and (learn_patterns) the stored patterns X (n, N) as nn.Parameters
+    whose gradients come from the C++ implicit backward pass. The parameter
+    gradient is a sum over the batch: it is NaN when any sample's forward or
+    adjoint solve failed (see last_forward_summary / last_backward_summary).
+    """
+
+    def __init__(self, patterns, beta=1.0, learn_patterns=False, learn_beta=True,
+                 solver="anderson", solver_options=None, backward="implicit",
+                 backward_options=None):
+        super().__init__()
+        patterns = torch.as_tensor(patterns)
+        name = _dtype_name(patterns.dtype)
+        self.energy = _implicit.ModernHopfieldEnergy(
+            patterns.detach().numpy(), beta=float(beta), learn_patterns=learn_patterns,
+            learn_beta=learn_beta, dtype=name)
+        self.map = _implicit.CccpMap(self.energy)
+        self.solver = _implicit.Solver(solver, solver_options)
+        self.backward_options = _backward_keywords(backward, backward_options)
+        self._torch_names = []
+        if learn_patterns:
+            self.patterns = torch.nn.Parameter(patterns.detach().clone())
+            self._torch_names.append("X")
+        else:
+            self.register_buffer("patterns", patterns.detach().clone())
+        if learn_beta:
+            self.beta = torch.nn.Parameter(torch.tensor([[float(beta)]], dtype=patterns.dtype))
+            self._torch_names.append("beta")
+        self._torch_names.sort(key=list(self.energy.parameters).index)
+        self.last_forward_summary = None
+        self.last_backward_summary = None
+
+    def _parameters_in_energy_order(self):
+        tensors = {"X": getattr(self, "patterns", None), "beta": getattr(self, "beta", None)}
+        return [tensors[name] for name in self._torch_names]
+
+    def _solve(self, z0):
+        views = self.energy.parameters
+        for name, tensor in zip(self._torch_names, self._parameters_in_energy_order()):
+            views[name][...] = tensor.detach().numpy()
+        state = _columns(z0.detach().clone())
+        self.last_forward_summary = self.solver.solve(self.map, state)
+        return torch.from_numpy(state.T.copy())
+
+    def forward(self, queries):
+        if queries.dim() != 2 or queries.shape[1] != self.energy.dimension:
+            raise ValueError(f"queries: expected shape (batch, {self.energy.dimension}), got "
+                             f"{tuple(queries.shape)}")
+        return _EnergyEquilibrium.apply(self, queries, *self._parameters_in_energy_order())
