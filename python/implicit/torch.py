@@ -32,7 +32,7 @@ import torch
 
 from . import _implicit
 
-__all__ = ["DEQ", "HopfieldRetrieval"]
+__all__ = ["DEQ", "EnergyEquilibrium", "HopfieldRetrieval"]
 
 
 def _dtype_name(dtype):
@@ -153,7 +153,7 @@ class _EnergyEquilibrium(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, module, z0, *parameters):
-        z_star = module._solve(z0)
+        z_star = module._solve(z0, parameters)
         ctx.module = module
         ctx.forward_converged = module.last_forward_summary.is_converged()
         ctx.save_for_backward(z_star)
@@ -163,8 +163,7 @@ class _EnergyEquilibrium(torch.autograd.Function):
     def backward(ctx, grad):
         (z_star,) = ctx.saved_tensors
         module = ctx.module
-        columns = _columns(z_star)
-        result = _implicit.backward(module.map, columns, _columns(grad),
+        result = _implicit.backward(module.map, _columns(z_star), _columns(grad),
                                     **module.backward_options)
         module.last_backward_summary = result.summary
         flat = result.parameter_gradient
@@ -172,64 +171,70 @@ class _EnergyEquilibrium(torch.autograd.Function):
             flat = np.full_like(flat, np.nan)
         grads = []
         offset = 0
-        for name, view in module.energy.parameters.items():
-            size = view.size
-            block = flat[offset:offset + size].reshape(view.shape, order="F")
-            offset += size
-            if name in module._torch_names:
-                grads.append(torch.from_numpy(np.ascontiguousarray(block)))
+        for view in module.energy.parameters.values():
+            block = flat[offset:offset + view.size].reshape(view.shape, order="F")
+            offset += view.size
+            grads.append(torch.from_numpy(np.ascontiguousarray(block)))
         # The equilibrium is locally constant in its starting point (None: zero).
         return (None, None, *grads)
 
 
-class HopfieldRetrieval(torch.nn.Module):
-    """Modern Hopfield retrieval as an nn.Module: queries (batch, n) -> the
-    equilibria z* = X softmax(beta X^T z*) reached from them (C++ solve), with
-    beta and (learn_patterns) the stored patterns X (n, N) as nn.Parameters
-    whose gradients come from the C++ implicit backward pass. The parameter
-    gradient is a sum over the batch: it is NaN when any sample's forward or
-    adjoint solve failed (see last_forward_summary / last_backward_summary).
+class EnergyEquilibrium(torch.nn.Module):
+    """Any implicit.Energy as an nn.Module: states z0 (batch, n) -> the equilibria
+    z* reached from them by the C++ solver on `map` (default implicit.CccpMap(energy);
+    any map built from this energy, e.g. GradientStepMap, EnergyTransformerMap).
+
+    Every parameter block of the energy (energy.parameters: "beta", "X", "W", "W_K",
+    ...) is an nn.Parameter of the same name; forward copies their values into the
+    C++ energy, and backward takes their gradients from the C++ implicit backward
+    pass. Parameter gradients are sums over the batch: NaN when any sample's forward
+    or adjoint solve failed (see last_forward_summary / last_backward_summary).
     """
 
-    def __init__(self, patterns, beta=1.0, learn_patterns=False, learn_beta=True,
-                 solver="anderson", solver_options=None, backward="implicit",
-                 backward_options=None):
+    def __init__(self, energy, map=None, solver="anderson", solver_options=None,
+                 backward="implicit", backward_options=None):
         super().__init__()
-        patterns = torch.as_tensor(patterns)
-        name = _dtype_name(patterns.dtype)
-        self.energy = _implicit.ModernHopfieldEnergy(
-            patterns.detach().numpy(), beta=float(beta), learn_patterns=learn_patterns,
-            learn_beta=learn_beta, dtype=name)
-        self.map = _implicit.CccpMap(self.energy)
+        if not isinstance(energy, _implicit.Energy):
+            raise TypeError("energy: expected an implicit.Energy")
+        self.energy = energy
+        self.map = _implicit.CccpMap(energy) if map is None else map
+        if self.map.energy is not energy:
+            raise ValueError("map: must be built from this energy")
         self.solver = _implicit.Solver(solver, solver_options)
         self.backward_options = _backward_keywords(backward, backward_options)
-        self._torch_names = []
-        if learn_patterns:
-            self.patterns = torch.nn.Parameter(patterns.detach().clone())
-            self._torch_names.append("X")
-        else:
-            self.register_buffer("patterns", patterns.detach().clone())
-        if learn_beta:
-            self.beta = torch.nn.Parameter(torch.tensor([[float(beta)]], dtype=patterns.dtype))
-            self._torch_names.append("beta")
-        self._torch_names.sort(key=list(self.energy.parameters).index)
+        self._names = list(energy.parameters)
+        for name, view in energy.parameters.items():
+            self.register_parameter(name, torch.nn.Parameter(torch.from_numpy(view.copy())))
         self.last_forward_summary = None
         self.last_backward_summary = None
 
-    def _parameters_in_energy_order(self):
-        tensors = {"X": getattr(self, "patterns", None), "beta": getattr(self, "beta", None)}
-        return [tensors[name] for name in self._torch_names]
-
-    def _solve(self, z0):
+    def _solve(self, z0, parameters):
         views = self.energy.parameters
-        for name, tensor in zip(self._torch_names, self._parameters_in_energy_order()):
+        for name, tensor in zip(self._names, parameters):
             views[name][...] = tensor.detach().numpy()
         state = _columns(z0.detach().clone())
         self.last_forward_summary = self.solver.solve(self.map, state)
         return torch.from_numpy(state.T.copy())
 
-    def forward(self, queries):
-        if queries.dim() != 2 or queries.shape[1] != self.energy.dimension:
-            raise ValueError(f"queries: expected shape (batch, {self.energy.dimension}), got "
-                             f"{tuple(queries.shape)}")
-        return _EnergyEquilibrium.apply(self, queries, *self._parameters_in_energy_order())
+    def forward(self, z0):
+        if z0.dim() != 2 or z0.shape[1] != self.energy.dimension:
+            raise ValueError(f"z0: expected shape (batch, {self.energy.dimension}), got "
+                             f"{tuple(z0.shape)}")
+        if _dtype_name(z0.dtype) != self.energy.dtype:
+            raise TypeError(f"z0: expected dtype {self.energy.dtype}, got {z0.dtype}")
+        parameters = [getattr(self, name) for name in self._names]
+        return _EnergyEquilibrium.apply(self, z0, *parameters)
+
+
+class HopfieldRetrieval(EnergyEquilibrium):
+    """Modern Hopfield retrieval as an nn.Module: queries (batch, n) -> the
+    equilibria z* = X softmax(beta X^T z*) reached from them, with beta and
+    (learn_patterns) the stored patterns X (n, N) as nn.Parameters `beta` and `X`.
+    """
+
+    def __init__(self, patterns, beta=1.0, learn_patterns=False, learn_beta=True, **options):
+        patterns = torch.as_tensor(patterns)
+        energy = _implicit.ModernHopfieldEnergy(
+            patterns.detach().numpy(), beta=float(beta), learn_patterns=learn_patterns,
+            learn_beta=learn_beta, dtype=_dtype_name(patterns.dtype))
+        super().__init__(energy, **options)

@@ -114,25 +114,47 @@ def test_hopfield_layer_is_at_the_equilibrium_and_has_parameters():
     layer, queries = hopfield_layer()
     z = layer(queries)
     assert layer.last_forward_summary.is_converged()
-    X, beta = layer.patterns, layer.beta
+    X, beta = layer.X, layer.beta
     p = torch.softmax(beta * (z @ X), dim=1)          # (batch, N)
     assert torch.allclose(p @ X.T, z, atol=1e-11)
-    assert {name for name, _ in layer.named_parameters()} == {"patterns", "beta"}
+    assert {name for name, _ in layer.named_parameters()} == {"X", "beta"}
+
+
+def gradcheck_layer(layer, z0):
+    """gradcheck of z*(theta) over every parameter block of the layer."""
+    names = [name for name, _ in layer.named_parameters()]
+
+    def equilibrium(*parameters):
+        return itorch._EnergyEquilibrium.apply(layer, z0, *parameters)
+
+    inputs = tuple(getattr(layer, name).detach().clone().requires_grad_() for name in names)
+    return torch.autograd.gradcheck(equilibrium, inputs)
 
 
 def test_hopfield_layer_gradcheck():
     layer, queries = hopfield_layer()
+    assert gradcheck_layer(layer, queries)
 
-    def retrieve(X, beta):
-        with torch.no_grad():
-            layer.patterns.copy_(X)
-            layer.beta.copy_(beta)
-        out = itorch._EnergyEquilibrium.apply(layer, queries, X, beta)
-        return out
 
-    X = layer.patterns.detach().clone().requires_grad_()
-    beta = layer.beta.detach().clone().requires_grad_()
-    assert torch.autograd.gradcheck(retrieve, (X, beta))
+def test_energy_layers_gradcheck():
+    import implicit
+    rng = np.random.default_rng(11)
+    W = np.asfortranarray(0.4 * rng.standard_normal((5, 4)))
+    z0 = torch.from_numpy(rng.standard_normal((3, 5)))
+    rbm = itorch.EnergyEquilibrium(
+        implicit.RbmEnergy(W, implicit.HiddenPrior.bernoulli(0.4), learn_bias=True),
+        solver_options=TIGHT, backward_options=ADJOINT)
+    assert {name for name, _ in rbm.named_parameters()} == {"W", "b"}
+    assert gradcheck_layer(rbm, z0)
+    sparse = implicit.SparseHopfieldEnergy(np.asfortranarray(rng.standard_normal((5, 6))),
+                                           alpha=1.5, beta=0.5)
+    layer = itorch.EnergyEquilibrium(sparse, map=implicit.CccpMap(sparse),
+                                     solver_options=TIGHT, backward_options=ADJOINT)
+    assert gradcheck_layer(layer, z0)
+    with pytest.raises(ValueError, match="map: must be built from this energy"):
+        itorch.EnergyEquilibrium(sparse, map=implicit.CccpMap(rbm.energy))
+    with pytest.raises(TypeError, match="z0: expected dtype float64"):
+        layer(z0.float())
 
 
 def test_hopfield_layer_trains_beta():
