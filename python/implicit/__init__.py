@@ -25,6 +25,8 @@ from ._implicit import (  # noqa: F401
     EnergyTransformerMap,
     GradientStepMap,
     HiddenPrior,
+    HopfieldGradients,
+    HopfieldLayer,
     IterationSummary,
     LinearSolveSummary,
     Map,
@@ -47,6 +49,7 @@ from ._implicit import (  # noqa: F401
 __all__ = [
     "BackwardResult", "CccpMap", "DenseAssociativeMemoryEnergy", "Energy", "EnergyRootMap",
     "EnergyTransformer", "EnergyTransformerMap", "GradientStepMap", "HiddenPrior",
+    "HopfieldGradients", "HopfieldLayer",
     "IterationSummary", "LinearSolveSummary", "Map", "ModernHopfieldEnergy", "PythonMap",
     "RbmEnergy", "Solver", "SparseHopfieldEnergy", "Summary", "backward", "entmax",
     "entmax_jacobian_vector_product", "solve", "solver_names", "solver_needs_energy",

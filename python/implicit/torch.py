@@ -32,7 +32,7 @@ import torch
 
 from . import _implicit
 
-__all__ = ["DEQ", "EnergyEquilibrium", "HopfieldRetrieval"]
+__all__ = ["DEQ", "EnergyEquilibrium", "HopfieldLayer", "HopfieldRetrieval"]
 
 
 def _dtype_name(dtype):
@@ -54,6 +54,16 @@ def _nan_failed(adjoint, statuses):
         if status != "converged":
             adjoint[:, b] = np.nan
     return adjoint
+
+
+def _split_parameters(flat, views):
+    """A flat parameter gradient as one contiguous tensor per block of `views`."""
+    blocks, offset = [], 0
+    for view in views.values():
+        block = flat[offset:offset + view.size].reshape(view.shape, order="F")
+        offset += view.size
+        blocks.append(torch.from_numpy(np.ascontiguousarray(block)))
+    return blocks
 
 
 def _backward_keywords(backward, backward_options):
@@ -169,14 +179,8 @@ class _EnergyEquilibrium(torch.autograd.Function):
         flat = result.parameter_gradient
         if not (result.ok and ctx.forward_converged):   # never a silently wrong gradient
             flat = np.full_like(flat, np.nan)
-        grads = []
-        offset = 0
-        for view in module.energy.parameters.values():
-            block = flat[offset:offset + view.size].reshape(view.shape, order="F")
-            offset += view.size
-            grads.append(torch.from_numpy(np.ascontiguousarray(block)))
         # The equilibrium is locally constant in its starting point (None: zero).
-        return (None, None, *grads)
+        return (None, None, *_split_parameters(flat, module.energy.parameters))
 
 
 class EnergyEquilibrium(torch.nn.Module):
@@ -238,3 +242,85 @@ class HopfieldRetrieval(EnergyEquilibrium):
             patterns.detach().numpy(), beta=float(beta), learn_patterns=learn_patterns,
             learn_beta=learn_beta, dtype=_dtype_name(patterns.dtype))
         super().__init__(energy, **options)
+
+
+class _HopfieldAttention(torch.autograd.Function):
+    """Z = HopfieldLayer(R, Y) in C++, gradients from its C++ backward."""
+
+    @staticmethod
+    def forward(ctx, module, queries, patterns, mask, *parameters):
+        z = module._forward(queries, patterns, mask, parameters)
+        ctx.module, ctx.mask, ctx.token = module, mask, module._token
+        ctx.save_for_backward(queries, patterns, *parameters)
+        return z
+
+    @staticmethod
+    def backward(ctx, grad):
+        module = ctx.module
+        queries, patterns, *parameters = ctx.saved_tensors
+        if module._token != ctx.token:      # another forward ran since: restore this one's state
+            module._forward(queries, patterns, ctx.mask, parameters)
+        g = module.layer.backward(_columns(grad))
+        module.last_backward_summary = g.adjoint_summary
+        converged = g.ok and (module.one_step or module.layer.summary.is_converged())
+        flat = g.parameters if converged else np.full_like(g.parameters, np.nan)
+        d_queries = torch.from_numpy(np.ascontiguousarray(g.queries.T))
+        d_patterns = torch.from_numpy(np.ascontiguousarray(g.stored_patterns.T))
+        if not converged:
+            d_queries.fill_(float("nan"))
+            d_patterns.fill_(float("nan"))
+        return (None, d_queries, d_patterns, None,
+                *_split_parameters(flat, module.layer.parameters))
+
+
+class HopfieldLayer(torch.nn.Module):
+    """Multi-head Hopfield attention (implicit.HopfieldLayer) as an nn.Module:
+    queries (S, query_dim) and stored patterns (N, pattern_dim) -> (S, output_dim).
+
+    Retrieval to the equilibrium of the layer's energy by a C++ solver (solver,
+    solver_options; default Picard), backward by the C++ implicit function theorem
+    (backward_options: implicit.backward's keywords); one_step=True is exactly
+    multi-head softmax attention. The projections W_Q, W_K, W_V, W_O and beta are
+    nn.Parameters. Other keywords are implicit.HopfieldLayer's (num_heads, head_dim,
+    value_dim, output_dim, project_*, beta, beta_per_head, learn_beta,
+    query_weight, seed). With query_weight = 0 a converged retrieval does not
+    depend on the queries except through their basin, so their gradient is zero.
+    Gradients are NaN when the retrieval or its adjoint solve did not converge.
+    """
+
+    def __init__(self, query_dim, pattern_dim, solver=None, solver_options=None,
+                 backward_options=None, dtype=torch.float64, **layer_options):
+        super().__init__()
+        self.one_step = bool(layer_options.get("one_step", False))
+        cpp_solver = None
+        if solver is not None or solver_options is not None:
+            cpp_solver = _implicit.Solver(solver or "picard", solver_options)
+        self.layer = _implicit.HopfieldLayer(query_dim, pattern_dim, solver=cpp_solver,
+                                             backward=backward_options,
+                                             dtype=_dtype_name(dtype), **layer_options)
+        self._names = list(self.layer.parameters)
+        for name, view in self.layer.parameters.items():
+            self.register_parameter(name, torch.nn.Parameter(torch.from_numpy(view.copy())))
+        self._token = 0
+        self.last_backward_summary = None
+
+    def _forward(self, queries, patterns, mask, parameters):
+        views = self.layer.parameters
+        for name, tensor in zip(self._names, parameters):
+            views[name][...] = tensor.detach().numpy()
+        self._token += 1
+        z = self.layer.forward(_columns(queries), _columns(patterns),
+                               None if mask is None else np.asfortranarray(mask))
+        return torch.from_numpy(np.ascontiguousarray(z.T))
+
+    @property
+    def last_forward_summary(self):
+        return self.layer.summary
+
+    def forward(self, queries, patterns, mask=None):
+        """mask: additive score mask (N,) or (N, S) of 0 / -inf entries, or None."""
+        if mask is not None:
+            mask = torch.as_tensor(mask, dtype=queries.dtype).detach().numpy()
+            mask = mask.reshape(-1, 1) if mask.ndim == 1 else mask
+        parameters = [getattr(self, name) for name in self._names]
+        return _HopfieldAttention.apply(self, queries, patterns, mask, *parameters)

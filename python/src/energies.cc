@@ -59,17 +59,7 @@ py::array StateMethod(const EnergyHandle& e, const py::object& x, const py::obje
 py::dict Parameters(const py::object& self) {
   const EnergyHandle& e = self.cast<const EnergyHandle&>();
   return Dispatch(e.dtype, [&](auto scalar) {
-    using Scalar = decltype(scalar);
-    py::dict blocks;
-    ParameterSet<Scalar>* p = e.get<Scalar>().parameters();
-    if (p == nullptr) return blocks;
-    for (const auto& entry : p->entries()) {
-      const py::ssize_t s = sizeof(Scalar);
-      blocks[py::str(entry.name)] = py::array(
-          py::dtype::of<Scalar>(), {py::ssize_t(entry.rows), py::ssize_t(entry.cols)},
-          {s, s * py::ssize_t(entry.rows)}, p->values().data() + entry.offset, self);
-    }
-    return blocks;
+    return ParameterViews(e.get<decltype(scalar)>().parameters(), self);
   });
 }
 

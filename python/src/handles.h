@@ -7,11 +7,15 @@
 
 #include <implicit/core/energy.h>
 #include <implicit/core/map.h>
+#include <implicit/core/parameters.h>
+#include <implicit/solvers/registry.h>
 #include <implicit/solvers/solver.h>
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <stdexcept>
+#include <string>
 
 namespace implicit::python {
 
@@ -87,14 +91,43 @@ struct MapHandle : Typed<FixedPointMap> {
   }
 };
 
+// implicit.Solver: a solver chosen by name with string options (the
+// registry's syntax), built for the map's dtype at each solve.
+struct PySolver {
+  std::string name;
+  std::map<std::string, std::string> options;
+  py::object callback = py::none();
+
+  template <typename Scalar>
+  std::unique_ptr<Solver<Scalar>> Build(const SolverOptions& base = {}) const {
+    return MakeSolver<Scalar>(name, options, base);
+  }
+};
+
 // The names of per-sample statuses ("converged", ...), as a list.
 py::list StatusNames(const std::vector<TerminationType>& status);
+
+// Writable views of the blocks of `p` (none when p is null), each keeping
+// `owner` (the Python object that owns p) alive.
+template <typename Scalar>
+py::dict ParameterViews(ParameterSet<Scalar>* p, const py::object& owner) {
+  py::dict blocks;
+  if (p == nullptr) return blocks;
+  for (const auto& entry : p->entries()) {
+    const py::ssize_t s = sizeof(Scalar);
+    blocks[py::str(entry.name)] = py::array(
+        py::dtype::of<Scalar>(), {py::ssize_t(entry.rows), py::ssize_t(entry.cols)},
+        {s, s * py::ssize_t(entry.rows)}, p->values().data() + entry.offset, owner);
+  }
+  return blocks;
+}
 
 // Registers the classes of each part with the module.
 void BindSolvers(py::module_& m);
 void BindEnergies(py::module_& m);
 void BindMaps(py::module_& m);
 void BindEnergyTransformer(py::module_& m);
+void BindHopfieldLayer(py::module_& m);
 void BindDifferentiation(py::module_& m);
 
 }  // namespace implicit::python

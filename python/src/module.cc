@@ -103,4 +103,5 @@ PYBIND11_MODULE(_implicit, m) {
   implicit::python::BindEnergyTransformer(m);
   implicit::python::BindSolvers(m);
   implicit::python::BindDifferentiation(m);
+  implicit::python::BindHopfieldLayer(m);
 }

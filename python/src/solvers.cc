@@ -12,13 +12,6 @@
 namespace implicit::python {
 namespace {
 
-// A solver chosen by name with string options (the registry's syntax), built
-// for the map's dtype at each solve.
-struct PySolver {
-  std::string name;
-  std::map<std::string, std::string> options;
-  py::object callback = py::none();
-};
 
 // Python option values as the registry's strings: bool, int, float or str.
 std::string OptionText(const std::string& key, const py::handle& value) {
@@ -94,7 +87,7 @@ Summary Solve(const PySolver& solver, const MapHandle& map, const py::object& z)
         return CallbackReturnType::kAbort;
       }
     };
-    std::unique_ptr<Solver<Scalar>> s = MakeSolver<Scalar>(solver.name, solver.options, base);
+    std::unique_ptr<Solver<Scalar>> s = solver.Build<Scalar>(base);
     Summary summary;
     {
       py::gil_scoped_release release;
