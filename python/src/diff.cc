@@ -8,6 +8,12 @@
 #include <string>
 
 namespace implicit::python {
+
+const char* const kBackwardOptionNames =
+    "method, linear_solver, tolerance, absolute_tolerance, max_iterations, restart, memory, "
+    "regularization, divergence_threshold, phantom_steps, phantom_damping, "
+    "drop_failed_samples, require_converged_forward";
+
 namespace {
 
 struct PyBackwardResult {
@@ -16,27 +22,8 @@ struct PyBackwardResult {
 };
 
 PyBackwardResult Backward(const MapHandle& map, const py::object& z_star,
-                          const py::object& grad_z, const std::string& method,
-                          const std::string& linear_solver, double tolerance,
-                          double absolute_tolerance, int max_iterations, int restart, int memory,
-                          double regularization, double divergence_threshold, int phantom_steps,
-                          double phantom_damping, bool drop_failed_samples) {
-  BackwardOptions options;
-  if (!StringToGradientMethod(method, &options.method)) {
-    throw py::value_error("method: '" + method +
-                          "' is unknown (implicit, jacobian_free, phantom)");
-  }
-  options.linear_solver = linear_solver;
-  options.tolerance = tolerance;
-  options.absolute_tolerance = absolute_tolerance;
-  options.max_iterations = max_iterations;
-  options.restart = restart;
-  options.memory = memory;
-  options.regularization = regularization;
-  options.divergence_threshold = divergence_threshold;
-  options.phantom_steps = phantom_steps;
-  options.phantom_damping = phantom_damping;
-  options.drop_failed_samples = drop_failed_samples;
+                          const py::object& grad_z, const py::kwargs& keywords) {
+  const BackwardOptions options = ParseBackwardOptions(keywords);
   return Dispatch(map.dtype, [&](auto scalar) {
     using Scalar = decltype(scalar);
     const FixedPointMap<Scalar>& f = map.get<Scalar>();
@@ -59,6 +46,50 @@ PyBackwardResult Backward(const MapHandle& map, const py::object& z_star,
 
 
 }  // namespace
+
+BackwardOptions ParseBackwardOptions(const py::dict& keywords) {
+  BackwardOptions o;
+  for (auto item : keywords) {
+    const std::string key = py::str(item.first);
+    const py::handle v = item.second;
+    if (key == "method") {
+      if (!StringToGradientMethod(v.cast<std::string>(), &o.method)) {
+        throw py::value_error("method: '" + v.cast<std::string>() +
+                              "' is unknown (implicit, jacobian_free, phantom)");
+      }
+    } else if (key == "linear_solver") {
+      o.linear_solver = v.cast<std::string>();
+    } else if (key == "tolerance") {
+      o.tolerance = v.cast<double>();
+    } else if (key == "absolute_tolerance") {
+      o.absolute_tolerance = v.cast<double>();
+    } else if (key == "max_iterations") {
+      o.max_iterations = v.cast<int>();
+    } else if (key == "restart") {
+      o.restart = v.cast<int>();
+    } else if (key == "memory") {
+      o.memory = v.cast<int>();
+    } else if (key == "regularization") {
+      o.regularization = v.cast<double>();
+    } else if (key == "divergence_threshold") {
+      o.divergence_threshold = v.cast<double>();
+    } else if (key == "phantom_steps") {
+      o.phantom_steps = v.cast<int>();
+    } else if (key == "phantom_damping") {
+      o.phantom_damping = v.cast<double>();
+    } else if (key == "drop_failed_samples") {
+      o.drop_failed_samples = v.cast<bool>();
+    } else if (key == "require_converged_forward") {
+      o.require_converged_forward = v.cast<bool>();
+    } else {
+      throw py::value_error("unknown backward option '" + key + "' (" + kBackwardOptionNames +
+                            ")");
+    }
+  }
+  std::string error;
+  if (!o.IsValid(&error)) throw py::value_error(error);
+  return o;
+}
 
 void BindDifferentiation(py::module_& m) {
   py::class_<LinearSolveSummary>(m, "LinearSolveSummary",
@@ -108,24 +139,18 @@ converged. A failed sample's gradients are NaN, never zero.)")
         return "<BackwardResult " + r.summary.BriefReport() + ">";
       });
 
-  const BackwardOptions defaults;
   m.def("backward", &Backward, py::arg("map"), py::arg("z_star"), py::arg("grad_z"),
-        py::arg("method") = "implicit", py::arg("linear_solver") = defaults.linear_solver,
-        py::arg("tolerance") = defaults.tolerance,
-        py::arg("absolute_tolerance") = defaults.absolute_tolerance,
-        py::arg("max_iterations") = defaults.max_iterations, py::arg("restart") = defaults.restart,
-        py::arg("memory") = defaults.memory, py::arg("regularization") = defaults.regularization,
-        py::arg("divergence_threshold") = defaults.divergence_threshold,
-        py::arg("phantom_steps") = defaults.phantom_steps,
-        py::arg("phantom_damping") = defaults.phantom_damping,
-        py::arg("drop_failed_samples") = defaults.drop_failed_samples,
         R"(The implicit-function-theorem backward pass at an equilibrium z_star.
 
-Solves (I - J)^T u = grad_z (grad_z = dL/dz*, dimension x batch) with the chosen
-linear solver ("auto": minres for maps from an energy, else gmres; also
-"fixed_point", "anderson", "broyden", "cg", "gmres", "direct") and returns a
-BackwardResult. method: "implicit" (exact), "jacobian_free", "phantom".
-Bad options raise ValueError.)");
+Solves (I - J)^T u = grad_z (grad_z = dL/dz*, dimension x batch) and returns a
+BackwardResult. Keywords (C++ BackwardOptions; defaults in brackets):
+method ["implicit"; "jacobian_free", "phantom"], linear_solver ["auto": minres
+for maps from an energy, else gmres; "fixed_point", "anderson", "broyden", "cg",
+"minres", "gmres", "direct"], tolerance [1e-10, relative], absolute_tolerance
+[0], max_iterations [200], restart [30, gmres], memory [5, anderson/broyden],
+regularization [1e-12], divergence_threshold [1e8], phantom_steps [5],
+phantom_damping [0.5], drop_failed_samples [False], require_converged_forward
+[True; layers only]. Bad options raise ValueError.)");
 }
 
 }  // namespace implicit::python

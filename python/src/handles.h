@@ -8,6 +8,7 @@
 #include <implicit/core/energy.h>
 #include <implicit/core/map.h>
 #include <implicit/core/parameters.h>
+#include <implicit/diff/backward_options.h>
 #include <implicit/solvers/registry.h>
 #include <implicit/solvers/solver.h>
 
@@ -103,6 +104,10 @@ struct PySolver {
     return MakeSolver<Scalar>(name, options, base);
   }
 };
+
+// BackwardOptions from implicit.backward's keywords (ValueError naming an
+// unknown key or an invalid value).
+BackwardOptions ParseBackwardOptions(const py::dict& keywords);
 
 // The names of per-sample statuses ("converged", ...), as a list.
 py::list StatusNames(const std::vector<TerminationType>& status);

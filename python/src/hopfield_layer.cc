@@ -11,67 +11,12 @@
 namespace implicit::python {
 namespace {
 
-struct PyHopfieldLayer {
-  Dtype dtype = Dtype::kFloat64;
-  std::shared_ptr<HopfieldLayer<double>> d;
-  std::shared_ptr<HopfieldLayer<float>> f;
-  template <typename Scalar>
-  HopfieldLayer<Scalar>& get() const {
-    if constexpr (sizeof(Scalar) == sizeof(double)) {
-      return *d;
-    } else {
-      return *f;
-    }
-  }
-};
+using PyHopfieldLayer = Typed<HopfieldLayer>;
 
 struct PyHopfieldGradients {
   py::object parameters, queries, stored_patterns;
   LinearSolveSummary adjoint_summary;
 };
-
-// BackwardOptions fields by keyword (the names of implicit.backward's keywords).
-BackwardOptions ParseBackward(const py::dict& options) {
-  BackwardOptions o;
-  for (auto item : options) {
-    const std::string key = py::str(item.first);
-    const py::handle v = item.second;
-    if (key == "method") {
-      if (!StringToGradientMethod(v.cast<std::string>(), &o.method)) {
-        throw py::value_error("backward.method: '" + v.cast<std::string>() +
-                              "' is unknown (implicit, jacobian_free, phantom)");
-      }
-    } else if (key == "linear_solver") {
-      o.linear_solver = v.cast<std::string>();
-    } else if (key == "tolerance") {
-      o.tolerance = v.cast<double>();
-    } else if (key == "absolute_tolerance") {
-      o.absolute_tolerance = v.cast<double>();
-    } else if (key == "max_iterations") {
-      o.max_iterations = v.cast<int>();
-    } else if (key == "restart") {
-      o.restart = v.cast<int>();
-    } else if (key == "memory") {
-      o.memory = v.cast<int>();
-    } else if (key == "regularization") {
-      o.regularization = v.cast<double>();
-    } else if (key == "phantom_steps") {
-      o.phantom_steps = v.cast<int>();
-    } else if (key == "phantom_damping") {
-      o.phantom_damping = v.cast<double>();
-    } else if (key == "drop_failed_samples") {
-      o.drop_failed_samples = v.cast<bool>();
-    } else if (key == "require_converged_forward") {
-      o.require_converged_forward = v.cast<bool>();
-    } else {
-      throw py::value_error("backward: unknown option '" + key +
-                            "' (method, linear_solver, tolerance, absolute_tolerance, "
-                            "max_iterations, restart, memory, regularization, phantom_steps, "
-                            "phantom_damping, drop_failed_samples, require_converged_forward)");
-    }
-  }
-  return o;
-}
 
 std::shared_ptr<PyHopfieldLayer> MakeLayer(
     Index query_dim, Index pattern_dim, Index num_heads, Index head_dim, Index value_dim,
@@ -107,13 +52,8 @@ std::shared_ptr<PyHopfieldLayer> MakeLayer(
     o.one_step = one_step;
     o.seed = seed;
     if (!solver.is_none()) o.solver = solver.cast<const PySolver&>().Build<Scalar>();
-    if (!backward.is_none()) o.backward = ParseBackward(backward.cast<py::dict>());
-    auto layer = std::make_shared<HopfieldLayer<Scalar>>(o);
-    if constexpr (sizeof(Scalar) == sizeof(double)) {
-      handle->d = std::move(layer);
-    } else {
-      handle->f = std::move(layer);
-    }
+    if (!backward.is_none()) o.backward = ParseBackwardOptions(backward.cast<py::dict>());
+    handle->set<Scalar>(std::make_shared<HopfieldLayer<Scalar>>(o));
   });
   return handle;
 }

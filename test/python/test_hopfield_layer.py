@@ -44,7 +44,7 @@ def test_retrieval_converges_and_backward_needs_a_forward():
     g = layer.backward(np.asfortranarray(rng.standard_normal((4, 3))))
     assert g.ok and g.parameters.shape == (sum(v.size for v in layer.parameters.values()),)
     assert np.all(g.queries == 0)         # retrieval with query_weight 0: zero, as documented
-    with pytest.raises(ValueError, match="backward: unknown option 'tol'"):
+    with pytest.raises(ValueError, match="unknown backward option 'tol'"):
         implicit.HopfieldLayer(4, 4, backward={"tol": 1e-8})
     with pytest.raises(ValueError, match="HopfieldLayer: query_weight must be in"):
         implicit.HopfieldLayer(4, 4, query_weight=1.0)
