@@ -1,0 +1,44 @@
+// ShardedSolve: one batch of equilibrium problems spread over the ranks of a
+// Communicator (communicator.h; over MPI: implicit::mpi::World()).
+//
+// Each rank solves the columns it owns (ShardOf(batch, comm)) and then every
+// rank receives every rank's columns and per-sample results, so that all of
+// them hold the whole solved batch and one Summary in the original sample
+// order, as if one process had solved it.
+//
+//   const implicit::Communicator& comm = implicit::mpi::World();
+//   implicit::AndersonSolver<double> solver;
+//   implicit::Summary s = implicit::ShardedSolve(solver, map, z, comm);  // z: n x B, all ranks
+//
+// `local_map` evaluates f on this rank's columns: for a map that is the same
+// function for every sample (SupportsSubsets()), the global map itself; for a
+// map with per-sample data (an input injection), the map built from this
+// rank's slice of that data. The merged Summary: per-sample vectors
+// concatenated in sample order; iterations and wall_time_seconds the maximum
+// over ranks (the ranks iterate in parallel); function_evaluations and
+// jacobian_products summed (batch evaluations of each rank's shard);
+// residuals the maximum; termination converged only when every sample
+// converged, else the most severe of the ranks' terminations; no trace.
+// Collective: every rank calls it with the same batch size. An exception on
+// one rank (bad input) is raised on every rank with that rank's message.
+#pragma once
+
+#include <implicit/core/communicator.h>
+#include <implicit/solvers/solver.h>
+
+namespace implicit {
+
+// (Scalar is deduced from the solver only, so that Eigen matrices and derived
+// maps convert.)
+template <typename Scalar>
+Summary ShardedSolve(const Solver<Scalar>& solver,
+                     const FixedPointMap<typename internal::NonDeduced<Scalar>::type>& local_map,
+                     MatrixRef<typename internal::NonDeduced<Scalar>::type> z,
+                     const Communicator& comm);
+
+extern template Summary ShardedSolve<float>(const Solver<float>&, const FixedPointMap<float>&,
+                                            MatrixRef<float>, const Communicator&);
+extern template Summary ShardedSolve<double>(const Solver<double>&, const FixedPointMap<double>&,
+                                             MatrixRef<double>, const Communicator&);
+
+}  // namespace implicit
