@@ -18,7 +18,11 @@
 // Each batch is shared out over --threads copies of the model (Workers): the
 // samples are independent, so the combined gradient is exactly the batch's.
 // While the shares run, Eigen's own (OpenMP) threads are off, so that the
-// cores are not oversubscribed.
+// cores are not oversubscribed. Under `mpirun -np K` (a build with MPI) each
+// rank takes a shard of every batch first and the ranks sum their gradients
+// (data parallel; the global batch stays --batch); every rank then takes the
+// same Adam step, and only rank 0 prints and writes the checkpoint, image and
+// JSON. A checkpoint resumes with any number of ranks.
 //
 // Gradients: --mode implicit (default) uses implicit::ImplicitBackward at the
 // equilibrium (adjoint (I - J)^T u = dL/dz of the dynamics map, GMRES): memory
@@ -29,6 +33,7 @@
 //   implicit-et                                 # default run, a few minutes on 2 cores
 //   implicit-et --steps 50 --json et.json --image et.png
 //   implicit-et --resume implicit-et.ckpt --steps 400
+//   mpirun -np 2 implicit-et --steps 50            # the same run over two processes
 #include "common/cli.h"
 #include "common/data_paths.h"
 #include "common/digit_patches.h"
@@ -37,6 +42,7 @@
 #include "common/output_files.h"
 #include "common/png.h"
 #include "common/progress.h"
+#include "common/ranks.h"
 #include "common/solvers.h"
 #include "common/table.h"
 #include "problems/problem.h"
@@ -81,6 +87,7 @@ constexpr double kPositionScale = 3.0;
 struct Config {
   long check_gradients = 0;
   long threads = std::max(1L, std::min(64L, static_cast<long>(std::thread::hardware_concurrency())));
+  bool threads_given = false;  // --threads on the command line (else shared out over MPI ranks)
   long steps = 4000, batch = 32, masked = 8, unroll_steps = 20, dim = 32, heads = 8, head_dim = 8,
        memories = 32, pos_dim = 8, max_iter = 200, holdout = 297, seed = 1, checkpoint_every = 100;
   double backward_tol = 1e-8;
@@ -390,15 +397,18 @@ class Workers {
       models_[t]->energy_params().values() = main().energy_params().values();
     }
   }
+  // Under MPI each rank takes its shard of the batch (ShardOf) and shares it
+  // out over its threads; the weighted sums are then summed over the ranks.
   StepStats Gradients(const Config& c, const Matrix<double>& patches, const Matrix<double>& patch_mask,
-                      Vector<double>* gm, Vector<double>* ge) {
-    const Index B = patches.cols(), T = std::min<Index>(static_cast<Index>(models_.size()), B);
+                      const implicit::Communicator& comm, Vector<double>* gm, Vector<double>* ge) {
+    const implicit::Shard mine = implicit::ShardOf(patches.cols(), comm);
+    const Index B = mine.count, T = std::min<Index>(static_cast<Index>(models_.size()), B);
     std::vector<StepStats> stats(static_cast<std::size_t>(T));
     std::vector<Vector<double>> gms(stats.size()), ges(stats.size());
     std::vector<double> weight(stats.size());
     std::vector<std::exception_ptr> errors(stats.size());
     auto share = [&](Index t) {
-      const Index begin = B * t / T, end = B * (t + 1) / T;
+      const Index begin = mine.begin + B * t / T, end = mine.begin + B * (t + 1) / T;
       const std::size_t i = static_cast<std::size_t>(t);
       try {
         weight[i] = patch_mask.middleCols(begin, end - begin).sum();
@@ -408,31 +418,44 @@ class Workers {
         errors[i] = std::current_exception();
       }
     };
-    {
-      // One share per thread already uses the cores: Eigen's OpenMP products
-      // inside each share would oversubscribe them. Serial while they run.
-      const SerialEigen serial(T > 1);
-      std::vector<std::thread> threads;
-      for (Index t = 1; t < T; ++t) threads.emplace_back(share, t);
-      share(0);
-      for (std::thread& t : threads) t.join();
-    }
-    for (const std::exception_ptr& e : errors)
-      if (e) std::rethrow_exception(e);
-    const double total = std::accumulate(weight.begin(), weight.end(), 0.0);
-    StepStats st;
-    gm->setZero(main().params().size());
-    ge->setZero(main().energy_params().size());
+    OnEveryRank(comm, [&] {
+      {
+        // One share per thread already uses the cores: Eigen's OpenMP products
+        // inside each share would oversubscribe them. Serial while they run.
+        const SerialEigen serial(T > 1);
+        std::vector<std::thread> threads;
+        for (Index t = 1; t < T; ++t) threads.emplace_back(share, t);
+        if (T > 0) share(0);
+        for (std::thread& t : threads) t.join();
+      }
+      for (const std::exception_ptr& e : errors)
+        if (e) std::rethrow_exception(e);
+    });
+    // Sums weighted by masked pixels over this rank's shares, then over the ranks:
+    // [w gm, w ge, w loss, w, forward converged, backward failed, backward products].
+    const Index nm = main().params().size(), ne = main().energy_params().size();
+    Vector<double> sums = Vector<double>::Zero(nm + ne + 5);
+    double forward_iterations = 0;
     for (std::size_t i = 0; i < stats.size(); ++i) {
-      const double w = weight[i] / total;
-      *gm += w * gms[i];
-      *ge += w * ges[i];
-      st.loss += w * stats[i].loss;
-      st.forward_converged += stats[i].forward_converged;
-      st.backward_failed += stats[i].backward_failed;
-      st.forward_iterations = std::max(st.forward_iterations, stats[i].forward_iterations);
-      st.backward_products += stats[i].backward_products;
+      sums.head(nm) += weight[i] * gms[i];
+      sums.segment(nm, ne) += weight[i] * ges[i];
+      sums.tail(5) += Eigen::Matrix<double, 5, 1>(weight[i] * stats[i].loss, weight[i],
+                                                  static_cast<double>(stats[i].forward_converged),
+                                                  static_cast<double>(stats[i].backward_failed),
+                                                  static_cast<double>(stats[i].backward_products));
+      forward_iterations = std::max(forward_iterations, static_cast<double>(stats[i].forward_iterations));
     }
+    implicit::SumOverRanks(comm, sums);
+    comm.MaxInPlace(&forward_iterations, 1);
+    const double total = sums(nm + ne + 1);
+    *gm = sums.head(nm) / total;
+    *ge = sums.segment(nm, ne) / total;
+    StepStats st;
+    st.loss = sums(nm + ne) / total;
+    st.forward_converged = static_cast<decltype(st.forward_converged)>(sums(nm + ne + 2));
+    st.backward_failed = static_cast<decltype(st.backward_failed)>(sums(nm + ne + 3));
+    st.backward_products = static_cast<decltype(st.backward_products)>(sums(nm + ne + 4));
+    st.forward_iterations = static_cast<decltype(st.forward_iterations)>(forward_iterations);
     return st;
   }
 
@@ -569,12 +592,14 @@ bool ParseConfig(int argc, char** argv, Config* c) {
                  "compare N gradient entries with central finite differences of the\n"
                  "loss on one batch, print the errors and exit")
       ->check(IntIn(0, 10000));
-  app.add_option("--threads", c->threads,
-                 "threads that share each batch (default: the number of cores);\n"
-                 "results agree to rounding whatever the number")
-      ->check(IntIn(1, 64));
+  CLI::Option* threads_option =
+      app.add_option("--threads", c->threads,
+                     "threads that share each batch (default: the number of cores, divided\n"
+                     "among the ranks under mpirun); results agree to rounding whatever the number")
+          ->check(IntIn(1, 64));
   app.add_flag("--quiet", c->quiet, "no progress bar");
   if (!Parse(app, argc, argv)) return false;
+  c->threads_given = threads_option->count() > 0;
   Require(!(unroll_flag->count() > 0 && mode_option->count() > 0 && mode == "implicit"),
           "--unroll: contradicts --mode implicit");
   c->unroll = unroll_flag->count() > 0 || mode == "unroll";
@@ -774,9 +799,10 @@ std::string CheckpointState(const Config& c, const TrainStats& ts, long start_st
 // state); the final one by Run after the evaluation. A non-finite loss,
 // gradient or parameter stops the run with an error (exit 1) that says which
 // checkpoint is kept.
-TrainStats Train(const Config& c, Workers& workers, Optimizers& adam, const Matrix<double>& train, long start_step) {
+TrainStats Train(const Config& c, const implicit::Communicator& comm, Workers& workers, Optimizers& adam,
+                 const Matrix<double>& train, long start_step) {
   EtModel& model = workers.main();
-  Progress progress(!c.quiet, 5.0);
+  Progress progress(!c.quiet && comm.is_root(), 5.0);
   const auto t0 = std::chrono::steady_clock::now();
   TrainStats ts;
   double smooth = -1;
@@ -788,7 +814,7 @@ TrainStats Train(const Config& c, Workers& workers, Optimizers& adam, const Matr
     for (Index b = 0; b < c.batch; ++b) batch.col(b) = train.col(pick(gen));
     const Matrix<double> masks = RandomMasks(c.batch, c.masked, gen);
     adam.Decay(CosineDecay(step, c.steps));
-    const StepStats st = workers.Gradients(c, batch, masks, &gm, &ge);
+    const StepStats st = workers.Gradients(c, batch, masks, comm, &gm, &ge);
     if (!std::isfinite(st.loss) || !gm.allFinite() || !ge.allFinite()) {
       progress.Done();
       throw std::runtime_error("training diverged at step " + std::to_string(step + 1) + " (loss " +
@@ -797,7 +823,9 @@ TrainStats Train(const Config& c, Workers& workers, Optimizers& adam, const Matr
                                "; --json and --image not written");
     }
     if (c.checkpoint_every > 0 && step > start_step && step % c.checkpoint_every == 0) {
-      Save(c, step, model, adam);
+      OnEveryRank(comm, [&] {  // written by rank 0 only; a failure stops every rank
+        if (comm.is_root()) Save(c, step, model, adam);
+      });
       ts.saved_step = step;
     }
     adam.model.Step(model.params(), gm);
@@ -933,9 +961,10 @@ void WriteJson(const Config& c, const TrainStats& ts, const Evaluation& e, Index
   std::cout << "json: " << c.json << "\n";
 }
 
-void PrintHeader(const Config& c, Index n_train, Index parameters) {
+void PrintHeader(const Config& c, int ranks, Index n_train, Index parameters) {
   std::cout << "implicit-et: " << n_train << " training digits, " << c.holdout << " held out; " << c.masked
-            << " of 16 patches masked; ET " << ConfigKey(c) << ", " << parameters << " parameters; " << c.threads
+            << " of 16 patches masked; ET " << ConfigKey(c) << ", " << parameters << " parameters; "
+            << (ranks > 1 ? std::to_string(ranks) + " MPI ranks x " : "") << c.threads
             << (c.threads == 1 ? " thread; " : " threads; ")
             << (c.unroll ? "backprop through " + std::to_string(c.unroll_steps) + " unrolled gradient steps"
                          : "implicit gradients at the equilibrium (" + c.solver + " forward, GMRES adjoint)")
@@ -956,9 +985,12 @@ std::string DataKey(const Matrix<double>& train) {
 }
 
 int Run(int argc, char** argv) {
+  const implicit::Communicator& comm = AppCommunicator();
   Config c;
   if (!ParseConfig(argc, argv, &c)) return 0;
-  if (c.check_gradients == 0) {
+  // Under mpirun the ranks share the machine's cores unless --threads says otherwise.
+  if (!c.threads_given) c.threads = std::max(1L, c.threads / comm.size());
+  if (c.check_gradients == 0 && comm.is_root()) {
     // Temporary files of writers killed while saving this checkpoint.
     for (const std::string& f : implicit::RemoveStaleCheckpointTemporaries(c.checkpoint))
       if (!c.quiet) std::cerr << "implicit-et: removed '" << f << "', left by a checkpoint writer that was killed\n";
@@ -977,16 +1009,17 @@ int Run(int argc, char** argv) {
   const long start_step = c.resume.empty() ? 0 : Resume(c, workers, adam);
   if (c.check_gradients > 0) return CheckGradients(c, model, train);
   const Index parameters = model.params().size() + model.energy_params().size();
-  PrintHeader(c, n_train, parameters);
-  const TrainStats ts = Train(c, workers, adam, train, start_step);
+  PrintHeader(c, comm.size(), n_train, parameters);
+  const TrainStats ts = Train(c, comm, workers, adam, train, start_step);
   const Evaluation e = Evaluate(c, model, train, test);
   if (!std::isfinite(e.et_mse))
     throw std::runtime_error("the held-out masked MSE of the trained model is not finite (" + Fmt(e.et_mse) +
                              "): " + CheckpointState(c, ts, start_step) + "; --json and --image not written");
   PrintEvaluation(c, ts, start_step, e);
-  // Every output asked for is written, or the run fails naming each one that
-  // was not. The final checkpoint only when this run trained (a resumed
-  // checkpoint at or past --steps stays as it is).
+  // Every output asked for is written (by rank 0), or the run fails naming
+  // each one that was not. The final checkpoint only when this run trained (a
+  // resumed checkpoint at or past --steps stays as it is).
+  if (!comm.is_root()) return 0;
   Outputs outputs;
   if (start_step < c.steps) {
     outputs.Write("--checkpoint", c.checkpoint, [&] {

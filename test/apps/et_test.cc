@@ -171,3 +171,54 @@ BOOST_AUTO_TEST_CASE(skipped_without_apps) {
   BOOST_TEST_MESSAGE("implicit-et was not built (IMPLICIT_BUILD_APPS=OFF): skipping");
 }
 #endif
+
+// mpirun -np 2 (IMPLICIT_MPIEXEC, set when the build has MPI): the same run as
+// one process to rounding; checkpoints resume with the other rank count; bad
+// input ends the job with one message.
+#ifdef IMPLICIT_MPIEXEC
+constexpr bool kHaveMpi = true;
+const std::string kMpirun = std::string("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ") +
+                            IMPLICIT_MPIEXEC + " -np 2 --oversubscribe ";
+#else
+constexpr bool kHaveMpi = false;
+const std::string kMpirun;
+#endif
+
+struct MpiPresent {
+  boost::test_tools::assertion_result operator()(boost::unit_test::test_unit_id) const {
+    if (!kHaveMpi) std::cout << "SKIPPED: the mpirun tests need a build with MPI (IMPLICIT_WITH_MPI)" << std::endl;
+    return kHaveMpi;
+  }
+};
+
+BOOST_AUTO_TEST_CASE(two_ranks_train_like_one_process_and_resume_across_rank_counts,
+                     *boost::unit_test::precondition(MpiPresent())) {
+  ScratchDir dir;
+  auto run = [&](const std::string& launcher, const std::string& name, const std::string& extra) {
+    std::string command = Small(dir, 8, 40, name + ".png");  // its own checkpoint file
+    command.replace(command.find(dir.File("et.ckpt")), dir.File("et.ckpt").size(), dir.File(name + ".ckpt"));
+    const auto r = RunCommand(launcher + command + " --threads 1 --json " + dir.File(name + ".json") + extra);
+    BOOST_TEST_INFO(launcher << name << "\nstdout:\n" << r.out << "\nstderr:\n" << r.err);
+    BOOST_REQUIRE(r.exit_code == 0);
+    BOOST_TEST(r.out.find("implicit-et:") == r.out.rfind("implicit-et:"));  // one rank prints
+    return implicit::testing::ReadJson(dir.File(name + ".json"));
+  };
+  auto same = [](const Json& a, const Json& b) {
+    for (const char* k : {"heldout_mse", "first_train_loss", "last_train_loss"}) {
+      BOOST_TEST_INFO(k);
+      BOOST_TEST(a.at(k).get<double>() == b.at(k).get<double>(), boost::test_tools::tolerance(1e-9));
+    }
+  };
+  const Json one = run("", "one", " --steps 4");
+  const Json two = run(kMpirun, "two", " --steps 4");
+  same(one, two);
+  // Resume each checkpoint with the other rank count: the same two steps.
+  const Json one_then_two = run(kMpirun, "one_two", " --steps 6 --resume " + dir.File("one.ckpt"));
+  const Json two_then_one = run("", "two_one", " --steps 6 --resume " + dir.File("two.ckpt"));
+  same(one_then_two, two_then_one);
+  // Bad input: every rank stops, one message, a nonzero status.
+  const auto bad = RunCommand(kMpirun + Small(dir) + " --steps 2 --lr -1");
+  BOOST_TEST(bad.exit_code != 0);
+  BOOST_TEST(bad.err.find("--lr: must be > 0") != std::string::npos);
+  BOOST_TEST(bad.err.find("--lr") == bad.err.rfind("--lr: must"));
+}

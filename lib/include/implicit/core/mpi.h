@@ -20,6 +20,7 @@
 
 #include <implicit/core/communicator.h>
 
+#include <cstdlib>
 #include <string>
 
 namespace implicit {
@@ -30,6 +31,16 @@ bool Available(std::string* reason = nullptr);
 
 // MPI_COMM_WORLD as a Communicator. Throws std::runtime_error without MPI.
 const Communicator& World();
+
+// True when this process was started by mpirun / mpiexec (the launchers of
+// Open MPI, MPICH and PMIx set these variables). Programs that run either way
+// use World() only then, so that a plain start never initialises MPI.
+inline bool LaunchedByMpirun() {
+  for (const char* variable : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"}) {
+    if (std::getenv(variable) != nullptr) return true;
+  }
+  return false;
+}
 
 }  // namespace mpi
 }  // namespace implicit
