@@ -208,6 +208,32 @@ BOOST_AUTO_TEST_CASE(help_succeeds) {
                            "--seed", "--data", "--json", "--csv", "--plot", "--quiet"})
     BOOST_TEST(r.out.find(flag) != std::string::npos, "missing " << flag);
 }
+
+// mpirun -np 2: the batch split over two ranks gives the one-process results
+// per sample (converged samples, per-sample evaluations); one rank prints.
+BOOST_AUTO_TEST_CASE(two_ranks_solve_like_one_process,
+                     *boost::unit_test::precondition(implicit::testing::MpiPresent())) {
+  ScratchDir dir;
+  const std::string args = " --quiet --problem hopfield-digits,rbm --solvers picard,anderson --patterns 25 "
+                           "--max-iter 300 --json ";
+  const auto one = RunCommand(kApp + args + dir.File("one.json"));
+  const auto two = RunCommand(implicit::testing::MpirunTwoRanks() + kApp + args + dir.File("two.json"));
+  BOOST_TEST_INFO("one:\n" << one.out << one.err << "\ntwo:\n" << two.out << two.err);
+  BOOST_REQUIRE(one.exit_code == 0);
+  BOOST_REQUIRE(two.exit_code == 0);
+  BOOST_TEST(CountLines(two.out) == CountLines(one.out));  // one table, not two
+  const Json a = implicit::testing::ReadJson(dir.File("one.json")).at("results");
+  const Json b = implicit::testing::ReadJson(dir.File("two.json")).at("results");
+  BOOST_REQUIRE(a.size() == b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    BOOST_TEST_INFO(a[i].at("problem").get<std::string>() << "/" << a[i].at("solver").get<std::string>());
+    BOOST_TEST(b[i].at("status").get<std::string>() == a[i].at("status").get<std::string>());
+    BOOST_TEST(b[i].at("converged_samples").get<double>() == a[i].at("converged_samples").get<double>());
+    BOOST_TEST(b[i].at("sample_evaluations").get<double>() == a[i].at("sample_evaluations").get<double>());
+    BOOST_TEST(b[i].at("iterations").get<double>() <= a[i].at("iterations").get<double>());
+    BOOST_TEST(b[i].at("message").get<std::string>() == "solved on 2 ranks");
+  }
+}
 #else
 BOOST_AUTO_TEST_CASE(skipped_without_apps) {
   BOOST_TEST_MESSAGE("implicit-compare was not built (IMPLICIT_BUILD_APPS=OFF): skipping");

@@ -172,27 +172,11 @@ BOOST_AUTO_TEST_CASE(skipped_without_apps) {
 }
 #endif
 
-// mpirun -np 2 (IMPLICIT_MPIEXEC, set when the build has MPI): the same run as
-// one process to rounding; checkpoints resume with the other rank count; bad
-// input ends the job with one message.
-#ifdef IMPLICIT_MPIEXEC
-constexpr bool kHaveMpi = true;
-const std::string kMpirun = std::string("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ") +
-                            IMPLICIT_MPIEXEC + " -np 2 --oversubscribe ";
-#else
-constexpr bool kHaveMpi = false;
-const std::string kMpirun;
-#endif
-
-struct MpiPresent {
-  boost::test_tools::assertion_result operator()(boost::unit_test::test_unit_id) const {
-    if (!kHaveMpi) std::cout << "SKIPPED: the mpirun tests need a build with MPI (IMPLICIT_WITH_MPI)" << std::endl;
-    return kHaveMpi;
-  }
-};
-
+// mpirun -np 2: the same run as one process to rounding; checkpoints resume
+// with the other rank count; bad input ends the job with one message.
 BOOST_AUTO_TEST_CASE(two_ranks_train_like_one_process_and_resume_across_rank_counts,
-                     *boost::unit_test::precondition(MpiPresent())) {
+                     *boost::unit_test::precondition(implicit::testing::MpiPresent())) {
+  const std::string kMpirun = implicit::testing::MpirunTwoRanks();
   ScratchDir dir;
   auto run = [&](const std::string& launcher, const std::string& name, const std::string& extra) {
     std::string command = Small(dir, 8, 40, name + ".png");  // its own checkpoint file

@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <iostream>
 #include <iterator>
 #include <map>
 #include <memory>
@@ -184,6 +185,28 @@ inline const std::set<std::string>& RunStatuses() {
       "user_abort", "invalid_input", "failure", "skipped"};
   return statuses;
 }
+
+// `mpirun -np 2 --oversubscribe ` (allowed as root) when the test program was
+// compiled with IMPLICIT_MPIEXEC (test/apps/CMakeLists.txt sets it in a build
+// with MPI), else "".
+inline std::string MpirunTwoRanks() {
+#ifdef IMPLICIT_MPIEXEC
+  return std::string("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ") + IMPLICIT_MPIEXEC +
+         " -np 2 --oversubscribe ";
+#else
+  return "";
+#endif
+}
+
+// Precondition of the mpirun tests: reported as skipped, with the reason,
+// in a build without MPI.
+struct MpiPresent {
+  boost::test_tools::assertion_result operator()(boost::unit_test::test_unit_id) const {
+    const bool present = !MpirunTwoRanks().empty();
+    if (!present) std::cout << "SKIPPED: the mpirun tests need a build with MPI (IMPLICIT_WITH_MPI)" << std::endl;
+    return present;
+  }
+};
 
 }  // namespace testing
 }  // namespace implicit
