@@ -107,6 +107,35 @@ BOOST_AUTO_TEST_CASE(bad_input_is_a_one_line_error) {
   expect("--nodes " + dir.File("bad.csv") + " --edges " + dir.File("e.csv"), "line 2", 1);
   expect("--json " + dir.path, "--json", 1);
 }
+// mpirun -np 2: the (seed, detector) runs dealt out over two ranks give the
+// one-process results exactly; one rank prints.
+BOOST_AUTO_TEST_CASE(two_ranks_give_the_one_process_results,
+                     *boost::unit_test::precondition(implicit::testing::MpiPresent())) {
+  ScratchDir dir;
+  const std::string args = " --quiet --models lr-raw,lr-neighbour-mean --seeds 3 --json ";
+  const auto one = RunCommand(kApp + args + dir.File("one.json"));
+  const auto two = RunCommand(implicit::testing::MpirunTwoRanks() + kApp + args + dir.File("two.json"));
+  BOOST_TEST_INFO("one:\n" << one.out << one.err << "\ntwo:\n" << two.out << two.err);
+  BOOST_REQUIRE(one.exit_code == 0);
+  BOOST_REQUIRE(two.exit_code == 0);
+  BOOST_TEST(implicit::testing::CountLines(two.out) == implicit::testing::CountLines(one.out));
+  const Json a = implicit::testing::ReadJson(dir.File("one.json"));
+  const Json b = implicit::testing::ReadJson(dir.File("two.json"));
+  BOOST_REQUIRE(a.at("detectors").size() == b.at("detectors").size());
+  for (std::size_t d = 0; d < a.at("detectors").size(); ++d) {
+    const Json& x = a.at("detectors")[d];
+    const Json& y = b.at("detectors")[d];
+    BOOST_REQUIRE(x.at("per_seed").size() == y.at("per_seed").size());
+    for (std::size_t k = 0; k < x.at("per_seed").size(); ++k) {
+      for (const char* field : {"seed", "auroc", "auprc", "macro_f1", "validation_auroc", "best_epoch"}) {
+        BOOST_TEST_INFO(x.at("name").get<std::string>() << " seed " << k << " " << field);
+        BOOST_TEST(y.at("per_seed")[k].at(field).get<double>() == x.at("per_seed")[k].at(field).get<double>());
+      }
+    }
+  }
+  BOOST_TEST(a.at("paired") == b.at("paired"));
+}
+
 #else
 BOOST_AUTO_TEST_CASE(skipped_without_apps) {
   BOOST_TEST_MESSAGE("implicit-graph was not built (IMPLICIT_BUILD_APPS=OFF): skipping");
