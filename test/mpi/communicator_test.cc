@@ -13,30 +13,22 @@
 #include <implicit/solvers/anderson.h>
 #include <implicit/solvers/sharded_solve.h>
 
+#include "support/test_problems.h"
+
 #include <cstring>
-#include <random>
 #include <string>
 #include <vector>
 
 namespace {
 
 using implicit::Index;
+using implicit::testing::RandomMatrix;
 template <typename S>
 using Matrix = implicit::Matrix<S>;
 
 // MPI_COMM_WORLD when the build has MPI, else the single process.
 const implicit::Communicator& Comm() {
   return implicit::mpi::Available() ? implicit::mpi::World() : implicit::SingleProcess();
-}
-
-template <typename S>
-Matrix<S> Gaussian(Index rows, Index cols, unsigned seed, double scale = 1.0) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<double> dist(0.0, scale);
-  Matrix<S> m(rows, cols);
-  for (Index j = 0; j < cols; ++j)
-    for (Index i = 0; i < rows; ++i) m(i, j) = static_cast<S>(dist(gen));
-  return m;
 }
 
 // A Hopfield retrieval problem, the same on every rank (fixed seeds).
@@ -47,9 +39,9 @@ struct Retrieval {
   implicit::CccpMap<S> map;
   Matrix<S> queries;
   explicit Retrieval(bool learn_patterns = false)
-      : energy(Gaussian<S>(n, patterns, 1, 0.6), Options(learn_patterns)),
+      : energy(RandomMatrix<S>(n, patterns, 1, 0.6), Options(learn_patterns)),
         map(energy),
-        queries(Gaussian<S>(n, batch, 2, 0.6)) {}
+        queries(RandomMatrix<S>(n, batch, 2, 0.6)) {}
   static typename implicit::ModernHopfieldEnergy<S>::Options Options(bool learn_patterns) {
     typename implicit::ModernHopfieldEnergy<S>::Options o;
     o.beta = 1.5;
@@ -154,7 +146,7 @@ BOOST_AUTO_TEST_CASE(sharded_solve_equals_the_one_process_solve) {
 BOOST_AUTO_TEST_CASE(bad_input_on_one_rank_fails_on_every_rank) {
   const implicit::Communicator& comm = Comm();
   Retrieval<double> problem;
-  implicit::ModernHopfieldEnergy<double> wrong(Gaussian<double>(5, 3, 3));  // dimension 5, not 8
+  implicit::ModernHopfieldEnergy<double> wrong(RandomMatrix<double>(5, 3, 3));  // dimension 5, not 8
   implicit::CccpMap<double> wrong_map(wrong);
   const bool mine = comm.rank() == comm.size() - 1;
   Matrix<double> z = problem.queries;
@@ -187,7 +179,7 @@ BOOST_AUTO_TEST_CASE(data_parallel_gradients_and_steps_equal_one_process) {
   const implicit::Communicator& comm = Comm();
   const implicit::Communicator& alone = implicit::SingleProcess();
   Retrieval<double> parallel(true), serial(true);
-  const Matrix<double> target = Gaussian<double>(8, 7, 5, 0.5);
+  const Matrix<double> target = RandomMatrix<double>(8, 7, 5, 0.5);
   const implicit::AndersonSolver<double> solver = Solver<double>();
   for (int step = 0; step < 4; ++step) {
     Matrix<double> z_parallel = parallel.queries, z_serial = serial.queries;
