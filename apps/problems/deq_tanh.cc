@@ -3,6 +3,8 @@
 
 #include "common/format.h"
 
+#include <implicit/core/spectral_norm.h>
+
 #include <Eigen/Dense>
 
 #include <memory>
@@ -83,8 +85,7 @@ class DeqTanhProblemT : public ProblemT<S> {
                                                const ProblemSettings& s) {
     std::mt19937 gen(s.seed);
     Matrix<double> W = RandomGaussian(kHidden, kHidden, 1.0, gen);
-    Eigen::JacobiSVD<Matrix<double>> svd(W);
-    W *= s.Parameter("spectral-norm") / svd.singularValues()(0);
+    W *= s.Parameter("spectral-norm") / implicit::SpectralNorm(W);
     Matrix<double> U = RandomGaussian(kHidden, 64, 1.0 / 8.0, gen);
     Vector<double> b = RandomGaussian(kHidden, 1, 0.1, gen);
     Matrix<double> x = digits.Scaled().leftCols(s.patterns);

@@ -11,6 +11,7 @@
 #include <implicit/core/energy.h>
 #include <implicit/core/map.h>
 #include <implicit/core/parameters.h>
+#include <implicit/core/spectral_norm.h>
 
 #include <Eigen/Dense>
 
@@ -29,8 +30,7 @@ Matrix<Scalar> RandomMatrixWithNorm(Index rows, Index cols, double norm, unsigne
   Matrix<double> m(rows, cols);
   for (Index j = 0; j < cols; ++j)
     for (Index i = 0; i < rows; ++i) m(i, j) = dist(gen);
-  Eigen::JacobiSVD<Matrix<double>> svd(m);
-  m *= norm / svd.singularValues()(0);
+  m *= norm / SpectralNorm(m);
   return m.cast<Scalar>();
 }
 

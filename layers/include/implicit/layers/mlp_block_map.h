@@ -14,9 +14,8 @@
 
 #include <implicit/core/map.h>
 #include <implicit/core/parameters.h>
+#include <implicit/core/spectral_norm.h>
 #include <implicit/core/types.h>
-
-#include <Eigen/SVD>
 
 #include <algorithm>
 #include <cmath>
@@ -93,7 +92,7 @@ class MlpBlockMap : public FixedPointMap<Scalar> {
       if (std::string(name) == "U") {
         m /= std::sqrt(static_cast<double>(p));
       } else {
-        m *= root / Eigen::JacobiSVD<Matrix<double>>(m).singularValues()(0);
+        m *= root / SpectralNorm(m);
       }
       block = m.cast<Scalar>();
     }
@@ -107,8 +106,7 @@ class MlpBlockMap : public FixedPointMap<Scalar> {
   double LipschitzBound() const {
     const Matrix<double> w1 = params_.Block("W1").template cast<double>();
     const Matrix<double> w2 = params_.Block("W2").template cast<double>();
-    return Eigen::JacobiSVD<Matrix<double>>(w1).singularValues()(0) *
-           Eigen::JacobiSVD<Matrix<double>>(w2).singularValues()(0);
+    return SpectralNorm(w1) * SpectralNorm(w2);
   }
 
   Index dimension() const override { return options_.state_dim; }
