@@ -38,6 +38,10 @@ Dtype ParseDtype(const py::object& dtype, const char* argument);
 // The dtype of an array-like's elements: float32 stays float32, everything
 // else (float64, integers, lists of numbers) is float64.
 Dtype DtypeOfData(const py::object& data);
+// The dtype asked for (argument "dtype"), or the data's when it is None.
+inline Dtype DtypeOrData(const py::object& dtype, const py::object& data) {
+  return dtype.is_none() ? DtypeOfData(data) : ParseDtype(dtype, "dtype");
+}
 
 // Calls fn(Scalar()) with Scalar = double or float and returns its result.
 template <typename Fn>

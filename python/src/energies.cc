@@ -95,19 +95,16 @@ using DamHandle = BuiltinEnergy<DenseAssociativeMemoryEnergy>;
 std::shared_ptr<HopfieldHandle> MakeHopfield(const py::object& patterns, double beta,
                                              bool learn_patterns, bool learn_beta,
                                              const py::object& dtype) {
-  auto handle = std::make_shared<HopfieldHandle>();
-  handle->type_name = "ModernHopfieldEnergy";
-  const Dtype d = dtype.is_none() ? DtypeOfData(patterns) : ParseDtype(dtype, "dtype");
-  Dispatch(d, [&](auto scalar) {
-    using Scalar = decltype(scalar);
-    typename ModernHopfieldEnergy<Scalar>::Options o;
-    o.beta = beta;
-    o.learn_patterns = learn_patterns;
-    o.learn_beta = learn_beta;
-    handle->Set(std::make_shared<ModernHopfieldEnergy<Scalar>>(
-        CopyMatrix<Scalar>(patterns, "patterns"), o));
-  });
-  return handle;
+  return MakeBuiltinEnergy<ModernHopfieldEnergy>(
+      "ModernHopfieldEnergy", DtypeOrData(dtype, patterns), [&](auto scalar) {
+        using Scalar = decltype(scalar);
+        typename ModernHopfieldEnergy<Scalar>::Options o;
+        o.beta = beta;
+        o.learn_patterns = learn_patterns;
+        o.learn_beta = learn_beta;
+        return std::make_shared<ModernHopfieldEnergy<Scalar>>(
+            CopyMatrix<Scalar>(patterns, "patterns"), o);
+      });
 }
 
 // "quadratic", "polynomial", "rectified_polynomial", "exponential".
@@ -132,23 +129,20 @@ Interaction ParseInteraction(const std::string& name, int degree, double beta) {
 std::shared_ptr<DamHandle> MakeDam(const py::object& patterns, const std::string& interaction,
                                    int degree, double beta, const std::string& domain,
                                    double box_gain, bool learn_patterns, const py::object& dtype) {
-  auto handle = std::make_shared<DamHandle>();
-  handle->type_name = "DenseAssociativeMemoryEnergy";
   if (domain != "euclidean" && domain != "box") {
     throw py::value_error("domain: '" + domain + "' is unknown (euclidean, box)");
   }
-  const Dtype d = dtype.is_none() ? DtypeOfData(patterns) : ParseDtype(dtype, "dtype");
-  Dispatch(d, [&](auto scalar) {
-    using Scalar = decltype(scalar);
-    typename DenseAssociativeMemoryEnergy<Scalar>::Options o;
-    o.interaction = ParseInteraction(interaction, degree, beta);
-    o.domain = domain == "box" ? StateDomain::kBox : StateDomain::kEuclidean;
-    o.box_gain = box_gain;
-    o.learn_patterns = learn_patterns;
-    handle->Set(std::make_shared<DenseAssociativeMemoryEnergy<Scalar>>(
-        CopyMatrix<Scalar>(patterns, "patterns"), o));
-  });
-  return handle;
+  return MakeBuiltinEnergy<DenseAssociativeMemoryEnergy>(
+      "DenseAssociativeMemoryEnergy", DtypeOrData(dtype, patterns), [&](auto scalar) {
+        using Scalar = decltype(scalar);
+        typename DenseAssociativeMemoryEnergy<Scalar>::Options o;
+        o.interaction = ParseInteraction(interaction, degree, beta);
+        o.domain = domain == "box" ? StateDomain::kBox : StateDomain::kEuclidean;
+        o.box_gain = box_gain;
+        o.learn_patterns = learn_patterns;
+        return std::make_shared<DenseAssociativeMemoryEnergy<Scalar>>(
+            CopyMatrix<Scalar>(patterns, "patterns"), o);
+      });
 }
 
 using SparseHopfieldHandle = BuiltinEnergy<SparseHopfieldEnergy>;
@@ -158,19 +152,16 @@ std::shared_ptr<SparseHopfieldHandle> MakeSparseHopfield(const py::object& patte
                                                          double alpha, double beta,
                                                          bool learn_alpha,
                                                          const py::object& dtype) {
-  auto handle = std::make_shared<SparseHopfieldHandle>();
-  handle->type_name = "SparseHopfieldEnergy";
-  const Dtype d = dtype.is_none() ? DtypeOfData(patterns) : ParseDtype(dtype, "dtype");
-  Dispatch(d, [&](auto scalar) {
-    using Scalar = decltype(scalar);
-    SparseHopfieldOptions o;
-    o.alpha = alpha;
-    o.beta = beta;
-    o.learn_alpha = learn_alpha;
-    handle->Set(std::make_shared<SparseHopfieldEnergy<Scalar>>(
-        CopyMatrix<Scalar>(patterns, "patterns"), o));
-  });
-  return handle;
+  SparseHopfieldOptions o;
+  o.alpha = alpha;
+  o.beta = beta;
+  o.learn_alpha = learn_alpha;
+  return MakeBuiltinEnergy<SparseHopfieldEnergy>(
+      "SparseHopfieldEnergy", DtypeOrData(dtype, patterns), [&](auto scalar) {
+        using Scalar = decltype(scalar);
+        return std::make_shared<SparseHopfieldEnergy<Scalar>>(
+            CopyMatrix<Scalar>(patterns, "patterns"), o);
+      });
 }
 
 // A hidden-unit prior by kind and values (each a scalar for every unit or one
@@ -212,22 +203,18 @@ PriorSpec MakePrior(const std::string& kind, const py::object& first, const char
 std::shared_ptr<RbmHandle> MakeRbm(const py::object& weights, const PriorSpec& prior,
                                    const std::string& visible, bool learn_weights,
                                    bool learn_bias, const py::object& dtype) {
-  auto handle = std::make_shared<RbmHandle>();
-  handle->type_name = "RbmEnergy";
   if (visible != "gaussian" && visible != "binary") {
     throw py::value_error("visible: '" + visible + "' is unknown (gaussian, binary)");
   }
-  const Dtype d = dtype.is_none() ? DtypeOfData(weights) : ParseDtype(dtype, "dtype");
-  Dispatch(d, [&](auto scalar) {
+  return MakeBuiltinEnergy<RbmEnergy>("RbmEnergy", DtypeOrData(dtype, weights), [&](auto scalar) {
     using Scalar = decltype(scalar);
     typename RbmEnergy<Scalar>::Options o;
     o.visible = visible == "binary" ? VisibleType::kBinary : VisibleType::kGaussian;
     o.learn_weights = learn_weights;
     o.learn_bias = learn_bias;
-    handle->Set(std::make_shared<RbmEnergy<Scalar>>(CopyMatrix<Scalar>(weights, "weights"),
-                                                    prior.Make<Scalar>(), o));
+    return std::make_shared<RbmEnergy<Scalar>>(CopyMatrix<Scalar>(weights, "weights"),
+                                               prior.Make<Scalar>(), o);
   });
-  return handle;
 }
 
 // entmax over the columns of an N x B score array, in the array's dtype.

@@ -82,6 +82,16 @@ struct BuiltinEnergy : EnergyHandle {
   }
 };
 
+// A BuiltinEnergy<T> called `type_name` holding build(Scalar()) (a
+// shared_ptr<T<Scalar>>) for the scalar type of `dtype`.
+template <template <typename> class T, typename Build>
+std::shared_ptr<BuiltinEnergy<T>> MakeBuiltinEnergy(const char* type_name, Dtype dtype, Build&& build) {
+  auto handle = std::make_shared<BuiltinEnergy<T>>();
+  handle->type_name = type_name;
+  Dispatch(dtype, [&](auto scalar) { handle->Set(build(scalar)); });
+  return handle;
+}
+
 struct MapHandle : Typed<FixedPointMap> {
   virtual ~MapHandle() = default;
   const char* type_name = "Map";

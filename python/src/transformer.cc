@@ -41,18 +41,15 @@ std::shared_ptr<TransformerHandle> MakeTransformer(
   o.eps = eps;
   o.exclude_self = exclude_self;
   o.learnable_layer_norm = learnable_layer_norm;
-  auto handle = std::make_shared<TransformerHandle>();
-  handle->type_name = "EnergyTransformer";
-  Dispatch(ParseDtype(dtype, "dtype"), [&](auto scalar) {
-    using Scalar = decltype(scalar);
-    auto et = std::make_shared<EnergyTransformer<Scalar>>(o);  // validates the options
-    const double stddev = init_stddev.is_none()
-                              ? 1.0 / std::sqrt(static_cast<double>(token_dim))
-                              : init_stddev.cast<double>();
-    et->Initialize(seed, stddev);
-    handle->Set(std::move(et));
-  });
-  return handle;
+  return MakeBuiltinEnergy<EnergyTransformer>(
+      "EnergyTransformer", ParseDtype(dtype, "dtype"), [&](auto scalar) {
+        using Scalar = decltype(scalar);
+        auto et = std::make_shared<EnergyTransformer<Scalar>>(o);  // validates the options
+        et->Initialize(seed, init_stddev.is_none()
+                                 ? 1.0 / std::sqrt(static_cast<double>(token_dim))
+                                 : init_stddev.cast<double>());
+        return et;
+      });
 }
 
 std::shared_ptr<TransformerMapHandle> MakeTransformerMap(const py::object& et_object,
