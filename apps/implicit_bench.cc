@@ -16,7 +16,9 @@
 //   implicit-bench                                     # the default run (about 1-2 min, 2 cores)
 //   implicit-bench --problem hopfield-digits --solvers picard,anderson --float --json bench.json
 //   implicit-bench --autodiff                          # user energies' derivatives (bench/autodiff_bench.h)
+//   implicit-bench --device cuda                       # the solves on the GPU (bench/cuda_bench.h)
 #include "bench/autodiff_bench.h"
+#include "bench/cuda_bench.h"
 #include "common/cli.h"
 #include "common/data_paths.h"
 #include "common/format.h"
@@ -90,6 +92,8 @@ struct Options {
   long max_iter = 500, threads = 0, repeat = 7, seed = 1;
   bool with_float = false, quiet = false, autodiff = false;
   AutodiffBenchOptions autodiff_options;
+  std::string device = "cpu";
+  DeviceBenchOptions device_options;
   std::string data, json;
 };
 
@@ -132,7 +136,41 @@ bool ParseOptions(int argc, char** argv, Options* o) {
                "forward against reverse mode and the closed form, as multiples of the value");
   std::vector<std::string> dimensions;
   AddList(app, "--autodiff-dims", &dimensions, "state dimensions n of --autodiff", "64,256,1024,4096");
+  DeviceBenchOptions& d = o->device_options;
+  app.add_option("--device", o->device,
+                 "cpu: the built-in problems on this machine's cores; cuda: the solves on\n"
+                 "the GPU against the cuBLAS GEMM floor (bench/cuda_bench.h; --solvers\n"
+                 "picard,anderson by default, --tol for the double and --float-tol for\n"
+                 "the float problem, --max-iter, --repeat)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  AddList(app, "--device-problems", &d.problems, "--device cuda: hopfield-digits (double), retrieval (float)",
+          "hopfield-digits,retrieval");
+  app.add_option("--retrieval-patterns", d.retrieval_patterns, "--device cuda retrieval: stored patterns N")
+      ->check(IntIn(1, 10000000));
+  app.add_option("--retrieval-dim", d.retrieval_dimension, "--device cuda retrieval: pattern width d")
+      ->check(IntIn(1, 65536));
+  app.add_option("--retrieval-queries", d.retrieval_queries, "--device cuda retrieval: queries B (<= N)")
+      ->check(IntIn(1, 10000000));
+  app.add_option("--retrieval-beta", d.retrieval_beta, "--device cuda retrieval: inverse temperature")
+      ->check(Positive());
+  app.add_flag("--tf32", d.tf32, "--device cuda: float GEMMs on TF32 tensor cores (about 1e-3 relative error)");
+  bool no_cpu_reference = false;
+  app.add_flag("--no-cpu-reference", no_cpu_reference,
+               "--device cuda: skip the CPU solves of hopfield-digits (the same-run speed-up)");
   if (!Parse(app, argc, argv) || !CheckProblemSelection(o->problems)) return false;
+  d.cpu_reference = !no_cpu_reference;
+  if (o->device == "cuda") {
+    if (app.count("--solvers") > 0) d.solvers = o->solvers;
+    for (const std::string& s : d.solvers) {
+      if (s != "picard" && s != "anderson")
+        throw CLI::ValidationError("--solvers", "on the device: picard, anderson (got " + s + ")");
+    }
+    d.tol = o->tol;
+    d.float_tol = o->float_tol;
+    d.max_iter = o->max_iter;
+    d.repeat = o->repeat;
+    d.quiet = o->quiet;
+  }
   if (o->solvers.size() == 1 && o->solvers[0] == "all") o->solvers = AvailableSolvers();
   for (const std::string& s : o->solvers) CheckSolverName(s);
   o->problems.settings.seed = static_cast<unsigned>(o->seed);
@@ -506,6 +544,17 @@ int Run(int argc, char** argv) {
     return 0;
   }
   const implicit::DigitsDataset digits = LoadDigitsOption(o.data);
+  if (o.device == "cuda") {
+    if (o.threads > 0) Eigen::setNbThreads(static_cast<int>(o.threads));
+    const Json results = RunDeviceBench(o.device_options, digits);
+    Outputs outputs;
+    outputs.Write("--json", o.json, [&] {
+      WriteJsonFile(o.json, results, "--json");
+      std::cout << "json: " << o.json << "\n";
+    });
+    outputs.Finish();
+    return 0;
+  }
   Require(o.patterns <= digits.size(), "--patterns: " + std::to_string(o.patterns) + " exceeds the " +
                                            std::to_string(digits.size()) + " digits in " + digits.source);
   for (const std::string& name : o.problems.names)

@@ -2,6 +2,7 @@
 // random patterns.
 //
 //   implicit-hopfield retrieval --patterns 100 --beta 4
+//   implicit-hopfield retrieval --patterns 1797 --beta 2 --device cuda   # on the GPU
 //   implicit-hopfield completion --beta 1
 //   implicit-hopfield capacity --dimension 64 --flip 0.1
 //   implicit-hopfield sparse --patterns 100
@@ -22,6 +23,10 @@
 #include <implicit/layers/entmax.h>
 #include <implicit/layers/hopfield.h>
 #include <implicit/layers/regularized_attention.h>
+#ifdef IMPLICIT_WITH_CUDA
+#include <implicit/core/cuda_hopfield.h>
+#include <implicit/solvers/cuda_solvers.h>
+#endif
 
 #include <algorithm>
 #include <cmath>
@@ -103,6 +108,7 @@ void WriteJson(const Common& c, const Json& o) {
 struct RetrievalSettings {
   long patterns = 100;
   double beta = 4.0;
+  std::string device = "cpu";
   SolveSettings solve;
 };
 
@@ -114,8 +120,32 @@ CLI::App* AddRetrieval(CLI::App& app, RetrievalSettings* r) {
       "one update and after convergence.");
   sub->add_option("--patterns", r->patterns, "digits stored, up to 1797")->check(IntIn(1, 1000000));
   sub->add_option("--beta", r->beta, "inverse temperature")->check(Positive());
+  sub->add_option("--device", r->device,
+                  "cpu, or cuda: the map, the one-step update and the solve on the GPU\n"
+                  "(device solvers: picard, anderson; docs/gpu.md)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   AddSolveOptions(*sub, &r->solve);
   return sub;
+}
+
+// The one-step update and the solve from the queries on the GPU (--device cuda).
+implicit::Summary SolveOnDevice(const Matrix<double>& X, const Matrix<double>& queries, double beta,
+                                const SolveSettings& solve, Matrix<double>* one_step, Matrix<double>* z) {
+#ifdef IMPLICIT_WITH_CUDA
+  implicit::cuda::Context context;
+  std::cout << "device: " << context.device_name() << "\n";
+  implicit::cuda::HopfieldCccpMap<double> map(context, X, beta);
+  implicit::cuda::DeviceMatrix<double> state(context, queries), image(queries.rows(), queries.cols());
+  map.Evaluate(context, state.data(), queries.cols(), nullptr, image.data(), nullptr);
+  *one_step = image.ToHost(context);
+  auto solver = implicit::cuda::MakeDeviceSolver<double>(solve.solver, {}, solve.Options());
+  const implicit::Summary summary = solver->Solve(context, map, state);
+  *z = state.ToHost(context);
+  return summary;
+#else
+  (void)X, (void)queries, (void)beta, (void)solve, (void)one_step, (void)z;
+  throw UsageError("--device cuda: this build has no CUDA backend (configure with IMPLICIT_WITH_CUDA=ON)");
+#endif
 }
 
 int Retrieval(const RetrievalSettings& r, const Common& c) {
@@ -128,12 +158,16 @@ int Retrieval(const RetrievalSettings& r, const Common& c) {
   const Matrix<double> X = MakeDigitPatterns(digits, s.patterns).patterns;
   const std::string& solver_name = r.solve.solver;
 
-  Matrix<double> one_step(X.rows(), X.cols());
-  problem->map().Evaluate(problem->initial(), one_step);  // xi <- X softmax(beta X^T xi)
-  const std::string skip = SkipReason(solver_name, problem->map());
-  if (!skip.empty()) throw UsageError("--solver " + solver_name + ": " + skip);
-  Matrix<double> z = problem->initial();
-  const implicit::Summary summary = MakeSolver(solver_name, r.solve.Options())->Solve(problem->map(), z);
+  Matrix<double> one_step(X.rows(), X.cols()), z = problem->initial();
+  implicit::Summary summary;
+  if (r.device == "cuda") {
+    summary = SolveOnDevice(X, problem->initial(), r.beta, r.solve, &one_step, &z);
+  } else {
+    problem->map().Evaluate(problem->initial(), one_step);  // xi <- X softmax(beta X^T xi)
+    const std::string skip = SkipReason(solver_name, problem->map());
+    if (!skip.empty()) throw UsageError("--solver " + solver_name + ": " + skip);
+    summary = MakeSolver(solver_name, r.solve.Options())->Solve(problem->map(), z);
+  }
   RequireFinite(one_step.allFinite(), "retrieval: the one-step update");
   const std::string status = implicit::TerminationTypeToString(summary.termination_type);
   RequireFinite(z.allFinite(), "retrieval: the state the " + solver_name + " solve ended in (" + status + ")");
@@ -143,7 +177,7 @@ int Retrieval(const RetrievalSettings& r, const Common& c) {
   mean_iterations /= std::max(1, summary.num_samples());
 
   std::cout << "retrieval: " << X.cols() << " digits stored, queries with pixels 32..63 zeroed, beta "
-            << Fmt(r.beta) << ", solver " << solver_name << "\n";
+            << Fmt(r.beta) << ", solver " << solver_name << (r.device == "cuda" ? " on the GPU" : "") << "\n";
   Table t({"patterns", "beta", "one-step hit rate", "converged hit rate", "solver", "status", "iterations",
            "mean iterations", "converged"},
           {true, true, true, true, false, false, true, true, true});
@@ -152,6 +186,7 @@ int Retrieval(const RetrievalSettings& r, const Common& c) {
             std::to_string(summary.num_converged()) + "/" + std::to_string(summary.num_samples())});
   t.Print(std::cout);
   WriteJson(c, {{"subcommand", "retrieval"}, {"patterns", X.cols()}, {"beta", r.beta}, {"solver", solver_name},
+                {"device", r.device},
                 {"one_step_hit_rate", one}, {"converged_hit_rate", conv}, {"status", status},
                 {"iterations", summary.iterations}, {"mean_iterations", mean_iterations},
                 {"function_evaluations", summary.function_evaluations}, {"residual", summary.absolute_residual},

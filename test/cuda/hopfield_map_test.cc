@@ -6,22 +6,10 @@
 #include <implicit/core/cuda.h>
 #include <implicit/solvers/picard.h>
 
+#include "support/gpu.h"
 #include "support/test_problems.h"
 
-#include <iostream>
-
-namespace {
-struct GpuPresent {
-  boost::test_tools::assertion_result operator()(boost::unit_test::test_unit_id) const {
-    std::string reason;
-    const bool ok = implicit::cuda::Available(&reason);
-    if (!ok) std::cout << "SKIPPED: GPU tests need a CUDA device: " << reason << std::endl;
-    boost::test_tools::assertion_result result(ok);
-    result.message() << reason;
-    return result;
-  }
-};
-}  // namespace
+using implicit::testing::GpuPresent;
 
 BOOST_AUTO_TEST_CASE(without_a_device_construction_fails_clearly) {
   std::string reason;

@@ -159,52 +159,63 @@ class BatchMonitor {
     const Index batch = z.cols();
     for (Index b = 0; b < batch; ++b) {
       if (!active(b)) {
-        const double r = summary_.sample_residual[b];
-        if (std::isfinite(r)) max_residual = std::max(max_residual, r);
-        sum_residual += std::isfinite(r) ? r : 0.0;
+        AddStopped(b, &max_residual, &sum_residual);
         continue;
       }
       const double r = static_cast<double>((fz.col(b) - z.col(b)).norm());
       const double f_norm = static_cast<double>(fz.col(b).norm());
       const double e = energies != nullptr ? static_cast<double>((*energies)(b)) : 0.0;
       const bool finite = std::isfinite(f_norm) && std::isfinite(e) && z.col(b).allFinite();
-      if (!Judge(b, r, f_norm, finite, energies != nullptr ? &e : nullptr, z)) continue;
+      bool keep = false;
+      if (!Judge(b, r, f_norm, finite, energies != nullptr ? &e : nullptr, &keep)) continue;
+      if (keep && rules_.keep_best_iterate) kept_z_.col(b) = z.col(b);
       max_residual = std::max(max_residual, r);
       sum_residual += r;
     }
-    ++observations_;
-    const double seconds = Seconds();
-    if (options_.record_trace) {
-      TraceEntry entry;
-      entry.iteration = iterations_;
-      entry.function_evaluations = summary_.function_evaluations;
-      entry.seconds = seconds;
-      entry.max_residual = max_residual;
-      entry.mean_residual = sum_residual / static_cast<double>(batch);
-      summary_.trace.push_back(entry);
-    }
-    if (num_active_ > 0 && iterations_ >= options_.max_iterations) {
-      for (Index b = 0; b < batch; ++b) StopSample(b, TerminationType::kMaxIterations);
-      loop_end_ = TerminationType::kMaxIterations;
-    }
-    if (options_.callback) {
-      IterationSummary it;
-      it.iteration = iterations_;
-      it.function_evaluations = summary_.function_evaluations;
-      it.max_residual = max_residual;
-      it.num_active = num_active_;
-      it.num_converged = CountStatus(TerminationType::kConverged);
-      it.seconds = seconds;
-      if (options_.callback(it) == CallbackReturnType::kAbort && num_active_ > 0) {
-        for (Index b = 0; b < batch; ++b) StopSample(b, TerminationType::kUserAbort);
-        loop_end_ = TerminationType::kUserAbort;
+    return EndObservation(batch, max_residual, sum_residual);
+  }
+
+  // ---- forward solves whose state lives elsewhere (the device solvers) ----
+  // BeginScalars(B) instead of Begin(); ObserveScalars() instead of Observe()
+  // with the active samples' scalars, computed where the state lives, for the
+  // j-th entry of active_columns(): residual[j] = |f(z_b) - z_b|, f_norm[j] =
+  // |f(z_b)|, finite[j] != 0 when z_b and f(z_b) are finite, energy[j] = E(z_b)
+  // (energy == nullptr: none). Same rules as Observe(); *keep receives the
+  // samples whose current iterate becomes their kept one (the caller copies
+  // it). FinishScalars(&restore) lists the samples to return at their kept
+  // iterate (the caller copies them back), then returns the summary.
+  void BeginScalars(Index batch) {
+    start_ = std::chrono::steady_clock::now();
+    Allocate(batch);
+    if (options_.record_trace) summary_.trace.reserve(options_.max_iterations + 1);
+  }
+  bool ObserveScalars(Index batch, const double* residual, const double* f_norm, const double* finite,
+                      const double* energy, std::vector<Index>* keep) {
+    if (observations_ > 0) ++iterations_;
+    keep->clear();
+    double max_residual = 0.0, sum_residual = 0.0;
+    std::size_t j = 0;
+    for (Index b = 0; b < batch; ++b) {
+      if (!active(b)) {
+        AddStopped(b, &max_residual, &sum_residual);
+        continue;
       }
+      const double r = residual[j];
+      const double e = energy != nullptr ? energy[j] : 0.0;
+      const bool ok = finite[j] != 0.0 && std::isfinite(f_norm[j]) && std::isfinite(e);
+      bool kept = false;
+      const bool judged = Judge(b, r, f_norm[j], ok, energy != nullptr ? &e : nullptr, &kept);
+      ++j;
+      if (!judged) continue;
+      if (kept && rules_.keep_best_iterate) keep->push_back(b);
+      max_residual = std::max(max_residual, r);
+      sum_residual += r;
     }
-    // Refresh the active list in place (never grows: no allocation).
-    active_columns_.clear();
-    for (Index b = 0; b < batch; ++b)
-      if (active(b)) active_columns_.push_back(b);
-    return num_active_ > 0;
+    return EndObservation(batch, max_residual, sum_residual);
+  }
+  Summary FinishScalars(std::vector<Index>* restore) {
+    Complete(nullptr, restore);
+    return std::move(summary_);
   }
 
   // Writes each unconverged sample's kept iterate back into z and returns the
@@ -229,7 +240,8 @@ class BatchMonitor {
     for (Index b = 0; b < r.cols(); ++b) {
       const double rn = static_cast<double>(r.col(b).norm());
       if (active(b)) {
-        Judge(b, rn, rhs_norm_[b], u.col(b).allFinite(), nullptr, u);
+        bool kept = false;
+        Judge(b, rn, rhs_norm_[b], u.col(b).allFinite(), nullptr, &kept);
       } else {
         summary_.sample_residual[b] = rn;
         relative_[b] = Relative(rn, rhs_norm_[b]);
@@ -295,6 +307,50 @@ class BatchMonitor {
     summary_.sample_fallbacks.assign(batch, 0);
   }
 
+  // A stopped sample's residual in the trace's max and mean.
+  void AddStopped(Index b, double* max_residual, double* sum_residual) const {
+    const double r = summary_.sample_residual[b];
+    if (std::isfinite(r)) *max_residual = std::max(*max_residual, r);
+    *sum_residual += std::isfinite(r) ? r : 0.0;
+  }
+
+  // The end of an observation: trace, iteration budget, callback, active list.
+  bool EndObservation(Index batch, double max_residual, double sum_residual) {
+    ++observations_;
+    const double seconds = Seconds();
+    if (options_.record_trace) {
+      TraceEntry entry;
+      entry.iteration = iterations_;
+      entry.function_evaluations = summary_.function_evaluations;
+      entry.seconds = seconds;
+      entry.max_residual = max_residual;
+      entry.mean_residual = sum_residual / static_cast<double>(batch);
+      summary_.trace.push_back(entry);
+    }
+    if (num_active_ > 0 && iterations_ >= options_.max_iterations) {
+      for (Index b = 0; b < batch; ++b) StopSample(b, TerminationType::kMaxIterations);
+      loop_end_ = TerminationType::kMaxIterations;
+    }
+    if (options_.callback) {
+      IterationSummary it;
+      it.iteration = iterations_;
+      it.function_evaluations = summary_.function_evaluations;
+      it.max_residual = max_residual;
+      it.num_active = num_active_;
+      it.num_converged = CountStatus(TerminationType::kConverged);
+      it.seconds = seconds;
+      if (options_.callback(it) == CallbackReturnType::kAbort && num_active_ > 0) {
+        for (Index b = 0; b < batch; ++b) StopSample(b, TerminationType::kUserAbort);
+        loop_end_ = TerminationType::kUserAbort;
+      }
+    }
+    // Refresh the active list in place (never grows: no allocation).
+    active_columns_.clear();
+    for (Index b = 0; b < batch; ++b)
+      if (active(b)) active_columns_.push_back(b);
+    return num_active_ > 0;
+  }
+
   static double Relative(double r, double scale) { return scale > 0 ? r / scale : r; }
   double Threshold(double scale) const {
     return options_.relative_tolerance * scale + options_.absolute_tolerance;
@@ -306,11 +362,11 @@ class BatchMonitor {
 
   // Judges active sample b at this observation: r its residual norm, scale
   // what the relative tolerance multiplies (|f(z_b)| or |rhs_b|), finite
-  // whether the rest of its values are, energy its E (or nullptr), z its
-  // state. Stops b when it converged, diverged, stalled or is non-finite.
+  // whether the rest of its values are, energy its E (or nullptr); *kept is
+  // set when b's current iterate becomes its kept one (forward solves). Stops
+  // b when it converged, diverged, stalled or is non-finite.
   // Returns false when non-finite.
-  bool Judge(Index b, double r, double scale, bool finite, const double* energy,
-             ConstMatrixRef<Scalar> z) {
+  bool Judge(Index b, double r, double scale, bool finite, const double* energy, bool* kept) {
     const double relative = Relative(r, scale);
     summary_.sample_residual[b] = r;
     if (!rules_.keep_best_iterate) relative_[b] = relative;
@@ -335,7 +391,7 @@ class BatchMonitor {
     if (keep && rules_.keep_best_iterate) {
       kept_residual_[b] = r;
       relative_[b] = relative;
-      kept_z_.col(b) = z.col(b);
+      *kept = true;
     }
     stall_count_[b] = progress ? 0 : stall_count_[b] + 1;
     if (Converged(r, scale)) {
@@ -354,14 +410,17 @@ class BatchMonitor {
 
   // Stops the samples still active (kMaxIterations), returns the kept
   // iterates into *z (forward), and fills the batch fields of the summary.
-  void Complete(MatrixRef<Scalar>* z) {
+  // Without z (device solvers), the samples to restore are listed in *restore.
+  void Complete(MatrixRef<Scalar>* z, std::vector<Index>* restore = nullptr) {
+    if (restore != nullptr) restore->clear();
     const Index batch = static_cast<Index>(active_.size());
     double max_abs = 0.0, max_rel = 0.0;
     for (Index b = 0; b < batch; ++b) {
       if (active(b)) StopSample(b, TerminationType::kMaxIterations);
       if (rules_.keep_best_iterate && summary_.sample_status[b] != TerminationType::kConverged &&
           std::isfinite(kept_residual_[b])) {
-        z->col(b) = kept_z_.col(b);
+        if (z != nullptr) z->col(b) = kept_z_.col(b);
+        if (restore != nullptr) restore->push_back(b);
         summary_.sample_residual[b] = kept_residual_[b];
       }
       const double r = summary_.sample_residual[b];

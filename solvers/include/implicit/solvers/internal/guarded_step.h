@@ -79,6 +79,41 @@ struct GuardOptions {
   }
 };
 
+// The guard's tests on one sample's scalars, shared by GuardedStepper and the
+// device solvers (cuda_solvers.h). epsilon: the state's machine epsilon.
+struct GuardRules {
+  const GuardOptions& options;
+  double epsilon;
+
+  // The shortest trial length before the safe step (t^k, with slack).
+  double min_tau() const {
+    return std::pow(options.backtrack_factor, options.max_backtracks) * 0.999;
+  }
+  double Rounding(double e) const { return 64.0 * epsilon * (1.0 + std::abs(e)); }
+  // The safe step of length sigma: taken unless it increases E (e_x -> e_y)
+  // and can still be shortened.
+  bool AcceptSafe(bool energy, double sigma, double e_x, double e_y) const {
+    if (!energy || sigma < min_tau()) return true;
+    return e_y <= e_x + Rounding(e_x) || !std::isfinite(e_x);
+  }
+  // An accelerated trial y from x: trial_residual = |f(y) - y|, residual =
+  // |f(x) - x|, predicted = r . (y - x), best_residual the sample's record.
+  bool AcceptTrial(bool energy, double trial_residual, double best_residual, double e_x, double e_y,
+                   double predicted, double residual) const {
+    if (!std::isfinite(trial_residual)) return false;
+    if (!energy) {
+      return options.residual_factor == 0.0 ||
+             trial_residual <= options.residual_factor * best_residual;
+    }
+    if (!std::isfinite(e_y)) return false;
+    // The decrease a first-order model predicts along the step, with
+    // -grad E = r (exact for the CCCP and root maps; r / a for a gradient step a).
+    const double rounding = Rounding(e_x);
+    if (predicted > rounding) return e_y <= e_x - options.sufficient_decrease * predicted;
+    return trial_residual <= residual && e_y <= e_x + rounding;
+  }
+};
+
 template <typename Scalar>
 class GuardedStepper {
  public:
@@ -155,8 +190,9 @@ class GuardedStepper {
   bool accelerated(Index b) const { return accelerated_[b] != 0; }
 
  private:
-  double min_tau() const {
-    return std::pow(options_.backtrack_factor, options_.max_backtracks) * 0.999;
+  double min_tau() const { return rules().min_tau(); }
+  GuardRules rules() const {
+    return GuardRules{options_, static_cast<double>(std::numeric_limits<Scalar>::epsilon())};
   }
 
   void SetTrial(Index b, ConstMatrixRef<Scalar> z, ConstMatrixRef<Scalar> fz,
@@ -167,33 +203,20 @@ class GuardedStepper {
     if (tau != Scalar(0)) y_.col(b) += tau * q.col(b);
   }
 
-  // The safe step: taken unless it increases E and can still be shortened.
   bool AcceptSafe(Index b, const Vector<Scalar>* e, bool energy) const {
-    if (!energy || sigma_[b] < min_tau()) return true;
-    const double e_x = static_cast<double>((*e)(b)), e_y = static_cast<double>(ey_(b));
-    return e_y <= e_x + Rounding(e_x) || !std::isfinite(e_x);
-  }
-  static double Rounding(double e) {
-    return 64.0 * static_cast<double>(std::numeric_limits<Scalar>::epsilon()) * (1.0 + std::abs(e));
+    return rules().AcceptSafe(energy, sigma_[b], energy ? static_cast<double>((*e)(b)) : 0.0,
+                              energy ? static_cast<double>(ey_(b)) : 0.0);
   }
 
   bool Accept(Index b, ConstMatrixRef<Scalar> z, ConstMatrixRef<Scalar> fz,
               const Vector<Scalar>* e, bool energy, const BatchMonitor<Scalar>& monitor) const {
     const double trial_residual = static_cast<double>((fy_.col(b) - y_.col(b)).norm());
     if (!std::isfinite(trial_residual)) return false;
-    if (!energy) {
-      return options_.residual_factor == 0.0 ||
-             trial_residual <= options_.residual_factor * monitor.best_residual(b);
-    }
-    const double e_x = static_cast<double>((*e)(b)), e_y = static_cast<double>(ey_(b));
-    if (!std::isfinite(e_y)) return false;
-    // The decrease a first-order model predicts along the step, with
-    // -grad E = r (exact for the CCCP and root maps; r / a for a gradient step a).
+    if (!energy) return rules().AcceptTrial(false, trial_residual, monitor.best_residual(b), 0, 0, 0, 0);
     const double predicted = static_cast<double>((fz.col(b) - z.col(b)).dot(y_.col(b) - z.col(b)));
-    const double rounding = Rounding(e_x);
-    if (predicted > rounding) return e_y <= e_x - options_.sufficient_decrease * predicted;
     const double r = static_cast<double>((fz.col(b) - z.col(b)).norm());
-    return trial_residual <= r && e_y <= e_x + rounding;
+    return rules().AcceptTrial(true, trial_residual, monitor.best_residual(b),
+                               static_cast<double>((*e)(b)), static_cast<double>(ey_(b)), predicted, r);
   }
 
   const GuardOptions options_;

@@ -1,0 +1,278 @@
+// implicit-bench --device cuda (cuda_bench.h).
+#include "bench/cuda_bench.h"
+
+#include "common/format.h"
+#include "common/table.h"
+
+#include <stdexcept>
+
+#ifndef IMPLICIT_WITH_CUDA
+
+namespace implicit_apps {
+bool DeviceBenchAvailable() { return false; }
+Json RunDeviceBench(const DeviceBenchOptions&, const implicit::DigitsDataset&) {
+  throw std::runtime_error("--device cuda: this build has no CUDA backend (configure with IMPLICIT_WITH_CUDA=ON)");
+}
+}  // namespace implicit_apps
+
+#else
+
+#include <implicit/core/cuda_hopfield.h>
+#include <implicit/layers/hopfield.h>
+#include <implicit/solvers/cuda_solvers.h>
+#include <implicit/solvers/registry.h>
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <Eigen/Core>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <iostream>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace implicit_apps {
+namespace {
+
+using implicit::Index;
+using implicit::Matrix;
+namespace cuda = implicit::cuda;
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t m = v.size();
+  return m % 2 == 1 ? v[m / 2] : 0.5 * (v[m / 2 - 1] + v[m / 2]);
+}
+
+void Check(cublasStatus_t status) {
+  if (status != CUBLAS_STATUS_SUCCESS) throw std::runtime_error("cuBLAS error " + std::to_string(int(status)));
+}
+void Check(cudaError_t status) {
+  if (status != cudaSuccess) throw std::runtime_error(std::string("CUDA error: ") + cudaGetErrorString(status));
+}
+cublasStatus_t Gemm(cublasHandle_t h, cublasOperation_t ta, int m, int n, int k, const float* a, int lda,
+                    const float* b, int ldb, float* c, int ldc) {
+  const float one = 1, zero = 0;
+  return cublasSgemm(h, ta, CUBLAS_OP_N, m, n, k, &one, a, lda, b, ldb, &zero, c, ldc);
+}
+cublasStatus_t Gemm(cublasHandle_t h, cublasOperation_t ta, int m, int n, int k, const double* a, int lda,
+                    const double* b, int ldb, double* c, int ldc) {
+  const double one = 1, zero = 0;
+  return cublasDgemm(h, ta, CUBLAS_OP_N, m, n, k, &one, a, lda, b, ldb, &zero, c, ldc);
+}
+
+// The floor: S = X^T Z (N x B) and out = X P (n x B), timed with CUDA events;
+// the median over `repeat` runs of `inner` back-to-back pairs, per pair.
+template <typename S>
+double GemmFloorSeconds(cuda::Context& context, const cuda::DeviceMatrix<S>& X, const cuda::DeviceMatrix<S>& Z,
+                        int repeat) {
+  const int n = static_cast<int>(X.rows()), N = static_cast<int>(X.cols()), B = static_cast<int>(Z.cols());
+  cuda::DeviceMatrix<S> scores(N, B), out(n, B);
+  cudaEvent_t start, stop;
+  Check(cudaEventCreate(&start));
+  Check(cudaEventCreate(&stop));
+  auto pair = [&] {
+    Check(Gemm(context.cublas(), CUBLAS_OP_T, N, B, n, X.data(), n, Z.data(), n, scores.data(), N));
+    Check(Gemm(context.cublas(), CUBLAS_OP_N, n, B, N, X.data(), n, scores.data(), N, out.data(), n));
+  };
+  pair();  // warm-up (cuBLAS picks its kernels)
+  context.Synchronize();
+  const int inner = 10;
+  std::vector<double> samples;
+  for (int r = 0; r < std::max(1, repeat); ++r) {
+    Check(cudaEventRecord(start, context.stream()));
+    for (int i = 0; i < inner; ++i) pair();
+    Check(cudaEventRecord(stop, context.stream()));
+    Check(cudaEventSynchronize(stop));
+    float ms = 0;
+    Check(cudaEventElapsedTime(&ms, start, stop));
+    samples.push_back(ms * 1e-3 / inner);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return Median(samples);
+}
+
+struct Row {
+  std::string problem, precision, where, solver;
+  int converged = 0, samples = 0, iterations = 0;
+  long long sample_evaluations = 0;
+  double seconds = 0, floor = 0;
+  double full_batch_iteration = 0;  // mean seconds of the iterations that began with all B active
+};
+
+// The iteration callback's marks: (seconds since the solve began, samples
+// still active) after every iteration.
+struct IterationMarks {
+  std::vector<std::pair<double, int>> marks;
+  implicit::IterationCallback Callback() {
+    return [this](const implicit::IterationSummary& it) {
+      marks.emplace_back(it.seconds, it.num_active);
+      return implicit::CallbackReturnType::kContinue;
+    };
+  }
+  // Mean duration of the iterations that began with all `batch` samples active.
+  double FullBatchIteration(int batch) const {
+    double total = 0;
+    int count = 0;
+    for (std::size_t k = 1; k < marks.size(); ++k) {
+      if (marks[k - 1].second != batch) continue;
+      total += marks[k].first - marks[k - 1].first;
+      ++count;
+    }
+    return count > 0 ? total / count : std::nan("");
+  }
+};
+
+template <typename Run>
+double MedianSeconds(int repeat, Run&& run) {
+  std::vector<double> samples;
+  for (int r = 0; r < std::max(1, repeat); ++r) {
+    const auto start = std::chrono::steady_clock::now();
+    run();
+    samples.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  return Median(samples);
+}
+
+void Fill(Row* row, const implicit::Summary& s) {
+  row->converged = s.num_converged();
+  row->samples = s.num_samples();
+  row->iterations = s.iterations;
+  row->sample_evaluations = s.total_sample_evaluations();
+}
+
+// One problem on the device (and, when asked, on the CPU): rows appended.
+template <typename S>
+void RunProblem(const std::string& problem, const Matrix<double>& patterns, const Matrix<double>& queries,
+                double beta, double tol, const DeviceBenchOptions& o, cuda::Context& context, std::vector<Row>* rows) {
+  const std::string precision = std::is_same<S, float>::value ? "float" : "double";
+  const Matrix<S> X = patterns.cast<S>(), Q = queries.cast<S>();
+  cuda::HopfieldCccpMap<S> map(context, X, static_cast<S>(beta));
+  const cuda::DeviceMatrix<S> queries_device(context, Q);
+  const double floor = GemmFloorSeconds(context, map.patterns(), queries_device, static_cast<int>(o.repeat));
+  IterationMarks marks;
+  implicit::SolverOptions base;
+  base.absolute_tolerance = tol;
+  base.max_iterations = static_cast<int>(o.max_iter);
+  base.callback = marks.Callback();
+  for (const std::string& name : o.solvers) {
+    auto solver = cuda::MakeDeviceSolver<S>(name, {}, base);
+    cuda::DeviceMatrix<S> z;
+    implicit::Summary summary;
+    auto solve = [&] {
+      z.CopyFrom(context, queries_device);
+      marks.marks.clear();
+      summary = solver->Solve(context, map, z);
+    };
+    solve();  // warm-up: the context's workspace is allocated here
+    Row row{problem, precision, "gpu", name};
+    row.seconds = MedianSeconds(static_cast<int>(o.repeat), solve);
+    row.floor = floor;
+    row.full_batch_iteration = marks.FullBatchIteration(static_cast<int>(queries.cols()));
+    Fill(&row, summary);
+    rows->push_back(row);
+    if (!o.quiet) std::cerr << "  gpu " << problem << " " << name << ": " << summary.BriefReport() << "\n";
+  }
+  if (!o.cpu_reference) return;
+  implicit::ModernHopfieldEnergy<double>::Options eo;
+  eo.beta = beta;
+  eo.learn_beta = false;
+  implicit::ModernHopfieldEnergy<double> energy(patterns, eo);
+  implicit::CccpMap<double> cpu_map(energy);
+  for (const std::string& name : o.solvers) {
+    auto solver = implicit::MakeSolver<double>(name, {}, base);
+    implicit::Summary summary;
+    Matrix<double> z;
+    Row row{problem, "double", "cpu (" + std::to_string(Eigen::nbThreads()) + " threads)", name};
+    row.seconds = MedianSeconds(std::min<int>(3, static_cast<int>(o.repeat)), [&] {
+      z = queries;
+      marks.marks.clear();
+      summary = solver->Solve(cpu_map, z);
+    });
+    row.floor = std::nan("");
+    row.full_batch_iteration = marks.FullBatchIteration(static_cast<int>(queries.cols()));
+    Fill(&row, summary);
+    rows->push_back(row);
+    if (!o.quiet) std::cerr << "  cpu " << problem << " " << name << ": " << summary.BriefReport() << "\n";
+  }
+}
+
+}  // namespace
+
+bool DeviceBenchAvailable() { return true; }
+
+Json RunDeviceBench(const DeviceBenchOptions& o, const implicit::DigitsDataset& digits) {
+  cuda::Context context(0, o.tf32);
+  std::cout << "device: " << context.device_name() << (o.tf32 ? " (float GEMMs on TF32)" : "") << "\n";
+  std::vector<Row> rows;
+  for (const std::string& problem : o.problems) {
+    if (problem == "hopfield-digits") {
+      const Matrix<double> patterns = digits.Scaled();
+      Matrix<double> queries = patterns;
+      queries.bottomRows(32).setZero();
+      RunProblem<double>(problem, patterns, queries, 2.0, o.tol, o, context, &rows);
+    } else if (problem == "retrieval") {
+      const Index n = o.retrieval_dimension, N = o.retrieval_patterns, B = o.retrieval_queries;
+      if (B > N) throw std::invalid_argument("--retrieval-queries must be <= --retrieval-patterns");
+      std::mt19937 gen(1);
+      std::normal_distribution<double> normal(0.0, 1.0 / std::sqrt(double(n)));
+      Matrix<double> patterns(n, N), queries(n, B);
+      for (Index j = 0; j < N; ++j)
+        for (Index i = 0; i < n; ++i) patterns(i, j) = normal(gen);
+      for (Index j = 0; j < B; ++j)
+        for (Index i = 0; i < n; ++i) queries(i, j) = patterns(i, j) + 0.3 * normal(gen);
+      DeviceBenchOptions gpu_only = o;
+      gpu_only.cpu_reference = false;  // minutes per solve on a CPU
+      RunProblem<float>(problem, patterns, queries, o.retrieval_beta, o.float_tol, gpu_only, context, &rows);
+    } else {
+      throw std::invalid_argument("--device-problems: unknown problem '" + problem +
+                                  "' (hopfield-digits, retrieval)");
+    }
+  }
+
+  Table table({"problem", "precision", "where", "solver", "converged", "iters", "sample evals", "solve ms",
+               "ms / iter", "full-batch ms / iter", "floor ms", "x floor full-batch iter", "x floor / sample-iter"},
+              {false, false, false, false, true, true, true, true, true, true, true, true, true});
+  Json results = Json::array();
+  for (const Row& r : rows) {
+    const double per_iteration = r.iterations > 0 ? r.seconds / r.iterations : std::nan("");
+    const double per_sample = r.sample_evaluations > 0 ? r.seconds / double(r.sample_evaluations) : std::nan("");
+    const double x_iteration = r.full_batch_iteration / r.floor;
+    const double x_sample = per_sample / (r.floor / r.samples);
+    auto ms = [](double s) { return std::isfinite(s) ? Fmt(s * 1e3, 4) : std::string("-"); };
+    auto x = [](double v) { return std::isfinite(v) ? Fmt(v, 3) : std::string("-"); };
+    table.AddRow({r.problem, r.precision, r.where, r.solver,
+                  std::to_string(r.converged) + "/" + std::to_string(r.samples), std::to_string(r.iterations),
+                  std::to_string(r.sample_evaluations), ms(r.seconds), ms(per_iteration),
+                  ms(r.full_batch_iteration), ms(r.floor), x(x_iteration), x(x_sample)});
+    results.push_back({{"problem", r.problem},
+                       {"precision", r.precision},
+                       {"where", r.where},
+                       {"solver", r.solver},
+                       {"converged", r.converged},
+                       {"samples", r.samples},
+                       {"iterations", r.iterations},
+                       {"sample_evaluations", r.sample_evaluations},
+                       {"solve_seconds", r.seconds},
+                       {"full_batch_iteration_seconds",
+                        std::isfinite(r.full_batch_iteration) ? Json(r.full_batch_iteration) : Json(nullptr)},
+                       {"floor_seconds", std::isfinite(r.floor) ? Json(r.floor) : Json(nullptr)},
+                       {"x_floor_full_batch_iteration", std::isfinite(x_iteration) ? Json(x_iteration) : Json(nullptr)},
+                       {"x_floor_per_sample_iteration", std::isfinite(x_sample) ? Json(x_sample) : Json(nullptr)}});
+  }
+  table.Print(std::cout);
+  Json root;
+  root["device"] = context.device_name();
+  root["tf32"] = o.tf32;
+  root["results"] = results;
+  return root;
+}
+
+}  // namespace implicit_apps
+
+#endif  // IMPLICIT_WITH_CUDA

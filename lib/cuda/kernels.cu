@@ -1,0 +1,621 @@
+// The GPU backend's kernels and their launchers (cuda_kernels.h).
+#include <implicit/core/cuda_kernels.h>
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+namespace implicit {
+namespace cuda {
+namespace internal {
+namespace {
+
+constexpr int kWarp = 32;
+constexpr int kColumnThreads = 256;   // one block per column (long columns)
+constexpr int kElementThreads = 256;  // element-wise kernels
+
+__device__ inline double WarpSum(double v) {
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) v += __shfl_down_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+// The sum of v over the block, returned to every thread. `shared` holds at
+// least blockDim.x / 32 doubles; the call synchronises the block.
+__device__ double BlockSum(double v, double* shared) {
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  v = WarpSum(v);
+  __syncthreads();  // earlier readers of `shared` are done
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  double total = 0;
+  const int warps = (blockDim.x + kWarp - 1) / kWarp;
+  for (int w = 0; w < warps; ++w) total += shared[w];
+  return total;
+}
+
+// Online (max, sum of exp(x - max)) pairs, merged.
+template <typename S>
+__device__ inline void MergeMaxSum(S& m, S& s, S m2, S s2) {
+  if (m2 == S(-INFINITY)) return;
+  if (m == S(-INFINITY)) {
+    m = m2;
+    s = s2;
+    return;
+  }
+  if (m2 > m) {
+    s = s * exp(m - m2) + s2;
+    m = m2;
+  } else {
+    s = s + s2 * exp(m2 - m);
+  }
+}
+
+template <typename S>
+__global__ void SoftmaxColumnsKernel(S* scores, int rows, S beta, S* lse) {
+  __shared__ S shared_m[kColumnThreads / kWarp], shared_s[kColumnThreads / kWarp];
+  S* col = scores + static_cast<size_t>(blockIdx.x) * rows;
+  S m = S(-INFINITY), s = 0;
+  bool nan = false;
+  for (int i = threadIdx.x; i < rows; i += blockDim.x) {
+    const S v = beta * col[i];
+    if (v != v) nan = true;
+    MergeMaxSum(m, s, v, S(1));
+  }
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) {
+    const S m2 = __shfl_down_sync(0xffffffffu, m, offset);
+    const S s2 = __shfl_down_sync(0xffffffffu, s, offset);
+    MergeMaxSum(m, s, m2, s2);
+  }
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  if (lane == 0) {
+    shared_m[warp] = m;
+    shared_s[warp] = s;
+  }
+  const bool any_nan = __syncthreads_or(nan);
+  m = S(-INFINITY);
+  s = 0;
+  for (int w = 0; w < static_cast<int>(blockDim.x / kWarp); ++w) MergeMaxSum(m, s, shared_m[w], shared_s[w]);
+  if (any_nan) m = s = S(NAN);  // a NaN score makes the whole column NaN
+  for (int i = threadIdx.x; i < rows; i += blockDim.x) col[i] = exp(beta * col[i] - m) / s;
+  if (lse != nullptr && threadIdx.x == 0) lse[blockIdx.x] = m + log(s);
+}
+
+// Sparsemax of beta * scores per column, in place, by Michelot's projection:
+// with shifted scores z = beta s - max, tau starts at (sum z - 1) / N and is
+// recomputed as (sum_{z_i > tau} z_i - 1) / |{z_i > tau}| until the support
+// stops changing (tau rises monotonically to the exact threshold). conj[j]
+// (when not null) = Omega*_2(beta s_j) = <p, z> - (|p|^2 - 1) / 2 + max.
+template <typename S>
+__global__ void SparsemaxColumnsKernel(S* scores, int rows, S beta, S* conj) {
+  __shared__ double shared[kColumnThreads / kWarp];
+  __shared__ double shared2[kColumnThreads / kWarp];
+  S* col = scores + static_cast<size_t>(blockIdx.x) * rows;
+  double m = -INFINITY;
+  bool nan = false;
+  for (int i = threadIdx.x; i < rows; i += blockDim.x) {
+    const double v = double(beta) * double(col[i]);
+    if (v != v) nan = true;
+    m = fmax(m, v);
+  }
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) m = fmax(m, __shfl_down_sync(0xffffffffu, m, offset));
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  if (lane == 0) shared[warp] = m;
+  const bool any_nan = __syncthreads_or(nan);
+  m = -INFINITY;
+  for (int w = 0; w < static_cast<int>(blockDim.x / kWarp); ++w) m = fmax(m, shared[w]);
+  if (any_nan) {
+    for (int i = threadIdx.x; i < rows; i += blockDim.x) col[i] = S(NAN);
+    if (conj != nullptr && threadIdx.x == 0) conj[blockIdx.x] = S(NAN);
+    return;
+  }
+  double total = 0;
+  for (int i = threadIdx.x; i < rows; i += blockDim.x) total += double(beta) * double(col[i]) - m;
+  total = BlockSum(total, shared);
+  double tau = (total - 1.0) / rows;
+  double previous_support = -1;
+  for (int iteration = 0; iteration < rows + 1; ++iteration) {
+    double k = 0, sum = 0;
+    for (int i = threadIdx.x; i < rows; i += blockDim.x) {
+      const double z = double(beta) * double(col[i]) - m;
+      if (z > tau) {
+        k += 1;
+        sum += z;
+      }
+    }
+    k = BlockSum(k, shared);
+    sum = BlockSum(sum, shared2);
+    tau = (sum - 1.0) / k;  // k >= 1: the largest z = 0 > tau always
+    if (k == previous_support) break;
+    previous_support = k;
+  }
+  double pz = 0, pp = 0;
+  for (int i = threadIdx.x; i < rows; i += blockDim.x) {
+    const double z = double(beta) * double(col[i]) - m;
+    const double p = z > tau ? z - tau : 0.0;
+    pz += p * z;
+    pp += p * p;
+    col[i] = static_cast<S>(p);
+  }
+  pz = BlockSum(pz, shared);
+  pp = BlockSum(pp, shared2);
+  if (conj != nullptr && threadIdx.x == 0) conj[blockIdx.x] = static_cast<S>(pz - 0.5 * (pp - 1.0) + m);
+}
+
+// w = J s for sparsemax's Jacobian J = diag(1_S) - 1_S 1_S^T / |S| (S = the
+// support, p > 0): w_i = s_i - mean_S(s) on the support, 0 off it.
+template <typename S>
+__global__ void SparsemaxJacobianTransposeKernel(const S* p, S* s, int rows) {
+  __shared__ double shared[kColumnThreads / kWarp];
+  __shared__ double shared2[kColumnThreads / kWarp];
+  const S* pc = p + static_cast<size_t>(blockIdx.x) * rows;
+  S* sc = s + static_cast<size_t>(blockIdx.x) * rows;
+  double k = 0, sum = 0;
+  for (int i = threadIdx.x; i < rows; i += blockDim.x) {
+    if (pc[i] > S(0)) {
+      k += 1;
+      sum += double(sc[i]);
+    }
+  }
+  k = BlockSum(k, shared);
+  sum = BlockSum(sum, shared2);
+  const double mean = k > 0 ? sum / k : 0.0;
+  for (int i = threadIdx.x; i < rows; i += blockDim.x) sc[i] = pc[i] > S(0) ? static_cast<S>(double(sc[i]) - mean) : S(0);
+}
+
+template <typename S>
+__global__ void HopfieldEnergyKernel(const S* z, int n, int count, const S* lse, S beta, S* energy) {
+  const int j = (blockIdx.x * blockDim.x + threadIdx.x) / kWarp, lane = threadIdx.x % kWarp;
+  if (j >= count) return;
+  const S* zj = z + static_cast<size_t>(j) * n;
+  double sq = 0;
+  for (int i = lane; i < n; i += kWarp) sq += double(zj[i]) * double(zj[i]);
+  sq = WarpSum(sq);
+  if (lane == 0) energy[j] = static_cast<S>(0.5 * sq - double(lse[j]) / double(beta));
+}
+
+template <typename S>
+__global__ void SoftmaxJacobianTransposeKernel(const S* p, S* s, int rows) {
+  __shared__ double shared[kColumnThreads / kWarp];
+  const S* pc = p + static_cast<size_t>(blockIdx.x) * rows;
+  S* sc = s + static_cast<size_t>(blockIdx.x) * rows;
+  double dot = 0;
+  for (int i = threadIdx.x; i < rows; i += blockDim.x) dot += double(pc[i]) * double(sc[i]);
+  dot = BlockSum(dot, shared);
+  const S d = static_cast<S>(dot);
+  for (int i = threadIdx.x; i < rows; i += blockDim.x) sc[i] = pc[i] * (sc[i] - d);
+}
+
+__device__ inline int Column(const int* columns, int j) { return columns == nullptr ? j : columns[j]; }
+
+template <typename S>
+__global__ void GatherKernel(const S* full, int n, const int* columns, long long total, S* compact) {
+  for (long long k = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; k < total;
+       k += static_cast<long long>(gridDim.x) * blockDim.x) {
+    const long long j = k / n, i = k % n;
+    compact[k] = full[static_cast<long long>(Column(columns, static_cast<int>(j))) * n + i];
+  }
+}
+
+template <typename S>
+__global__ void ScatterKernel(const S* compact, int n, const int* columns, long long total, S* full) {
+  for (long long k = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; k < total;
+       k += static_cast<long long>(gridDim.x) * blockDim.x) {
+    const long long j = k / n, i = k % n;
+    full[static_cast<long long>(Column(columns, static_cast<int>(j))) * n + i] = compact[k];
+  }
+}
+
+template <typename S>
+__global__ void CopyColumnsKernel(const S* src, int n, const int* columns, long long total, S* dst) {
+  for (long long k = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; k < total;
+       k += static_cast<long long>(gridDim.x) * blockDim.x) {
+    const long long j = k / n, i = k % n;
+    const long long at = static_cast<long long>(Column(columns, static_cast<int>(j))) * n + i;
+    dst[at] = src[at];
+  }
+}
+
+template <typename S>
+__global__ void ResidualScalarsKernel(const S* z, const S* f, const S* energy, int n, const int* columns,
+                                      int count, double* out) {
+  const int j = (blockIdx.x * blockDim.x + threadIdx.x) / kWarp, lane = threadIdx.x % kWarp;
+  if (j >= count) return;
+  const long long base = static_cast<long long>(Column(columns, j)) * n;
+  double r = 0, fn = 0;
+  int finite = 1;
+  for (int i = lane; i < n; i += kWarp) {
+    const double zi = z[base + i], fi = f[base + i];
+    r += (fi - zi) * (fi - zi);
+    fn += fi * fi;
+    if (!isfinite(zi) || !isfinite(fi)) finite = 0;
+  }
+  r = WarpSum(r);
+  fn = WarpSum(fn);
+  finite = __all_sync(0xffffffffu, finite);
+  if (lane == 0) {
+    out[4 * j] = sqrt(r);
+    out[4 * j + 1] = sqrt(fn);
+    out[4 * j + 2] = finite ? 1.0 : 0.0;
+    out[4 * j + 3] = energy != nullptr ? double(energy[Column(columns, j)]) : 0.0;
+  }
+}
+
+template <typename S>
+__global__ void DampedStepKernel(S* z, const S* f, int n, const int* columns, long long total,
+                                 S damping) {
+  for (long long k = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; k < total;
+       k += static_cast<long long>(gridDim.x) * blockDim.x) {
+    const long long j = k / n, i = k % n;
+    const long long at = static_cast<long long>(Column(columns, static_cast<int>(j))) * n + i;
+    z[at] += damping * (f[at] - z[at]);
+  }
+}
+
+template <typename S>
+__global__ void TrialPointsKernel(S* y, const S* z, const S* f, const S* q, int n, const int* columns,
+                                  const double* a, const double* c, long long total) {
+  for (long long k = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; k < total;
+       k += static_cast<long long>(gridDim.x) * blockDim.x) {
+    const long long j = k / n, i = k % n;
+    const long long at = static_cast<long long>(Column(columns, static_cast<int>(j))) * n + i;
+    S v = z[at] + static_cast<S>(a[j]) * (f[at] - z[at]);
+    if (c[j] != 0.0) v += static_cast<S>(c[j]) * q[at];
+    y[at] = v;
+  }
+}
+
+template <typename S>
+__global__ void TrialScalarsKernel(const S* y, const S* fy, const S* ey, const S* z, const S* f, int n,
+                                   const int* columns, int count, double* out) {
+  const int j = (blockIdx.x * blockDim.x + threadIdx.x) / kWarp, lane = threadIdx.x % kWarp;
+  if (j >= count) return;
+  const long long base = static_cast<long long>(Column(columns, j)) * n;
+  double r = 0, predicted = 0;
+  for (int i = lane; i < n; i += kWarp) {
+    const double d = double(fy[base + i]) - double(y[base + i]);
+    r += d * d;
+    predicted += (double(f[base + i]) - double(z[base + i])) * (double(y[base + i]) - double(z[base + i]));
+  }
+  r = WarpSum(r);
+  predicted = WarpSum(predicted);
+  if (lane == 0) {
+    out[3 * j] = sqrt(r);
+    out[3 * j + 1] = predicted;
+    out[3 * j + 2] = ey != nullptr ? double(ey[Column(columns, j)]) : 0.0;
+  }
+}
+
+template <typename S>
+__global__ void ColumnDotsKernel(const S* a, const S* b, int n, int count, double* out) {
+  const int j = (blockIdx.x * blockDim.x + threadIdx.x) / kWarp, lane = threadIdx.x % kWarp;
+  if (j >= count) return;
+  const long long base = static_cast<long long>(j) * n;
+  double d = 0;
+  for (int i = lane; i < n; i += kWarp) d += double(a[base + i]) * double(b[base + i]);
+  d = WarpSum(d);
+  if (lane == 0) out[j] = d;
+}
+
+template <typename S>
+__global__ void AddColumnsKernel(S* out, const S* g, int n, const int* columns, long long total) {
+  for (long long k = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; k < total;
+       k += static_cast<long long>(gridDim.x) * blockDim.x) {
+    const long long j = k / n, i = k % n;
+    out[k] += g[static_cast<long long>(Column(columns, static_cast<int>(j))) * n + i];
+  }
+}
+
+template <typename S>
+__global__ void FillKernel(S* data, long long n, S value) {
+  for (long long k = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; k < n;
+       k += static_cast<long long>(gridDim.x) * blockDim.x)
+    data[k] = value;
+}
+
+constexpr int kAndersonThreads = 128;
+
+template <typename S>
+__global__ void AndersonProposeKernel(AndersonState st, const S* z, const S* f, S* z_prev, S* g_prev,
+                                      S* dz, S* dg, S* q, int n, const int* columns, double* out) {
+  __shared__ double red[kAndersonThreads / kWarp];
+  __shared__ double L[kMaxAndersonKernelMemory * kMaxAndersonKernelMemory];
+  __shared__ double rhs[kMaxAndersonKernelMemory], gamma[kMaxAndersonKernelMemory];
+  __shared__ int ok;
+  const int j = blockIdx.x, b = Column(columns, j), m = st.memory;
+  const long long col = static_cast<long long>(b) * n;
+  const S* zb = z + col;
+  const S* fb = f + col;
+  S* zp = z_prev + col;
+  S* gp = g_prev + col;
+  double* gram = st.gram + static_cast<long long>(b) * m * m;
+  auto ring = [&](S* base, int slot) { return base + (static_cast<long long>(b) * m + slot) * n; };
+  int count = st.count[b], next = st.next[b];
+  if (st.has_prev[b]) {
+    const int slot = next;
+    S* dzs = ring(dz, slot);
+    S* dgs = ring(dg, slot);
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+      dzs[i] = zb[i] - zp[i];
+      dgs[i] = (fb[i] - zb[i]) - gp[i];
+    }
+    __syncthreads();
+    count = min(count + 1, m);
+    next = (slot + 1) % m;
+    for (int l = 0; l < count; ++l) {
+      const S* dgl = ring(dg, l);
+      double v = 0;
+      for (int i = threadIdx.x; i < n; i += blockDim.x) v += double(dgs[i]) * double(dgl[i]);
+      v = BlockSum(v, red);
+      if (threadIdx.x == 0) {
+        gram[slot + l * m] = v;
+        gram[l + slot * m] = v;
+      }
+    }
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    zp[i] = zb[i];
+    gp[i] = fb[i] - zb[i];
+  }
+  __syncthreads();
+  const int k = count;
+  if (k > 0) {
+    for (int l = 0; l < k; ++l) {
+      const S* dgl = ring(dg, l);
+      double v = 0;
+      for (int i = threadIdx.x; i < n; i += blockDim.x) v += double(dgl[i]) * double(gp[i]);
+      v = BlockSum(v, red);
+      if (threadIdx.x == 0) rhs[l] = v;
+    }
+  }
+  if (threadIdx.x == 0) {
+    // The ridged Cholesky solve of AndersonSolver::SolveGram (anderson.h).
+    ok = k > 0;
+    double trace = 0, max_diag = 0;
+    for (int i = 0; i < k; ++i) trace += gram[i + i * m];
+    const double lambda = k > 0 ? st.ridge * trace / k : 0.0;
+    for (int i = 0; i < k; ++i) max_diag = fmax(max_diag, gram[i + i * m] + lambda);
+    if (ok && (!(max_diag > 0.0) || !isfinite(max_diag))) ok = 0;
+    const double threshold = st.condition_limit * max_diag;
+    for (int c = 0; ok && c < k; ++c) {
+      double d = gram[c + c * m] + lambda;
+      for (int l = 0; l < c; ++l) d -= L[c + l * kMaxAndersonKernelMemory] * L[c + l * kMaxAndersonKernelMemory];
+      if (!(d > threshold) || !isfinite(d)) {
+        ok = 0;
+        break;
+      }
+      const double ljj = sqrt(d);
+      L[c + c * kMaxAndersonKernelMemory] = ljj;
+      for (int i = c + 1; i < k; ++i) {
+        double s = gram[i + c * m];
+        for (int l = 0; l < c; ++l) s -= L[i + l * kMaxAndersonKernelMemory] * L[c + l * kMaxAndersonKernelMemory];
+        L[i + c * kMaxAndersonKernelMemory] = s / ljj;
+      }
+    }
+    if (ok) {
+      for (int i = 0; i < k; ++i) {
+        double s = rhs[i];
+        for (int l = 0; l < i; ++l) s -= L[i + l * kMaxAndersonKernelMemory] * gamma[l];
+        gamma[i] = s / L[i + i * kMaxAndersonKernelMemory];
+      }
+      for (int i = k - 1; i >= 0; --i) {
+        double s = gamma[i];
+        for (int l = i + 1; l < k; ++l) s -= L[l + i * kMaxAndersonKernelMemory] * gamma[l];
+        gamma[i] = s / L[i + i * kMaxAndersonKernelMemory];
+      }
+      for (int i = 0; i < k; ++i)
+        if (!isfinite(gamma[i])) ok = 0;
+    }
+    if (!ok && k > 0) count = next = 0;  // ill-conditioned: safe step, fresh history
+    st.count[b] = count;
+    st.next[b] = next;
+    st.has_prev[b] = 1;
+  }
+  __syncthreads();
+  if (!ok) {
+    if (threadIdx.x == 0) {
+      out[2 * j] = 0.0;
+      out[2 * j + 1] = 0.0;
+    }
+    return;
+  }
+  const S beta = static_cast<S>(st.mixing);
+  S* qb = q + col;
+  double descent = 0;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    S v = beta * gp[i];
+    for (int l = 0; l < k; ++l) v -= static_cast<S>(gamma[l]) * (ring(dz, l)[i] + beta * ring(dg, l)[i]);
+    qb[i] = v;
+    descent += double(v) * double(gp[i]);
+  }
+  descent = BlockSum(descent, red);
+  if (threadIdx.x == 0) {
+    out[2 * j] = 1.0;
+    out[2 * j + 1] = descent;
+  }
+}
+
+__global__ void AndersonResetKernel(int* count, int* next, const int* columns, int n) {
+  const int j = blockIdx.x * blockDim.x + threadIdx.x;
+  if (j >= n) return;
+  count[Column(columns, j)] = 0;
+  next[Column(columns, j)] = 0;
+}
+
+int ElementBlocks(long long total) {
+  const long long blocks = (total + kElementThreads - 1) / kElementThreads;
+  return static_cast<int>(blocks < 65535 * 16 ? (blocks > 0 ? blocks : 1) : 65535 * 16);
+}
+int WarpBlocks(int count) { return (count * kWarp + kElementThreads - 1) / kElementThreads; }
+
+}  // namespace
+
+void CheckLaunch(const char* what) {
+  const cudaError_t status = cudaGetLastError();
+  if (status != cudaSuccess) throw std::runtime_error(std::string("CUDA launch of ") + what + ": " + cudaGetErrorString(status));
+}
+
+template <typename S>
+void SoftmaxColumns(cudaStream_t stream, S* scores, int rows, int count, S beta, S* lse) {
+  if (count == 0) return;
+  SoftmaxColumnsKernel<S><<<count, kColumnThreads, 0, stream>>>(scores, rows, beta, lse);
+  CheckLaunch("SoftmaxColumns");
+}
+
+template <typename S>
+void SparsemaxColumns(cudaStream_t stream, S* scores, int rows, int count, S beta, S* conj) {
+  if (count == 0) return;
+  SparsemaxColumnsKernel<S><<<count, kColumnThreads, 0, stream>>>(scores, rows, beta, conj);
+  CheckLaunch("SparsemaxColumns");
+}
+
+template <typename S>
+void SparsemaxJacobianTranspose(cudaStream_t stream, const S* p, S* s, int rows, int count) {
+  if (count == 0) return;
+  SparsemaxJacobianTransposeKernel<S><<<count, kColumnThreads, 0, stream>>>(p, s, rows);
+  CheckLaunch("SparsemaxJacobianTranspose");
+}
+
+template <typename S>
+void HopfieldEnergy(cudaStream_t stream, const S* z, int n, int count, const S* lse, S beta, S* energy) {
+  if (count == 0) return;
+  HopfieldEnergyKernel<S><<<WarpBlocks(count), kElementThreads, 0, stream>>>(z, n, count, lse, beta, energy);
+  CheckLaunch("HopfieldEnergy");
+}
+
+template <typename S>
+void SoftmaxJacobianTranspose(cudaStream_t stream, const S* p, S* s, int rows, int count) {
+  if (count == 0) return;
+  SoftmaxJacobianTransposeKernel<S><<<count, kColumnThreads, 0, stream>>>(p, s, rows);
+  CheckLaunch("SoftmaxJacobianTranspose");
+}
+
+template <typename S>
+void GatherColumns(cudaStream_t stream, const S* full, int n, const int* columns, int count, S* compact) {
+  const long long total = static_cast<long long>(n) * count;
+  if (total == 0) return;
+  GatherKernel<S><<<ElementBlocks(total), kElementThreads, 0, stream>>>(full, n, columns, total, compact);
+  CheckLaunch("GatherColumns");
+}
+
+template <typename S>
+void ScatterColumns(cudaStream_t stream, const S* compact, int n, const int* columns, int count, S* full) {
+  const long long total = static_cast<long long>(n) * count;
+  if (total == 0) return;
+  ScatterKernel<S><<<ElementBlocks(total), kElementThreads, 0, stream>>>(compact, n, columns, total, full);
+  CheckLaunch("ScatterColumns");
+}
+
+template <typename S>
+void CopyColumns(cudaStream_t stream, const S* src, int n, const int* columns, int count, S* dst) {
+  const long long total = static_cast<long long>(n) * count;
+  if (total == 0) return;
+  CopyColumnsKernel<S><<<ElementBlocks(total), kElementThreads, 0, stream>>>(src, n, columns, total, dst);
+  CheckLaunch("CopyColumns");
+}
+
+template <typename S>
+void ResidualScalars(cudaStream_t stream, const S* z, const S* f, const S* energy, int n, const int* columns,
+                     int count, double* out) {
+  if (count == 0) return;
+  ResidualScalarsKernel<S><<<WarpBlocks(count), kElementThreads, 0, stream>>>(z, f, energy, n, columns, count,
+                                                                               out);
+  CheckLaunch("ResidualScalars");
+}
+
+template <typename S>
+void DampedStep(cudaStream_t stream, S* z, const S* f, int n, const int* columns, int count, S damping) {
+  const long long total = static_cast<long long>(n) * count;
+  if (total == 0) return;
+  DampedStepKernel<S><<<ElementBlocks(total), kElementThreads, 0, stream>>>(z, f, n, columns, total, damping);
+  CheckLaunch("DampedStep");
+}
+
+template <typename S>
+void TrialPoints(cudaStream_t stream, S* y, const S* z, const S* f, const S* q, int n, const int* columns,
+                 const double* a, const double* c, int count) {
+  const long long total = static_cast<long long>(n) * count;
+  if (total == 0) return;
+  TrialPointsKernel<S><<<ElementBlocks(total), kElementThreads, 0, stream>>>(y, z, f, q, n, columns, a, c, total);
+  CheckLaunch("TrialPoints");
+}
+
+template <typename S>
+void TrialScalars(cudaStream_t stream, const S* y, const S* fy, const S* ey, const S* z, const S* f, int n,
+                  const int* columns, int count, double* out) {
+  if (count == 0) return;
+  TrialScalarsKernel<S><<<WarpBlocks(count), kElementThreads, 0, stream>>>(y, fy, ey, z, f, n, columns, count,
+                                                                            out);
+  CheckLaunch("TrialScalars");
+}
+
+template <typename S>
+void ColumnDots(cudaStream_t stream, const S* a, const S* b, int n, int count, double* out) {
+  if (count == 0) return;
+  ColumnDotsKernel<S><<<WarpBlocks(count), kElementThreads, 0, stream>>>(a, b, n, count, out);
+  CheckLaunch("ColumnDots");
+}
+
+template <typename S>
+void AddColumns(cudaStream_t stream, S* out, const S* g, int n, const int* columns, int count) {
+  const long long total = static_cast<long long>(n) * count;
+  if (total == 0) return;
+  AddColumnsKernel<S><<<ElementBlocks(total), kElementThreads, 0, stream>>>(out, g, n, columns, total);
+  CheckLaunch("AddColumns");
+}
+
+template <typename S>
+void Fill(cudaStream_t stream, S* data, long long n, S value) {
+  if (n == 0) return;
+  FillKernel<S><<<ElementBlocks(n), kElementThreads, 0, stream>>>(data, n, value);
+  CheckLaunch("Fill");
+}
+
+template <typename S>
+void AndersonPropose(cudaStream_t stream, const AndersonState& state, const S* z, const S* f, S* z_prev,
+                     S* g_prev, S* dz, S* dg, S* q, int n, const int* columns, int count, double* out) {
+  if (count == 0) return;
+  if (state.memory < 1 || state.memory > kMaxAndersonKernelMemory)
+    throw std::invalid_argument("AndersonPropose: memory must be in 1.." + std::to_string(kMaxAndersonKernelMemory));
+  AndersonProposeKernel<S><<<count, kAndersonThreads, 0, stream>>>(state, z, f, z_prev, g_prev, dz, dg, q, n,
+                                                                   columns, out);
+  CheckLaunch("AndersonPropose");
+}
+
+void AndersonReset(cudaStream_t stream, const AndersonState& state, const int* columns, int count) {
+  if (count == 0) return;
+  AndersonResetKernel<<<(count + kElementThreads - 1) / kElementThreads, kElementThreads, 0, stream>>>(
+      state.count, state.next, columns, count);
+  CheckLaunch("AndersonReset");
+}
+
+#define IMPLICIT_CUDA_KERNELS(S)                                                                       \
+  template void SoftmaxColumns<S>(cudaStream_t, S*, int, int, S, S*);                                  \
+  template void HopfieldEnergy<S>(cudaStream_t, const S*, int, int, const S*, S, S*);                  \
+  template void SoftmaxJacobianTranspose<S>(cudaStream_t, const S*, S*, int, int);                     \
+  template void SparsemaxColumns<S>(cudaStream_t, S*, int, int, S, S*);                                \
+  template void SparsemaxJacobianTranspose<S>(cudaStream_t, const S*, S*, int, int);                   \
+  template void GatherColumns<S>(cudaStream_t, const S*, int, const int*, int, S*);                    \
+  template void ScatterColumns<S>(cudaStream_t, const S*, int, const int*, int, S*);                   \
+  template void CopyColumns<S>(cudaStream_t, const S*, int, const int*, int, S*);                      \
+  template void ResidualScalars<S>(cudaStream_t, const S*, const S*, const S*, int, const int*, int,   \
+                                   double*);                                                           \
+  template void DampedStep<S>(cudaStream_t, S*, const S*, int, const int*, int, S);                    \
+  template void TrialPoints<S>(cudaStream_t, S*, const S*, const S*, const S*, int, const int*,        \
+                               const double*, const double*, int);                                     \
+  template void TrialScalars<S>(cudaStream_t, const S*, const S*, const S*, const S*, const S*, int,    \
+                                const int*, int, double*);                                             \
+  template void ColumnDots<S>(cudaStream_t, const S*, const S*, int, int, double*);                    \
+  template void AddColumns<S>(cudaStream_t, S*, const S*, int, const int*, int);                       \
+  template void Fill<S>(cudaStream_t, S*, long long, S);                                               \
+  template void AndersonPropose<S>(cudaStream_t, const AndersonState&, const S*, const S*, S*, S*, S*, \
+                                   S*, S*, int, const int*, int, double*);
+IMPLICIT_CUDA_KERNELS(float)
+IMPLICIT_CUDA_KERNELS(double)
+#undef IMPLICIT_CUDA_KERNELS
+
+}  // namespace internal
+}  // namespace cuda
+}  // namespace implicit

@@ -1,0 +1,63 @@
+// The implicit backward pass on the device (implicit_diff.h's ImplicitBackward
+// for DeviceMap): exact implicit-function-theorem gradients, never unrolling.
+//
+// At an equilibrium z* of f and a loss gradient g = dL/dz*, per sample b
+//
+//   u_b = (df/dz)(z*_b)^T u_b + g_b     (the adjoint, as a fixed point)
+//   dL/dtheta = sum_b (df/dtheta)(z*_b)^T u_b
+//
+// The adjoint fixed point is solved by a device solver (cuda_solvers.h) on the
+// linear map u -> J^T u + g, with the map's device vector-Jacobian products:
+// BackwardOptions::linear_solver "fixed_point" (Picard) or "anderson"
+// ("auto" = anderson; the other linear solvers are not on the device yet and
+// are refused). Its residual |g - (I - J)^T u| is the true adjoint residual;
+// a sample has converged when it is <= absolute_tolerance or <= tolerance x
+// |J^T u + g|. Memory is the solver's (a few n x B device matrices),
+// independent of the number of forward iterations. A failed sample (not
+// converged, NaN) makes ok() false and the parameter gradient NaN, never a
+// silent zero.
+//
+//   implicit::cuda::Context context;
+//   implicit::cuda::HopfieldCccpMap<double> map(context, patterns, 2.0);
+//   implicit::cuda::DeviceMatrix<double> z(context, queries), grad(...);
+//   implicit::cuda::DeviceAndersonSolver<double>().Solve(context, map, z);   // z <- z*
+//   auto g = implicit::cuda::ImplicitBackward(context, map, z, grad);
+//   if (g.ok()) { implicit::Vector<double> dtheta = g.parameter_gradient.ToHost(context); }
+#pragma once
+
+#include <implicit/core/cuda_device.h>
+#include <implicit/diff/backward_options.h>
+#include <implicit/solvers/solver.h>
+
+namespace implicit {
+namespace cuda {
+
+template <typename Scalar>
+struct DeviceBackwardResult {
+  // The adjoint solve, as the device solver reports it (per-sample statuses,
+  // residuals |g - (I - J)^T u|, iterations, vector-Jacobian products counted
+  // as function_evaluations).
+  Summary summary;
+  DeviceMatrix<Scalar> adjoint;             // u, n x B
+  DeviceMatrix<Scalar> parameter_gradient;  // num_parameters() x 1; NaN when !ok()
+  bool ok() const { return summary.IsConverged(); }
+};
+
+// Throws std::invalid_argument for options the device cannot honour (method
+// other than kImplicit, a linear solver other than auto/fixed_point/anderson),
+// mismatched shapes, or a map without Jacobian products.
+template <typename Scalar>
+DeviceBackwardResult<Scalar> ImplicitBackward(Context& context, const DeviceMap<Scalar>& map,
+                                              const DeviceMatrix<Scalar>& z_star,
+                                              const DeviceMatrix<Scalar>& grad_z,
+                                              const BackwardOptions& options = BackwardOptions());
+
+extern template DeviceBackwardResult<float> ImplicitBackward<float>(
+    Context&, const DeviceMap<float>&, const DeviceMatrix<float>&, const DeviceMatrix<float>&,
+    const BackwardOptions&);
+extern template DeviceBackwardResult<double> ImplicitBackward<double>(
+    Context&, const DeviceMap<double>&, const DeviceMatrix<double>&, const DeviceMatrix<double>&,
+    const BackwardOptions&);
+
+}  // namespace cuda
+}  // namespace implicit

@@ -1,0 +1,111 @@
+// Forward solvers on the device: Picard and the energy-guarded Anderson, with
+// the CPU solvers' Options and Summary (picard.h, anderson.h, solver.h).
+//
+// The batch stays on the device for the whole solve. Each iteration computes,
+// on the device, every active sample's residual |f(z_b) - z_b|, |f(z_b)|,
+// E(z_b) and a finiteness flag, and copies only those scalars to the host,
+// where the CPU solvers' own per-sample monitor judges them (tolerances,
+// divergence, stalls, NaN, best iterate) and the CPU guard's acceptance rules
+// decide each trial step; the decisions go back as per-sample index lists
+// and coefficients. So statuses, counters and the returned iterates follow
+// exactly the rules of the CPU solvers. The active set is compacted on the
+// device: once samples stop, the map is evaluated on the active columns only
+// (gathered into one contiguous block: GEMMs of the active width).
+//
+// DeviceAndersonSolver keeps each sample's ring of (dZ, dG) pairs and its
+// m x m Gram matrix on the device; one kernel per iteration (one thread block
+// per sample) pushes the newest pair, solves the ridged least-squares system
+// by Cholesky in double precision and forms the proposal q. memory is
+// limited to kMaxDeviceAndersonMemory.
+//
+//   implicit::cuda::Context context;
+//   implicit::cuda::HopfieldCccpMap<double> map(context, patterns, 2.0);
+//   implicit::cuda::DeviceMatrix<double> z(context, queries);
+//   implicit::AndersonSolver<double>::Options options;
+//   options.absolute_tolerance = 1e-8;
+//   implicit::Summary s = implicit::cuda::DeviceAndersonSolver<double>(options).Solve(context, map, z);
+//   // or by name, with the registry's option strings:
+//   auto solver = implicit::cuda::MakeDeviceSolver<double>("anderson", {{"memory", "5"}});
+#pragma once
+
+#include <implicit/core/cuda_device.h>
+#include <implicit/solvers/anderson.h>
+#include <implicit/solvers/picard.h>
+#include <implicit/solvers/solver.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace implicit {
+namespace cuda {
+
+// The largest Anderson memory the device kernel takes (its Gram system lives
+// in one thread block's shared memory).
+inline constexpr int kMaxDeviceAndersonMemory = 32;
+
+template <typename Scalar>
+class DeviceSolver {
+ public:
+  virtual ~DeviceSolver() = default;
+  virtual std::string name() const = 0;
+  // Solves z_b = f(z_b) for every column of z in place (z: n x B on the device).
+  virtual Summary Solve(Context& context, const DeviceMap<Scalar>& map,
+                        DeviceMatrix<Scalar>& z) const = 0;
+  // The same for a host batch: copies z to the device, solves, copies back.
+  Summary Solve(Context& context, const DeviceMap<Scalar>& map, MatrixRef<Scalar> z) const;
+};
+
+template <typename Scalar>
+class DevicePicardSolver : public DeviceSolver<Scalar> {
+ public:
+  using Options = typename PicardSolver<Scalar>::Options;
+  explicit DevicePicardSolver(const Options& options = Options());
+  const Options& options() const { return options_; }
+  std::string name() const override { return "picard"; }
+  using DeviceSolver<Scalar>::Solve;
+  Summary Solve(Context& context, const DeviceMap<Scalar>& map,
+                DeviceMatrix<Scalar>& z) const override;
+
+ private:
+  Options options_;
+};
+
+template <typename Scalar>
+class DeviceAndersonSolver : public DeviceSolver<Scalar> {
+ public:
+  using Options = typename AndersonSolver<Scalar>::Options;
+  // Throws std::invalid_argument on invalid options or memory > kMaxDeviceAndersonMemory.
+  explicit DeviceAndersonSolver(const Options& options = Options());
+  const Options& options() const { return options_; }
+  std::string name() const override { return "anderson"; }
+  using DeviceSolver<Scalar>::Solve;
+  Summary Solve(Context& context, const DeviceMap<Scalar>& map,
+                DeviceMatrix<Scalar>& z) const override;
+
+ private:
+  Options options_;
+};
+
+// The solvers that run on the device: picard, anderson.
+std::vector<std::string> DeviceSolverNames();
+
+// The device solver `name` with the registry's option strings and shared base
+// (registry.h: the same keys, parsing and validation as MakeSolver). Throws
+// std::invalid_argument for a solver that has no device version (listing those
+// that do), an unknown key or a bad value.
+template <typename Scalar>
+std::unique_ptr<DeviceSolver<Scalar>> MakeDeviceSolver(
+    const std::string& name, const std::map<std::string, std::string>& options = {},
+    const SolverOptions& base = {});
+
+extern template class DeviceSolver<float>;
+extern template class DeviceSolver<double>;
+extern template class DevicePicardSolver<float>;
+extern template class DevicePicardSolver<double>;
+extern template class DeviceAndersonSolver<float>;
+extern template class DeviceAndersonSolver<double>;
+
+}  // namespace cuda
+}  // namespace implicit

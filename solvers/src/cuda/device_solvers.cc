@@ -1,0 +1,435 @@
+// Picard and guarded Anderson on the device (cuda_solvers.h). The state, the
+// histories and every vector operation stay on the device; per iteration the
+// host receives the active samples' scalars, judges them with the CPU
+// solvers' BatchMonitor and GuardRules, and sends back index lists and
+// per-sample coefficients.
+#include <implicit/core/cuda_kernels.h>
+#include <implicit/solvers/cuda_solvers.h>
+#include <implicit/solvers/internal/batch_monitor.h>
+#include <implicit/solvers/internal/guarded_step.h>
+#include <implicit/solvers/registry.h>
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace implicit {
+namespace cuda {
+namespace {
+
+static_assert(kMaxDeviceAndersonMemory == internal::kMaxAndersonKernelMemory,
+              "the solver's memory bound is the kernel's");
+
+void Check(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) throw std::runtime_error(std::string("CUDA error in ") + what + ": " + cudaGetErrorString(status));
+}
+
+// A workspace slot of the context as rows x cols scalars.
+template <typename T>
+T* Slot(Context& context, int slot, std::size_t count) {
+  return static_cast<T*>(context.Workspace(slot, sizeof(T) * std::max<std::size_t>(count, 1)));
+}
+
+// What one device solve shares: the host <-> device traffic of small
+// per-sample arrays, the (compacted) map evaluation and the monitor's view.
+template <typename S>
+class DeviceSolve {
+ public:
+  DeviceSolve(Context& context, const DeviceMap<S>& map, DeviceMatrix<S>& z, const SolverOptions& options,
+              const std::string& name)
+      : context_(context),
+        map_(map),
+        n_(map.dimension()),
+        batch_(z.cols()),
+        energy_(options.use_energy && map.has_energy()),
+        monitor_(options, name),
+        upload_bytes_(Capacity(batch_)) {
+    if (z.rows() != n_ || z.cols() < 1) {
+      throw std::invalid_argument(name + ": initial state z must be " + std::to_string(n_) +
+                                  " x B with B >= 1 (the map's dimension), got " + std::to_string(z.rows()) +
+                                  " x " + std::to_string(z.cols()));
+    }
+    namespace k = internal;
+    const std::size_t nb = static_cast<std::size_t>(n_) * batch_, b = batch_;
+    f_ = Slot<S>(context, k::kSlotF, nb);
+    e_ = Slot<S>(context, k::kSlotE, b);
+    kept_ = Slot<S>(context, k::kSlotKept, nb);
+    compact_in_ = Slot<S>(context, k::kSlotCompactIn, nb);
+    compact_out_ = Slot<S>(context, k::kSlotCompactOut, nb);
+    compact_e_ = Slot<S>(context, k::kSlotCompactE, b);
+    upload_device_ = Slot<unsigned char>(context, k::kSlotUpload, upload_bytes_);
+    upload_host_ = static_cast<unsigned char*>(context.PinnedWorkspace(k::kPinnedUpload, upload_bytes_));
+    download_device_ = Slot<double>(context, k::kSlotDownload, 4 * b);
+    download_host_ = static_cast<double*>(context.PinnedWorkspace(k::kPinnedDownload, sizeof(double) * 4 * b));
+    residual_.resize(batch_);
+    f_norm_.resize(batch_);
+    finite_.resize(batch_);
+    energy_at_.resize(batch_);
+    residual_of_.assign(batch_, 0.0);
+    energy_of_.assign(batch_, 0.0);
+    monitor_.BeginScalars(batch_);
+  }
+
+  Context& context() { return context_; }
+  cudaStream_t stream() const { return context_.stream(); }
+  implicit::internal::BatchMonitor<S>& monitor() { return monitor_; }
+  Index n() const { return n_; }
+  Index batch() const { return batch_; }
+  bool with_energy() const { return energy_; }
+  bool supports_subsets() const { return map_.SupportsSubsets(); }
+  S* f() const { return f_; }
+  S* e() const { return e_; }
+  // At the last observation: |f(z_b) - z_b| and E(z_b) of each active sample.
+  double residual_of(Index b) const { return residual_of_[b]; }
+  double energy_of(Index b) const { return energy_of_[b]; }
+
+  // Copies a small host array to the device (staged in pinned memory; valid
+  // until the next Download()).
+  template <typename T>
+  T* Upload(const T* host, std::size_t count) {
+    const std::size_t bytes = sizeof(T) * count, at = upload_used_;
+    if (at + bytes > upload_bytes_) throw std::logic_error("DeviceSolve: upload staging exhausted");
+    upload_used_ += (bytes + 15) / 16 * 16;
+    void* device = upload_device_ + at;
+    if (bytes == 0) return static_cast<T*>(device);
+    std::memcpy(upload_host_ + at, host, bytes);
+    Check(cudaMemcpyAsync(device, upload_host_ + at, bytes, cudaMemcpyHostToDevice, stream()),
+          "upload of per-sample data");
+    return static_cast<T*>(device);
+  }
+  // The batch columns of a list (ascending, no repeats) for the kernels:
+  // nullptr when it is the whole batch (the kernels then index 0..B-1).
+  const int* UploadColumns(const std::vector<Index>& columns) {
+    if (static_cast<Index>(columns.size()) == batch_) return nullptr;
+    columns_int_.assign(columns.begin(), columns.end());
+    return Upload(columns_int_.data(), columns_int_.size());
+  }
+  // The device array for per-sample results, and its download (which waits
+  // for the stream and frees the upload staging).
+  double* results() const { return download_device_; }
+  const double* Download(std::size_t count) {
+    Check(cudaMemcpyAsync(download_host_, results(), sizeof(double) * count, cudaMemcpyDeviceToHost, stream()),
+          "download of per-sample scalars");
+    context_.Synchronize();
+    upload_used_ = 0;
+    return download_host_;
+  }
+
+  // For every b in `columns` (ascending): f(:, b) = f(points(:, b)) and, with
+  // the energy, e[b] = E(points(:, b)); other columns are left alone. The
+  // active set: only these columns are evaluated when the map supports subsets.
+  void Evaluate(const S* points, const std::vector<Index>& columns, S* f, S* e) {
+    const Index count = static_cast<Index>(columns.size());
+    if (count == 0) return;
+    S* energy = energy_ ? e : nullptr;
+    if (count == batch_) {  // the whole batch, in order
+      map_.Evaluate(context_, points, batch_, nullptr, f, energy);
+      monitor_.CountEvaluations(columns);
+      return;
+    }
+    const int* d_columns = UploadColumns(columns);
+    const int n = static_cast<int>(n_), c = static_cast<int>(count);
+    if (!map_.SupportsSubsets()) {
+      map_.Evaluate(context_, points, batch_, nullptr, compact_out_, energy_ ? compact_e_ : nullptr);
+      internal::CopyColumns<S>(stream(), compact_out_, n, d_columns, c, f);
+      if (energy_) internal::CopyColumns<S>(stream(), compact_e_, 1, d_columns, c, energy);
+      monitor_.CountEvaluations(1);
+      return;
+    }
+    internal::GatherColumns<S>(stream(), points, n, d_columns, c, compact_in_);
+    map_.Evaluate(context_, compact_in_, count, d_columns, compact_out_, energy_ ? compact_e_ : nullptr);
+    internal::ScatterColumns<S>(stream(), compact_out_, n, d_columns, c, f);
+    if (energy_) internal::ScatterColumns<S>(stream(), compact_e_, 1, d_columns, c, energy);
+    monitor_.CountEvaluations(columns);
+  }
+
+  // Judges the active samples at (z, f, e) with the monitor; keeps the best
+  // iterates on the device. Returns true while some sample is active.
+  bool Observe(const S* z) {
+    const std::vector<Index>& active = monitor_.active_columns();
+    const int count = static_cast<int>(active.size());
+    const int* d_active = UploadColumns(active);
+    internal::ResidualScalars<S>(stream(), z, f_, energy_ ? e_ : nullptr,
+                                 static_cast<int>(n_), d_active, count, results());
+    const double* scalars = Download(4 * static_cast<std::size_t>(count));
+    for (int j = 0; j < count; ++j) {
+      residual_[j] = scalars[4 * j];
+      f_norm_[j] = scalars[4 * j + 1];
+      finite_[j] = scalars[4 * j + 2];
+      energy_at_[j] = scalars[4 * j + 3];
+      residual_of_[active[j]] = residual_[j];
+      energy_of_[active[j]] = energy_at_[j];
+    }
+    const bool more = monitor_.ObserveScalars(batch_, residual_.data(), f_norm_.data(), finite_.data(),
+                                              energy_ ? energy_at_.data() : nullptr, &keep_);
+    CopyColumns(z, n_, keep_, kept_);
+    return more;
+  }
+
+  // dst(:, b) = src(:, b) for b in columns (rows-row columns).
+  void CopyColumns(const S* src, Index rows, const std::vector<Index>& columns, S* dst) {
+    if (columns.empty()) return;
+    internal::CopyColumns<S>(stream(), src, static_cast<int>(rows), UploadColumns(columns),
+                             static_cast<int>(columns.size()), dst);
+  }
+
+  // Returns the unconverged samples at their kept iterates; the summary.
+  Summary Finish(S* z) {
+    std::vector<Index> restore;
+    Summary summary = monitor_.FinishScalars(&restore);
+    CopyColumns(kept_, n_, restore, z);
+    context_.Synchronize();
+    return summary;
+  }
+
+ private:
+  // Upload staging per synchronisation: a few index lists and two
+  // coefficient arrays of B entries each.
+  static std::size_t Capacity(Index batch) { return 16 * 8 * static_cast<std::size_t>(batch) + 1024; }
+
+  Context& context_;
+  const DeviceMap<S>& map_;
+  const Index n_, batch_;
+  const bool energy_;
+  implicit::internal::BatchMonitor<S> monitor_;
+  const std::size_t upload_bytes_;
+  std::size_t upload_used_ = 0;
+  // Context workspace: per-sample staging (pinned host and device) ...
+  unsigned char* upload_host_ = nullptr;
+  unsigned char* upload_device_ = nullptr;
+  double* download_host_ = nullptr;
+  double* download_device_ = nullptr;
+  // ... f(z), E(z), the kept iterates, and the active set gathered.
+  S *f_ = nullptr, *e_ = nullptr, *kept_ = nullptr;
+  S *compact_in_ = nullptr, *compact_out_ = nullptr, *compact_e_ = nullptr;
+  std::vector<int> columns_int_;
+  std::vector<double> residual_, f_norm_, finite_, energy_at_;  // per active sample
+  std::vector<double> residual_of_, energy_of_;                 // per batch column
+  std::vector<Index> keep_;
+};
+
+}  // namespace
+
+// ---- DeviceSolver ---------------------------------------------------------------
+
+template <typename Scalar>
+Summary DeviceSolver<Scalar>::Solve(Context& context, const DeviceMap<Scalar>& map, MatrixRef<Scalar> z) const {
+  DeviceMatrix<Scalar> device_z(context, z);
+  Summary summary = Solve(context, map, device_z);
+  device_z.CopyTo(context, z);
+  return summary;
+}
+
+// ---- Picard -------------------------------------------------------------------------
+
+template <typename Scalar>
+DevicePicardSolver<Scalar>::DevicePicardSolver(const Options& options) : options_(options) {
+  std::string error;
+  implicit::internal::ThrowIfInvalid("cuda picard", options_.IsValid(&error), error);
+}
+
+template <typename Scalar>
+Summary DevicePicardSolver<Scalar>::Solve(Context& context, const DeviceMap<Scalar>& map,
+                                          DeviceMatrix<Scalar>& z) const {
+  DeviceSolve<Scalar> solve(context, map, z, options_, name());
+  const Scalar damping = static_cast<Scalar>(options_.damping);
+  auto& monitor = solve.monitor();
+  solve.Evaluate(z.data(), monitor.active_columns(), solve.f(), solve.e());
+  while (solve.Observe(z.data())) {
+    const std::vector<Index>& active = monitor.active_columns();
+    internal::DampedStep<Scalar>(solve.stream(), z.data(), solve.f(), static_cast<int>(z.rows()),
+                                 solve.UploadColumns(active), static_cast<int>(active.size()), damping);
+    solve.Evaluate(z.data(), active, solve.f(), solve.e());
+  }
+  return solve.Finish(z.data());
+}
+
+// ---- Anderson -----------------------------------------------------------------------
+
+template <typename Scalar>
+DeviceAndersonSolver<Scalar>::DeviceAndersonSolver(const Options& options) : options_(options) {
+  std::string error;
+  bool valid = options_.IsValid(&error);
+  if (valid && options_.memory > kMaxDeviceAndersonMemory) {
+    valid = false;
+    error = "memory must be <= " + std::to_string(kMaxDeviceAndersonMemory) + " on the device, got " +
+            std::to_string(options_.memory);
+  }
+  implicit::internal::ThrowIfInvalid("cuda anderson", valid, error);
+}
+
+template <typename Scalar>
+Summary DeviceAndersonSolver<Scalar>::Solve(Context& context, const DeviceMap<Scalar>& map,
+                                            DeviceMatrix<Scalar>& z) const {
+  DeviceSolve<Scalar> solve(context, map, z, options_, name());
+  auto& monitor = solve.monitor();
+  const Index n = solve.n(), batch = solve.batch(), m = options_.memory;
+  const int ni = static_cast<int>(n);
+  const bool energy = solve.with_energy();
+  const cudaStream_t stream = solve.stream();
+  const implicit::internal::GuardRules rules{options_,
+                                             static_cast<double>(std::numeric_limits<Scalar>::epsilon())};
+  const double beta = options_.mixing, t = options_.backtrack_factor;
+
+  // ---- device memory: the context's workspace (allocated on its first use) ----
+  namespace k = internal;
+  const std::size_t nb = static_cast<std::size_t>(n) * batch, b_count = batch;
+  Scalar* q = Slot<Scalar>(context, k::kSlotQ, nb);
+  Scalar* z_prev = Slot<Scalar>(context, k::kSlotZPrev, nb);
+  Scalar* g_prev = Slot<Scalar>(context, k::kSlotGPrev, nb);
+  Scalar* y = Slot<Scalar>(context, k::kSlotY, nb);
+  Scalar* fy = Slot<Scalar>(context, k::kSlotFY, nb);
+  Scalar* ey = Slot<Scalar>(context, k::kSlotEY, b_count);
+  Scalar* dz = Slot<Scalar>(context, k::kSlotDZ, nb * m);
+  Scalar* dg = Slot<Scalar>(context, k::kSlotDG, nb * m);
+  double* gram = Slot<double>(context, k::kSlotGram, b_count * m * m);
+  int* counters = Slot<int>(context, k::kSlotCounters, 3 * b_count);
+  Check(cudaMemsetAsync(counters, 0, sizeof(int) * 3 * b_count, stream), "cudaMemset(anderson counters)");
+  Check(cudaMemsetAsync(y, 0, sizeof(Scalar) * nb, stream), "cudaMemset(trial points)");
+  internal::AndersonState state;
+  state.memory = static_cast<int>(m);
+  state.ridge = options_.ridge;
+  state.condition_limit = options_.condition_limit;
+  state.mixing = beta;
+  state.count = counters;
+  state.next = counters + batch;
+  state.has_prev = counters + 2 * batch;
+  state.gram = gram;
+
+  // ---- host per-sample state ----
+  std::vector<char> proposal(batch, 0), accelerated(batch, 0);
+  std::vector<double> descent(batch, 0.0), tau(batch, 0.0), sigma(batch, 1.0);
+  std::vector<Index> pending, next, accepted, reset;
+  std::vector<double> a, c;
+
+  solve.Evaluate(z.data(), monitor.active_columns(), solve.f(), solve.e());
+  while (solve.Observe(z.data())) {
+    const std::vector<Index> active = monitor.active_columns();
+    const int count = static_cast<int>(active.size());
+    // The proposals q (one block per sample), with their descent q . g.
+    internal::AndersonPropose<Scalar>(stream, state, z.data(), solve.f(), z_prev, g_prev, dz, dg, q, ni,
+                                      solve.UploadColumns(active), count, solve.results());
+    const double* proposed = solve.Download(2 * static_cast<std::size_t>(count));
+    for (int j = 0; j < count; ++j) {
+      proposal[active[j]] = proposed[2 * j] != 0.0;
+      descent[active[j]] = proposed[2 * j + 1];
+    }
+    // The guarded step (internal::GuardedStepper::Step, with the state on the device).
+    if (!solve.supports_subsets()) {
+      Check(cudaMemcpyAsync(y, z.data(), sizeof(Scalar) * nb, cudaMemcpyDeviceToDevice, stream), "copy z");
+    }
+    pending.clear();
+    for (Index b : active) {
+      accelerated[b] = 0;
+      tau[b] = 0.0;
+      if (proposal[b]) {
+        if (!energy || descent[b] > 0.0) {
+          tau[b] = 1.0;
+        } else {
+          monitor.CountFallback(b);  // not a descent direction
+        }
+      }
+      sigma[b] = 1.0;
+      pending.push_back(b);
+    }
+    while (!pending.empty()) {
+      a.clear();
+      c.clear();
+      for (Index b : pending) {
+        const double s = tau[b] == 0.0 ? sigma[b] : 1.0;
+        a.push_back((1.0 - tau[b]) * s * beta);
+        c.push_back(tau[b]);
+      }
+      const int p = static_cast<int>(pending.size());
+      internal::TrialPoints<Scalar>(stream, y, z.data(), solve.f(), q, ni,
+                                    solve.UploadColumns(pending), solve.Upload(a.data(), a.size()),
+                                    solve.Upload(c.data(), c.size()), p);
+      solve.Evaluate(y, pending, fy, ey);
+      internal::TrialScalars<Scalar>(stream, y, fy, energy ? ey : nullptr, z.data(), solve.f(), ni,
+                                     solve.UploadColumns(pending), p, solve.results());
+      const double* trial = solve.Download(3 * static_cast<std::size_t>(p));
+      next.clear();
+      accepted.clear();
+      for (int j = 0; j < p; ++j) {
+        const Index b = pending[j];
+        const bool safe = tau[b] == 0.0;
+        const double e_x = solve.energy_of(b), e_y = trial[3 * j + 2];
+        const bool ok = safe ? rules.AcceptSafe(energy, sigma[b], e_x, e_y)
+                             : rules.AcceptTrial(energy, trial[3 * j], monitor.best_residual(b), e_x, e_y,
+                                                 trial[3 * j + 1], solve.residual_of(b));
+        if (ok) {
+          if (!safe) {
+            accelerated[b] = 1;
+            monitor.CountAcceleratedStep(b);
+          }
+          accepted.push_back(b);
+          continue;
+        }
+        monitor.CountBacktrack(b);
+        if (safe) {
+          sigma[b] *= t;
+        } else {
+          tau[b] *= t;
+          if (tau[b] < rules.min_tau()) {
+            tau[b] = 0.0;  // the safe step
+            monitor.CountFallback(b);
+          }
+        }
+        next.push_back(b);
+      }
+      solve.CopyColumns(y, n, accepted, z.data());
+      solve.CopyColumns(fy, n, accepted, solve.f());
+      if (energy) solve.CopyColumns(ey, 1, accepted, solve.e());
+      pending.swap(next);
+    }
+    // A proposal that was not taken clears the sample's history.
+    reset.clear();
+    for (Index b : active)
+      if (proposal[b] && !accelerated[b]) reset.push_back(b);
+    if (!reset.empty()) {
+      internal::AndersonReset(stream, state, solve.UploadColumns(reset), static_cast<int>(reset.size()));
+    }
+  }
+  return solve.Finish(z.data());
+}
+
+// ---- by name ------------------------------------------------------------------------
+
+std::vector<std::string> DeviceSolverNames() { return {"picard", "anderson"}; }
+
+template <typename Scalar>
+std::unique_ptr<DeviceSolver<Scalar>> MakeDeviceSolver(const std::string& name,
+                                                       const std::map<std::string, std::string>& options,
+                                                       const SolverOptions& base) {
+  // The registry parses and validates the options exactly as for the CPU solver.
+  std::unique_ptr<Solver<Scalar>> host = MakeSolver<Scalar>(name, options, base);
+  if (auto* picard = dynamic_cast<PicardSolver<Scalar>*>(host.get())) {
+    return std::make_unique<DevicePicardSolver<Scalar>>(picard->options());
+  }
+  if (auto* anderson = dynamic_cast<AndersonSolver<Scalar>*>(host.get())) {
+    return std::make_unique<DeviceAndersonSolver<Scalar>>(anderson->options());
+  }
+  throw std::invalid_argument("MakeDeviceSolver: solver '" + name +
+                              "' has no device version (on the device: picard, anderson)");
+}
+
+template class DeviceSolver<float>;
+template class DeviceSolver<double>;
+template class DevicePicardSolver<float>;
+template class DevicePicardSolver<double>;
+template class DeviceAndersonSolver<float>;
+template class DeviceAndersonSolver<double>;
+template std::unique_ptr<DeviceSolver<float>> MakeDeviceSolver<float>(const std::string&,
+                                                                      const std::map<std::string, std::string>&,
+                                                                      const SolverOptions&);
+template std::unique_ptr<DeviceSolver<double>> MakeDeviceSolver<double>(const std::string&,
+                                                                        const std::map<std::string, std::string>&,
+                                                                        const SolverOptions&);
+
+}  // namespace cuda
+}  // namespace implicit

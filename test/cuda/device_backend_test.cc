@@ -1,0 +1,342 @@
+// The GPU backend against the CPU path: the device Hopfield map (f, E, VJPs),
+// the device solvers (fixed points, statuses, active set, NaN isolation) and
+// the device implicit backward pass (IFT gradients). Cases that need a device
+// are reported as skipped without one (CI); the option checks run anywhere.
+#define BOOST_TEST_MODULE cuda_device_backend
+#include <boost/test/unit_test.hpp>
+
+#include <implicit/core/cuda_hopfield.h>
+#include <implicit/diff/cuda_backward.h>
+#include <implicit/diff/implicit_diff.h>
+#include <implicit/layers/hopfield.h>
+#include <implicit/layers/regularized_attention.h>
+#include <implicit/solvers/anderson.h>
+#include <implicit/solvers/cuda_solvers.h>
+#include <implicit/solvers/picard.h>
+#include <implicit/solvers/registry.h>
+
+#include "support/gpu.h"
+#include "support/test_problems.h"
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <string>
+
+namespace {
+
+using namespace implicit;
+using implicit::testing::GpuPresent;
+using implicit::testing::RandomMatrix;
+
+// A retrieval problem: N random patterns of norm about 1, queries near the
+// first B of them.
+struct Retrieval {
+  Matrix<double> patterns, queries;
+  double beta = 4.0;
+};
+Retrieval MakeRetrieval(Index n, Index N, Index B, unsigned seed) {
+  Retrieval r;
+  r.patterns = RandomMatrix<double>(n, N, seed, 1.0 / std::sqrt(double(n)));
+  r.queries = r.patterns.leftCols(B) + RandomMatrix<double>(n, B, seed + 1, 0.3 / std::sqrt(double(n)));
+  return r;
+}
+
+// The CPU map of the same energy, with the patterns as the trainable
+// parameters: ModernHopfieldEnergy (softmax) or SparseHopfieldEnergy with
+// alpha = 2 (sparsemax).
+std::unique_ptr<Energy<double>> CpuEnergy(const Retrieval& r, cuda::Attention attention) {
+  if (attention == cuda::Attention::kSparsemax) {
+    SparseHopfieldEnergy<double>::Options o;
+    o.alpha = 2.0;
+    o.beta = r.beta;
+    return std::make_unique<SparseHopfieldEnergy<double>>(r.patterns, o);
+  }
+  ModernHopfieldEnergy<double>::Options o;
+  o.beta = r.beta;
+  o.learn_beta = false;
+  o.learn_patterns = true;
+  return std::make_unique<ModernHopfieldEnergy<double>>(r.patterns, o);
+}
+struct CpuHopfield {
+  explicit CpuHopfield(const Retrieval& r, cuda::Attention attention = cuda::Attention::kSoftmax)
+      : energy(CpuEnergy(r, attention)), map(*energy) {}
+  std::unique_ptr<Energy<double>> energy;
+  CccpMap<double> map;
+};
+
+const char* Name(cuda::Attention a) { return a == cuda::Attention::kSoftmax ? "softmax" : "sparsemax"; }
+
+double MaxColumnResidual(const FixedPointMap<double>& map, const Matrix<double>& z) {
+  Matrix<double> f(z.rows(), z.cols());
+  map.Evaluate(z, f);
+  return (f - z).colwise().norm().maxCoeff();
+}
+
+}  // namespace
+
+// ---- runs without a device ----------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(device_solvers_take_the_registry_options_and_refuse_the_rest) {
+  auto anderson = cuda::MakeDeviceSolver<double>("anderson", {{"memory", "7"}, {"mixing", "0.5"}});
+  BOOST_TEST(anderson->name() == "anderson");
+  auto* typed = dynamic_cast<cuda::DeviceAndersonSolver<double>*>(anderson.get());
+  BOOST_REQUIRE(typed != nullptr);
+  BOOST_TEST(typed->options().memory == 7);
+  BOOST_TEST(typed->options().mixing == 0.5);
+  BOOST_TEST(cuda::MakeDeviceSolver<float>("picard", {{"damping", "0.5"}})->name() == "picard");
+  BOOST_CHECK_THROW(cuda::MakeDeviceSolver<double>("broyden"), std::invalid_argument);
+  BOOST_CHECK_THROW(cuda::MakeDeviceSolver<double>("anderson", {{"memory", "64"}}), std::invalid_argument);
+  BOOST_CHECK_THROW(cuda::MakeDeviceSolver<double>("anderson", {{"no_such_key", "1"}}), std::invalid_argument);
+  AndersonSolver<double>::Options bad;
+  bad.mixing = -1;
+  BOOST_CHECK_THROW(cuda::DeviceAndersonSolver<double>{bad}, std::invalid_argument);
+}
+
+BOOST_AUTO_TEST_CASE(without_a_device_a_context_fails_clearly) {
+  if (cuda::Available()) return;  // only meaningful without a GPU
+  try {
+    cuda::Context context;
+    BOOST_FAIL("a context was created without a device");
+  } catch (const std::runtime_error& e) {
+    BOOST_TEST(std::string(e.what()).find("cuda::Context") != std::string::npos);
+  }
+}
+
+// ---- the device Hopfield map -------------------------------------------------------------
+
+void CheckMapAgainstCpu(cuda::Attention attention);
+
+BOOST_AUTO_TEST_CASE(hopfield_map_value_energy_and_vjps_match_the_cpu, *boost::unit_test::precondition(GpuPresent())) {
+  for (cuda::Attention attention : {cuda::Attention::kSoftmax, cuda::Attention::kSparsemax}) {
+    BOOST_TEST_CONTEXT("attention " << Name(attention)) { CheckMapAgainstCpu(attention); }
+  }
+}
+
+void CheckMapAgainstCpu(cuda::Attention attention) {
+  const Index n = 24, N = 300, B = 37;
+  Retrieval r = MakeRetrieval(n, N, B, 5);
+  if (attention == cuda::Attention::kSparsemax) r.beta = 8.0;  // supports of a few patterns
+  CpuHopfield cpu(r, attention);
+  cuda::Context context;
+  cuda::HopfieldCccpMap<double> gpu(context, r.patterns, r.beta, attention);
+  cuda::DeviceMatrix<double> z(context, r.queries), out(n, B), energy(1, B), u(context, RandomMatrix<double>(n, B, 9));
+  gpu.Evaluate(context, z.data(), B, nullptr, out.data(), energy.data());
+  Matrix<double> f_cpu(n, B);
+  Vector<double> e_cpu(B);
+  cpu.map.EvaluateWithEnergy(r.queries, f_cpu, e_cpu);
+  const Matrix<double> f_gpu = out.ToHost(context);
+  const Matrix<double> e_gpu = energy.ToHost(context);
+  BOOST_TEST((f_gpu - f_cpu).norm() <= 1e-12 * (1 + f_cpu.norm()));
+  BOOST_TEST((e_gpu.transpose() - e_cpu).norm() <= 1e-12 * (1 + e_cpu.norm()));
+
+  // Vector-Jacobian products, state and parameters.
+  const Matrix<double> uh = u.ToHost(context);
+  Matrix<double> vjp_cpu(n, B);
+  cpu.map.VectorJacobianProduct(r.queries, uh, vjp_cpu);
+  gpu.VectorJacobianProduct(context, z.data(), u.data(), B, nullptr, out.data());
+  BOOST_TEST((out.ToHost(context) - vjp_cpu).norm() <= 1e-11 * (1 + vjp_cpu.norm()));
+  Vector<double> dtheta_cpu(cpu.map.num_parameters());
+  cpu.map.ParameterVectorJacobianProduct(r.queries, uh, dtheta_cpu);
+  cuda::DeviceMatrix<double> dtheta(gpu.num_parameters(), 1);
+  BOOST_REQUIRE(gpu.num_parameters() == cpu.map.num_parameters());
+  gpu.ParameterVectorJacobianProduct(context, z.data(), u.data(), B, dtheta.data());
+  const Matrix<double> dtheta_gpu = dtheta.ToHost(context);
+  BOOST_TEST((dtheta_gpu.col(0) - dtheta_cpu).norm() <= 1e-11 * (1 + dtheta_cpu.norm()));
+
+  // Float agrees to float precision.
+  cuda::HopfieldCccpMap<float> gpu_float(context, r.patterns.cast<float>(), static_cast<float>(r.beta), attention);
+  cuda::DeviceMatrix<float> zf(context, r.queries.cast<float>()), ff(n, B);
+  gpu_float.Evaluate(context, zf.data(), B, nullptr, ff.data(), nullptr);
+  BOOST_TEST((ff.ToHost(context).cast<double>() - f_cpu).norm() <= 1e-4 * (1 + f_cpu.norm()));
+}
+
+// ---- the device solvers ------------------------------------------------------------------
+
+void CheckSolversAgainstCpu(cuda::Attention attention);
+
+BOOST_AUTO_TEST_CASE(device_solvers_reach_the_cpu_fixed_points_with_the_same_statuses,
+                     *boost::unit_test::precondition(GpuPresent())) {
+  for (cuda::Attention attention : {cuda::Attention::kSoftmax, cuda::Attention::kSparsemax}) {
+    BOOST_TEST_CONTEXT("attention " << Name(attention)) { CheckSolversAgainstCpu(attention); }
+  }
+}
+
+void CheckSolversAgainstCpu(cuda::Attention attention) {
+  const Index n = 32, N = 400, B = 64;
+  const Retrieval r = MakeRetrieval(n, N, B, 11);
+  CpuHopfield cpu(r, attention);
+  cuda::Context context;
+  cuda::HopfieldCccpMap<double> gpu(context, r.patterns, r.beta, attention);
+  for (const std::string name : {"picard", "anderson"}) {
+    BOOST_TEST_CONTEXT("solver " << name) {
+      SolverOptions base;
+      base.absolute_tolerance = 1e-10;
+      base.max_iterations = 300;
+      Matrix<double> z_cpu = r.queries, z_gpu = r.queries;
+      const Summary s_cpu = MakeSolver<double>(name, {}, base)->Solve(cpu.map, z_cpu);
+      const Summary s_gpu = cuda::MakeDeviceSolver<double>(name, {}, base)->Solve(context, gpu, z_gpu);
+      BOOST_TEST(s_gpu.IsConverged());
+      BOOST_TEST(s_cpu.IsConverged());
+      BOOST_TEST(s_gpu.solver == name);
+      BOOST_TEST(MaxColumnResidual(cpu.map, z_gpu) <= 1.01e-10);
+      BOOST_TEST((z_gpu - z_cpu).norm() <= 1e-8 * (1 + z_cpu.norm()));
+      BOOST_TEST(s_gpu.sample_status.size() == s_cpu.sample_status.size());
+      for (std::size_t b = 0; b < s_cpu.sample_status.size(); ++b) {
+        BOOST_TEST(static_cast<int>(s_gpu.sample_status[b]) == static_cast<int>(s_cpu.sample_status[b]));
+        // Picard: same rule, same arithmetic up to rounding, so the iteration
+        // counts agree within one step (Anderson's guard decisions near
+        // rounding may differ, so only its statuses are compared).
+        if (name == "picard") BOOST_TEST(std::abs(s_gpu.sample_iterations[b] - s_cpu.sample_iterations[b]) <= 1);
+      }
+      // The active set: samples stop at different iterations, and the map was
+      // evaluated on the active ones only.
+      if (s_gpu.iterations > 1) {
+        BOOST_TEST(s_gpu.total_sample_evaluations() < static_cast<long long>(s_gpu.function_evaluations) * B);
+      }
+      // The energy decreased for every sample (CCCP and guarded steps never raise it).
+      Matrix<double> f(n, B);
+      Vector<double> e0(B), e1(B);
+      cpu.map.EvaluateWithEnergy(r.queries, f, e0);
+      cpu.map.EvaluateWithEnergy(z_gpu, f, e1);
+      BOOST_TEST((e1.array() <= e0.array() + 1e-12).all());
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(anderson_on_the_device_accelerates_and_counts_its_guard,
+                     *boost::unit_test::precondition(GpuPresent())) {
+  const Index n = 64, N = 1000, B = 128;
+  Retrieval r = MakeRetrieval(n, N, B, 17);
+  r.beta = 1.0;  // a soft retrieval: Picard converges slowly, Anderson pays
+  cuda::Context context;
+  cuda::HopfieldCccpMap<double> gpu(context, r.patterns, r.beta);
+  AndersonSolver<double>::Options ao;
+  ao.absolute_tolerance = 1e-10;
+  ao.max_iterations = 2000;
+  PicardSolver<double>::Options po;
+  po.absolute_tolerance = 1e-10;
+  po.max_iterations = 2000;
+  Matrix<double> za = r.queries, zp = r.queries;
+  const Summary sa = cuda::DeviceAndersonSolver<double>(ao).Solve(context, gpu, za);
+  const Summary sp = cuda::DevicePicardSolver<double>(po).Solve(context, gpu, zp);
+  BOOST_TEST(sa.IsConverged());
+  BOOST_TEST(sp.IsConverged());
+  BOOST_TEST(sa.total_sample_evaluations() < sp.total_sample_evaluations());
+  long long accelerated = 0;
+  for (int v : sa.sample_accelerated_steps) accelerated += v;
+  BOOST_TEST(accelerated > 0);
+  BOOST_TEST((za - zp).norm() <= 1e-7 * (1 + zp.norm()));
+}
+
+BOOST_AUTO_TEST_CASE(a_nan_in_one_sample_stays_in_that_sample, *boost::unit_test::precondition(GpuPresent())) {
+  const Index n = 16, N = 200, B = 20;
+  const Retrieval r = MakeRetrieval(n, N, B, 23);
+  cuda::Context context;
+  cuda::HopfieldCccpMap<double> gpu(context, r.patterns, r.beta);
+  for (const std::string name : {"picard", "anderson"}) {
+    BOOST_TEST_CONTEXT("solver " << name) {
+      SolverOptions base;
+      base.absolute_tolerance = 1e-10;
+      Matrix<double> clean = r.queries, poisoned = r.queries;
+      poisoned(3, 7) = std::numeric_limits<double>::quiet_NaN();
+      auto solver = cuda::MakeDeviceSolver<double>(name, {}, base);
+      solver->Solve(context, gpu, clean);
+      const Summary s = solver->Solve(context, gpu, poisoned);
+      BOOST_TEST(!s.IsConverged());
+      BOOST_TEST(TerminationTypeToString(s.termination_type) == std::string("non_finite"));
+      for (Index b = 0; b < B; ++b) {
+        if (b == 7) {
+          BOOST_TEST(TerminationTypeToString(s.sample_status[b]) == std::string("non_finite"));
+          continue;
+        }
+        BOOST_TEST(TerminationTypeToString(s.sample_status[b]) == std::string("converged"));
+        BOOST_TEST(poisoned.col(b).allFinite());
+        BOOST_TEST((poisoned.col(b) - clean.col(b)).norm() <= 1e-12);
+      }
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(float_solves_converge_to_float_tolerance, *boost::unit_test::precondition(GpuPresent())) {
+  const Index n = 32, N = 500, B = 50;
+  const Retrieval r = MakeRetrieval(n, N, B, 29);
+  CpuHopfield cpu(r);
+  cuda::Context context;
+  cuda::HopfieldCccpMap<float> gpu(context, r.patterns.cast<float>(), static_cast<float>(r.beta));
+  SolverOptions base;
+  base.absolute_tolerance = 1e-5;
+  Matrix<float> z = r.queries.cast<float>();
+  const Summary s = cuda::MakeDeviceSolver<float>("anderson", {}, base)->Solve(context, gpu, z);
+  BOOST_TEST(s.IsConverged());
+  BOOST_TEST(MaxColumnResidual(cpu.map, z.cast<double>()) <= 1e-4);
+}
+
+// ---- the device backward pass ------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(device_ift_gradients_match_the_cpu, *boost::unit_test::precondition(GpuPresent())) {
+  const Index n = 24, N = 150, B = 30;
+  const Retrieval r = MakeRetrieval(n, N, B, 31);
+  CpuHopfield cpu(r);
+  cuda::Context context;
+  cuda::HopfieldCccpMap<double> gpu(context, r.patterns, r.beta);
+  SolverOptions base;
+  base.absolute_tolerance = 1e-13;
+  base.max_iterations = 1000;
+  cuda::DeviceMatrix<double> z(context, r.queries);
+  BOOST_REQUIRE(cuda::MakeDeviceSolver<double>("anderson", {}, base)->Solve(context, gpu, z).IsConverged());
+  const Matrix<double> z_star = z.ToHost(context);
+  const Matrix<double> grad = RandomMatrix<double>(n, B, 37);
+  cuda::DeviceMatrix<double> grad_device(context, grad);
+
+  BackwardOptions cpu_options;
+  cpu_options.tolerance = 1e-13;
+  const BackwardResult<double> expected = ImplicitBackward(cpu.map, z_star, grad, cpu_options);
+  BOOST_REQUIRE(expected.ok());
+  for (const std::string linear : {"fixed_point", "anderson"}) {
+    BOOST_TEST_CONTEXT("adjoint solver " << linear) {
+      BackwardOptions options;
+      options.linear_solver = linear;
+      options.tolerance = 1e-13;
+      options.max_iterations = 2000;
+      const auto g = cuda::ImplicitBackward(context, gpu, z, grad_device, options);
+      BOOST_TEST(g.ok());
+      const Matrix<double> adjoint = g.adjoint.ToHost(context);
+      BOOST_TEST((adjoint - expected.adjoint).norm() <= 1e-8 * expected.adjoint.norm());
+      const Matrix<double> dtheta = g.parameter_gradient.ToHost(context);
+      BOOST_TEST((dtheta.col(0) - expected.parameter_gradient).norm() <= 1e-8 * expected.parameter_gradient.norm());
+    }
+  }
+  BackwardOptions unsupported;
+  unsupported.linear_solver = "gmres";
+  BOOST_CHECK_THROW(cuda::ImplicitBackward(context, gpu, z, grad_device, unsupported), std::invalid_argument);
+}
+
+BOOST_AUTO_TEST_CASE(device_memory_does_not_grow_over_training_steps, *boost::unit_test::precondition(GpuPresent())) {
+  const Index n = 32, N = 256, B = 64;
+  const Retrieval r = MakeRetrieval(n, N, B, 41);
+  cuda::Context context;
+  cuda::HopfieldCccpMap<float> map(context, r.patterns.cast<float>(), 4.0f);
+  cuda::DeviceMatrix<float> queries(context, r.queries.cast<float>()), z, grad;
+  SolverOptions base;
+  base.absolute_tolerance = 1e-5;
+  auto solver = cuda::MakeDeviceSolver<float>("anderson", {}, base);
+  BackwardOptions backward;
+  backward.tolerance = 1e-6;
+  auto step = [&] {
+    z.CopyFrom(context, queries);
+    solver->Solve(context, map, z);
+    grad.CopyFrom(context, z);  // d(0.5 |z*|^2)/dz*
+    const auto g = cuda::ImplicitBackward(context, map, z, grad, backward);
+    BOOST_REQUIRE(g.parameter_gradient.rows() == map.num_parameters());
+  };
+  step();
+  std::size_t free_before = 0, free_after = 0, total = 0;
+  cudaMemGetInfo(&free_before, &total);
+  for (int i = 0; i < 100; ++i) step();
+  cudaMemGetInfo(&free_after, &total);
+  // Allocations are made once; the driver may round pool sizes by a page or so.
+  BOOST_TEST(static_cast<double>(free_before) - static_cast<double>(free_after) <= 2.0 * 1024 * 1024);
+}
