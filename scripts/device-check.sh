@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The GPU checks of issue 20, for a GPU machine without the build
-# dependencies: runs the CUDA tests and `implicit-bench --device cuda` from
+# dependencies: runs the CUDA tests (also under compute-sanitizer's memcheck
+# when it is installed), `implicit-bench --device cuda` (float GEMMs in FP32
+# and in TF32) and `implicit-hopfield retrieval --device cuda` from
 # binaries built elsewhere (scripts/device-pack.sh puts them, with the shared
 # libraries they need apart from glibc, libstdc++ and CUDA's, into DIR).
 #   scripts/device-check.sh DIR [OUTDIR]
@@ -16,6 +18,19 @@ for t in "$dir"/bin/cuda_*test; do
   echo "== $t"
   "$t" --report_level=short || status=1
 done
+if command -v compute-sanitizer >/dev/null; then
+  echo "== compute-sanitizer --tool memcheck cuda_device_backend_test"
+  # (the memory-growth case measures cudaMemGetInfo, which the tool's own
+  # allocations disturb: it runs in the plain pass above)
+  timeout 300 compute-sanitizer --tool memcheck --error-exitcode 3 "$dir"/bin/cuda_device_backend_test \
+    --report_level=short --run_test='!device_memory_does_not_grow_over_training_steps' || status=1
+fi
 echo "== implicit-bench --device cuda"
 "$dir"/bin/implicit-bench --device cuda --data data --json "$out/device-bench.json" --threads "$(nproc)" || status=1
+echo "== implicit-bench --device cuda --device-problems retrieval --tf32"
+"$dir"/bin/implicit-bench --device cuda --device-problems retrieval --tf32 --data data \
+  --json "$out/device-bench-tf32.json" || status=1
+echo "== implicit-hopfield retrieval --device cuda"
+"$dir"/bin/implicit-hopfield retrieval --patterns 1797 --beta 2 --solver anderson --device cuda --data data \
+  || status=1
 exit $status

@@ -64,8 +64,9 @@ class DeviceSolve {
     compact_e_ = Slot<S>(context, k::kSlotCompactE, b);
     upload_device_ = Slot<unsigned char>(context, k::kSlotUpload, upload_bytes_);
     upload_host_ = static_cast<unsigned char*>(context.PinnedWorkspace(k::kPinnedUpload, upload_bytes_));
-    download_device_ = Slot<double>(context, k::kSlotDownload, 4 * b);
-    download_host_ = static_cast<double*>(context.PinnedWorkspace(k::kPinnedDownload, sizeof(double) * 4 * b));
+    download_device_ = Slot<double>(context, k::kSlotDownload, Results(batch_));
+    download_host_ =
+        static_cast<double*>(context.PinnedWorkspace(k::kPinnedDownload, sizeof(double) * Results(batch_)));
     residual_.resize(batch_);
     f_norm_.resize(batch_);
     finite_.resize(batch_);
@@ -124,6 +125,10 @@ class DeviceSolve {
   // the energy, e[b] = E(points(:, b)); other columns are left alone. The
   // active set: only these columns are evaluated when the map supports subsets.
   void Evaluate(const S* points, const std::vector<Index>& columns, S* f, S* e) {
+    Evaluate(points, columns, UploadColumns(columns), f, e);
+  }
+  // The same with the list already on the device (d_columns = UploadColumns(columns)).
+  void Evaluate(const S* points, const std::vector<Index>& columns, const int* d_columns, S* f, S* e) {
     const Index count = static_cast<Index>(columns.size());
     if (count == 0) return;
     S* energy = energy_ ? e : nullptr;
@@ -132,7 +137,6 @@ class DeviceSolve {
       monitor_.CountEvaluations(columns);
       return;
     }
-    const int* d_columns = UploadColumns(columns);
     const int n = static_cast<int>(n_), c = static_cast<int>(count);
     if (!map_.SupportsSubsets()) {
       map_.Evaluate(context_, points, batch_, nullptr, compact_out_, energy_ ? compact_e_ : nullptr);
@@ -151,12 +155,24 @@ class DeviceSolve {
   // Judges the active samples at (z, f, e) with the monitor; keeps the best
   // iterates on the device. Returns true while some sample is active.
   bool Observe(const S* z) {
+    return Observe(z, [](const int*, int, double*) { return std::size_t(0); }, nullptr);
+  }
+  // The same, with more per-sample results in the same download: with_scalars
+  // (d_active, count, out) enqueues kernels for the samples active before the
+  // observation that write its results to out and returns how many doubles;
+  // *extra points to them on the host (valid until the next download), and
+  // *observed lists the samples they are for.
+  template <typename More>
+  bool Observe(const S* z, More&& with_scalars, const double** extra, std::vector<Index>* observed = nullptr) {
     const std::vector<Index>& active = monitor_.active_columns();
     const int count = static_cast<int>(active.size());
+    if (observed != nullptr) *observed = active;
     const int* d_active = UploadColumns(active);
     internal::ResidualScalars<S>(stream(), z, f_, energy_ ? e_ : nullptr,
                                  static_cast<int>(n_), d_active, count, results());
-    const double* scalars = Download(4 * static_cast<std::size_t>(count));
+    const std::size_t more = with_scalars(d_active, count, results() + 4 * static_cast<std::size_t>(count));
+    const double* scalars = Download(4 * static_cast<std::size_t>(count) + more);
+    if (extra != nullptr) *extra = scalars + 4 * static_cast<std::size_t>(count);
     for (int j = 0; j < count; ++j) {
       residual_[j] = scalars[4 * j];
       f_norm_[j] = scalars[4 * j + 1];
@@ -165,17 +181,21 @@ class DeviceSolve {
       residual_of_[active[j]] = residual_[j];
       energy_of_[active[j]] = energy_at_[j];
     }
-    const bool more = monitor_.ObserveScalars(batch_, residual_.data(), f_norm_.data(), finite_.data(),
-                                              energy_ ? energy_at_.data() : nullptr, &keep_);
+    const bool running = monitor_.ObserveScalars(batch_, residual_.data(), f_norm_.data(), finite_.data(),
+                                                 energy_ ? energy_at_.data() : nullptr, &keep_);
     CopyColumns(z, n_, keep_, kept_);
-    return more;
+    return running;
   }
 
-  // dst(:, b) = src(:, b) for b in columns (rows-row columns).
+  // dst(:, b) = src(:, b) for b in columns (rows-row columns); d_columns as
+  // returned by UploadColumns(columns).
   void CopyColumns(const S* src, Index rows, const std::vector<Index>& columns, S* dst) {
+    if (!columns.empty()) CopyColumns(src, rows, columns, UploadColumns(columns), dst);
+  }
+  void CopyColumns(const S* src, Index rows, const std::vector<Index>& columns, const int* d_columns, S* dst) {
     if (columns.empty()) return;
-    internal::CopyColumns<S>(stream(), src, static_cast<int>(rows), UploadColumns(columns),
-                             static_cast<int>(columns.size()), dst);
+    internal::CopyColumns<S>(stream(), src, static_cast<int>(rows), d_columns, static_cast<int>(columns.size()),
+                             dst);
   }
 
   // Returns the unconverged samples at their kept iterates; the summary.
@@ -191,6 +211,8 @@ class DeviceSolve {
   // Upload staging per synchronisation: a few index lists and two
   // coefficient arrays of B entries each.
   static std::size_t Capacity(Index batch) { return 16 * 8 * static_cast<std::size_t>(batch) + 1024; }
+  // Per-sample results of one download: 4 observation scalars and up to 2 more.
+  static std::size_t Results(Index batch) { return 6 * static_cast<std::size_t>(batch); }
 
   Context& context_;
   const DeviceMap<S>& map_;
@@ -307,17 +329,21 @@ Summary DeviceAndersonSolver<Scalar>::Solve(Context& context, const DeviceMap<Sc
   std::vector<Index> pending, next, accepted, reset;
   std::vector<double> a, c;
 
+  // Each observation downloads, with its scalars, the proposals q (one
+  // block per sample, made for the samples active before it) and q . g.
+  std::vector<Index> observed;
+  const double* proposed = nullptr;
+  auto propose = [&](const int* d_active, int count, double* out) {
+    internal::AndersonPropose<Scalar>(stream, state, z.data(), solve.f(), z_prev, g_prev, dz, dg, q, ni, d_active,
+                                      count, out);
+    return 2 * static_cast<std::size_t>(count);
+  };
   solve.Evaluate(z.data(), monitor.active_columns(), solve.f(), solve.e());
-  while (solve.Observe(z.data())) {
-    const std::vector<Index> active = monitor.active_columns();
-    const int count = static_cast<int>(active.size());
-    // The proposals q (one block per sample), with their descent q . g.
-    internal::AndersonPropose<Scalar>(stream, state, z.data(), solve.f(), z_prev, g_prev, dz, dg, q, ni,
-                                      solve.UploadColumns(active), count, solve.results());
-    const double* proposed = solve.Download(2 * static_cast<std::size_t>(count));
-    for (int j = 0; j < count; ++j) {
-      proposal[active[j]] = proposed[2 * j] != 0.0;
-      descent[active[j]] = proposed[2 * j + 1];
+  while (solve.Observe(z.data(), propose, &proposed, &observed)) {
+    const std::vector<Index>& active = monitor.active_columns();
+    for (std::size_t j = 0; j < observed.size(); ++j) {
+      proposal[observed[j]] = proposed[2 * j] != 0.0;
+      descent[observed[j]] = proposed[2 * j + 1];
     }
     // The guarded step (internal::GuardedStepper::Step, with the state on the device).
     if (!solve.supports_subsets()) {
@@ -346,12 +372,12 @@ Summary DeviceAndersonSolver<Scalar>::Solve(Context& context, const DeviceMap<Sc
         c.push_back(tau[b]);
       }
       const int p = static_cast<int>(pending.size());
-      internal::TrialPoints<Scalar>(stream, y, z.data(), solve.f(), q, ni,
-                                    solve.UploadColumns(pending), solve.Upload(a.data(), a.size()),
+      const int* d_pending = solve.UploadColumns(pending);
+      internal::TrialPoints<Scalar>(stream, y, z.data(), solve.f(), q, ni, d_pending, solve.Upload(a.data(), a.size()),
                                     solve.Upload(c.data(), c.size()), p);
-      solve.Evaluate(y, pending, fy, ey);
-      internal::TrialScalars<Scalar>(stream, y, fy, energy ? ey : nullptr, z.data(), solve.f(), ni,
-                                     solve.UploadColumns(pending), p, solve.results());
+      solve.Evaluate(y, pending, d_pending, fy, ey);
+      internal::TrialScalars<Scalar>(stream, y, fy, energy ? ey : nullptr, z.data(), solve.f(), ni, d_pending, p,
+                                     solve.results());
       const double* trial = solve.Download(3 * static_cast<std::size_t>(p));
       next.clear();
       accepted.clear();
@@ -382,9 +408,10 @@ Summary DeviceAndersonSolver<Scalar>::Solve(Context& context, const DeviceMap<Sc
         }
         next.push_back(b);
       }
-      solve.CopyColumns(y, n, accepted, z.data());
-      solve.CopyColumns(fy, n, accepted, solve.f());
-      if (energy) solve.CopyColumns(ey, 1, accepted, solve.e());
+      const int* d_accepted = solve.UploadColumns(accepted);
+      solve.CopyColumns(y, n, accepted, d_accepted, z.data());
+      solve.CopyColumns(fy, n, accepted, d_accepted, solve.f());
+      if (energy) solve.CopyColumns(ey, 1, accepted, d_accepted, solve.e());
       pending.swap(next);
     }
     // A proposal that was not taken clears the sample's history.
