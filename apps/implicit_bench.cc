@@ -143,8 +143,9 @@ bool ParseOptions(int argc, char** argv, Options* o) {
                  "picard,anderson by default, --tol for the double and --float-tol for\n"
                  "the float problem, --max-iter, --repeat)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
-  AddList(app, "--device-problems", &d.problems, "--device cuda: hopfield-digits (double), retrieval (float)",
-          "hopfield-digits,retrieval");
+  AddList(app, "--device-problems", &d.problems,
+          "--device cuda: hopfield-digits (double), retrieval (float), et (double)", "hopfield-digits,retrieval,et");
+  app.add_option("--et-samples", d.et_samples, "--device cuda et: samples B")->check(IntIn(1, 1000000));
   app.add_option("--retrieval-patterns", d.retrieval_patterns, "--device cuda retrieval: stored patterns N")
       ->check(IntIn(1, 10000000));
   app.add_option("--retrieval-dim", d.retrieval_dimension, "--device cuda retrieval: pattern width d")

@@ -24,12 +24,13 @@ endif()
 # the backend is on: the kernels (lib/cuda/*.cu, nvcc) and the host code that
 # drives them (g++): lib/cuda/*.cc (core: context, device maps),
 # solvers/src/cuda/*.cc (device solvers), solvers/src/diff/cuda/*.cc (device
-# backward pass), with cuBLAS. Off: only the stubs of
+# backward pass), layers/src/cuda/*.{cc,cu} (the Energy Transformer), with cuBLAS. Off: only the stubs of
 # lib/cuda/cuda_unavailable.cc, which report why no GPU can be used.
 function(implicit_add_cuda_backend)
   if(IMPLICIT_WITH_CUDA)
     file(GLOB _cuda_sources CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/lib/cuda/*.cu ${PROJECT_SOURCE_DIR}/lib/cuda/*.cc
-         ${PROJECT_SOURCE_DIR}/solvers/src/cuda/*.cc ${PROJECT_SOURCE_DIR}/solvers/src/diff/cuda/*.cc)
+         ${PROJECT_SOURCE_DIR}/solvers/src/cuda/*.cc ${PROJECT_SOURCE_DIR}/solvers/src/diff/cuda/*.cc
+         ${PROJECT_SOURCE_DIR}/layers/src/cuda/*.cc ${PROJECT_SOURCE_DIR}/layers/src/cuda/*.cu)
     list(REMOVE_ITEM _cuda_sources ${PROJECT_SOURCE_DIR}/lib/cuda/cuda_unavailable.cc)
   else()
     set(_cuda_sources ${PROJECT_SOURCE_DIR}/lib/cuda/cuda_unavailable.cc)
@@ -38,7 +39,7 @@ function(implicit_add_cuda_backend)
   add_library(implicit::cuda ALIAS implicit_cuda)
   target_link_libraries(implicit_cuda PUBLIC implicit_core)
   if(IMPLICIT_WITH_CUDA)
-    target_link_libraries(implicit_cuda PUBLIC implicit_diff)
+    target_link_libraries(implicit_cuda PUBLIC implicit_layers)
   endif()
   set_target_properties(implicit_cuda PROPERTIES POSITION_INDEPENDENT_CODE ON EXPORT_NAME cuda)
   implicit_target_options(implicit_cuda)

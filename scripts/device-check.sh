@@ -6,6 +6,7 @@
 # binaries built elsewhere (scripts/device-pack.sh puts them, with the shared
 # libraries they need apart from glibc, libstdc++ and CUDA's, into DIR).
 #   scripts/device-check.sh DIR [OUTDIR]
+#   TESTS_ONLY=1 scripts/device-check.sh DIR      # the CUDA tests alone
 set -u
 dir=${1:?usage: scripts/device-check.sh DIR [OUTDIR]}
 out=${2:-.}
@@ -18,15 +19,19 @@ for t in "$dir"/bin/cuda_*test; do
   echo "== $t"
   "$t" --report_level=short || status=1
 done
+[ -n "${TESTS_ONLY:-}" ] && exit $status
 if command -v compute-sanitizer >/dev/null; then
   echo "== compute-sanitizer --tool memcheck cuda_device_backend_test"
   # (the memory-growth case measures cudaMemGetInfo, which the tool's own
   # allocations disturb: it runs in the plain pass above)
   timeout 300 compute-sanitizer --tool memcheck --error-exitcode 3 "$dir"/bin/cuda_device_backend_test \
     --report_level=short --run_test='!device_memory_does_not_grow_over_training_steps' || status=1
+  timeout 300 compute-sanitizer --tool memcheck --error-exitcode 3 "$dir"/bin/cuda_device_energy_transformer_test \
+    --report_level=short || status=1
 fi
 echo "== implicit-bench --device cuda"
-"$dir"/bin/implicit-bench --device cuda --data data --json "$out/device-bench.json" --threads "$(nproc)" || status=1
+timeout 400 "$dir"/bin/implicit-bench --device cuda --data data --json "$out/device-bench.json" \
+  --threads "$(nproc)" || status=1
 echo "== implicit-bench --device cuda --device-problems retrieval --tf32"
 "$dir"/bin/implicit-bench --device cuda --device-problems retrieval --tf32 --data data \
   --json "$out/device-bench-tf32.json" || status=1

@@ -18,6 +18,8 @@ Json RunDeviceBench(const DeviceBenchOptions&, const implicit::DigitsDataset&) {
 #else
 
 #include <implicit/core/cuda_hopfield.h>
+#include <implicit/layers/cuda_energy_transformer.h>
+#include <implicit/layers/energy_transformer_map.h>
 #include <implicit/layers/hopfield.h>
 #include <implicit/solvers/cuda_solvers.h>
 #include <implicit/solvers/registry.h>
@@ -202,6 +204,77 @@ void RunProblem(const std::string& problem, const Matrix<double>& patterns, cons
   }
 }
 
+// The Energy Transformer's clamped dynamics (image completion shape of
+// implicit-et: 17 tokens of 32, 8 heads of 8, 32 ReLU memories, half of the
+// 16 patch tokens free), B samples, double, on the device and on the CPU.
+void RunEt(const DeviceBenchOptions& o, cuda::Context& context, std::vector<Row>* rows) {
+  implicit::EnergyTransformerOptions eo;
+  eo.num_tokens = 17;
+  eo.token_dim = 32;
+  eo.num_heads = 8;
+  eo.head_dim = 8;
+  eo.num_memories = 32;
+  implicit::EnergyTransformer<double> et(eo);
+  const Index n = et.dimension(), B = o.et_samples;
+  std::mt19937 gen(2);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  Matrix<double> values(n, B), mask = Matrix<double>::Zero(n, B);
+  for (Index j = 0; j < B; ++j) {
+    for (Index i = 0; i < n; ++i) values(i, j) = normal(gen);
+    std::vector<int> patches(16);
+    for (int t = 0; t < 16; ++t) patches[t] = t + 1;  // token 0 is the class token
+    std::shuffle(patches.begin(), patches.end(), gen);
+    for (int t = 0; t < 8; ++t) mask.block(patches[t] * eo.token_dim, j, eo.token_dim, 1).setOnes();
+  }
+  const double step = 0.5;
+  cuda::EnergyTransformerMap<double> map(context, et, step);
+  map.SetClamp(context, mask, values);
+  const cuda::DeviceMatrix<double> start(context, values);
+  IterationMarks marks;
+  implicit::SolverOptions base;
+  base.absolute_tolerance = o.et_tol;
+  base.max_iterations = static_cast<int>(o.max_iter);
+  base.callback = marks.Callback();
+  const std::string problem = "et-completion (B " + std::to_string(B) + ")";
+  for (const std::string& name : o.solvers) {
+    auto solver = cuda::MakeDeviceSolver<double>(name, {}, base);
+    cuda::DeviceMatrix<double> z;
+    implicit::Summary summary;
+    auto solve = [&] {
+      z.CopyFrom(context, start);
+      marks.marks.clear();
+      summary = solver->Solve(context, map, z);
+    };
+    solve();
+    Row row{problem, "double", "gpu", name};
+    row.seconds = MedianSeconds(static_cast<int>(o.repeat), solve);
+    row.floor = std::nan("");
+    row.full_batch_iteration = marks.FullBatchIteration(static_cast<int>(B));
+    Fill(&row, summary);
+    rows->push_back(row);
+    if (!o.quiet) std::cerr << "  gpu " << problem << " " << name << ": " << summary.BriefReport() << "\n";
+  }
+  if (!o.cpu_reference) return;
+  implicit::EnergyTransformerMap<double> cpu_map(et, step);
+  cpu_map.SetClamp(mask, values);
+  for (const std::string& name : o.solvers) {
+    auto solver = implicit::MakeSolver<double>(name, {}, base);
+    implicit::Summary summary;
+    Matrix<double> z;
+    Row row{problem, "double", "cpu (" + std::to_string(Eigen::nbThreads()) + " threads)", name};
+    row.seconds = MedianSeconds(1, [&] {
+      z = values;
+      marks.marks.clear();
+      summary = solver->Solve(cpu_map, z);
+    });
+    row.floor = std::nan("");
+    row.full_batch_iteration = marks.FullBatchIteration(static_cast<int>(B));
+    Fill(&row, summary);
+    rows->push_back(row);
+    if (!o.quiet) std::cerr << "  cpu " << problem << " " << name << ": " << summary.BriefReport() << "\n";
+  }
+}
+
 }  // namespace
 
 bool DeviceBenchAvailable() { return true; }
@@ -229,9 +302,11 @@ Json RunDeviceBench(const DeviceBenchOptions& o, const implicit::DigitsDataset& 
       DeviceBenchOptions gpu_only = o;
       gpu_only.cpu_reference = false;  // minutes per solve on a CPU
       RunProblem<float>(problem, patterns, queries, o.retrieval_beta, o.float_tol, gpu_only, context, &rows);
+    } else if (problem == "et") {
+      RunEt(o, context, &rows);
     } else {
       throw std::invalid_argument("--device-problems: unknown problem '" + problem +
-                                  "' (hopfield-digits, retrieval)");
+                                  "' (hopfield-digits, retrieval, et)");
     }
   }
 

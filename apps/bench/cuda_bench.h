@@ -7,6 +7,11 @@
 //   retrieval          N random patterns of width d (norm about 1), B queries
 //                      near the first B of them, beta 16, float, tolerance
 //                      --float-tol (default N 65536, d 256, B 4096)
+//   et                 the Energy Transformer's clamped dynamics x <- x - 0.5 dE/dg
+//                      in implicit-et's shape (17 tokens of 32, 8 heads of 8,
+//                      32 ReLU memories, 8 of 16 patch tokens free), random
+//                      clamped values, B = --et-samples (1024), double, tol 1e-6;
+//                      no floor (several GEMM shapes), the CPU solve for the speed-up
 // For each problem it times the floor, the two GEMMs of one full-batch map
 // evaluation (X^T Z and X P) with cuBLAS, then each device solver (after one
 // warm-up solve, median of --repeat solves), and reports
@@ -28,12 +33,14 @@
 namespace implicit_apps {
 
 struct DeviceBenchOptions {
-  std::vector<std::string> problems = {"hopfield-digits", "retrieval"};
+  std::vector<std::string> problems = {"hopfield-digits", "retrieval", "et"};
   std::vector<std::string> solvers = {"picard", "anderson"};
   double tol = 1e-8, float_tol = 1e-5;
   long max_iter = 500, repeat = 5;
   long retrieval_patterns = 65536, retrieval_dimension = 256, retrieval_queries = 4096;
   double retrieval_beta = 16.0;
+  long et_samples = 1024;
+  double et_tol = 1e-6;
   bool tf32 = false;       // float GEMMs on TF32 tensor cores
   bool cpu_reference = true;
   bool quiet = false;

@@ -1,0 +1,233 @@
+// The Energy Transformer's kernels (energy_transformer_kernels.h).
+#include "energy_transformer_kernels.h"
+
+#include <cuda_runtime.h>
+
+#include <stdexcept>
+#include <string>
+
+namespace implicit {
+namespace cuda {
+namespace internal {
+namespace {
+
+constexpr int kWarp = 32;
+constexpr int kThreads = 256;
+
+__device__ inline double WarpSum(double v) {
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) v += __shfl_down_sync(0xffffffffu, v, offset);
+  return v;
+}
+__device__ inline double WarpMax(double v) {
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) v = fmax(v, __shfl_down_sync(0xffffffffu, v, offset));
+  return v;
+}
+
+void Check(const char* what) {
+  const cudaError_t status = cudaGetLastError();
+  if (status != cudaSuccess) throw std::runtime_error(std::string("CUDA launch of ") + what + ": " + cudaGetErrorString(status));
+}
+int WarpBlocks(long long count) { return static_cast<int>((count * kWarp + kThreads - 1) / kThreads); }
+int ElementBlocks(long long total) {
+  const long long blocks = (total + kThreads - 1) / kThreads;
+  return static_cast<int>(blocks < (1LL << 20) ? (blocks > 0 ? blocks : 1) : (1LL << 20));
+}
+
+// One warp per token.
+template <typename S>
+__global__ void LayerNormKernel(const S* x, int D, int T, S gamma, S delta, S eps, S* xhat, S* s, S* g) {
+  const long long t = (blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x) / kWarp;
+  const int lane = threadIdx.x % kWarp;
+  if (t >= T) return;
+  const S* xt = x + t * D;
+  double sum = 0;
+  for (int i = lane; i < D; i += kWarp) sum += double(xt[i]);
+  const double mean = __shfl_sync(0xffffffffu, WarpSum(sum), 0) / D;
+  double sq = 0;
+  for (int i = lane; i < D; i += kWarp) sq += (double(xt[i]) - mean) * (double(xt[i]) - mean);
+  const double st = sqrt(__shfl_sync(0xffffffffu, WarpSum(sq), 0) / D + double(eps));
+  for (int i = lane; i < D; i += kWarp) {
+    const double h = (double(xt[i]) - mean) / st;
+    xhat[t * D + i] = static_cast<S>(h);
+    g[t * D + i] = static_cast<S>(double(gamma) * h + double(delta));
+  }
+  if (lane == 0) s[t] = static_cast<S>(st);
+}
+
+// One warp per column of an N x N block; row == column excluded when asked.
+template <typename S>
+__global__ void AttentionSoftmaxKernel(S* scores, int N, long long columns, bool exclude_self, S* lse) {
+  const long long j = (blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x) / kWarp;
+  const int lane = threadIdx.x % kWarp;
+  if (j >= columns) return;
+  const int c = static_cast<int>(j % N);
+  S* col = scores + j * N;
+  double m = -INFINITY;
+  for (int i = lane; i < N; i += kWarp)
+    if (!(exclude_self && i == c)) m = fmax(m, double(col[i]));
+  m = __shfl_sync(0xffffffffu, WarpMax(m), 0);
+  double sum = 0;
+  for (int i = lane; i < N; i += kWarp)
+    if (!(exclude_self && i == c)) sum += exp(double(col[i]) - m);
+  sum = __shfl_sync(0xffffffffu, WarpSum(sum), 0);
+  for (int i = lane; i < N; i += kWarp)
+    col[i] = (exclude_self && i == c) ? S(0) : static_cast<S>(exp(double(col[i]) - m) / sum);
+  if (lane == 0) lse[j] = static_cast<S>(m + log(sum));
+}
+
+template <typename S>
+__global__ void ReluKernel(const S* scores, long long size, S* r) {
+  for (long long k = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; k < size;
+       k += static_cast<long long>(gridDim.x) * blockDim.x)
+    r[k] = scores[k] > S(0) ? scores[k] : S(0);
+}
+
+__device__ inline long long ColumnOf(const int* columns, long long j) { return columns == nullptr ? j : columns[j]; }
+
+template <typename S>
+__global__ void MergeKernel(const S* x, const S* mask, const S* values, int n, const int* columns, long long total,
+                            S* y) {
+  for (long long k = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; k < total;
+       k += static_cast<long long>(gridDim.x) * blockDim.x) {
+    const long long j = k / n, i = k % n, at = ColumnOf(columns, j) * n + i;
+    y[k] = mask[at] * x[k] + (S(1) - mask[at]) * values[at];
+  }
+}
+
+template <typename S>
+__global__ void UpdateKernel(const S* y, const S* dfdg, S step, const S* mask, const S* values, int n,
+                             const int* columns, long long total, S* out) {
+  for (long long k = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; k < total;
+       k += static_cast<long long>(gridDim.x) * blockDim.x) {
+    S v = y[k] - step * (y[k] + dfdg[k]);
+    if (mask != nullptr) {
+      const long long j = k / n, i = k % n, at = ColumnOf(columns, j) * n + i;
+      v = mask[at] * v + (S(1) - mask[at]) * values[at];
+    }
+    out[k] = v;
+  }
+}
+
+// One block per sample.
+template <typename S>
+__global__ void EnergyKernel(EtEnergyTerms e, const S* s, const S* lse_att, const S* r, const S* lse_mem, S* energy) {
+  __shared__ double shared[kThreads / kWarp];
+  const int b = blockIdx.x;
+  double ln = 0, att = 0, mem = 0;
+  for (int t = threadIdx.x; t < e.N; t += blockDim.x) ln += 1.0 / double(s[static_cast<long long>(b) * e.N + t]);
+  for (int k = threadIdx.x; k < e.H * e.N; k += blockDim.x) {
+    const int h = k / e.N, c = k % e.N;
+    att += double(lse_att[(static_cast<long long>(h) * e.count + b) * e.N + c]);
+  }
+  if (e.M > 0) {
+    if (e.relu_memory) {
+      const S* rb = r + static_cast<long long>(b) * e.N * e.M;
+      for (int k = threadIdx.x; k < e.N * e.M; k += blockDim.x) mem += double(rb[k]) * double(rb[k]);
+      mem *= -0.5;
+    } else {
+      for (int t = threadIdx.x; t < e.N; t += blockDim.x) mem += double(lse_mem[static_cast<long long>(b) * e.N + t]);
+      mem *= -1.0 / e.memory_beta;
+    }
+  }
+  double v = -e.D * e.gamma * e.eps * ln - att / e.beta + mem;
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  v = WarpSum(v);
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double total = 0;
+    for (int w = 0; w < static_cast<int>(blockDim.x / kWarp); ++w) total += shared[w];
+    energy[b] = static_cast<S>(total);
+  }
+}
+
+// One warp per sample.
+template <typename S>
+__global__ void ClampPenaltyKernel(const S* x, const S* mask, const S* values, int n, const int* columns, int count,
+                                   S* energy) {
+  const long long j = (blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x) / kWarp;
+  const int lane = threadIdx.x % kWarp;
+  if (j >= count) return;
+  const long long base = ColumnOf(columns, j) * n;
+  double sq = 0;
+  for (int i = lane; i < n; i += kWarp) {
+    const double d = (1.0 - double(mask[base + i])) * (double(x[j * n + i]) - double(values[base + i]));
+    sq += d * d;
+  }
+  sq = WarpSum(sq);
+  if (lane == 0) energy[j] = static_cast<S>(double(energy[j]) + 0.5 * sq);
+}
+
+}  // namespace
+
+template <typename S>
+void EtClampPenalty(cudaStream_t stream, const S* x, const S* mask, const S* values, int n, const int* columns,
+                    int count, S* energy) {
+  if (count == 0) return;
+  ClampPenaltyKernel<S><<<WarpBlocks(count), kThreads, 0, stream>>>(x, mask, values, n, columns, count, energy);
+  Check("EtClampPenalty");
+}
+
+template <typename S>
+void EtLayerNorm(cudaStream_t stream, const S* x, int D, int T, S gamma, S delta, S eps, S* xhat, S* s, S* g) {
+  if (T == 0) return;
+  LayerNormKernel<S><<<WarpBlocks(T), kThreads, 0, stream>>>(x, D, T, gamma, delta, eps, xhat, s, g);
+  Check("EtLayerNorm");
+}
+
+template <typename S>
+void EtAttentionSoftmax(cudaStream_t stream, S* scores, int N, int blocks, bool exclude_self, S* lse) {
+  const long long columns = static_cast<long long>(N) * blocks;
+  if (columns == 0) return;
+  AttentionSoftmaxKernel<S><<<WarpBlocks(columns), kThreads, 0, stream>>>(scores, N, columns, exclude_self, lse);
+  Check("EtAttentionSoftmax");
+}
+
+template <typename S>
+void EtRelu(cudaStream_t stream, const S* scores, long long size, S* r) {
+  if (size == 0) return;
+  ReluKernel<S><<<ElementBlocks(size), kThreads, 0, stream>>>(scores, size, r);
+  Check("EtRelu");
+}
+
+template <typename S>
+void EtMerge(cudaStream_t stream, const S* x, const S* mask, const S* values, int n, const int* columns, int count,
+             S* y) {
+  const long long total = static_cast<long long>(n) * count;
+  if (total == 0) return;
+  MergeKernel<S><<<ElementBlocks(total), kThreads, 0, stream>>>(x, mask, values, n, columns, total, y);
+  Check("EtMerge");
+}
+
+template <typename S>
+void EtUpdate(cudaStream_t stream, const S* y, const S* dfdg, S step, const S* mask, const S* values, int n,
+              const int* columns, int count, S* out) {
+  const long long total = static_cast<long long>(n) * count;
+  if (total == 0) return;
+  UpdateKernel<S><<<ElementBlocks(total), kThreads, 0, stream>>>(y, dfdg, step, mask, values, n, columns, total, out);
+  Check("EtUpdate");
+}
+
+template <typename S>
+void EtEnergy(cudaStream_t stream, const EtEnergyTerms& terms, const S* s, const S* lse_att, const S* r,
+              const S* lse_mem, S* energy) {
+  if (terms.count == 0) return;
+  EnergyKernel<S><<<terms.count, kThreads, 0, stream>>>(terms, s, lse_att, r, lse_mem, energy);
+  Check("EtEnergy");
+}
+
+#define IMPLICIT_ET_KERNELS(S)                                                                               \
+  template void EtLayerNorm<S>(cudaStream_t, const S*, int, int, S, S, S, S*, S*, S*);                       \
+  template void EtAttentionSoftmax<S>(cudaStream_t, S*, int, int, bool, S*);                                 \
+  template void EtRelu<S>(cudaStream_t, const S*, long long, S*);                                            \
+  template void EtMerge<S>(cudaStream_t, const S*, const S*, const S*, int, const int*, int, S*);            \
+  template void EtUpdate<S>(cudaStream_t, const S*, const S*, S, const S*, const S*, int, const int*, int, S*); \
+  template void EtEnergy<S>(cudaStream_t, const EtEnergyTerms&, const S*, const S*, const S*, const S*, S*); \
+  template void EtClampPenalty<S>(cudaStream_t, const S*, const S*, const S*, int, const int*, int, S*);
+IMPLICIT_ET_KERNELS(float)
+IMPLICIT_ET_KERNELS(double)
+#undef IMPLICIT_ET_KERNELS
+
+}  // namespace internal
+}  // namespace cuda
+}  // namespace implicit

@@ -1,0 +1,135 @@
+// The Energy Transformer's dynamics on the device against the CPU map:
+// f(x) = x - a dE/dg and E, with and without clamped tokens, ReLU and softmax
+// memories, with and without self-attention pairs, in double and float; and
+// device solves of the clamped dynamics against CPU solves. Reported as
+// skipped without a device.
+#define BOOST_TEST_MODULE cuda_device_energy_transformer
+#include <boost/test/unit_test.hpp>
+
+#include <implicit/layers/cuda_energy_transformer.h>
+#include <implicit/layers/energy_transformer_map.h>
+#include <implicit/solvers/cuda_solvers.h>
+#include <implicit/solvers/registry.h>
+
+#include "support/gpu.h"
+#include "support/test_problems.h"
+
+#include <string>
+
+namespace {
+
+using namespace implicit;
+using implicit::testing::GpuPresent;
+using implicit::testing::RandomMatrix;
+
+EnergyTransformerOptions SmallEt(EnergyTransformerMemory memory, bool exclude_self) {
+  EnergyTransformerOptions o;
+  o.num_tokens = 8;
+  o.token_dim = 6;
+  o.num_heads = 2;
+  o.head_dim = 3;
+  o.num_memories = 10;
+  o.memory = memory;
+  o.memory_beta = 2.0;
+  o.exclude_self = exclude_self;
+  o.gamma = 1.3;
+  o.delta = 0.2;
+  return o;
+}
+
+// A per-coordinate free mask: the last 3 tokens of each sample free.
+Matrix<double> FreeMask(const EnergyTransformerOptions& o, Index B) {
+  Matrix<double> m = Matrix<double>::Zero(o.num_tokens * o.token_dim, B);
+  m.bottomRows(3 * o.token_dim).setOnes();
+  return m;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(et_map_value_and_energy_match_the_cpu, *boost::unit_test::precondition(GpuPresent())) {
+  cuda::Context context;
+  const Index B = 13;
+  for (auto memory : {EnergyTransformerMemory::kRelu, EnergyTransformerMemory::kSoftmax}) {
+    for (bool exclude_self : {true, false}) {
+      for (bool clamp : {false, true}) {
+        BOOST_TEST_CONTEXT("relu " << (memory == EnergyTransformerMemory::kRelu) << ", exclude_self "
+                                   << exclude_self << ", clamp " << clamp) {
+          const EnergyTransformerOptions o = SmallEt(memory, exclude_self);
+          EnergyTransformer<double> et(o);
+          et.Initialize(3, 0.5);
+          const Index n = et.dimension();
+          const Matrix<double> x = RandomMatrix<double>(n, B, 7), values = RandomMatrix<double>(n, B, 8);
+          EnergyTransformerMap<double> cpu(et, 0.5);
+          cuda::EnergyTransformerMap<double> gpu(context, et, 0.5);
+          if (clamp) {
+            cpu.SetClamp(FreeMask(o, B), values);
+            gpu.SetClamp(context, FreeMask(o, B), values);
+          }
+          Matrix<double> f_cpu(n, B);
+          Vector<double> e_cpu(B);
+          cpu.EvaluateWithEnergy(x, f_cpu, e_cpu);
+          cuda::DeviceMatrix<double> xd(context, x), fd(n, B), ed(1, B);
+          gpu.Evaluate(context, xd.data(), B, nullptr, fd.data(), ed.data());
+          const Matrix<double> f_gpu = fd.ToHost(context), e_gpu = ed.ToHost(context);
+          BOOST_TEST((f_gpu - f_cpu).norm() <= 1e-12 * (1 + f_cpu.norm()));
+          BOOST_TEST((e_gpu.transpose() - e_cpu).norm() <= 1e-12 * (1 + e_cpu.norm()));
+
+          // Float: the same to float precision.
+          EnergyTransformer<float> et_float(o);
+          et_float.parameters()->values() = et.parameters()->values().cast<float>();
+          cuda::EnergyTransformerMap<float> gpu_float(context, et_float, 0.5f);
+          if (clamp) gpu_float.SetClamp(context, FreeMask(o, B).cast<float>(), values.cast<float>());
+          cuda::DeviceMatrix<float> xf(context, x.cast<float>()), ff(n, B);
+          gpu_float.Evaluate(context, xf.data(), B, nullptr, ff.data(), nullptr);
+          BOOST_TEST((ff.ToHost(context).cast<double>() - f_cpu).norm() <= 1e-4 * (1 + f_cpu.norm()));
+        }
+      }
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(clamped_et_solves_match_the_cpu, *boost::unit_test::precondition(GpuPresent())) {
+  cuda::Context context;
+  const Index B = 24;
+  const EnergyTransformerOptions o = SmallEt(EnergyTransformerMemory::kRelu, true);
+  EnergyTransformer<double> et(o);
+  et.Initialize(5, 0.3);
+  const Index n = et.dimension();
+  const Matrix<double> images = RandomMatrix<double>(n, B, 11);
+  EnergyTransformerMap<double> cpu(et, 0.5);
+  cpu.SetClamp(FreeMask(o, B), images);
+  cuda::EnergyTransformerMap<double> gpu(context, et, 0.5);
+  gpu.SetClamp(context, FreeMask(o, B), images);
+  for (const std::string name : {"picard", "anderson"}) {
+    BOOST_TEST_CONTEXT("solver " << name) {
+      SolverOptions base;
+      base.absolute_tolerance = 1e-9;
+      base.max_iterations = 500;
+      Matrix<double> z_cpu = images, z_gpu = images;
+      const Summary s_cpu = MakeSolver<double>(name, {}, base)->Solve(cpu, z_cpu);
+      const Summary s_gpu = cuda::MakeDeviceSolver<double>(name, {}, base)->Solve(context, gpu, z_gpu);
+      BOOST_TEST(s_cpu.IsConverged());
+      BOOST_TEST(s_gpu.IsConverged());
+      for (std::size_t b = 0; b < s_cpu.sample_status.size(); ++b) {
+        BOOST_TEST(static_cast<int>(s_gpu.sample_status[b]) == static_cast<int>(s_cpu.sample_status[b]));
+      }
+      // A fixed point of the CPU map, and the CPU's own.
+      Matrix<double> f(n, B);
+      cpu.Evaluate(z_gpu, f);
+      BOOST_TEST((f - z_gpu).colwise().norm().maxCoeff() <= 2e-9);
+      BOOST_TEST((z_gpu - z_cpu).norm() <= 1e-6 * (1 + z_cpu.norm()));
+      // The clamped coordinates kept their values.
+      const Matrix<double> mask = FreeMask(o, B);
+      BOOST_TEST(((Matrix<double>::Ones(n, B) - mask).cwiseProduct(z_gpu - images)).norm() == 0.0);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_bad_clamp_or_step_is_refused, *boost::unit_test::precondition(GpuPresent())) {
+  cuda::Context context;
+  EnergyTransformer<double> et(SmallEt(EnergyTransformerMemory::kRelu, true));
+  BOOST_CHECK_THROW(cuda::EnergyTransformerMap<double>(context, et, 0.0), std::invalid_argument);
+  cuda::EnergyTransformerMap<double> map(context, et, 0.5);
+  BOOST_CHECK_THROW(map.SetClamp(context, Matrix<double>::Ones(5, 3), Matrix<double>::Ones(5, 3)),
+                    std::invalid_argument);
+}
