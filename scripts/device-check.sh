@@ -7,6 +7,8 @@
 # libraries they need apart from glibc, libstdc++ and CUDA's, into DIR).
 #   scripts/device-check.sh DIR [OUTDIR]
 #   TESTS_ONLY=1 scripts/device-check.sh DIR      # the CUDA tests alone
+#   BENCH_ARGS="--device-problems et" scripts/device-check.sh DIR OUTDIR
+#                                                 # the tests, then this bench alone
 set -u
 dir=${1:?usage: scripts/device-check.sh DIR [OUTDIR]}
 out=${2:-.}
@@ -20,6 +22,12 @@ for t in "$dir"/bin/cuda_*test; do
   "$t" --report_level=short || status=1
 done
 [ -n "${TESTS_ONLY:-}" ] && exit $status
+if [ -n "${BENCH_ARGS:-}" ]; then
+  # shellcheck disable=SC2086
+  "$dir"/bin/implicit-bench --device cuda $BENCH_ARGS --data data --json "$out/device-bench.json" \
+    --threads "$(nproc)" || status=1
+  exit $status
+fi
 if command -v compute-sanitizer >/dev/null; then
   echo "== compute-sanitizer --tool memcheck cuda_device_backend_test"
   # (the memory-growth case measures cudaMemGetInfo, which the tool's own

@@ -18,6 +18,8 @@ Json RunDeviceBench(const DeviceBenchOptions&, const implicit::DigitsDataset&) {
 #else
 
 #include <implicit/core/cuda_hopfield.h>
+#include <implicit/diff/cuda_backward.h>
+#include <implicit/diff/implicit_diff.h>
 #include <implicit/layers/cuda_energy_transformer.h>
 #include <implicit/layers/energy_transformer_map.h>
 #include <implicit/layers/hopfield.h>
@@ -254,10 +256,56 @@ void RunEt(const DeviceBenchOptions& o, cuda::Context& context, std::vector<Row>
     rows->push_back(row);
     if (!o.quiet) std::cerr << "  gpu " << problem << " " << name << ": " << summary.BriefReport() << "\n";
   }
+  // A training step's equilibrium part: the forward solve and the IFT backward
+  // pass (adjoint tolerance 1e-8) for L = 0.5 |z*|^2, with the first solver.
+  implicit::BackwardOptions backward;
+  backward.tolerance = 1e-8;
+  backward.max_iterations = 200;
+  const std::string step_name = o.solvers.front() + " + IFT backward";
+  {
+    auto solver = cuda::MakeDeviceSolver<double>(o.solvers.front(), {}, base);
+    cuda::DeviceMatrix<double> z, grad;
+    implicit::Summary summary;
+    implicit::Summary adjoint;
+    auto train_step = [&] {
+      z.CopyFrom(context, start);
+      summary = solver->Solve(context, map, z);
+      grad.CopyFrom(context, z);
+      adjoint = cuda::ImplicitBackward(context, map, z, grad, backward).summary;
+    };
+    train_step();
+    Row row{problem, "double", "gpu", step_name};
+    row.seconds = MedianSeconds(static_cast<int>(o.repeat), train_step);
+    row.floor = std::nan("");
+    row.full_batch_iteration = std::nan("");
+    Fill(&row, summary);
+    rows->push_back(row);
+    if (!o.quiet) std::cerr << "  gpu " << problem << " backward: " << adjoint.BriefReport() << "\n";
+  }
   if (!o.cpu_reference) return;
   implicit::EnergyTransformerMap<double> cpu_map(et, step);
   cpu_map.SetClamp(mask, values);
-  for (const std::string& name : o.solvers) {
+  {
+    auto solver = implicit::MakeSolver<double>(o.solvers.front(), {}, base);
+    implicit::Summary summary;
+    Matrix<double> z;
+    implicit::LinearSolveSummary adjoint;
+    Row row{problem, "double", "cpu (" + std::to_string(Eigen::nbThreads()) + " threads)", step_name};
+    row.seconds = MedianSeconds(1, [&] {
+      z = values;
+      summary = solver->Solve(cpu_map, z);
+      adjoint = implicit::ImplicitBackward(cpu_map, z, z, backward).summary;
+    });
+    row.floor = std::nan("");
+    row.full_batch_iteration = std::nan("");
+    Fill(&row, summary);
+    rows->push_back(row);
+    if (!o.quiet) std::cerr << "  cpu " << problem << " backward: " << adjoint.solver << " "
+                            << implicit::TerminationTypeToString(adjoint.termination_type) << ", "
+                            << adjoint.iterations << " iterations\n";
+  }
+  {
+    const std::string& name = o.solvers.front();
     auto solver = implicit::MakeSolver<double>(name, {}, base);
     implicit::Summary summary;
     Matrix<double> z;

@@ -11,7 +11,11 @@
 //                      in implicit-et's shape (17 tokens of 32, 8 heads of 8,
 //                      32 ReLU memories, 8 of 16 patch tokens free), random
 //                      clamped values, B = --et-samples (1024), double, tol 1e-6;
-//                      no floor (several GEMM shapes), the CPU solve for the speed-up
+//                      no floor (several GEMM shapes); and a training step's
+//                      equilibrium part (the first solver's forward solve + the
+//                      IFT backward pass, adjoint tol 1e-8). The CPU reference
+//                      (minutes: its ET path goes sample by sample) runs the
+//                      first solver and the training step only
 // For each problem it times the floor, the two GEMMs of one full-batch map
 // evaluation (X^T Z and X P) with cuBLAS, then each device solver (after one
 // warm-up solve, median of --repeat solves), and reports

@@ -6,6 +6,8 @@
 #define BOOST_TEST_MODULE cuda_device_energy_transformer
 #include <boost/test/unit_test.hpp>
 
+#include <implicit/diff/cuda_backward.h>
+#include <implicit/diff/implicit_diff.h>
 #include <implicit/layers/cuda_energy_transformer.h>
 #include <implicit/layers/energy_transformer_map.h>
 #include <implicit/solvers/cuda_solvers.h>
@@ -74,6 +76,19 @@ BOOST_AUTO_TEST_CASE(et_map_value_and_energy_match_the_cpu, *boost::unit_test::p
           BOOST_TEST((f_gpu - f_cpu).norm() <= 1e-12 * (1 + f_cpu.norm()));
           BOOST_TEST((e_gpu.transpose() - e_cpu).norm() <= 1e-12 * (1 + e_cpu.norm()));
 
+          // The products of the backward pass: J^T u and the parameter product.
+          const Matrix<double> u = RandomMatrix<double>(n, B, 9);
+          Matrix<double> vjp_cpu(n, B);
+          cpu.VectorJacobianProduct(x, u, vjp_cpu);
+          cuda::DeviceMatrix<double> ud(context, u), vjp(n, B), dtheta(gpu.num_parameters(), 1);
+          gpu.VectorJacobianProduct(context, xd.data(), ud.data(), B, nullptr, vjp.data());
+          BOOST_TEST((vjp.ToHost(context) - vjp_cpu).norm() <= 1e-11 * (1 + vjp_cpu.norm()));
+          Vector<double> dtheta_cpu(cpu.num_parameters());
+          cpu.ParameterVectorJacobianProduct(x, u, dtheta_cpu);
+          BOOST_REQUIRE(gpu.num_parameters() == cpu.num_parameters());
+          gpu.ParameterVectorJacobianProduct(context, xd.data(), ud.data(), B, dtheta.data());
+          BOOST_TEST((dtheta.ToHost(context).col(0) - dtheta_cpu).norm() <= 1e-11 * (1 + dtheta_cpu.norm()));
+
           // Float: the same to float precision.
           EnergyTransformer<float> et_float(o);
           et_float.parameters()->values() = et.parameters()->values().cast<float>();
@@ -121,6 +136,46 @@ BOOST_AUTO_TEST_CASE(clamped_et_solves_match_the_cpu, *boost::unit_test::precond
       // The clamped coordinates kept their values.
       const Matrix<double> mask = FreeMask(o, B);
       BOOST_TEST(((Matrix<double>::Ones(n, B) - mask).cwiseProduct(z_gpu - images)).norm() == 0.0);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(device_ift_gradients_of_the_clamped_et_match_the_cpu,
+                     *boost::unit_test::precondition(GpuPresent())) {
+  cuda::Context context;
+  const Index B = 16;
+  const EnergyTransformerOptions o = SmallEt(EnergyTransformerMemory::kRelu, true);
+  EnergyTransformer<double> et(o);
+  et.Initialize(13, 0.3);
+  const Index n = et.dimension();
+  const Matrix<double> images = RandomMatrix<double>(n, B, 17);
+  EnergyTransformerMap<double> cpu(et, 0.5);
+  cpu.SetClamp(FreeMask(o, B), images);
+  cuda::EnergyTransformerMap<double> gpu(context, et, 0.5);
+  gpu.SetClamp(context, FreeMask(o, B), images);
+  SolverOptions base;
+  base.absolute_tolerance = 1e-12;
+  base.max_iterations = 2000;
+  cuda::DeviceMatrix<double> z(context, images);
+  BOOST_REQUIRE(cuda::MakeDeviceSolver<double>("anderson", {}, base)->Solve(context, gpu, z).IsConverged());
+  const Matrix<double> z_star = z.ToHost(context);
+  const Matrix<double> grad = RandomMatrix<double>(n, B, 19);
+  cuda::DeviceMatrix<double> grad_device(context, grad);
+  BackwardOptions cpu_options;
+  cpu_options.tolerance = 1e-12;
+  cpu_options.max_iterations = 1000;
+  const BackwardResult<double> expected = ImplicitBackward(cpu, z_star, grad, cpu_options);
+  BOOST_REQUIRE(expected.ok());
+  for (const std::string linear : {"fixed_point", "anderson"}) {
+    BOOST_TEST_CONTEXT("adjoint solver " << linear) {
+      BackwardOptions options;
+      options.linear_solver = linear;
+      options.tolerance = 1e-13;
+      options.max_iterations = 2000;
+      const auto g = cuda::ImplicitBackward(context, gpu, z, grad_device, options);
+      BOOST_TEST(g.ok());
+      const Matrix<double> dtheta = g.parameter_gradient.ToHost(context);
+      BOOST_TEST((dtheta.col(0) - expected.parameter_gradient).norm() <= 1e-8 * expected.parameter_gradient.norm());
     }
   }
 }

@@ -158,7 +158,86 @@ __global__ void ClampPenaltyKernel(const S* x, const S* mask, const S* values, i
   if (lane == 0) energy[j] = static_cast<S>(double(energy[j]) + 0.5 * sq);
 }
 
+// One warp per token.
+template <typename S>
+__global__ void LayerNormJacobianKernel(const S* xhat, const S* s, S gamma, const S* v, int D, int T, S* out) {
+  const long long t = (blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x) / kWarp;
+  const int lane = threadIdx.x % kWarp;
+  if (t >= T) return;
+  double sum = 0, dot = 0;
+  for (int i = lane; i < D; i += kWarp) {
+    sum += double(v[t * D + i]);
+    dot += double(xhat[t * D + i]) * double(v[t * D + i]);
+  }
+  const double mean = __shfl_sync(0xffffffffu, WarpSum(sum), 0) / D;
+  const double c = __shfl_sync(0xffffffffu, WarpSum(dot), 0) / D;
+  const double scale = double(gamma) / double(s[t]);
+  for (int i = lane; i < D; i += kWarp)
+    out[t * D + i] = static_cast<S>(scale * (double(v[t * D + i]) - mean - c * double(xhat[t * D + i])));
+}
+
+template <typename S>
+__global__ void ReluDerivativeKernel(const S* r, long long size, S* ds) {
+  for (long long k = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; k < size;
+       k += static_cast<long long>(gridDim.x) * blockDim.x)
+    if (!(r[k] > S(0))) ds[k] = S(0);
+}
+
+template <typename S>
+__global__ void MaskColumnsKernel(const S* u, const S* mask, int n, const int* columns, long long total, S* w) {
+  for (long long k = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; k < total;
+       k += static_cast<long long>(gridDim.x) * blockDim.x) {
+    const long long j = k / n, i = k % n;
+    w[k] = mask[ColumnOf(columns, j) * n + i] * u[k];
+  }
+}
+
+template <typename S>
+__global__ void VjpCombineKernel(const S* w, const S* mh, S step, const S* mask, int n, const int* columns,
+                                 long long total, S* out) {
+  for (long long k = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; k < total;
+       k += static_cast<long long>(gridDim.x) * blockDim.x) {
+    S v = w[k] - step * (mh[k] + w[k]);
+    if (mask != nullptr) {
+      const long long j = k / n, i = k % n;
+      v *= mask[ColumnOf(columns, j) * n + i];
+    }
+    out[k] = v;
+  }
+}
+
 }  // namespace
+
+template <typename S>
+void EtLayerNormJacobian(cudaStream_t stream, const S* xhat, const S* s, S gamma, const S* v, int D, int T, S* out) {
+  if (T == 0) return;
+  LayerNormJacobianKernel<S><<<WarpBlocks(T), kThreads, 0, stream>>>(xhat, s, gamma, v, D, T, out);
+  Check("EtLayerNormJacobian");
+}
+
+template <typename S>
+void EtReluDerivative(cudaStream_t stream, const S* r, long long size, S* ds) {
+  if (size == 0) return;
+  ReluDerivativeKernel<S><<<ElementBlocks(size), kThreads, 0, stream>>>(r, size, ds);
+  Check("EtReluDerivative");
+}
+
+template <typename S>
+void EtMaskColumns(cudaStream_t stream, const S* u, const S* mask, int n, const int* columns, int count, S* w) {
+  const long long total = static_cast<long long>(n) * count;
+  if (total == 0) return;
+  MaskColumnsKernel<S><<<ElementBlocks(total), kThreads, 0, stream>>>(u, mask, n, columns, total, w);
+  Check("EtMaskColumns");
+}
+
+template <typename S>
+void EtVjpCombine(cudaStream_t stream, const S* w, const S* mh, S step, const S* mask, int n, const int* columns,
+                  int count, S* out) {
+  const long long total = static_cast<long long>(n) * count;
+  if (total == 0) return;
+  VjpCombineKernel<S><<<ElementBlocks(total), kThreads, 0, stream>>>(w, mh, step, mask, n, columns, total, out);
+  Check("EtVjpCombine");
+}
 
 template <typename S>
 void EtClampPenalty(cudaStream_t stream, const S* x, const S* mask, const S* values, int n, const int* columns,
@@ -223,7 +302,11 @@ void EtEnergy(cudaStream_t stream, const EtEnergyTerms& terms, const S* s, const
   template void EtMerge<S>(cudaStream_t, const S*, const S*, const S*, int, const int*, int, S*);            \
   template void EtUpdate<S>(cudaStream_t, const S*, const S*, S, const S*, const S*, int, const int*, int, S*); \
   template void EtEnergy<S>(cudaStream_t, const EtEnergyTerms&, const S*, const S*, const S*, const S*, S*); \
-  template void EtClampPenalty<S>(cudaStream_t, const S*, const S*, const S*, int, const int*, int, S*);
+  template void EtClampPenalty<S>(cudaStream_t, const S*, const S*, const S*, int, const int*, int, S*); \
+  template void EtLayerNormJacobian<S>(cudaStream_t, const S*, const S*, S, const S*, int, int, S*);       \
+  template void EtReluDerivative<S>(cudaStream_t, const S*, long long, S*);                                \
+  template void EtMaskColumns<S>(cudaStream_t, const S*, const S*, int, const int*, int, S*);              \
+  template void EtVjpCombine<S>(cudaStream_t, const S*, const S*, S, const S*, int, const int*, int, S*);
 IMPLICIT_ET_KERNELS(float)
 IMPLICIT_ET_KERNELS(double)
 #undef IMPLICIT_ET_KERNELS

@@ -49,6 +49,24 @@ template <typename S>
 void EtEnergy(cudaStream_t stream, const EtEnergyTerms& terms, const S* s, const S* lse_att, const S* r,
               const S* lse_mem, S* energy);
 
+// out_t = (gamma / s_t) (v_t - mean(v_t) - xhat_t (xhat_t . v_t) / D) per
+// token: the LayerNorm Jacobian M (symmetric) applied to v.
+template <typename S>
+void EtLayerNormJacobian(cudaStream_t stream, const S* xhat, const S* s, S gamma, const S* v, int D, int T, S* out);
+
+// ds = (r > 0) .* ds (ReLU's derivative at the scores, r = ReLU(scores)).
+template <typename S>
+void EtReluDerivative(cudaStream_t stream, const S* r, long long size, S* ds);
+
+// w = m .* u (m picked by `columns`; n x count).
+template <typename S>
+void EtMaskColumns(cudaStream_t stream, const S* u, const S* mask, int n, const int* columns, int count, S* w);
+
+// out = w - a (mh + w), then times m when a mask is given.
+template <typename S>
+void EtVjpCombine(cudaStream_t stream, const S* w, const S* mh, S step, const S* mask, int n, const int* columns,
+                  int count, S* out);
+
 // energy[j] += 0.5 |(1 - m) .* (x_j - c)|^2 (ClampedEnergy's term; x compact,
 // m and c full n x B picked by `columns`).
 template <typename S>

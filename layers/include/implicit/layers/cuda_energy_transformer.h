@@ -18,10 +18,14 @@
 // memory scores Xi^T G with ReLU (or softmax), dF/dG by three more GEMMs, and
 // one kernel each for the update and the per-sample energy.
 //
+// The implicit backward pass (cuda::ImplicitBackward) gets the exact
+// products of the CPU map (energy_transformer_map.h): J^T u = m .* (w - a (M
+// H_F w + w)), w = m .* u, with H_F the G-Hessian of the attention and memory
+// terms (batched GEMMs along the direction, softmax and ReLU Jacobians) and M
+// the LayerNorm Jacobian per token; and the parameter product for W_K, W_Q
+// and Xi in the ET's ParameterSet layout (learnable_layer_norm is refused).
 // The parameters are copied from a host EnergyTransformer at construction
 // (SyncParameters() copies them again, e.g. after a host training step).
-// Forward only for now: no Jacobian or parameter products on the device yet
-// (the implicit backward pass of the ET runs on the CPU).
 //
 //   implicit::EnergyTransformer<float> et(options);
 //   implicit::cuda::Context context;
@@ -56,8 +60,37 @@ class EnergyTransformerMap : public DeviceMap<Scalar> {
   void Evaluate(Context& context, const Scalar* z, Index count, const int* columns, Scalar* out,
                 Scalar* energy) const override;
   bool has_energy() const override { return true; }
+  bool HasJacobianProducts() const override { return true; }
+  void VectorJacobianProduct(Context& context, const Scalar* z, const Scalar* u, Index count,
+                             const int* columns, Scalar* out) const override;
+  Index num_parameters() const override { return et_.num_parameters(); }
+  // With a clamp, count must be the clamp's batch (the whole batch, in order).
+  void ParameterVectorJacobianProduct(Context& context, const Scalar* z, const Scalar* u,
+                                      Index count, Scalar* out) const override;
 
  private:
+  struct Shape {
+    int N, D, H, Y, M, c, n, T, HY;
+    long long sample() const { return static_cast<long long>(N) * HY; }  // a sample's stride in K, Q
+    long long block() const { return static_cast<long long>(N) * N; }    // one N x N attention block
+  };
+  Shape ShapeOf(Index count) const;
+  // Head h's first attention block (samples follow, block() apart).
+  static Scalar* Head(const DeviceMatrix<Scalar>& blocks, int h, const Shape& sh) {
+    return blocks.data() + static_cast<long long>(h) * sh.c * sh.block();
+  }
+  bool relu_memory() const { return et_.options().memory == EnergyTransformerMemory::kRelu; }
+  // The factor of the memory's dR (memory_beta for the softmax memory).
+  Scalar MemoryScale() const {
+    return relu_memory() ? Scalar(1) : static_cast<Scalar>(et_.options().memory_beta);
+  }
+  // Fills the caches at y (the merged state) and dF/dG; returns y.
+  const Scalar* Forward(Context& context, const Scalar* z, Index count, const int* columns) const;
+  // out = H_F v (D x T) from Forward's caches; leaves dK, dQ, dP, ks, qs, dR.
+  void ForcesHvp(Context& context, const Scalar* v, Index count, Scalar* out) const;
+  // m .* u with a clamp, else u.
+  const Scalar* MaskedDirection(Context& context, const Scalar* u, Index count, const int* columns) const;
+
   const implicit::EnergyTransformer<Scalar>& et_;
   Scalar step_;
   DeviceMatrix<Scalar> wk_, wq_, xi_;
@@ -67,6 +100,8 @@ class EnergyTransformerMap : public DeviceMap<Scalar> {
   // the attention blocks and their log-sum-exps, Q P^T, K P, memory scores,
   // dF/dG and the memory log-sum-exps.
   mutable DeviceMatrix<Scalar> y_, xhat_, s_, g_, k_, q_, p_, lse_, qpt_, kp_, scores_, dfdg_, lse_mem_;
+  // ... and of the products: the direction's dK, dQ, dP, ks, qs, dR, H_F w, M H_F w, w.
+  mutable DeviceMatrix<Scalar> dk_, dq_, da_, ks_, qs_, ds_, hf_, mh_, w_;
 };
 
 extern template class EnergyTransformerMap<float>;
