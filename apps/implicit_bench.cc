@@ -531,30 +531,25 @@ void WriteJson(const Options& o, const Measurements& m, const std::string& data_
   std::cout << "json: " << o.json << "\n";
 }
 
+// --json of the --autodiff and --device cuda runs: their results as they are.
+int WriteResults(const std::string& json, const Json& results) {
+  Outputs outputs;
+  outputs.Write("--json", json, [&] {
+    WriteJsonFile(json, results, "--json");
+    std::cout << "json: " << json << "\n";
+  });
+  outputs.Finish();
+  return 0;
+}
+
 int Run(int argc, char** argv) {
   Options o;
   if (!ParseOptions(argc, argv, &o)) return 0;
-  if (o.autodiff) {
-    const Json results = RunAutodiffBench(o.autodiff_options);
-    Outputs outputs;
-    outputs.Write("--json", o.json, [&] {
-      WriteJsonFile(o.json, results, "--json");
-      std::cout << "json: " << o.json << "\n";
-    });
-    outputs.Finish();
-    return 0;
-  }
+  if (o.autodiff) return WriteResults(o.json, RunAutodiffBench(o.autodiff_options));
   const implicit::DigitsDataset digits = LoadDigitsOption(o.data);
   if (o.device == "cuda") {
     if (o.threads > 0) Eigen::setNbThreads(static_cast<int>(o.threads));
-    const Json results = RunDeviceBench(o.device_options, digits);
-    Outputs outputs;
-    outputs.Write("--json", o.json, [&] {
-      WriteJsonFile(o.json, results, "--json");
-      std::cout << "json: " << o.json << "\n";
-    });
-    outputs.Finish();
-    return 0;
+    return WriteResults(o.json, RunDeviceBench(o.device_options, digits));
   }
   Require(o.patterns <= digits.size(), "--patterns: " + std::to_string(o.patterns) + " exceeds the " +
                                            std::to_string(digits.size()) + " digits in " + digits.source);

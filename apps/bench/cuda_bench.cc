@@ -17,6 +17,7 @@ Json RunDeviceBench(const DeviceBenchOptions&, const implicit::DigitsDataset&) {
 
 #else
 
+#include <implicit/core/cuda_blas.h>
 #include <implicit/core/cuda_hopfield.h>
 #include <implicit/diff/cuda_backward.h>
 #include <implicit/diff/implicit_diff.h>
@@ -26,7 +27,6 @@ Json RunDeviceBench(const DeviceBenchOptions&, const implicit::DigitsDataset&) {
 #include <implicit/solvers/cuda_solvers.h>
 #include <implicit/solvers/registry.h>
 
-#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <Eigen/Core>
@@ -52,21 +52,8 @@ double Median(std::vector<double> v) {
   return m % 2 == 1 ? v[m / 2] : 0.5 * (v[m / 2 - 1] + v[m / 2]);
 }
 
-void Check(cublasStatus_t status) {
-  if (status != CUBLAS_STATUS_SUCCESS) throw std::runtime_error("cuBLAS error " + std::to_string(int(status)));
-}
 void Check(cudaError_t status) {
   if (status != cudaSuccess) throw std::runtime_error(std::string("CUDA error: ") + cudaGetErrorString(status));
-}
-cublasStatus_t Gemm(cublasHandle_t h, cublasOperation_t ta, int m, int n, int k, const float* a, int lda,
-                    const float* b, int ldb, float* c, int ldc) {
-  const float one = 1, zero = 0;
-  return cublasSgemm(h, ta, CUBLAS_OP_N, m, n, k, &one, a, lda, b, ldb, &zero, c, ldc);
-}
-cublasStatus_t Gemm(cublasHandle_t h, cublasOperation_t ta, int m, int n, int k, const double* a, int lda,
-                    const double* b, int ldb, double* c, int ldc) {
-  const double one = 1, zero = 0;
-  return cublasDgemm(h, ta, CUBLAS_OP_N, m, n, k, &one, a, lda, b, ldb, &zero, c, ldc);
 }
 
 // The floor: S = X^T Z (N x B) and out = X P (n x B), timed with CUDA events;
@@ -79,9 +66,15 @@ double GemmFloorSeconds(cuda::Context& context, const cuda::DeviceMatrix<S>& X, 
   cudaEvent_t start, stop;
   Check(cudaEventCreate(&start));
   Check(cudaEventCreate(&stop));
+  using cuda::internal::CheckBlas;
+  using cuda::internal::Gemm;
   auto pair = [&] {
-    Check(Gemm(context.cublas(), CUBLAS_OP_T, N, B, n, X.data(), n, Z.data(), n, scores.data(), N));
-    Check(Gemm(context.cublas(), CUBLAS_OP_N, n, B, N, X.data(), n, scores.data(), N, out.data(), n));
+    CheckBlas(Gemm(context.cublas(), CUBLAS_OP_T, CUBLAS_OP_N, N, B, n, S(1), X.data(), n, Z.data(), n, S(0),
+                   scores.data(), N),
+              "floor: X^T Z");
+    CheckBlas(Gemm(context.cublas(), CUBLAS_OP_N, CUBLAS_OP_N, n, B, N, S(1), X.data(), n, scores.data(), N, S(0),
+                   out.data(), n),
+              "floor: X P");
   };
   pair();  // warm-up (cuBLAS picks its kernels)
   context.Synchronize();
@@ -150,6 +143,28 @@ void Fill(Row* row, const implicit::Summary& s) {
   row->sample_evaluations = s.total_sample_evaluations();
 }
 
+std::string CpuWhere() { return "cpu (" + std::to_string(Eigen::nbThreads()) + " threads)"; }
+
+// A solver's row: `solve` run once (warm-up: the context's workspace is
+// allocated then) and timed `repeat` times; the iteration marks and summary of
+// the last run.
+template <typename Solve>
+Row TimedRow(const std::string& problem, const std::string& precision, const std::string& where,
+             const std::string& solver, int repeat, bool warm_up, double floor, int batch, IterationMarks* marks,
+             const implicit::Summary& summary, bool quiet, Solve&& solve) {
+  if (warm_up) solve();
+  Row row{problem, precision, where, solver};
+  row.seconds = MedianSeconds(repeat, [&] {
+    marks->marks.clear();
+    solve();
+  });
+  row.floor = floor;
+  row.full_batch_iteration = marks->FullBatchIteration(batch);
+  Fill(&row, summary);
+  if (!quiet) std::cerr << "  " << where << " " << problem << " " << solver << ": " << summary.BriefReport() << "\n";
+  return row;
+}
+
 // One problem on the device (and, when asked, on the CPU): rows appended.
 template <typename S>
 void RunProblem(const std::string& problem, const Matrix<double>& patterns, const Matrix<double>& queries,
@@ -164,23 +179,16 @@ void RunProblem(const std::string& problem, const Matrix<double>& patterns, cons
   base.absolute_tolerance = tol;
   base.max_iterations = static_cast<int>(o.max_iter);
   base.callback = marks.Callback();
+  const int B = static_cast<int>(queries.cols());
   for (const std::string& name : o.solvers) {
     auto solver = cuda::MakeDeviceSolver<S>(name, {}, base);
     cuda::DeviceMatrix<S> z;
     implicit::Summary summary;
-    auto solve = [&] {
-      z.CopyFrom(context, queries_device);
-      marks.marks.clear();
-      summary = solver->Solve(context, map, z);
-    };
-    solve();  // warm-up: the context's workspace is allocated here
-    Row row{problem, precision, "gpu", name};
-    row.seconds = MedianSeconds(static_cast<int>(o.repeat), solve);
-    row.floor = floor;
-    row.full_batch_iteration = marks.FullBatchIteration(static_cast<int>(queries.cols()));
-    Fill(&row, summary);
-    rows->push_back(row);
-    if (!o.quiet) std::cerr << "  gpu " << problem << " " << name << ": " << summary.BriefReport() << "\n";
+    rows->push_back(TimedRow(problem, precision, "gpu", name, static_cast<int>(o.repeat), true, floor, B, &marks,
+                             summary, o.quiet, [&] {
+                               z.CopyFrom(context, queries_device);
+                               summary = solver->Solve(context, map, z);
+                             }));
   }
   if (!o.cpu_reference) return;
   implicit::ModernHopfieldEnergy<double>::Options eo;
@@ -192,17 +200,11 @@ void RunProblem(const std::string& problem, const Matrix<double>& patterns, cons
     auto solver = implicit::MakeSolver<double>(name, {}, base);
     implicit::Summary summary;
     Matrix<double> z;
-    Row row{problem, "double", "cpu (" + std::to_string(Eigen::nbThreads()) + " threads)", name};
-    row.seconds = MedianSeconds(std::min<int>(3, static_cast<int>(o.repeat)), [&] {
-      z = queries;
-      marks.marks.clear();
-      summary = solver->Solve(cpu_map, z);
-    });
-    row.floor = std::nan("");
-    row.full_batch_iteration = marks.FullBatchIteration(static_cast<int>(queries.cols()));
-    Fill(&row, summary);
-    rows->push_back(row);
-    if (!o.quiet) std::cerr << "  cpu " << problem << " " << name << ": " << summary.BriefReport() << "\n";
+    rows->push_back(TimedRow(problem, "double", CpuWhere(), name, std::min<int>(3, static_cast<int>(o.repeat)), false,
+                             std::nan(""), B, &marks, summary, o.quiet, [&] {
+                               z = queries;
+                               summary = solver->Solve(cpu_map, z);
+                             }));
   }
 }
 
@@ -242,19 +244,11 @@ void RunEt(const DeviceBenchOptions& o, cuda::Context& context, std::vector<Row>
     auto solver = cuda::MakeDeviceSolver<double>(name, {}, base);
     cuda::DeviceMatrix<double> z;
     implicit::Summary summary;
-    auto solve = [&] {
-      z.CopyFrom(context, start);
-      marks.marks.clear();
-      summary = solver->Solve(context, map, z);
-    };
-    solve();
-    Row row{problem, "double", "gpu", name};
-    row.seconds = MedianSeconds(static_cast<int>(o.repeat), solve);
-    row.floor = std::nan("");
-    row.full_batch_iteration = marks.FullBatchIteration(static_cast<int>(B));
-    Fill(&row, summary);
-    rows->push_back(row);
-    if (!o.quiet) std::cerr << "  gpu " << problem << " " << name << ": " << summary.BriefReport() << "\n";
+    rows->push_back(TimedRow(problem, "double", "gpu", name, static_cast<int>(o.repeat), true, std::nan(""),
+                             static_cast<int>(B), &marks, summary, o.quiet, [&] {
+                               z.CopyFrom(context, start);
+                               summary = solver->Solve(context, map, z);
+                             }));
   }
   // A training step's equilibrium part: the forward solve and the IFT backward
   // pass (adjoint tolerance 1e-8) for L = 0.5 |z*|^2, with the first solver.
@@ -290,7 +284,7 @@ void RunEt(const DeviceBenchOptions& o, cuda::Context& context, std::vector<Row>
     implicit::Summary summary;
     Matrix<double> z;
     implicit::LinearSolveSummary adjoint;
-    Row row{problem, "double", "cpu (" + std::to_string(Eigen::nbThreads()) + " threads)", step_name};
+    Row row{problem, "double", CpuWhere(), step_name};
     row.seconds = MedianSeconds(1, [&] {
       z = values;
       summary = solver->Solve(cpu_map, z);
@@ -305,21 +299,14 @@ void RunEt(const DeviceBenchOptions& o, cuda::Context& context, std::vector<Row>
                             << adjoint.iterations << " iterations\n";
   }
   {
-    const std::string& name = o.solvers.front();
-    auto solver = implicit::MakeSolver<double>(name, {}, base);
+    auto solver = implicit::MakeSolver<double>(o.solvers.front(), {}, base);
     implicit::Summary summary;
     Matrix<double> z;
-    Row row{problem, "double", "cpu (" + std::to_string(Eigen::nbThreads()) + " threads)", name};
-    row.seconds = MedianSeconds(1, [&] {
-      z = values;
-      marks.marks.clear();
-      summary = solver->Solve(cpu_map, z);
-    });
-    row.floor = std::nan("");
-    row.full_batch_iteration = marks.FullBatchIteration(static_cast<int>(B));
-    Fill(&row, summary);
-    rows->push_back(row);
-    if (!o.quiet) std::cerr << "  cpu " << problem << " " << name << ": " << summary.BriefReport() << "\n";
+    rows->push_back(TimedRow(problem, "double", CpuWhere(), o.solvers.front(), 1, false, std::nan(""),
+                             static_cast<int>(B), &marks, summary, o.quiet, [&] {
+                               z = values;
+                               summary = solver->Solve(cpu_map, z);
+                             }));
   }
 }
 

@@ -1,14 +1,12 @@
 // The modern Hopfield CCCP map on the device (cuda_hopfield.h) and the
 // host-facing HopfieldRetrievalMap built on it (cuda.h).
 #include <implicit/core/cuda.h>
+#include <implicit/core/cuda_blas.h>
 #include <implicit/core/cuda_hopfield.h>
 #include <implicit/core/cuda_kernels.h>
 
-#include <cublas_v2.h>
-
 #include <cmath>
 #include <memory>
-#include <sstream>
 #include <stdexcept>
 #include <string>
 
@@ -16,25 +14,8 @@ namespace implicit {
 namespace cuda {
 namespace {
 
-void Check(cublasStatus_t status, const char* what) {
-  if (status != CUBLAS_STATUS_SUCCESS) {
-    std::ostringstream s;
-    s << "cuBLAS error " << static_cast<int>(status) << " in " << what;
-    throw std::runtime_error(s.str());
-  }
-}
-
-// C = alpha op(A) op(B) + beta C, column-major (cuBLAS' own convention).
-cublasStatus_t Gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
-                    float alpha, const float* a, int lda, const float* b, int ldb, float beta, float* c,
-                    int ldc) {
-  return cublasSgemm(h, ta, tb, m, n, k, &alpha, a, lda, b, ldb, &beta, c, ldc);
-}
-cublasStatus_t Gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
-                    double alpha, const double* a, int lda, const double* b, int ldb, double beta, double* c,
-                    int ldc) {
-  return cublasDgemm(h, ta, tb, m, n, k, &alpha, a, lda, b, ldb, &beta, c, ldc);
-}
+void Check(cublasStatus_t status, const char* what) { internal::CheckBlas(status, what); }
+using internal::Gemm;
 
 int AsInt(Index v) { return static_cast<int>(v); }
 

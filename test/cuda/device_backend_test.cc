@@ -15,6 +15,7 @@
 #include <implicit/solvers/picard.h>
 #include <implicit/solvers/registry.h>
 
+#include "support/device_gradient_checks.h"
 #include "support/gpu.h"
 #include "support/test_problems.h"
 
@@ -295,20 +296,7 @@ BOOST_AUTO_TEST_CASE(device_ift_gradients_match_the_cpu, *boost::unit_test::prec
   cpu_options.tolerance = 1e-13;
   const BackwardResult<double> expected = ImplicitBackward(cpu.map, z_star, grad, cpu_options);
   BOOST_REQUIRE(expected.ok());
-  for (const std::string linear : {"fixed_point", "anderson"}) {
-    BOOST_TEST_CONTEXT("adjoint solver " << linear) {
-      BackwardOptions options;
-      options.linear_solver = linear;
-      options.tolerance = 1e-13;
-      options.max_iterations = 2000;
-      const auto g = cuda::ImplicitBackward(context, gpu, z, grad_device, options);
-      BOOST_TEST(g.ok());
-      const Matrix<double> adjoint = g.adjoint.ToHost(context);
-      BOOST_TEST((adjoint - expected.adjoint).norm() <= 1e-8 * expected.adjoint.norm());
-      const Matrix<double> dtheta = g.parameter_gradient.ToHost(context);
-      BOOST_TEST((dtheta.col(0) - expected.parameter_gradient).norm() <= 1e-8 * expected.parameter_gradient.norm());
-    }
-  }
+  implicit::testing::CheckDeviceGradients(context, gpu, z, grad_device, expected, /*compare_adjoint=*/true);
   BackwardOptions unsupported;
   unsupported.linear_solver = "gmres";
   BOOST_CHECK_THROW(cuda::ImplicitBackward(context, gpu, z, grad_device, unsupported), std::invalid_argument);

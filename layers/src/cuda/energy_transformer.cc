@@ -1,13 +1,11 @@
 // The Energy Transformer's dynamics on the device (cuda_energy_transformer.h).
+#include <implicit/core/cuda_blas.h>
 #include <implicit/core/cuda_kernels.h>
 #include <implicit/layers/cuda_energy_transformer.h>
 
 #include "energy_transformer_kernels.h"
 
-#include <cublas_v2.h>
-
 #include <cmath>
-#include <sstream>
 #include <stdexcept>
 #include <string>
 
@@ -16,32 +14,10 @@ namespace cuda {
 namespace {
 
 void Check(cublasStatus_t status, const char* what) {
-  if (status != CUBLAS_STATUS_SUCCESS) {
-    std::ostringstream s;
-    s << "cuBLAS error " << static_cast<int>(status) << " in cuda::EnergyTransformerMap: " << what;
-    throw std::runtime_error(s.str());
-  }
+  internal::CheckBlas(status, (std::string("cuda::EnergyTransformerMap: ") + what).c_str());
 }
-
-// C = alpha op(A) op(B) + beta C (column-major), and its strided-batched form.
-cublasStatus_t Gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha,
-                    const float* a, int lda, const float* b, int ldb, float beta, float* c, int ldc) {
-  return cublasSgemm(h, ta, tb, m, n, k, &alpha, a, lda, b, ldb, &beta, c, ldc);
-}
-cublasStatus_t Gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, double alpha,
-                    const double* a, int lda, const double* b, int ldb, double beta, double* c, int ldc) {
-  return cublasDgemm(h, ta, tb, m, n, k, &alpha, a, lda, b, ldb, &beta, c, ldc);
-}
-cublasStatus_t Batched(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
-                       float alpha, const float* a, int lda, long long sa, const float* b, int ldb, long long sb,
-                       float beta, float* c, int ldc, long long sc, int count) {
-  return cublasSgemmStridedBatched(h, ta, tb, m, n, k, &alpha, a, lda, sa, b, ldb, sb, &beta, c, ldc, sc, count);
-}
-cublasStatus_t Batched(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
-                       double alpha, const double* a, int lda, long long sa, const double* b, int ldb, long long sb,
-                       double beta, double* c, int ldc, long long sc, int count) {
-  return cublasDgemmStridedBatched(h, ta, tb, m, n, k, &alpha, a, lda, sa, b, ldb, sb, &beta, c, ldc, sc, count);
-}
+using internal::Gemm;
+using internal::GemmBatched;
 
 }  // namespace
 
@@ -137,16 +113,16 @@ const Scalar* EnergyTransformerMap<Scalar>::Forward(Context& context, const Scal
           "Q = W_Q G");
     for (int h = 0; h < H; ++h) {
       // scores(B, C) = beta K_h^T Q_h, every sample.
-      Check(Batched(blas, CUBLAS_OP_T, CUBLAS_OP_N, N, N, Y, beta, k_.data() + h * Y, HY, sh.sample(),
+      Check(GemmBatched(blas, CUBLAS_OP_T, CUBLAS_OP_N, N, N, Y, beta, k_.data() + h * Y, HY, sh.sample(),
                     q_.data() + h * Y, HY, sh.sample(), Scalar(0), Head(p_, h, sh), N, sh.block(), c),
             "beta K_h^T Q_h");
     }
     internal::EtAttentionSoftmax<Scalar>(stream, p_.data(), N, H * c, o.exclude_self, lse_.data());
     for (int h = 0; h < H; ++h) {
-      Check(Batched(blas, CUBLAS_OP_N, CUBLAS_OP_T, Y, N, N, Scalar(1), q_.data() + h * Y, HY, sh.sample(),
+      Check(GemmBatched(blas, CUBLAS_OP_N, CUBLAS_OP_T, Y, N, N, Scalar(1), q_.data() + h * Y, HY, sh.sample(),
                     Head(p_, h, sh), N, sh.block(), Scalar(0), qpt_.data() + h * Y, HY, sh.sample(), c),
             "Q_h P_h^T");
-      Check(Batched(blas, CUBLAS_OP_N, CUBLAS_OP_N, Y, N, N, Scalar(1), k_.data() + h * Y, HY, sh.sample(),
+      Check(GemmBatched(blas, CUBLAS_OP_N, CUBLAS_OP_N, Y, N, N, Scalar(1), k_.data() + h * Y, HY, sh.sample(),
                     Head(p_, h, sh), N, sh.block(), Scalar(0), kp_.data() + h * Y, HY, sh.sample(), c),
             "K_h P_h");
     }
@@ -199,25 +175,25 @@ void EnergyTransformerMap<Scalar>::ForcesHvp(Context& context, const Scalar* v, 
     Check(Gemm(blas, CUBLAS_OP_N, CUBLAS_OP_N, HY, T, D, Scalar(1), wq_.data(), HY, v, D, Scalar(0), dq_.data(), HY),
           "dQ = W_Q v");
     for (int h = 0; h < H; ++h) {
-      Check(Batched(blas, CUBLAS_OP_T, CUBLAS_OP_N, N, N, Y, Scalar(1), dk_.data() + h * Y, HY, sh.sample(),
+      Check(GemmBatched(blas, CUBLAS_OP_T, CUBLAS_OP_N, N, N, Y, Scalar(1), dk_.data() + h * Y, HY, sh.sample(),
                     q_.data() + h * Y, HY, sh.sample(), Scalar(0), Head(da_, h, sh), N, sh.block(), c),
             "dK_h^T Q_h");
-      Check(Batched(blas, CUBLAS_OP_T, CUBLAS_OP_N, N, N, Y, Scalar(1), k_.data() + h * Y, HY, sh.sample(),
+      Check(GemmBatched(blas, CUBLAS_OP_T, CUBLAS_OP_N, N, N, Y, Scalar(1), k_.data() + h * Y, HY, sh.sample(),
                     dq_.data() + h * Y, HY, sh.sample(), Scalar(1), Head(da_, h, sh), N, sh.block(), c),
             "K_h^T dQ_h");
     }
     internal::SoftmaxJacobianTranspose<Scalar>(stream, p_.data(), da_.data(), N, N * H * c);
     for (int h = 0; h < H; ++h) {
-      Check(Batched(blas, CUBLAS_OP_N, CUBLAS_OP_T, Y, N, N, Scalar(1), dq_.data() + h * Y, HY, sh.sample(),
+      Check(GemmBatched(blas, CUBLAS_OP_N, CUBLAS_OP_T, Y, N, N, Scalar(1), dq_.data() + h * Y, HY, sh.sample(),
                     Head(p_, h, sh), N, sh.block(), Scalar(0), ks_.data() + h * Y, HY, sh.sample(), c),
             "dQ_h P_h^T");
-      Check(Batched(blas, CUBLAS_OP_N, CUBLAS_OP_T, Y, N, N, beta, q_.data() + h * Y, HY, sh.sample(),
+      Check(GemmBatched(blas, CUBLAS_OP_N, CUBLAS_OP_T, Y, N, N, beta, q_.data() + h * Y, HY, sh.sample(),
                     Head(da_, h, sh), N, sh.block(), Scalar(1), ks_.data() + h * Y, HY, sh.sample(), c),
             "beta Q_h dP_h^T");
-      Check(Batched(blas, CUBLAS_OP_N, CUBLAS_OP_N, Y, N, N, Scalar(1), dk_.data() + h * Y, HY, sh.sample(),
+      Check(GemmBatched(blas, CUBLAS_OP_N, CUBLAS_OP_N, Y, N, N, Scalar(1), dk_.data() + h * Y, HY, sh.sample(),
                     Head(p_, h, sh), N, sh.block(), Scalar(0), qs_.data() + h * Y, HY, sh.sample(), c),
             "dK_h P_h");
-      Check(Batched(blas, CUBLAS_OP_N, CUBLAS_OP_N, Y, N, N, beta, k_.data() + h * Y, HY, sh.sample(),
+      Check(GemmBatched(blas, CUBLAS_OP_N, CUBLAS_OP_N, Y, N, N, beta, k_.data() + h * Y, HY, sh.sample(),
                     Head(da_, h, sh), N, sh.block(), Scalar(1), qs_.data() + h * Y, HY, sh.sample(), c),
             "beta K_h dP_h");
     }
