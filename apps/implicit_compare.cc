@@ -8,11 +8,16 @@
 //   implicit-compare --solver-options 'anderson:memory=10,mixing=0.5'
 //   implicit-compare --json out.json --csv out.csv --plot residuals.png
 //   mpirun -np 2 implicit-compare --problem hopfield-digits --patterns 1797   # batch over 2 ranks
+//   implicit-compare --device cuda --problem hopfield-digits --solvers picard,anderson   # on the GPU
 //
 // Under mpirun the batch of every problem whose map is the same for all
 // samples is split over the ranks (ShardedSolve: the table and JSON report the
 // merged Summary; iterations are the slowest rank's, evaluations summed; no
 // residual trace, so the plot has no line for such runs); rank 0 prints.
+// With --device cuda the problems that have a device map (hopfield-digits,
+// sparse-hopfield with alpha 2) are solved on the GPU by the device solvers
+// (picard, anderson; docs/gpu.md), with the same options and the same table;
+// the other (problem, solver) pairs are reported as skipped, with the reason.
 #include "common/cli.h"
 #include "common/data_paths.h"
 #include "common/format.h"
@@ -27,6 +32,9 @@
 #include "problems/problem_run.h"
 
 #include <implicit/solvers/sharded_solve.h>
+#ifdef IMPLICIT_WITH_CUDA
+#include <implicit/solvers/cuda_solvers.h>
+#endif
 
 #include <algorithm>
 #include <chrono>
@@ -45,7 +53,7 @@ struct Options {
   SolverOptionMap solver_options;
   double tol = 1e-8;
   long max_iter = 200, patterns = 100, seed = 1;
-  std::string data, json, csv, plot;
+  std::string data, json, csv, plot, device = "cpu";
   bool quiet = false;
 };
 
@@ -74,6 +82,11 @@ bool ParseOptions(int argc, char** argv, Options* o) {
   app.add_option("--plot", o->plot, "draw residual vs iteration and vs time (.png or .svg, needs gnuplot)")
       ->check(ExtensionCheck({".png", ".svg"}));
   app.add_flag("--quiet", o->quiet, "no progress line on stderr");
+  app.add_option("--device", o->device,
+                 "cpu, or cuda: the problems with a device map (hopfield-digits,\n"
+                 "sparse-hopfield with alpha 2) on the GPU with the device solvers\n"
+                 "(picard, anderson); the other runs are reported as skipped")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   if (!Parse(app, argc, argv) || !CheckProblemSelection(o->problems)) return false;
   for (const std::string& s : o->solvers) CheckSolverName(s);
   o->solver_options = ParseSolverOptions("--solver-options", o->solver_option_values);
@@ -103,15 +116,54 @@ double EvaluationsPerSample(const implicit::Summary& s) {
   return s.num_samples() > 0 ? static_cast<double>(s.total_sample_evaluations()) / s.num_samples() : 0.0;
 }
 
+// --device cuda: a problem's device map on the context, and the device solves.
+class DeviceRun {
+ public:
+#ifdef IMPLICIT_WITH_CUDA
+  DeviceRun(implicit::cuda::Context& context, const Problem& problem)
+      : context_(context), map_(problem.MakeDeviceMap(context)) {}
+  // "" when `solver` runs on this problem's device map, else why not.
+  std::string SkipReason(const std::string& solver) const {
+    if (map_ == nullptr) return "no device map for this problem on the GPU yet (docs/gpu.md)";
+    const std::vector<std::string> names = implicit::cuda::DeviceSolverNames();
+    if (std::find(names.begin(), names.end(), solver) == names.end())
+      return "no device version of this solver (on the GPU: picard, anderson)";
+    return "";
+  }
+  implicit::Summary Solve(const std::string& solver, const implicit::SolverOptions& common,
+                          const SolverOptionMap& options, Matrix<double>& z) const {
+    const auto it = options.find(solver);
+    auto device_solver = implicit::cuda::MakeDeviceSolver<double>(
+        solver, it == options.end() ? std::map<std::string, std::string>{} : it->second, common);
+    return device_solver->Solve(context_, *map_, z);
+  }
+
+ private:
+  implicit::cuda::Context& context_;
+  std::unique_ptr<implicit::cuda::DeviceMap<double>> map_;
+#else
+  std::string SkipReason(const std::string&) const { return "built without CUDA"; }
+  implicit::Summary Solve(const std::string&, const implicit::SolverOptions&, const SolverOptionMap&,
+                          Matrix<double>&) const {
+    return {};
+  }
+#endif
+};
+
 // Runs one solver on one problem (or says why it does not apply). Under
 // mpirun the batch is split over the ranks (ShardedSolve) when the problem's
 // map is the same function for every sample; a problem with per-sample data
 // (an input injection, clamps) is solved whole on every rank.
 Result RunOne(const Options& o, const Problem& problem, const std::string& solver_name, const std::string& prefix,
-              Progress& progress) {
+              Progress& progress, const DeviceRun* device) {
   const implicit::Communicator& comm = AppCommunicator();
   Result r;
   StartRun(problem, solver_name, &r);
+  if (device != nullptr) {
+    r.message = device->SkipReason(solver_name);
+    r.skipped = !r.message.empty();
+    r.status = r.skipped ? "skipped" : "";
+  }
   if (r.skipped) return r;
   implicit::SolverOptions common = RunOptions(o.tol, o.max_iter, true);
   common.callback = [&](const implicit::IterationSummary& it) {
@@ -122,11 +174,15 @@ Result RunOne(const Options& o, const Problem& problem, const std::string& solve
   };
   progress.Update(prefix + ": starting", true);
   try {
-    std::unique_ptr<implicit::Solver<double>> solver = MakeSolver(solver_name, common, o.solver_options);
     Matrix<double> z = problem.initial();
-    r.summary = comm.size() > 1 && problem.map().SupportsSubsets()
-                    ? implicit::ShardedSolve(*solver, problem.map(), z, comm)
-                    : solver->Solve(problem.map(), z);
+    if (device != nullptr) {
+      r.summary = device->Solve(solver_name, common, o.solver_options, z);
+    } else {
+      std::unique_ptr<implicit::Solver<double>> solver = MakeSolver(solver_name, common, o.solver_options);
+      r.summary = comm.size() > 1 && problem.map().SupportsSubsets()
+                      ? implicit::ShardedSolve(*solver, problem.map(), z, comm)
+                      : solver->Solve(problem.map(), z);
+    }
     r.status = implicit::TerminationTypeToString(r.summary.termination_type);
   } catch (const std::exception& e) {
     r.Fail(e);
@@ -139,14 +195,28 @@ std::vector<Result> RunAll(const Options& o, const implicit::DigitsDataset& digi
   Progress progress(!o.quiet, 1.0);
   std::vector<Result> results;
   const std::size_t total = o.problems.names.size() * o.solvers.size();
+#ifdef IMPLICIT_WITH_CUDA
+  std::unique_ptr<implicit::cuda::Context> context;
+  if (o.device == "cuda") {
+    context = std::make_unique<implicit::cuda::Context>();
+    std::cout << "device: " << context->device_name() << "\n";
+  }
+#else
+  if (o.device == "cuda")
+    throw UsageError("--device cuda: this build has no CUDA backend (configure with IMPLICIT_WITH_CUDA=ON)");
+#endif
   const auto start = std::chrono::steady_clock::now();
   for (const std::string& problem_name : o.problems.names) {
     std::unique_ptr<Problem> problem = MakeProblemOf<double>(problem_name, digits, o.problems.settings);
     if (!o.quiet) std::cerr << problem->name() << ": " << problem->description() << "\n";
+    std::unique_ptr<DeviceRun> device;
+#ifdef IMPLICIT_WITH_CUDA
+    if (context != nullptr) device = std::make_unique<DeviceRun>(*context, *problem);
+#endif
     for (const std::string& solver_name : o.solvers) {
       const std::string prefix = "[" + std::to_string(results.size() + 1) + "/" + std::to_string(total) + "] " +
                                  problem_name + " / " + solver_name;
-      results.push_back(RunOne(o, *problem, solver_name, prefix, progress));
+      results.push_back(RunOne(o, *problem, solver_name, prefix, progress, device.get()));
     }
   }
   *seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -300,6 +370,7 @@ int Run(int argc, char** argv) {
                                            std::to_string(digits.size()) + " digits in " + digits.source);
   o.problems.settings.patterns = static_cast<int>(o.patterns);
   for (const std::string& name : o.problems.names) CheckFiniteSettings(name, digits, o.problems.settings, false);
+  Require(o.device == "cpu" || comm.size() == 1, "--device cuda runs in one process, not under mpirun");
 
   double seconds = 0;
   const std::vector<Result> results = RunAll(o, digits, &seconds);

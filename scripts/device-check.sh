@@ -2,7 +2,8 @@
 # The GPU checks of issue 20, for a GPU machine without the build
 # dependencies: runs the CUDA tests (also under compute-sanitizer's memcheck
 # when it is installed), `implicit-bench --device cuda` (float GEMMs in FP32
-# and in TF32) and `implicit-hopfield retrieval --device cuda` from
+# and in TF32), `implicit-hopfield retrieval --device cuda` and
+# `implicit-compare --device cuda` from
 # binaries built elsewhere (scripts/device-pack.sh puts them, with the shared
 # libraries they need apart from glibc, libstdc++ and CUDA's, into DIR).
 #   scripts/device-check.sh DIR [OUTDIR]
@@ -22,6 +23,10 @@ for t in "$dir"/bin/cuda_*test; do
   "$t" --report_level=short || status=1
 done
 [ -n "${TESTS_ONLY:-}" ] && exit $status
+echo "== implicit-compare --device cuda"
+"$dir"/bin/implicit-compare --device cuda --problem hopfield-digits,sparse-hopfield --alpha 2 --beta 2 \
+  --patterns 1797 --solvers picard,anderson,broyden --data data --quiet || status=1
+[ -n "${COMPARE_ONLY:-}" ] && exit $status
 if [ -n "${BENCH_ARGS:-}" ]; then
   # shellcheck disable=SC2086
   "$dir"/bin/implicit-bench --device cuda $BENCH_ARGS --data data --json "$out/device-bench.json" \

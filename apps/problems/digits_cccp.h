@@ -34,8 +34,9 @@ class DigitsCccpProblemT : public ProblemT<S> {
         floor_note_(std::move(floor_note)) {
     this->initial_ = data_.queries.template cast<S>();
   }
-  // The number of stored digits.
+  // The number of stored digits, and the weights W the energy stores.
   Index stored() const { return data_.patterns.cols(); }
+  const Matrix<S>& weights() const { return W_; }
 
  private:
   DigitPatterns data_;

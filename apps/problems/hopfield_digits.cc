@@ -6,6 +6,9 @@
 #include "common/format.h"
 
 #include <implicit/layers/hopfield.h>
+#ifdef IMPLICIT_WITH_CUDA
+#include <implicit/core/cuda_hopfield.h>
+#endif
 
 #include <string>
 
@@ -25,6 +28,11 @@ class HopfieldDigitsProblemT : public HopfieldDigitsBase<S> {
                               Options(s.beta)),
         beta_(s.beta) {}
   std::string name() const override { return "hopfield-digits"; }
+#ifdef IMPLICIT_WITH_CUDA
+  std::unique_ptr<implicit::cuda::DeviceMap<S>> MakeDeviceMap(implicit::cuda::Context& context) const override {
+    return std::make_unique<implicit::cuda::HopfieldCccpMap<S>>(context, this->weights(), static_cast<S>(beta_));
+  }
+#endif
   std::string description() const override {
     return "modern Hopfield retrieval, " + std::to_string(this->stored()) +
            " digits stored, bottom half of each query zeroed, beta " + Fmt(beta_);

@@ -12,11 +12,15 @@
 #include <implicit/core/digits.h>
 #include <implicit/core/map.h>
 #include <implicit/core/types.h>
+#ifdef IMPLICIT_WITH_CUDA
+#include <implicit/core/cuda_device.h>
+#endif
 
 #include "common/format.h"
 
 #include <limits>
 #include <map>
+#include <memory>
 #include <random>
 #include <string>
 #include <type_traits>
@@ -50,6 +54,13 @@ class ProblemT {
   // Times this problem's floor (see FloorTiming): the median of `repeats`
   // runs of the products one full-batch map evaluation must do, in S.
   virtual FloorTiming MeasureFloor(int repeats) const = 0;
+#ifdef IMPLICIT_WITH_CUDA
+  // The same map on the GPU (implicit-compare --device cuda), or nullptr when
+  // the problem has no device map yet.
+  virtual std::unique_ptr<implicit::cuda::DeviceMap<S>> MakeDeviceMap(implicit::cuda::Context&) const {
+    return nullptr;
+  }
+#endif
 
  protected:
   Matrix<S> initial_;

@@ -6,6 +6,9 @@
 #include "common/format.h"
 
 #include <implicit/layers/regularized_attention.h>
+#ifdef IMPLICIT_WITH_CUDA
+#include <implicit/core/cuda_hopfield.h>
+#endif
 
 #include <string>
 
@@ -26,6 +29,14 @@ class SparseHopfieldProblemT : public SparseHopfieldBase<S> {
         beta_(s.beta),
         alpha_(s.Parameter("alpha")) {}
   std::string name() const override { return "sparse-hopfield"; }
+#ifdef IMPLICIT_WITH_CUDA
+  // On the GPU: sparsemax (alpha = 2) only.
+  std::unique_ptr<implicit::cuda::DeviceMap<S>> MakeDeviceMap(implicit::cuda::Context& context) const override {
+    if (alpha_ != 2.0) return nullptr;
+    return std::make_unique<implicit::cuda::HopfieldCccpMap<S>>(context, this->weights(), static_cast<S>(beta_),
+                                                               implicit::cuda::Attention::kSparsemax);
+  }
+#endif
   std::string description() const override {
     return "Hopfield-Fenchel-Young retrieval xi <- X entmax_" + Fmt(alpha_) + "(beta X^T xi), " +
            std::to_string(this->stored()) + " digits, beta " + Fmt(beta_);
