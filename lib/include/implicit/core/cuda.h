@@ -16,6 +16,9 @@
 // f(Z) = X softmax(beta X^T Z) for a whole batch with two cuBLAS GEMMs and one
 // column-softmax kernel. The solver's state stays on the host, so every
 // Evaluate copies Z in and f(Z) out: worth it when N (patterns) is large.
+// For solves whose state stays on the device (Picard, guarded Anderson, the
+// implicit backward pass, the Energy Transformer), see cuda_device.h,
+// cuda_hopfield.h, solvers/cuda_solvers.h and docs/gpu.md.
 #pragma once
 
 #include <implicit/core/map.h>

@@ -85,7 +85,9 @@ class Context {
   // Device memory of at least `bytes` bytes for workspace `slot` (0, 1, ...),
   // kept between calls: solvers take their buffers from here, so repeated
   // solves on one context allocate nothing after the first. Growing a slot
-  // waits for the stream first (kernels may still use the old buffer).
+  // waits for the stream first (kernels may still use the old buffer). The
+  // slots belong to one solve at a time: a DeviceMap must not run a device
+  // solve on the context it is evaluated with (use a second context).
   void* Workspace(int slot, std::size_t bytes);
   // The same for pinned host memory (staging of per-sample scalars).
   void* PinnedWorkspace(int slot, std::size_t bytes);
