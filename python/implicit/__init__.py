@@ -39,6 +39,9 @@ from ._implicit import (  # noqa: F401
     backward,
     entmax,
     entmax_jacobian_vector_product,
+    mpi_available,
+    process_count,
+    process_rank,
     solver_names,
     solver_needs_energy,
     solver_needs_jacobian_products,
@@ -52,15 +55,17 @@ __all__ = [
     "HopfieldGradients", "HopfieldLayer",
     "IterationSummary", "LinearSolveSummary", "Map", "ModernHopfieldEnergy", "PythonMap",
     "RbmEnergy", "Solver", "SparseHopfieldEnergy", "Summary", "backward", "entmax",
-    "entmax_jacobian_vector_product", "solve", "solver_names", "solver_needs_energy",
+    "entmax_jacobian_vector_product", "mpi_available", "process_count", "process_rank", "solve", "solver_names",
+    "solver_needs_energy",
     "solver_needs_jacobian_products", "solver_option_names", "sparsemax",
 ]
 
 
-def solve(map, z, solver="anderson", options=None, **kwargs):
+def solve(map, z, solver="anderson", options=None, sharded=False, **kwargs):
     """Solves z = map(z) for every column of z in place with the named solver.
 
-    Shorthand for ``Solver(solver, options, **kwargs).solve(map, z)``; returns
-    the Summary.
+    Shorthand for ``Solver(solver, options, **kwargs).solve(map, z, sharded=sharded)``;
+    returns the Summary. sharded=True splits the batch over the processes of
+    ``mpirun -np K python3 ...`` (see Solver.solve).
     """
-    return Solver(solver, options, **kwargs).solve(map, z)
+    return Solver(solver, options, **kwargs).solve(map, z, sharded=sharded)

@@ -1,7 +1,9 @@
 // Solvers by name, their Summary, and solve() with the GIL released.
 #include "handles.h"
 
+#include <implicit/core/mpi.h>
 #include <implicit/solvers/registry.h>
+#include <implicit/solvers/sharded_solve.h>
 #include <implicit/solvers/solver.h>
 
 #include <pybind11/stl.h>
@@ -61,7 +63,14 @@ PySolver MakePySolver(const std::string& name, const py::object& options,
   return solver;
 }
 
-Summary Solve(const PySolver& solver, const MapHandle& map, const py::object& z) {
+// The processes of this run: MPI_COMM_WORLD under mpirun (in a build with
+// MPI), else this process alone.
+const Communicator& Processes() {
+  return mpi::LaunchedByMpirun() && mpi::Available() ? mpi::World() : SingleProcess();
+}
+
+// solve(), or with sharded = true ShardedSolve over Processes().
+Summary Solve(const PySolver& solver, const MapHandle& map, const py::object& z, bool sharded) {
   return Dispatch(map.dtype, [&](auto scalar) {
     using Scalar = decltype(scalar);
     const FixedPointMap<Scalar>& f = map.get<Scalar>();
@@ -88,10 +97,14 @@ Summary Solve(const PySolver& solver, const MapHandle& map, const py::object& z)
       }
     };
     std::unique_ptr<Solver<Scalar>> s = solver.Build<Scalar>(base);
+    if (sharded && !f.SupportsSubsets()) {
+      throw py::value_error("solve(sharded=True): the map has per-sample data (it does not support "
+                            "subsets of the batch), so it cannot be split over processes");
+    }
     Summary summary;
     {
       py::gil_scoped_release release;
-      summary = s->Solve(f, state);
+      summary = sharded ? ShardedSolve(*s, f, state, Processes()) : s->Solve(f, state);
     }
     map.RaisePendingError(py::cast(summary));
     callback_errors.RaiseIfPending(py::cast(summary));
@@ -184,17 +197,30 @@ Unknown names, keys or bad values raise ValueError listing what is valid.)")
       .def(py::init(&MakePySolver), py::arg("name"), py::arg("options") = py::none())
       .def_readonly("name", &PySolver::name)
       .def_property_readonly("options", [](const PySolver& s) { return s.options; })
-      .def("solve", &Solve, py::arg("map"), py::arg("z"), R"(Solves z = map(z) per column.
+      .def("solve", &Solve, py::arg("map"), py::arg("z"), py::kw_only(), py::arg("sharded") = false,
+           R"(Solves z = map(z) per column.
 
 z (dimension x batch, Fortran order, the map's dtype) holds the initial
 guesses and is overwritten with the result, without a copy. Returns a Summary.
 The GIL is released while C++ iterates. Ctrl-C (or an exception in a Python
 map or the callback) stops the solve with every sample at its best state so
 far in z, then raises the exception with the Summary as its attribute
-'summary'.)")
+'summary'.
+
+sharded=True (under `mpirun -np K python3 ...`, every process calling it with
+the same batch): each process solves its share of the columns and all of them
+end with the whole solved batch in z and the merged Summary, as one process
+would (C++ ShardedSolve). Started without mpirun it is the plain solve. The map
+must be the same function for every sample (no per-sample data).)")
       .def("__repr__", [](const PySolver& s) { return "<Solver " + s.name + ">"; });
 
   m.def("solver_names", &SolverNames, "The registered solver names.");
+  m.def("mpi_available", [] { return mpi::Available(); },
+        "Whether this build has MPI (then solve(sharded=True) under mpirun splits the batch).");
+  m.def("process_rank", [] { return Processes().rank(); },
+        "This process's rank in the run (0 without mpirun).");
+  m.def("process_count", [] { return Processes().size(); },
+        "The number of processes of the run (mpirun -np K; 1 without mpirun).");
   m.def("solver_option_names", &SolverOptionNames, py::arg("name"),
         "The option keys the solver accepts (shared ones first).");
   m.def("solver_needs_energy", &SolverNeedsEnergy, py::arg("name"));
