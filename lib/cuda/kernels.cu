@@ -1,4 +1,5 @@
 // The GPU backend's kernels and their launchers (cuda_kernels.h).
+#include <implicit/core/cuda_kernel_support.cuh>
 #include <implicit/core/cuda_kernels.h>
 
 #include <cuda_runtime.h>
@@ -11,29 +12,6 @@ namespace implicit {
 namespace cuda {
 namespace internal {
 namespace {
-
-constexpr int kWarp = 32;
-constexpr int kColumnThreads = 256;   // one block per column (long columns)
-constexpr int kElementThreads = 256;  // element-wise kernels
-
-__device__ inline double WarpSum(double v) {
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) v += __shfl_down_sync(0xffffffffu, v, offset);
-  return v;
-}
-
-// The sum of v over the block, returned to every thread. `shared` holds at
-// least blockDim.x / 32 doubles; the call synchronises the block.
-__device__ double BlockSum(double v, double* shared) {
-  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
-  v = WarpSum(v);
-  __syncthreads();  // earlier readers of `shared` are done
-  if (lane == 0) shared[warp] = v;
-  __syncthreads();
-  double total = 0;
-  const int warps = (blockDim.x + kWarp - 1) / kWarp;
-  for (int w = 0; w < warps; ++w) total += shared[w];
-  return total;
-}
 
 // Online (max, sum of exp(x - max)) pairs, merged.
 template <typename S>
@@ -54,7 +32,7 @@ __device__ inline void MergeMaxSum(S& m, S& s, S m2, S s2) {
 
 template <typename S>
 __global__ void SoftmaxColumnsKernel(S* scores, int rows, S beta, S* lse) {
-  __shared__ S shared_m[kColumnThreads / kWarp], shared_s[kColumnThreads / kWarp];
+  __shared__ S shared_m[kThreads / kWarp], shared_s[kThreads / kWarp];
   S* col = scores + static_cast<size_t>(blockIdx.x) * rows;
   S m = S(-INFINITY), s = 0;
   bool nan = false;
@@ -89,8 +67,8 @@ __global__ void SoftmaxColumnsKernel(S* scores, int rows, S beta, S* lse) {
 // (when not null) = Omega*_2(beta s_j) = <p, z> - (|p|^2 - 1) / 2 + max.
 template <typename S>
 __global__ void SparsemaxColumnsKernel(S* scores, int rows, S beta, S* conj) {
-  __shared__ double shared[kColumnThreads / kWarp];
-  __shared__ double shared2[kColumnThreads / kWarp];
+  __shared__ double shared[kThreads / kWarp];
+  __shared__ double shared2[kThreads / kWarp];
   S* col = scores + static_cast<size_t>(blockIdx.x) * rows;
   double m = -INFINITY;
   bool nan = false;
@@ -99,7 +77,7 @@ __global__ void SparsemaxColumnsKernel(S* scores, int rows, S beta, S* conj) {
     if (v != v) nan = true;
     m = fmax(m, v);
   }
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) m = fmax(m, __shfl_down_sync(0xffffffffu, m, offset));
+  m = WarpMax(m);
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   if (lane == 0) shared[warp] = m;
   const bool any_nan = __syncthreads_or(nan);
@@ -147,8 +125,8 @@ __global__ void SparsemaxColumnsKernel(S* scores, int rows, S beta, S* conj) {
 // support, p > 0): w_i = s_i - mean_S(s) on the support, 0 off it.
 template <typename S>
 __global__ void SparsemaxJacobianTransposeKernel(const S* p, S* s, int rows) {
-  __shared__ double shared[kColumnThreads / kWarp];
-  __shared__ double shared2[kColumnThreads / kWarp];
+  __shared__ double shared[kThreads / kWarp];
+  __shared__ double shared2[kThreads / kWarp];
   const S* pc = p + static_cast<size_t>(blockIdx.x) * rows;
   S* sc = s + static_cast<size_t>(blockIdx.x) * rows;
   double k = 0, sum = 0;
@@ -177,7 +155,7 @@ __global__ void HopfieldEnergyKernel(const S* z, int n, int count, const S* lse,
 
 template <typename S>
 __global__ void SoftmaxJacobianTransposeKernel(const S* p, S* s, int rows) {
-  __shared__ double shared[kColumnThreads / kWarp];
+  __shared__ double shared[kThreads / kWarp];
   const S* pc = p + static_cast<size_t>(blockIdx.x) * rows;
   S* sc = s + static_cast<size_t>(blockIdx.x) * rows;
   double dot = 0;
@@ -186,8 +164,6 @@ __global__ void SoftmaxJacobianTransposeKernel(const S* p, S* s, int rows) {
   const S d = static_cast<S>(dot);
   for (int i = threadIdx.x; i < rows; i += blockDim.x) sc[i] = pc[i] * (sc[i] - d);
 }
-
-__device__ inline int Column(const int* columns, int j) { return columns == nullptr ? j : columns[j]; }
 
 template <typename S>
 __global__ void GatherKernel(const S* full, int n, const int* columns, long long total, S* compact) {
@@ -323,7 +299,7 @@ __global__ void AndersonProposeKernel(AndersonState st, const S* z, const S* f, 
   __shared__ double L[kMaxAndersonKernelMemory * kMaxAndersonKernelMemory];
   __shared__ double rhs[kMaxAndersonKernelMemory], gamma[kMaxAndersonKernelMemory];
   __shared__ int ok;
-  const int j = blockIdx.x, b = Column(columns, j), m = st.memory;
+  const int j = blockIdx.x, b = static_cast<int>(Column(columns, j)), m = st.memory;
   const long long col = static_cast<long long>(b) * n;
   const S* zb = z + col;
   const S* fb = f + col;
@@ -444,12 +420,6 @@ __global__ void AndersonResetKernel(int* count, int* next, const int* columns, i
   next[Column(columns, j)] = 0;
 }
 
-int ElementBlocks(long long total) {
-  const long long blocks = (total + kElementThreads - 1) / kElementThreads;
-  return static_cast<int>(blocks < 65535 * 16 ? (blocks > 0 ? blocks : 1) : 65535 * 16);
-}
-int WarpBlocks(int count) { return (count * kWarp + kElementThreads - 1) / kElementThreads; }
-
 }  // namespace
 
 void CheckLaunch(const char* what) {
@@ -460,35 +430,35 @@ void CheckLaunch(const char* what) {
 template <typename S>
 void SoftmaxColumns(cudaStream_t stream, S* scores, int rows, int count, S beta, S* lse) {
   if (count == 0) return;
-  SoftmaxColumnsKernel<S><<<count, kColumnThreads, 0, stream>>>(scores, rows, beta, lse);
+  SoftmaxColumnsKernel<S><<<count, kThreads, 0, stream>>>(scores, rows, beta, lse);
   CheckLaunch("SoftmaxColumns");
 }
 
 template <typename S>
 void SparsemaxColumns(cudaStream_t stream, S* scores, int rows, int count, S beta, S* conj) {
   if (count == 0) return;
-  SparsemaxColumnsKernel<S><<<count, kColumnThreads, 0, stream>>>(scores, rows, beta, conj);
+  SparsemaxColumnsKernel<S><<<count, kThreads, 0, stream>>>(scores, rows, beta, conj);
   CheckLaunch("SparsemaxColumns");
 }
 
 template <typename S>
 void SparsemaxJacobianTranspose(cudaStream_t stream, const S* p, S* s, int rows, int count) {
   if (count == 0) return;
-  SparsemaxJacobianTransposeKernel<S><<<count, kColumnThreads, 0, stream>>>(p, s, rows);
+  SparsemaxJacobianTransposeKernel<S><<<count, kThreads, 0, stream>>>(p, s, rows);
   CheckLaunch("SparsemaxJacobianTranspose");
 }
 
 template <typename S>
 void HopfieldEnergy(cudaStream_t stream, const S* z, int n, int count, const S* lse, S beta, S* energy) {
   if (count == 0) return;
-  HopfieldEnergyKernel<S><<<WarpBlocks(count), kElementThreads, 0, stream>>>(z, n, count, lse, beta, energy);
+  HopfieldEnergyKernel<S><<<WarpBlocks(count), kThreads, 0, stream>>>(z, n, count, lse, beta, energy);
   CheckLaunch("HopfieldEnergy");
 }
 
 template <typename S>
 void SoftmaxJacobianTranspose(cudaStream_t stream, const S* p, S* s, int rows, int count) {
   if (count == 0) return;
-  SoftmaxJacobianTransposeKernel<S><<<count, kColumnThreads, 0, stream>>>(p, s, rows);
+  SoftmaxJacobianTransposeKernel<S><<<count, kThreads, 0, stream>>>(p, s, rows);
   CheckLaunch("SoftmaxJacobianTranspose");
 }
 
@@ -496,7 +466,7 @@ template <typename S>
 void GatherColumns(cudaStream_t stream, const S* full, int n, const int* columns, int count, S* compact) {
   const long long total = static_cast<long long>(n) * count;
   if (total == 0) return;
-  GatherKernel<S><<<ElementBlocks(total), kElementThreads, 0, stream>>>(full, n, columns, total, compact);
+  GatherKernel<S><<<ElementBlocks(total), kThreads, 0, stream>>>(full, n, columns, total, compact);
   CheckLaunch("GatherColumns");
 }
 
@@ -504,7 +474,7 @@ template <typename S>
 void ScatterColumns(cudaStream_t stream, const S* compact, int n, const int* columns, int count, S* full) {
   const long long total = static_cast<long long>(n) * count;
   if (total == 0) return;
-  ScatterKernel<S><<<ElementBlocks(total), kElementThreads, 0, stream>>>(compact, n, columns, total, full);
+  ScatterKernel<S><<<ElementBlocks(total), kThreads, 0, stream>>>(compact, n, columns, total, full);
   CheckLaunch("ScatterColumns");
 }
 
@@ -512,7 +482,7 @@ template <typename S>
 void CopyColumns(cudaStream_t stream, const S* src, int n, const int* columns, int count, S* dst) {
   const long long total = static_cast<long long>(n) * count;
   if (total == 0) return;
-  CopyColumnsKernel<S><<<ElementBlocks(total), kElementThreads, 0, stream>>>(src, n, columns, total, dst);
+  CopyColumnsKernel<S><<<ElementBlocks(total), kThreads, 0, stream>>>(src, n, columns, total, dst);
   CheckLaunch("CopyColumns");
 }
 
@@ -520,7 +490,7 @@ template <typename S>
 void ResidualScalars(cudaStream_t stream, const S* z, const S* f, const S* energy, int n, const int* columns,
                      int count, double* out) {
   if (count == 0) return;
-  ResidualScalarsKernel<S><<<WarpBlocks(count), kElementThreads, 0, stream>>>(z, f, energy, n, columns, count,
+  ResidualScalarsKernel<S><<<WarpBlocks(count), kThreads, 0, stream>>>(z, f, energy, n, columns, count,
                                                                                out);
   CheckLaunch("ResidualScalars");
 }
@@ -529,7 +499,7 @@ template <typename S>
 void DampedStep(cudaStream_t stream, S* z, const S* f, int n, const int* columns, int count, S damping) {
   const long long total = static_cast<long long>(n) * count;
   if (total == 0) return;
-  DampedStepKernel<S><<<ElementBlocks(total), kElementThreads, 0, stream>>>(z, f, n, columns, total, damping);
+  DampedStepKernel<S><<<ElementBlocks(total), kThreads, 0, stream>>>(z, f, n, columns, total, damping);
   CheckLaunch("DampedStep");
 }
 
@@ -538,7 +508,7 @@ void TrialPoints(cudaStream_t stream, S* y, const S* z, const S* f, const S* q, 
                  const double* a, const double* c, int count) {
   const long long total = static_cast<long long>(n) * count;
   if (total == 0) return;
-  TrialPointsKernel<S><<<ElementBlocks(total), kElementThreads, 0, stream>>>(y, z, f, q, n, columns, a, c, total);
+  TrialPointsKernel<S><<<ElementBlocks(total), kThreads, 0, stream>>>(y, z, f, q, n, columns, a, c, total);
   CheckLaunch("TrialPoints");
 }
 
@@ -546,7 +516,7 @@ template <typename S>
 void TrialScalars(cudaStream_t stream, const S* y, const S* fy, const S* ey, const S* z, const S* f, int n,
                   const int* columns, int count, double* out) {
   if (count == 0) return;
-  TrialScalarsKernel<S><<<WarpBlocks(count), kElementThreads, 0, stream>>>(y, fy, ey, z, f, n, columns, count,
+  TrialScalarsKernel<S><<<WarpBlocks(count), kThreads, 0, stream>>>(y, fy, ey, z, f, n, columns, count,
                                                                             out);
   CheckLaunch("TrialScalars");
 }
@@ -554,7 +524,7 @@ void TrialScalars(cudaStream_t stream, const S* y, const S* fy, const S* ey, con
 template <typename S>
 void ColumnDots(cudaStream_t stream, const S* a, const S* b, int n, int count, double* out) {
   if (count == 0) return;
-  ColumnDotsKernel<S><<<WarpBlocks(count), kElementThreads, 0, stream>>>(a, b, n, count, out);
+  ColumnDotsKernel<S><<<WarpBlocks(count), kThreads, 0, stream>>>(a, b, n, count, out);
   CheckLaunch("ColumnDots");
 }
 
@@ -562,14 +532,14 @@ template <typename S>
 void AddColumns(cudaStream_t stream, S* out, const S* g, int n, const int* columns, int count) {
   const long long total = static_cast<long long>(n) * count;
   if (total == 0) return;
-  AddColumnsKernel<S><<<ElementBlocks(total), kElementThreads, 0, stream>>>(out, g, n, columns, total);
+  AddColumnsKernel<S><<<ElementBlocks(total), kThreads, 0, stream>>>(out, g, n, columns, total);
   CheckLaunch("AddColumns");
 }
 
 template <typename S>
 void Fill(cudaStream_t stream, S* data, long long n, S value) {
   if (n == 0) return;
-  FillKernel<S><<<ElementBlocks(n), kElementThreads, 0, stream>>>(data, n, value);
+  FillKernel<S><<<ElementBlocks(n), kThreads, 0, stream>>>(data, n, value);
   CheckLaunch("Fill");
 }
 
@@ -586,7 +556,7 @@ void AndersonPropose(cudaStream_t stream, const AndersonState& state, const S* z
 
 void AndersonReset(cudaStream_t stream, const AndersonState& state, const int* columns, int count) {
   if (count == 0) return;
-  AndersonResetKernel<<<(count + kElementThreads - 1) / kElementThreads, kElementThreads, 0, stream>>>(
+  AndersonResetKernel<<<(count + kThreads - 1) / kThreads, kThreads, 0, stream>>>(
       state.count, state.next, columns, count);
   CheckLaunch("AndersonReset");
 }

@@ -1,6 +1,9 @@
 // The Energy Transformer's kernels (energy_transformer_kernels.h).
 #include "energy_transformer_kernels.h"
 
+#include <implicit/core/cuda_kernel_support.cuh>
+#include <implicit/core/cuda_kernels.h>
+
 #include <cuda_runtime.h>
 
 #include <stdexcept>
@@ -10,28 +13,6 @@ namespace implicit {
 namespace cuda {
 namespace internal {
 namespace {
-
-constexpr int kWarp = 32;
-constexpr int kThreads = 256;
-
-__device__ inline double WarpSum(double v) {
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) v += __shfl_down_sync(0xffffffffu, v, offset);
-  return v;
-}
-__device__ inline double WarpMax(double v) {
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) v = fmax(v, __shfl_down_sync(0xffffffffu, v, offset));
-  return v;
-}
-
-void Check(const char* what) {
-  const cudaError_t status = cudaGetLastError();
-  if (status != cudaSuccess) throw std::runtime_error(std::string("CUDA launch of ") + what + ": " + cudaGetErrorString(status));
-}
-int WarpBlocks(long long count) { return static_cast<int>((count * kWarp + kThreads - 1) / kThreads); }
-int ElementBlocks(long long total) {
-  const long long blocks = (total + kThreads - 1) / kThreads;
-  return static_cast<int>(blocks < (1LL << 20) ? (blocks > 0 ? blocks : 1) : (1LL << 20));
-}
 
 // One warp per token.
 template <typename S>
@@ -82,14 +63,12 @@ __global__ void ReluKernel(const S* scores, long long size, S* r) {
     r[k] = scores[k] > S(0) ? scores[k] : S(0);
 }
 
-__device__ inline long long ColumnOf(const int* columns, long long j) { return columns == nullptr ? j : columns[j]; }
-
 template <typename S>
 __global__ void MergeKernel(const S* x, const S* mask, const S* values, int n, const int* columns, long long total,
                             S* y) {
   for (long long k = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; k < total;
        k += static_cast<long long>(gridDim.x) * blockDim.x) {
-    const long long j = k / n, i = k % n, at = ColumnOf(columns, j) * n + i;
+    const long long j = k / n, i = k % n, at = Column(columns, j) * n + i;
     y[k] = mask[at] * x[k] + (S(1) - mask[at]) * values[at];
   }
 }
@@ -101,7 +80,7 @@ __global__ void UpdateKernel(const S* y, const S* dfdg, S step, const S* mask, c
        k += static_cast<long long>(gridDim.x) * blockDim.x) {
     S v = y[k] - step * (y[k] + dfdg[k]);
     if (mask != nullptr) {
-      const long long j = k / n, i = k % n, at = ColumnOf(columns, j) * n + i;
+      const long long j = k / n, i = k % n, at = Column(columns, j) * n + i;
       v = mask[at] * v + (S(1) - mask[at]) * values[at];
     }
     out[k] = v;
@@ -130,15 +109,8 @@ __global__ void EnergyKernel(EtEnergyTerms e, const S* s, const S* lse_att, cons
     }
   }
   double v = -e.D * e.gamma * e.eps * ln - att / e.beta + mem;
-  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
-  v = WarpSum(v);
-  if (lane == 0) shared[warp] = v;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    double total = 0;
-    for (int w = 0; w < static_cast<int>(blockDim.x / kWarp); ++w) total += shared[w];
-    energy[b] = static_cast<S>(total);
-  }
+  v = BlockSum(v, shared);
+  if (threadIdx.x == 0) energy[b] = static_cast<S>(v);
 }
 
 // One warp per sample.
@@ -148,7 +120,7 @@ __global__ void ClampPenaltyKernel(const S* x, const S* mask, const S* values, i
   const long long j = (blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x) / kWarp;
   const int lane = threadIdx.x % kWarp;
   if (j >= count) return;
-  const long long base = ColumnOf(columns, j) * n;
+  const long long base = Column(columns, j) * n;
   double sq = 0;
   for (int i = lane; i < n; i += kWarp) {
     const double d = (1.0 - double(mask[base + i])) * (double(x[j * n + i]) - double(values[base + i]));
@@ -188,7 +160,7 @@ __global__ void MaskColumnsKernel(const S* u, const S* mask, int n, const int* c
   for (long long k = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; k < total;
        k += static_cast<long long>(gridDim.x) * blockDim.x) {
     const long long j = k / n, i = k % n;
-    w[k] = mask[ColumnOf(columns, j) * n + i] * u[k];
+    w[k] = mask[Column(columns, j) * n + i] * u[k];
   }
 }
 
@@ -200,7 +172,7 @@ __global__ void VjpCombineKernel(const S* w, const S* mh, S step, const S* mask,
     S v = w[k] - step * (mh[k] + w[k]);
     if (mask != nullptr) {
       const long long j = k / n, i = k % n;
-      v *= mask[ColumnOf(columns, j) * n + i];
+      v *= mask[Column(columns, j) * n + i];
     }
     out[k] = v;
   }
@@ -212,14 +184,14 @@ template <typename S>
 void EtLayerNormJacobian(cudaStream_t stream, const S* xhat, const S* s, S gamma, const S* v, int D, int T, S* out) {
   if (T == 0) return;
   LayerNormJacobianKernel<S><<<WarpBlocks(T), kThreads, 0, stream>>>(xhat, s, gamma, v, D, T, out);
-  Check("EtLayerNormJacobian");
+  CheckLaunch("EtLayerNormJacobian");
 }
 
 template <typename S>
 void EtReluDerivative(cudaStream_t stream, const S* r, long long size, S* ds) {
   if (size == 0) return;
   ReluDerivativeKernel<S><<<ElementBlocks(size), kThreads, 0, stream>>>(r, size, ds);
-  Check("EtReluDerivative");
+  CheckLaunch("EtReluDerivative");
 }
 
 template <typename S>
@@ -227,7 +199,7 @@ void EtMaskColumns(cudaStream_t stream, const S* u, const S* mask, int n, const 
   const long long total = static_cast<long long>(n) * count;
   if (total == 0) return;
   MaskColumnsKernel<S><<<ElementBlocks(total), kThreads, 0, stream>>>(u, mask, n, columns, total, w);
-  Check("EtMaskColumns");
+  CheckLaunch("EtMaskColumns");
 }
 
 template <typename S>
@@ -236,7 +208,7 @@ void EtVjpCombine(cudaStream_t stream, const S* w, const S* mh, S step, const S*
   const long long total = static_cast<long long>(n) * count;
   if (total == 0) return;
   VjpCombineKernel<S><<<ElementBlocks(total), kThreads, 0, stream>>>(w, mh, step, mask, n, columns, total, out);
-  Check("EtVjpCombine");
+  CheckLaunch("EtVjpCombine");
 }
 
 template <typename S>
@@ -244,14 +216,14 @@ void EtClampPenalty(cudaStream_t stream, const S* x, const S* mask, const S* val
                     int count, S* energy) {
   if (count == 0) return;
   ClampPenaltyKernel<S><<<WarpBlocks(count), kThreads, 0, stream>>>(x, mask, values, n, columns, count, energy);
-  Check("EtClampPenalty");
+  CheckLaunch("EtClampPenalty");
 }
 
 template <typename S>
 void EtLayerNorm(cudaStream_t stream, const S* x, int D, int T, S gamma, S delta, S eps, S* xhat, S* s, S* g) {
   if (T == 0) return;
   LayerNormKernel<S><<<WarpBlocks(T), kThreads, 0, stream>>>(x, D, T, gamma, delta, eps, xhat, s, g);
-  Check("EtLayerNorm");
+  CheckLaunch("EtLayerNorm");
 }
 
 template <typename S>
@@ -259,14 +231,14 @@ void EtAttentionSoftmax(cudaStream_t stream, S* scores, int N, int blocks, bool 
   const long long columns = static_cast<long long>(N) * blocks;
   if (columns == 0) return;
   AttentionSoftmaxKernel<S><<<WarpBlocks(columns), kThreads, 0, stream>>>(scores, N, columns, exclude_self, lse);
-  Check("EtAttentionSoftmax");
+  CheckLaunch("EtAttentionSoftmax");
 }
 
 template <typename S>
 void EtRelu(cudaStream_t stream, const S* scores, long long size, S* r) {
   if (size == 0) return;
   ReluKernel<S><<<ElementBlocks(size), kThreads, 0, stream>>>(scores, size, r);
-  Check("EtRelu");
+  CheckLaunch("EtRelu");
 }
 
 template <typename S>
@@ -275,7 +247,7 @@ void EtMerge(cudaStream_t stream, const S* x, const S* mask, const S* values, in
   const long long total = static_cast<long long>(n) * count;
   if (total == 0) return;
   MergeKernel<S><<<ElementBlocks(total), kThreads, 0, stream>>>(x, mask, values, n, columns, total, y);
-  Check("EtMerge");
+  CheckLaunch("EtMerge");
 }
 
 template <typename S>
@@ -284,7 +256,7 @@ void EtUpdate(cudaStream_t stream, const S* y, const S* dfdg, S step, const S* m
   const long long total = static_cast<long long>(n) * count;
   if (total == 0) return;
   UpdateKernel<S><<<ElementBlocks(total), kThreads, 0, stream>>>(y, dfdg, step, mask, values, n, columns, total, out);
-  Check("EtUpdate");
+  CheckLaunch("EtUpdate");
 }
 
 template <typename S>
@@ -292,7 +264,7 @@ void EtEnergy(cudaStream_t stream, const EtEnergyTerms& terms, const S* s, const
               const S* lse_mem, S* energy) {
   if (terms.count == 0) return;
   EnergyKernel<S><<<terms.count, kThreads, 0, stream>>>(terms, s, lse_att, r, lse_mem, energy);
-  Check("EtEnergy");
+  CheckLaunch("EtEnergy");
 }
 
 #define IMPLICIT_ET_KERNELS(S)                                                                               \
