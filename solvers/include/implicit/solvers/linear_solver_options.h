@@ -167,4 +167,22 @@ using LinearOperator = std::function<void(ConstMatrixRef<Scalar>, MatrixRef<Scal
   IMPLICIT_LINEAR_SOLVE_INSTANCE(, Solve, float); \
   IMPLICIT_LINEAR_SOLVE_INSTANCE(, Solve, double)
 
+namespace internal {
+// The shared forward-solver fields of a linear solve's options: its iteration
+// budget, tolerances (tolerance as relative_tolerance) and divergence
+// threshold; no stall rule and no energy (a linear solve has neither). Used
+// by the per-sample monitor of the linear solvers and by the device adjoint
+// solves, which run forward solvers on the adjoint map.
+inline SolverOptions AsSolverOptions(const LinearSolverOptions& linear) {
+  SolverOptions options;
+  options.max_iterations = linear.max_iterations;
+  options.absolute_tolerance = linear.absolute_tolerance;
+  options.relative_tolerance = linear.tolerance;
+  options.max_stall_iterations = 0;
+  options.use_energy = false;
+  options.divergence_threshold = linear.divergence_threshold;
+  return options;
+}
+}  // namespace internal
+
 }  // namespace implicit

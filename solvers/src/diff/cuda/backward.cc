@@ -63,13 +63,7 @@ DeviceBackwardResult<Scalar> ImplicitBackward(Context& context, const DeviceMap<
   if (z_star.rows() != n || batch < 1) Refuse("z_star must be dimension() x B with B >= 1");
   if (grad_z.rows() != n || grad_z.cols() != batch) Refuse("grad_z must have z_star's shape");
 
-  SolverOptions base;
-  base.max_iterations = options.max_iterations;
-  base.absolute_tolerance = options.absolute_tolerance;
-  base.relative_tolerance = options.tolerance;
-  base.max_stall_iterations = 0;
-  base.use_energy = false;
-  base.divergence_threshold = options.divergence_threshold;
+  const SolverOptions base = implicit::internal::AsSolverOptions(options);
 
   DeviceBackwardResult<Scalar> result;
   result.adjoint.CopyFrom(context, grad_z);  // u0 = g

@@ -275,17 +275,6 @@ class BatchMonitor {
   }
 
  private:
-  static SolverOptions AsSolverOptions(const LinearSolverOptions& linear) {
-    SolverOptions options;
-    options.max_iterations = linear.max_iterations;
-    options.absolute_tolerance = linear.absolute_tolerance;
-    options.relative_tolerance = linear.tolerance;
-    options.max_stall_iterations = 0;
-    options.use_energy = false;
-    options.divergence_threshold = linear.divergence_threshold;
-    return options;
-  }
-
   void Allocate(Index batch) {
     const double inf = std::numeric_limits<double>::infinity();
     record_residual_.assign(batch, inf);
