@@ -103,7 +103,6 @@ Context::Context(int device, bool allow_tf32) : device_(device), allow_tf32_(all
 
 Context::~Context() {
   cudaStreamSynchronize(stream_);
-  if (pinned_.data != nullptr) cudaFreeHost(pinned_.data);
   for (Pinned& p : pinned_workspace_)
     if (p.data != nullptr) cudaFreeHost(p.data);
   workspace_.clear();
@@ -120,9 +119,9 @@ std::string Context::device_name() const {
 void Context::Synchronize() const { Check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
 
 void* Context::PinnedWorkspace(int slot, std::size_t bytes) {
-  if (slot < -1) throw std::invalid_argument("cuda::Context::PinnedWorkspace: negative slot");
+  if (slot < 0) throw std::invalid_argument("cuda::Context::PinnedWorkspace: negative slot");
   if (slot >= static_cast<int>(pinned_workspace_.size())) pinned_workspace_.resize(slot + 1);
-  Pinned& p = slot < 0 ? pinned_ : pinned_workspace_[slot];
+  Pinned& p = pinned_workspace_[slot];
   if (bytes > p.bytes) {
     Synchronize();  // a copy may still read the old buffer
     if (p.data != nullptr) cudaFreeHost(p.data);
@@ -140,17 +139,6 @@ void* Context::Workspace(int slot, std::size_t bytes) {
   if (bytes > buffer.bytes()) Synchronize();  // kernels may still use the old buffer
   buffer.Reserve(bytes);
   return buffer.data();
-}
-
-void Context::Upload(const void* host, void* device, std::size_t bytes) {
-  if (bytes == 0) return;
-  Check(cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, stream_), "cudaMemcpyAsync(upload)");
-}
-
-void Context::Download(const void* device, void* host, std::size_t bytes) {
-  if (bytes == 0) return;
-  Check(cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync(download)");
-  Synchronize();
 }
 
 // ---- DeviceMatrix ----------------------------------------------------------------

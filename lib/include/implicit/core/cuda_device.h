@@ -79,9 +79,6 @@ class Context {
   // Waits until everything launched on the stream is done; throws on an
   // asynchronous CUDA error.
   void Synchronize() const;
-  // Pinned host memory of at least `bytes` bytes, reused across calls (the
-  // previous contents are lost when it grows).
-  void* PinnedHost(std::size_t bytes) { return PinnedWorkspace(-1, bytes); }
   // Device memory of at least `bytes` bytes for workspace `slot` (0, 1, ...),
   // kept between calls: solvers take their buffers from here, so repeated
   // solves on one context allocate nothing after the first. Growing a slot
@@ -91,9 +88,6 @@ class Context {
   void* Workspace(int slot, std::size_t bytes);
   // The same for pinned host memory (staging of per-sample scalars).
   void* PinnedWorkspace(int slot, std::size_t bytes);
-  // Copies between host and device on the stream; Download waits for the copy.
-  void Upload(const void* host, void* device, std::size_t bytes);
-  void Download(const void* device, void* host, std::size_t bytes);
 
  private:
   int device_ = 0;
@@ -104,7 +98,6 @@ class Context {
     void* data = nullptr;
     std::size_t bytes = 0;
   };
-  Pinned pinned_;
   std::vector<DeviceBuffer> workspace_;
   std::vector<Pinned> pinned_workspace_;
 };
