@@ -45,6 +45,27 @@ Matrix<double> FreeMask(const EnergyTransformerOptions& o, Index B) {
   return m;
 }
 
+// A small clamped ET (ReLU memory, self-pairs excluded, weights drawn with
+// `weights_seed`) on B random images, as the CPU map and the device map.
+struct ClampedEt {
+  ClampedEt(cuda::Context& context, Index batch, unsigned weights_seed, unsigned images_seed)
+      : options(SmallEt(EnergyTransformerMemory::kRelu, true)), et(options), cpu(et, 0.5), gpu(context, et, 0.5) {
+    et.Initialize(weights_seed, 0.3);
+    gpu.SyncParameters(context);
+    n = et.dimension();
+    images = RandomMatrix<double>(n, batch, images_seed);
+    mask = FreeMask(options, batch);
+    cpu.SetClamp(mask, images);
+    gpu.SetClamp(context, mask, images);
+  }
+  EnergyTransformerOptions options;
+  EnergyTransformer<double> et;
+  EnergyTransformerMap<double> cpu;
+  cuda::EnergyTransformerMap<double> gpu;
+  Index n = 0;
+  Matrix<double> images, mask;
+};
+
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(et_map_value_and_energy_match_the_cpu, *boost::unit_test::precondition(GpuPresent())) {
@@ -105,23 +126,17 @@ BOOST_AUTO_TEST_CASE(et_map_value_and_energy_match_the_cpu, *boost::unit_test::p
 BOOST_AUTO_TEST_CASE(clamped_et_solves_match_the_cpu, *boost::unit_test::precondition(GpuPresent())) {
   cuda::Context context;
   const Index B = 24;
-  const EnergyTransformerOptions o = SmallEt(EnergyTransformerMemory::kRelu, true);
-  EnergyTransformer<double> et(o);
-  et.Initialize(5, 0.3);
-  const Index n = et.dimension();
-  const Matrix<double> images = RandomMatrix<double>(n, B, 11);
-  EnergyTransformerMap<double> cpu(et, 0.5);
-  cpu.SetClamp(FreeMask(o, B), images);
-  cuda::EnergyTransformerMap<double> gpu(context, et, 0.5);
-  gpu.SetClamp(context, FreeMask(o, B), images);
+  ClampedEt problem(context, B, 5, 11);
+  const Index n = problem.n;
+  const Matrix<double>& images = problem.images;
   for (const std::string name : {"picard", "anderson"}) {
     BOOST_TEST_CONTEXT("solver " << name) {
       SolverOptions base;
       base.absolute_tolerance = 1e-9;
       base.max_iterations = 500;
       Matrix<double> z_cpu = images, z_gpu = images;
-      const Summary s_cpu = MakeSolver<double>(name, {}, base)->Solve(cpu, z_cpu);
-      const Summary s_gpu = cuda::MakeDeviceSolver<double>(name, {}, base)->Solve(context, gpu, z_gpu);
+      const Summary s_cpu = MakeSolver<double>(name, {}, base)->Solve(problem.cpu, z_cpu);
+      const Summary s_gpu = cuda::MakeDeviceSolver<double>(name, {}, base)->Solve(context, problem.gpu, z_gpu);
       BOOST_TEST(s_cpu.IsConverged());
       BOOST_TEST(s_gpu.IsConverged());
       for (std::size_t b = 0; b < s_cpu.sample_status.size(); ++b) {
@@ -129,12 +144,11 @@ BOOST_AUTO_TEST_CASE(clamped_et_solves_match_the_cpu, *boost::unit_test::precond
       }
       // A fixed point of the CPU map, and the CPU's own.
       Matrix<double> f(n, B);
-      cpu.Evaluate(z_gpu, f);
+      problem.cpu.Evaluate(z_gpu, f);
       BOOST_TEST((f - z_gpu).colwise().norm().maxCoeff() <= 2e-9);
       BOOST_TEST((z_gpu - z_cpu).norm() <= 1e-6 * (1 + z_cpu.norm()));
       // The clamped coordinates kept their values.
-      const Matrix<double> mask = FreeMask(o, B);
-      BOOST_TEST(((Matrix<double>::Ones(n, B) - mask).cwiseProduct(z_gpu - images)).norm() == 0.0);
+      BOOST_TEST(((Matrix<double>::Ones(n, B) - problem.mask).cwiseProduct(z_gpu - images)).norm() == 0.0);
     }
   }
 }
@@ -143,29 +157,21 @@ BOOST_AUTO_TEST_CASE(device_ift_gradients_of_the_clamped_et_match_the_cpu,
                      *boost::unit_test::precondition(GpuPresent())) {
   cuda::Context context;
   const Index B = 16;
-  const EnergyTransformerOptions o = SmallEt(EnergyTransformerMemory::kRelu, true);
-  EnergyTransformer<double> et(o);
-  et.Initialize(13, 0.3);
-  const Index n = et.dimension();
-  const Matrix<double> images = RandomMatrix<double>(n, B, 17);
-  EnergyTransformerMap<double> cpu(et, 0.5);
-  cpu.SetClamp(FreeMask(o, B), images);
-  cuda::EnergyTransformerMap<double> gpu(context, et, 0.5);
-  gpu.SetClamp(context, FreeMask(o, B), images);
+  ClampedEt problem(context, B, 13, 17);
   SolverOptions base;
   base.absolute_tolerance = 1e-12;
   base.max_iterations = 2000;
-  cuda::DeviceMatrix<double> z(context, images);
-  BOOST_REQUIRE(cuda::MakeDeviceSolver<double>("anderson", {}, base)->Solve(context, gpu, z).IsConverged());
+  cuda::DeviceMatrix<double> z(context, problem.images);
+  BOOST_REQUIRE(cuda::MakeDeviceSolver<double>("anderson", {}, base)->Solve(context, problem.gpu, z).IsConverged());
   const Matrix<double> z_star = z.ToHost(context);
-  const Matrix<double> grad = RandomMatrix<double>(n, B, 19);
+  const Matrix<double> grad = RandomMatrix<double>(problem.n, B, 19);
   cuda::DeviceMatrix<double> grad_device(context, grad);
   BackwardOptions cpu_options;
   cpu_options.tolerance = 1e-12;
   cpu_options.max_iterations = 1000;
-  const BackwardResult<double> expected = ImplicitBackward(cpu, z_star, grad, cpu_options);
+  const BackwardResult<double> expected = ImplicitBackward(problem.cpu, z_star, grad, cpu_options);
   BOOST_REQUIRE(expected.ok());
-  implicit::testing::CheckDeviceGradients(context, gpu, z, grad_device, expected, /*compare_adjoint=*/false);
+  implicit::testing::CheckDeviceGradients(context, problem.gpu, z, grad_device, expected, /*compare_adjoint=*/false);
 }
 
 BOOST_AUTO_TEST_CASE(a_bad_clamp_or_step_is_refused, *boost::unit_test::precondition(GpuPresent())) {
