@@ -126,6 +126,29 @@ BOOST_AUTO_TEST_CASE(restarted_gmres_and_limited_memory_broyden) {
   Check(LinearSolverType::kAnderson, sys, rhs, "anderson(2)", false, o);
 }
 
+BOOST_AUTO_TEST_CASE(tolerance_close_to_rounding_is_met) {
+  // The fixed-point family solves a rescaled system and then checks the true
+  // residual |rhs - A u| <= tolerance |rhs|. At tolerance 1e-13 the two
+  // residuals differ by rounding (~1e-16 relative), so a solve that stops the
+  // moment its own residual reaches the tolerance is sometimes judged
+  // unconverged by the check (the adjoint of a DEQ gradcheck came back NaN
+  // this way). Many small contractive systems, one sample each, all converged.
+  const Index n = 4, B = 400;
+  BatchSystem sys;
+  for (Index b = 0; b < B; ++b) {
+    sys.A.push_back(Matrix<double>::Identity(n, n) -
+                    RandomMatrixWithNorm<double>(n, n, 0.6, 200 + static_cast<unsigned>(b)));
+  }
+  const Matrix<double> rhs = RandomMatrix<double>(n, B, 199);
+  LinearSolverOptions o;
+  o.tolerance = 1e-13;
+  o.max_iterations = 500;
+  for (LinearSolverType t : {LinearSolverType::kFixedPoint, LinearSolverType::kAnderson,
+                             LinearSolverType::kBroyden, LinearSolverType::kGmres}) {
+    Check(t, sys, rhs, "tolerance 1e-13", false, o);
+  }
+}
+
 BOOST_AUTO_TEST_CASE(samples_converge_independently) {
   // Column 0: rhs 0 (solution 0 at once); column 1: A = I (one step for the
   // fixed-point family); column 2: a harder system.
