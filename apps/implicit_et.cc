@@ -45,6 +45,7 @@
 #include "common/ranks.h"
 #include "common/solvers.h"
 #include "common/table.h"
+#include "common/threads.h"
 #include "problems/problem.h"
 
 #include <implicit/core/checkpoint.h>
@@ -360,24 +361,6 @@ StepStats Gradients(EtModel& model, const Config& c, const Matrix<double>& patch
   return st;
 }
 
-// Eigen::setNbThreads(1) for its lifetime when `on` (Eigen's products then run
-// on the calling thread only; without OpenMP they always do), restored after.
-class SerialEigen {
- public:
-  explicit SerialEigen(bool on) : on_(on), saved_(Eigen::nbThreads()) {
-    if (on_) Eigen::setNbThreads(1);
-  }
-  ~SerialEigen() {
-    if (on_) Eigen::setNbThreads(saved_);
-  }
-  SerialEigen(const SerialEigen&) = delete;
-  SerialEigen& operator=(const SerialEigen&) = delete;
-
- private:
-  bool on_;
-  int saved_;
-};
-
 // The batch split over identical copies of the model, one per thread: each
 // copy computes the gradients of its share of the digits (the samples are
 // independent), and the shares are combined with weights proportional to their
@@ -406,31 +389,14 @@ class Workers {
     std::vector<StepStats> stats(static_cast<std::size_t>(T));
     std::vector<Vector<double>> gms(stats.size()), ges(stats.size());
     std::vector<double> weight(stats.size());
-    std::vector<std::exception_ptr> errors(stats.size());
-    auto share = [&](Index t) {
+    auto share = [&](long t) {
       const Index begin = mine.begin + B * t / T, end = mine.begin + B * (t + 1) / T;
       const std::size_t i = static_cast<std::size_t>(t);
-      try {
-        weight[i] = patch_mask.middleCols(begin, end - begin).sum();
-        stats[i] = implicit_apps::Gradients(*models_[i], c, patches.middleCols(begin, end - begin),
-                                            patch_mask.middleCols(begin, end - begin), &gms[i], &ges[i]);
-      } catch (...) {
-        errors[i] = std::current_exception();
-      }
+      weight[i] = patch_mask.middleCols(begin, end - begin).sum();
+      stats[i] = implicit_apps::Gradients(*models_[i], c, patches.middleCols(begin, end - begin),
+                                          patch_mask.middleCols(begin, end - begin), &gms[i], &ges[i]);
     };
-    OnEveryRank(comm, [&] {
-      {
-        // One share per thread already uses the cores: Eigen's OpenMP products
-        // inside each share would oversubscribe them. Serial while they run.
-        const SerialEigen serial(T > 1);
-        std::vector<std::thread> threads;
-        for (Index t = 1; t < T; ++t) threads.emplace_back(share, t);
-        if (T > 0) share(0);
-        for (std::thread& t : threads) t.join();
-      }
-      for (const std::exception_ptr& e : errors)
-        if (e) std::rethrow_exception(e);
-    });
+    OnEveryRank(comm, [&] { RunOnThreads(static_cast<long>(T), share); });
     // Sums weighted by masked pixels over this rank's shares, then over the ranks:
     // [w gm, w ge, w loss, w, forward converged, backward failed, backward products].
     const Index nm = main().params().size(), ne = main().energy_params().size();

@@ -12,7 +12,18 @@
 // Detectors: "et", the graph Energy Transformer trained through its
 // equilibrium with implicit gradients (graph/et_detector.h), and the
 // baselines, logistic regression on the raw features ("lr-raw") and on the
-// features with their neighbours' mean ("lr-neighbour-mean").
+// features with their neighbours' mean ("lr-neighbour-mean"), and a two-layer
+// GCN ("gcn", graph/gcn_detector.h).
+//
+// The (seed, detector) runs are independent: `--threads T` runs T of them side
+// by side (the ms/epoch column then measures them side by side too);
+// `--checkpoint FILE` saves the finished runs' results after each round of
+// runs, and `--resume FILE` skips the runs a checkpoint holds (with the same
+// settings; --seeds and --models may differ, so a run can be extended). The
+// results do not depend on --threads, ranks or resuming.
+//
+//   implicit-graph --graph reddit --seeds 5 --threads 2 --checkpoint reddit.ckpt
+//   implicit-graph --graph reddit --seeds 10 --resume reddit.ckpt --checkpoint reddit.ckpt
 //
 // Under `mpirun -np K` (a build with MPI) the (seed, detector) runs are
 // independent jobs dealt out over the ranks (job j to rank j mod K); rank 0
@@ -29,10 +40,13 @@
 #include "common/ranks.h"
 #include "common/solvers.h"
 #include "common/table.h"
+#include "common/threads.h"
 #include "graph/et_detector.h"
+#include "graph/gcn_detector.h"
 #include "graph/logistic_detector.h"
 #include "graph/node_features.h"
 
+#include <implicit/core/checkpoint.h>
 #include <implicit/core/classification_metrics.h>
 #include <implicit/core/graph_data.h>
 
@@ -41,22 +55,24 @@
 #include <cmath>
 #include <cstdlib>
 #include <iostream>
+#include <map>
 #include <string>
 #include <vector>
 
 namespace implicit_apps {
 namespace {
 
-const std::vector<std::string> kModels = {"et", "lr-raw", "lr-neighbour-mean"};
+const std::vector<std::string> kModels = {"et", "lr-raw", "lr-neighbour-mean", "gcn"};
 
 struct Settings {
-  std::string graph = "gen_1000", nodes, edges, json;
+  std::string graph = "gen_1000", nodes, edges, json, checkpoint, resume;
   double train_ratio = 0.4, validation_ratio = 0.2;
   long seeds = 5, seed = 1;
   std::vector<std::string> models = kModels;
   LogisticDetector::Options detector;
   EtDetector::Options et;
   long epochs = 300, et_epochs = 30, patience = 50, et_dim = 16, et_heads = 2, et_head_dim = 8, et_memories = 32, max_iter = 1000;
+  long gcn_hidden = 16, threads = 1;
   bool quiet = false;
 };
 
@@ -133,6 +149,13 @@ bool Parse(int argc, char** argv, Settings* s) {
   app.add_option("--solver", s->et.solver, "et: forward solver")->check(SolverNameCheck());
   app.add_option("--tol", s->et.tolerance, "et: forward and adjoint tolerance")->check(Positive());
   app.add_option("--max-iter", s->max_iter, "et: forward iteration budget")->check(IntIn(1, 1000000));
+  app.add_option("--gcn-hidden", s->gcn_hidden, "gcn: hidden units")->check(IntIn(1, 4096));
+  app.add_option("--threads", s->threads, "(seed, detector) runs side by side (results do not depend on it)")
+      ->check(IntIn(1, 64));
+  app.add_option("--checkpoint", s->checkpoint, "save the finished runs' results to this file as they finish")
+      ->check(PathCheck());
+  app.add_option("--resume", s->resume, "skip the runs this checkpoint holds (same settings; may be --checkpoint)")
+      ->check(PathCheck());
   app.add_option("--json", s->json, "write the results as JSON")->check(PathCheck());
   app.add_flag("--quiet", s->quiet, "no progress line on stderr");
   if (!implicit_apps::Parse(app, argc, argv)) return false;
@@ -152,6 +175,10 @@ bool Parse(int argc, char** argv, Settings* s) {
   s->et.energy.num_memories = s->et_memories;
   s->et.max_iterations = static_cast<int>(s->max_iter);
   CheckWritable(s->json, "--json");
+  CheckWritable(s->checkpoint, "--checkpoint", true);
+  CheckDistinctFiles({{"--checkpoint", s->checkpoint}, {"--json", s->json}},
+                     {{"--nodes", s->nodes}, {"--edges", s->edges}});
+  CheckDistinctFiles({{"--json", s->json}}, {{"--resume", s->resume}});
   return true;
 }
 
@@ -161,29 +188,38 @@ struct Trained {
   SeedResult info;
 };
 
-Trained TrainModel(const std::string& model, const implicit::GraphDataset& g, const std::vector<int>& anomalous,
-                   const implicit::DataSplit& split, long seed, const Settings& s) {
-  Matrix<double> x = Standardize(g.features, split.train);
+// What every detector's result reports.
+template <typename DetectorResult>
+Trained FromResult(const DetectorResult& r) {
   Trained t;
-  if (model == "et") {
-    EtDetector::Options o = s.et;
-    o.seed = static_cast<unsigned>(seed);
-    const EtDetector::Result r = EtDetector(o).Train(g, x, anomalous, split);
-    t.scores = r.scores;
-    t.info.validation_auroc = r.best_validation_auroc;
-    t.info.best_epoch = r.best_epoch;
-    t.info.ms_per_epoch = 1e3 * r.seconds_per_epoch;
-    t.info.forward_iterations = r.forward_iterations;
-    t.info.backward_iterations = r.backward_iterations;
-    return t;
-  }
-  if (model == "lr-neighbour-mean") x = WithNeighbourMean(g, x);
-  const LogisticDetector::Result r = LogisticDetector(s.detector).Train(x, anomalous, split);
   t.scores = r.scores;
   t.info.validation_auroc = r.best_validation_auroc;
   t.info.best_epoch = r.best_epoch;
   t.info.ms_per_epoch = 1e3 * r.seconds_per_epoch;
   return t;
+}
+
+Trained TrainModel(const std::string& model, const implicit::GraphDataset& g, const std::vector<int>& anomalous,
+                   const implicit::DataSplit& split, long seed, const Settings& s) {
+  Matrix<double> x = Standardize(g.features, split.train);
+  if (model == "et") {
+    EtDetector::Options o = s.et;
+    o.seed = static_cast<unsigned>(seed);
+    const EtDetector::Result r = EtDetector(o).Train(g, x, anomalous, split);
+    Trained t = FromResult(r);
+    t.info.forward_iterations = r.forward_iterations;
+    t.info.backward_iterations = r.backward_iterations;
+    return t;
+  }
+  if (model == "gcn") {
+    GcnDetector::Options o;
+    o.training = s.detector;
+    o.hidden = s.gcn_hidden;
+    o.seed = static_cast<unsigned>(seed);
+    return FromResult(GcnDetector(o).Train(g, x, anomalous, split));
+  }
+  if (model == "lr-neighbour-mean") x = WithNeighbourMean(g, x);
+  return FromResult(LogisticDetector(s.detector).Train(x, anomalous, split));
 }
 
 SeedResult RunOne(const std::string& model, const implicit::GraphDataset& g, const std::vector<int>& anomalous,
@@ -214,7 +250,7 @@ std::pair<double, double> MeanAndError(const std::vector<double>& v) {
 
 std::string PlusMinus(const std::pair<double, double>& m) { return FmtFixed(m.first, 3) + " ± " + FmtFixed(m.second, 3); }
 
-// SeedResult as doubles, for gathering the ranks' runs.
+// SeedResult as doubles: gathered from the ranks, stored in checkpoints.
 constexpr std::size_t kSeedResultSize = 9;
 void Pack(const SeedResult& r, std::vector<double>* out) {
   out->insert(out->end(), {double(r.seed), r.auroc, r.auprc, r.macro_f1, r.validation_auroc, r.ms_per_epoch,
@@ -234,32 +270,141 @@ SeedResult Unpack(const double* v) {
   return r;
 }
 
-// results[model][seed]: job j = seed * models + model runs on rank j mod size;
-// every rank receives all of them in job order.
+// The settings a run's results depend on (all but --seeds, --seed, --models
+// and where things are written), as in the JSON.
+Json SettingsJson(const Settings& s) {
+  return {{"train_ratio", s.train_ratio}, {"validation_ratio", s.validation_ratio}, {"epochs", s.epochs},
+          {"et_epochs", s.et_epochs}, {"patience", s.patience}, {"learning_rate", s.detector.learning_rate},
+          {"weight_decay", s.detector.weight_decay}, {"gcn_hidden", s.gcn_hidden},
+          {"et", {{"dim", s.et_dim}, {"heads", s.et_heads}, {"head_dim", s.et_head_dim},
+                  {"memories", s.et_memories}, {"step", s.et.step}, {"solver", s.et.solver},
+                  {"tolerance", s.et.tolerance}, {"max_iterations", s.max_iter}}}};
+}
+
+// Finished runs by "<detector>@<seed>": what a checkpoint holds.
+using FinishedRuns = std::map<std::string, SeedResult>;
+std::string RunName(const std::string& model, long seed) { return model + "@" + std::to_string(seed); }
+
+// What a checkpoint's runs must have been computed with: the graph and SettingsJson.
+std::string CheckpointKey(const Settings& s, const implicit::GraphDataset& g) {
+  Json key = SettingsJson(s);
+  key["graph"] = {{"source", s.nodes.empty() ? s.graph : g.source}, {"nodes", g.num_nodes()},
+                  {"directed_edges", g.num_edges()}, {"features", g.feature_dimension()}};
+  return key.dump();
+}
+
+FinishedRuns LoadFinishedRuns(const std::string& path, const std::string& key) {
+  auto fail = [&](const std::string& what) { return std::runtime_error("--resume: checkpoint '" + path + "' " + what); };
+  implicit::Checkpoint ck;
+  try {
+    ck = implicit::LoadCheckpoint(path);
+  } catch (const std::exception& e) {
+    throw std::runtime_error("--resume: " + std::string(e.what()));
+  }
+  const auto program = ck.metadata.find("program");
+  if (program == ck.metadata.end() || program->second != "implicit-graph" || !ck.HasParameters("runs"))
+    throw fail("was not written by implicit-graph");
+  const Json there = Json::parse(ck.metadata["settings"], nullptr, false), here = Json::parse(key);
+  if (there.is_discarded()) throw fail("holds malformed settings");
+  const Json difference = Json::diff(there, here);  // a JSON patch: the first path that differs
+  if (!difference.empty()) {
+    const Json::json_pointer where(difference[0].at("path").get<std::string>());
+    auto value = [&](const Json& j) { return j.contains(where) ? j.at(where).dump() : std::string("nothing"); };
+    throw fail("was written with other settings: " + where.to_string() + " " + value(there) + " there, " +
+               value(here) + " here");
+  }
+  FinishedRuns runs;
+  for (const implicit::CheckpointTensor& t : ck.Parameters("runs")) {
+    const std::size_t at = t.name.rfind('@');
+    const std::string model = t.name.substr(0, at == std::string::npos ? 0 : at);
+    const bool known = std::find(kModels.begin(), kModels.end(), model) != kModels.end();
+    if (!known || t.rows != static_cast<implicit::Index>(kSeedResultSize) || t.cols != 1 ||
+        t.name.substr(at + 1) != std::to_string(static_cast<long>(t.values(0))))
+      throw fail("holds a malformed run '" + Excerpt(t.name) + "'");
+    runs[t.name] = Unpack(t.values.data());
+  }
+  return runs;
+}
+
+void SaveFinishedRuns(const std::string& path, const std::string& key, const FinishedRuns& runs) {
+  implicit::ParameterSet<double> values;
+  for (const auto& [name, result] : runs) {
+    std::vector<double> packed;
+    Pack(result, &packed);
+    values.Add(name, static_cast<implicit::Index>(kSeedResultSize), 1);
+    values.Block(name) = Eigen::Map<const Matrix<double>>(packed.data(), static_cast<implicit::Index>(packed.size()), 1);
+  }
+  implicit::Checkpoint ck;
+  ck.step = static_cast<std::int64_t>(runs.size());
+  ck.metadata["program"] = "implicit-graph";
+  ck.metadata["settings"] = key;
+  ck.AddParameters("runs", values);
+  try {
+    implicit::SaveCheckpoint(path, ck);
+  } catch (const std::exception& e) {
+    throw std::runtime_error("--checkpoint: " + std::string(e.what()));
+  }
+}
+
+// results[model][seed]. The runs not in --resume's checkpoint go in rounds of
+// ranks x threads: run j of a round on rank j / threads, thread j mod threads;
+// after each round every rank receives the round's results, and rank 0 saves
+// the checkpoint.
 std::vector<std::vector<SeedResult>> RunAll(const Settings& s, const implicit::GraphDataset& g,
                                             const std::vector<int>& anomalous, const implicit::Communicator& comm) {
-  const long models = static_cast<long>(s.models.size()), jobs = s.seeds * models;
+  const std::string key = CheckpointKey(s, g);
+  FinishedRuns finished;
+  if (!s.resume.empty()) OnEveryRank(comm, [&] { finished = LoadFinishedRuns(s.resume, key); });
+  struct Job {
+    std::size_t model;
+    long seed;
+  };
+  std::vector<Job> todo;
+  for (long k = 0; k < s.seeds; ++k)
+    for (std::size_t m = 0; m < s.models.size(); ++m)
+      if (finished.count(RunName(s.models[m], s.seed + k)) == 0) todo.push_back({m, s.seed + k});
+  const std::size_t runs = static_cast<std::size_t>(s.seeds) * s.models.size();
+  if (!s.resume.empty() && !s.quiet)
+    std::cerr << "implicit-graph: " << runs - todo.size() << " of " << runs << " runs resumed from '" << s.resume
+              << "'\n";
+  if (!s.checkpoint.empty() && comm.is_root())
+    for (const std::string& f : implicit::RemoveStaleCheckpointTemporaries(s.checkpoint))
+      if (!s.quiet) std::cerr << "implicit-graph: removed '" << f << "', left by a checkpoint writer that was killed\n";
+
   Progress progress(!s.quiet && comm.is_root());
-  std::vector<double> mine;  // (job index, packed result) for this rank's jobs
-  OnEveryRank(comm, [&] {
-    for (long job = comm.rank(); job < jobs; job += comm.size()) {
-      const long k = job / models, seed = s.seed + k;
-      const std::size_t m = static_cast<std::size_t>(job % models);
-      const implicit::DataSplit split =
-          implicit::StratifiedSplit(anomalous, s.train_ratio, s.validation_ratio, static_cast<std::uint64_t>(seed));
-      progress.Update("seed " + std::to_string(k + 1) + "/" + std::to_string(s.seeds) + "  " + s.models[m]);
-      mine.push_back(static_cast<double>(job));
-      Pack(RunOne(s.models[m], g, anomalous, split, seed, s), &mine);
+  const std::size_t threads = static_cast<std::size_t>(s.threads), per_round = threads * comm.size();
+  for (std::size_t round = 0; round < todo.size(); round += per_round) {
+    const std::size_t first = round + static_cast<std::size_t>(comm.rank()) * threads;
+    progress.Update("runs " + std::to_string(round + 1) + "-" + std::to_string(std::min(round + per_round, todo.size())) +
+                    " of " + std::to_string(todo.size()) + " (" + s.models[todo[round].model] + ", seed " +
+                    std::to_string(todo[round].seed) + (per_round > 1 ? ", ...)" : ")"));
+    std::vector<std::vector<double>> packed(threads);
+    OnEveryRank(comm, [&] {
+      RunOnThreads(s.threads, [&](long t) {
+        const std::size_t at = first + static_cast<std::size_t>(t);
+        if (at >= todo.size()) return;
+        const Job& job = todo[at];
+        const implicit::DataSplit split = implicit::StratifiedSplit(anomalous, s.train_ratio, s.validation_ratio,
+                                                                    static_cast<std::uint64_t>(job.seed));
+        Pack(RunOne(s.models[job.model], g, anomalous, split, job.seed, s), &packed[static_cast<std::size_t>(t)]);
+        packed[static_cast<std::size_t>(t)].push_back(static_cast<double>(job.model));
+      });
+    });
+    std::vector<double> mine, all;
+    for (const std::vector<double>& p : packed) mine.insert(mine.end(), p.begin(), p.end());
+    comm.AllGather(mine, &all);
+    for (std::size_t at = 0; at < all.size(); at += kSeedResultSize + 1) {
+      const SeedResult r = Unpack(&all[at]);
+      finished[RunName(s.models[static_cast<std::size_t>(all[at + kSeedResultSize])], r.seed)] = r;
     }
-  });
-  progress.Done();
-  std::vector<double> all;
-  comm.AllGather(mine, &all);
-  std::vector<std::vector<SeedResult>> results(s.models.size(), std::vector<SeedResult>(s.seeds));
-  for (std::size_t at = 0; at < all.size(); at += 1 + kSeedResultSize) {
-    const long job = static_cast<long>(all[at]);
-    results[static_cast<std::size_t>(job % models)][static_cast<std::size_t>(job / models)] = Unpack(&all[at + 1]);
+    if (!s.checkpoint.empty()) OnEveryRank(comm, [&] {
+        if (comm.is_root()) SaveFinishedRuns(s.checkpoint, key, finished);
+      });
   }
+  progress.Done();
+  std::vector<std::vector<SeedResult>> results(s.models.size());
+  for (std::size_t m = 0; m < s.models.size(); ++m)
+    for (long k = 0; k < s.seeds; ++k) results[m].push_back(finished.at(RunName(s.models[m], s.seed + k)));
   return results;
 }
 
@@ -291,12 +436,10 @@ int Run(int argc, char** argv) {
   j["directed_edges"] = g.num_edges();
   j["features"] = g.feature_dimension();
   j["anomalies"] = g.num_anomalies();
-  j["settings"] = {{"train_ratio", s.train_ratio}, {"validation_ratio", s.validation_ratio}, {"seeds", s.seeds},
-                   {"seed", s.seed}, {"epochs", s.epochs}, {"et_epochs", s.et_epochs}, {"patience", s.patience},
-                   {"learning_rate", s.detector.learning_rate}, {"weight_decay", s.detector.weight_decay},
-                   {"et", {{"dim", s.et_dim}, {"heads", s.et_heads}, {"head_dim", s.et_head_dim},
-                           {"memories", s.et_memories}, {"step", s.et.step}, {"solver", s.et.solver},
-                           {"tolerance", s.et.tolerance}, {"max_iterations", s.max_iter}}}};
+  j["settings"] = SettingsJson(s);
+  j["settings"]["seeds"] = s.seeds;
+  j["settings"]["seed"] = s.seed;
+  j["settings"]["threads"] = s.threads;
   j["detectors"] = Json::array();
   for (std::size_t m = 0; m < s.models.size(); ++m) {
     const auto auroc = MeanAndError(metric(m, &SeedResult::auroc)), auprc = MeanAndError(metric(m, &SeedResult::auprc)),

@@ -535,8 +535,25 @@ std::vector<Case> AllCases() {
                 {"--patience", 'i', {"0"}},                {"--et-dim", 'i', {"1", "4097"}},
                 {"--et-heads", 'i', {"-1", "65"}},         {"--et-head-dim", 'i', {"0"}},
                 {"--et-memories", 'i', {"-1", "100001"}},  {"--et-step", 'r', {"0", "-1"}},
-                {"--tol", 'r', {"0"}},                     {"--max-iter", 'i', {"0", "1000001"}}});
+                {"--tol", 'r', {"0"}},                     {"--max-iter", 'i', {"0", "1000001"}},
+                {"--gcn-hidden", 'i', {"0", "4097"}},      {"--threads", 'i', {"0", "65"}}});
   const std::string graph_tiny = "--quiet" + Join(graph_base);
+  AddOutputCases(&cases, kGraph, graph_tiny, "--checkpoint", "", false, false);
+  cases.push_back(Make(kGraph, "--checkpoint = --json", graph_tiny + " --checkpoint @D/out/g.json --json @D/out/g.json",
+                       2, {"--json: ", "--checkpoint"}));
+  cases.push_back(Make(kGraph, "--checkpoint = --nodes", graph_tiny + " --checkpoint @D/user/g.nodes.csv", 2,
+                       {"--checkpoint: ", "--nodes"}));
+  for (const auto& [what, path, expect] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"missing", "@D/missing.ckpt", "cannot open checkpoint"},
+           {"empty", "@D/empty.csv", "truncated"},
+           {"directory", "@D/adir", "is a directory"},
+           {"truncated", "@D/cut.ckpt", "truncated"},
+           {"bit flipped", "@D/flip.ckpt", "checksum mismatch"},
+           {"binary", "@D/binary.bin", "not a libimplicit checkpoint"},
+           {"implicit-et's", "@D/user/good.ckpt", "not written by implicit-graph"}}) {
+    cases.push_back(Make(kGraph, "--resume " + what, graph_tiny + " --resume " + path, 1,
+                         {"error: --resume: ", path, expect}));
+  }
   cases.push_back(Make(kGraph, "--graph nope", "--quiet --graph nope", 2, {"--graph"}));
   cases.push_back(Make(kGraph, "--nodes without --edges", "--quiet --nodes @D/user/g.nodes.csv", 2, {"--edges"}));
   cases.push_back(Make(kGraph, "--models svm", graph_tiny + " --models lr-raw,svm", 2, {"--models: "}));
