@@ -251,7 +251,8 @@ void GraphEnergyTransformer<Scalar>::LayerNorm(ConstMatrixRef<Scalar> x,
                                                MatrixRef<Scalar> g) const {
   internal::CheckBatch("GraphEnergyTransformer::LayerNorm(x)", x, dimension());
   internal::CheckShape("GraphEnergyTransformer::LayerNorm(g)", g, x.rows(), x.cols());
-  Work w;
+  const auto workspace = pool_.Acquire();
+  Work& w = *workspace;
   for (Index b = 0; b < x.cols(); ++b) {
     Normalize(x.col(b).data(), &w);
     Out(g, b) = w.g;
@@ -263,7 +264,8 @@ void GraphEnergyTransformer<Scalar>::Value(ConstMatrixRef<Scalar> x,
                                            VectorRef<Scalar> values) const {
   Check("Value", x, nullptr);
   internal::CheckShape("GraphEnergyTransformer::Value(values)", values, x.cols(), 1);
-  Work w;
+  const auto workspace = pool_.Acquire();
+  Work& w = *workspace;
   for (Index b = 0; b < x.cols(); ++b) values(b) = Residual(x, b, &w, /*with_r=*/false);
 }
 
@@ -276,7 +278,8 @@ void GraphEnergyTransformer<Scalar>::DescentDirectionAndValue(ConstMatrixRef<Sca
   if (values) {
     internal::CheckShape("GraphEnergyTransformer::DescentDirection(values)", *values, x.cols(), 1);
   }
-  Work w;
+  const auto workspace = pool_.Acquire();
+  Work& w = *workspace;
   for (Index b = 0; b < x.cols(); ++b) {
     const Scalar e = Residual(x, b, &w);
     if (values) (*values)(b) = e;
@@ -291,7 +294,8 @@ void GraphEnergyTransformer<Scalar>::Run(const char* function, ConstMatrixRef<Sc
   Check(function, x, v);
   internal::CheckShape("GraphEnergyTransformer: out", out, x.rows(), x.cols());
   if (values) internal::CheckShape("GraphEnergyTransformer: values", *values, x.cols(), 1);
-  Work w;
+  const auto workspace = pool_.Acquire();
+  Work& w = *workspace;
   for (Index b = 0; b < x.cols(); ++b) {
     const Scalar e = Residual(x, b, &w);
     if (values) (*values)(b) = e;
@@ -319,7 +323,8 @@ void GraphEnergyTransformer<Scalar>::ParameterProduct(ConstMatrixRef<Scalar> x,
   Check("ParameterVectorJacobianProduct", x, &u);
   internal::CheckShape("GraphEnergyTransformer: parameter product", out, num_parameters(), 1);
   out.setZero();
-  Work w;
+  const auto workspace = pool_.Acquire();
+  Work& w = *workspace;
   for (Index b = 0; b < x.cols(); ++b) {
     Residual(x, b, &w);
     const auto ub = Tokens(u.col(b).data());
@@ -373,7 +378,8 @@ void GraphEnergyTransformer<Scalar>::InputVectorJacobianProduct(ConstMatrixRef<S
   Check("InputVectorJacobianProduct", x, &u);
   internal::CheckShape("GraphEnergyTransformer::InputVectorJacobianProduct(out)", out, x.rows(),
                        x.cols());
-  Work w;
+  const auto workspace = pool_.Acquire();
+  Work& w = *workspace;
   for (Index b = 0; b < x.cols(); ++b) {
     Normalize(x.col(b).data(), &w);
     ApplyM(w, Tokens(u.col(b).data()), gamma(), &w.a);
@@ -389,7 +395,8 @@ void GraphEnergyTransformer<Scalar>::DescentJacobianProduct(ConstMatrixRef<Scala
   Check("DescentJacobianProduct", x, &v);
   internal::CheckShape("GraphEnergyTransformer::DescentJacobianProduct(out)", out, x.rows(),
                        x.cols());
-  Work w;
+  const auto workspace = pool_.Acquire();
+  Work& w = *workspace;
   for (Index b = 0; b < x.cols(); ++b) {
     Residual(x, b, &w, /*with_r=*/false);  // the caches only
     const auto vb = Tokens(v.col(b).data());

@@ -30,8 +30,9 @@
 // GraphEnergyTransformerMap is the dynamics as a fixed-point map f = x - a dE/dg
 // (isolated fixed points, unlike grad E = 0: LayerNorm ignores a node's mean),
 // for Picard, Anderson, gradient_flow (energy()) and ImplicitBackward.
-// Workspaces are per-call locals sized at the first sample of a call, so the
-// per-sample and per-edge loops reuse them (and const calls are thread-safe).
+// Workspaces are kept between calls (WorkspacePool: one per concurrent caller,
+// so const calls stay thread-safe): after the first call, calls on graphs and
+// batches of the same size allocate nothing.
 // The member functions are defined in layers/src/graph_energy_transformer.cc
 // and compiled there for float and double only.
 //
@@ -50,6 +51,7 @@
 #include <implicit/core/map.h>
 #include <implicit/core/parameters.h>
 #include <implicit/core/types.h>
+#include <implicit/core/workspace_pool.h>
 #include <implicit/layers/energy_transformer_options.h>
 #include <implicit/layers/energy_transformer_token_norm.h>
 #include <implicit/layers/log_sum_exp.h>
@@ -200,6 +202,7 @@ class GraphEnergyTransformer : public Energy<Scalar>,
   GraphEnergyTransformerOptions graph_options_;
   std::vector<Index> row_offsets_, neighbors_;
   Matrix<Scalar> input_;
+  mutable WorkspacePool<Work> pool_;
 };
 
 // The graph ET dynamics as a fixed-point map, f(x) = x - a r(x), r = dE/dg
