@@ -22,7 +22,8 @@
 // rank takes a shard of every batch first and the ranks sum their gradients
 // (data parallel; the global batch stays --batch); every rank then takes the
 // same Adam step, and only rank 0 prints and writes the checkpoint, image and
-// JSON. A checkpoint resumes with any number of ranks.
+// JSON. A checkpoint resumes with any number of ranks. The held-out digits are
+// predicted the same way: each rank its shard, over its threads, then gathered.
 //
 // Gradients: --mode implicit (default) uses implicit::ImplicitBackward at the
 // equilibrium (adjoint (I - J)^T u = dL/dz of the dynamics map, GMRES): memory
@@ -56,6 +57,7 @@
 #include <implicit/layers/energy_transformer.h>
 #include <implicit/layers/entmax.h>
 #include <implicit/layers/layer_norm.h>
+#include <implicit/solvers/sharded_solve.h>
 
 #include <algorithm>
 #include <chrono>
@@ -361,6 +363,20 @@ StepStats Gradients(EtModel& model, const Config& c, const Matrix<double>& patch
   return st;
 }
 
+// Model predictions (64 x B patches) for the given digits and masks.
+Matrix<double> Predict(EtModel& model, const Config& c, const Matrix<double>& patches,
+                       const Matrix<double>& patch_mask, implicit::Summary* summary) {
+  model.Prepare(patches, patch_mask);
+  if (!c.unroll) {
+    Matrix<double> z;
+    *summary = model.Equilibrium(c, &z);
+    return model.Decode(z);
+  }
+  std::vector<Matrix<double>> traj;
+  model.Unrolled(&traj);
+  return model.Decode(traj.back());
+}
+
 // The batch split over identical copies of the model, one per thread: each
 // copy computes the gradients of its share of the digits (the samples are
 // independent), and the shares are combined with weights proportional to their
@@ -425,23 +441,38 @@ class Workers {
     return st;
   }
 
+  // Predictions for `patches` (the same on every rank): this rank's shard of
+  // them (ShardOf) split over its threads' copies of the model; every rank
+  // receives all predictions and the Summary of the equilibrium solves merged
+  // in sample order (MergeShardSummaries, GatherShardSummaries; none when
+  // unrolling).
+  Matrix<double> Predict(const Config& c, const Matrix<double>& patches, const Matrix<double>& patch_mask,
+                         const implicit::Communicator& comm, implicit::Summary* summary) {
+    const implicit::Shard mine = implicit::ShardOf(patches.cols(), comm);
+    const Index B = mine.count, T = std::min<Index>(static_cast<Index>(models_.size()), B);
+    std::vector<Matrix<double>> predictions(static_cast<std::size_t>(T));
+    std::vector<implicit::Summary> summaries(predictions.size());
+    OnEveryRank(comm, [&] {
+      RunOnThreads(static_cast<long>(T), [&](long t) {
+        const Index begin = mine.begin + B * t / T, end = mine.begin + B * (t + 1) / T;
+        const std::size_t i = static_cast<std::size_t>(t);
+        predictions[i] = implicit_apps::Predict(*models_[i], c, patches.middleCols(begin, end - begin),
+                                                patch_mask.middleCols(begin, end - begin), &summaries[i]);
+      });
+    });
+    std::vector<double> local, all;
+    for (const Matrix<double>& p : predictions) local.insert(local.end(), p.data(), p.data() + p.size());
+    comm.AllGather(local, &all);
+    if (!c.unroll) {
+      const implicit::Summary merged = implicit::MergeShardSummaries(summaries, "");
+      *summary = implicit::GatherShardSummaries(merged, patches.cols(), comm);
+    }
+    return Eigen::Map<const Matrix<double>>(all.data(), kPatches * kPatchSize, patches.cols());
+  }
+
  private:
   std::vector<std::unique_ptr<EtModel>> models_;
 };
-
-// Model predictions (64 x B patches) for the given digits and masks.
-Matrix<double> Predict(EtModel& model, const Config& c, const Matrix<double>& patches,
-                       const Matrix<double>& patch_mask, implicit::Summary* summary) {
-  model.Prepare(patches, patch_mask);
-  if (!c.unroll) {
-    Matrix<double> z;
-    *summary = model.Equilibrium(c, &z);
-    return model.Decode(z);
-  }
-  std::vector<Matrix<double>> traj;
-  model.Unrolled(&traj);
-  return model.Decode(traj.back());
-}
 
 double MaskedMse(const Matrix<double>& pred, const Matrix<double>& target, const Matrix<double>& mask) {
   return implicit::MaskedMeanSquaredError<double>(pred, target, mask);
@@ -824,12 +855,13 @@ struct Evaluation {
   long better = 0;
 };
 
-Evaluation Evaluate(const Config& c, EtModel& model, const Matrix<double>& train, const Matrix<double>& test) {
+Evaluation Evaluate(const Config& c, Workers& workers, const implicit::Communicator& comm, const Matrix<double>& train,
+                    const Matrix<double>& test) {
   Evaluation e;
   std::mt19937 eval_gen(static_cast<unsigned>(c.seed) + 424242u);
   e.masks = RandomMasks(test.cols(), c.masked, eval_gen);
   e.pixel_mask = PixelMask(e.masks);
-  e.pred = Predict(model, c, test, e.masks, &e.summary);
+  e.pred = workers.Predict(c, test, e.masks, comm, &e.summary);
   e.et_mse = MaskedMse(e.pred, test, e.pixel_mask);
   Matrix<double> mean_fill = test;
   mean_fill.colwise() = Vector<double>(train.rowwise().mean());
@@ -977,7 +1009,7 @@ int Run(int argc, char** argv) {
   const Index parameters = model.params().size() + model.energy_params().size();
   PrintHeader(c, comm.size(), n_train, parameters);
   const TrainStats ts = Train(c, comm, workers, adam, train, start_step);
-  const Evaluation e = Evaluate(c, model, train, test);
+  const Evaluation e = Evaluate(c, workers, comm, train, test);
   if (!std::isfinite(e.et_mse))
     throw std::runtime_error("the held-out masked MSE of the trained model is not finite (" + Fmt(e.et_mse) +
                              "): " + CheckpointState(c, ts, start_step) + "; --json and --image not written");

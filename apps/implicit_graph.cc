@@ -146,6 +146,8 @@ bool Parse(int argc, char** argv, Settings* s) {
   app.add_option("--et-head-dim", s->et_head_dim, "et: key/query dimension per head")->check(IntIn(1, 4096));
   app.add_option("--et-memories", s->et_memories, "et: Hopfield memories")->check(IntIn(0, 100000));
   app.add_option("--et-step", s->et.step, "et: step of the map x <- x - step dE/dg")->check(Positive());
+  app.add_option("--et-init", s->et.init_scale, "et: W_K, W_Q, Xi start at N(0, (init / sqrt(D))^2)")
+      ->check(RealCheck([](double v) { return v >= 0 && v <= 100; }, "in [0, 100]"));
   app.add_option("--solver", s->et.solver, "et: forward solver")->check(SolverNameCheck());
   app.add_option("--tol", s->et.tolerance, "et: forward and adjoint tolerance")->check(Positive());
   app.add_option("--max-iter", s->max_iter, "et: forward iteration budget")->check(IntIn(1, 1000000));
@@ -277,7 +279,7 @@ Json SettingsJson(const Settings& s) {
           {"et_epochs", s.et_epochs}, {"patience", s.patience}, {"learning_rate", s.detector.learning_rate},
           {"weight_decay", s.detector.weight_decay}, {"gcn_hidden", s.gcn_hidden},
           {"et", {{"dim", s.et_dim}, {"heads", s.et_heads}, {"head_dim", s.et_head_dim},
-                  {"memories", s.et_memories}, {"step", s.et.step}, {"solver", s.et.solver},
+                  {"memories", s.et_memories}, {"step", s.et.step}, {"init", s.et.init_scale}, {"solver", s.et.solver},
                   {"tolerance", s.et.tolerance}, {"max_iterations", s.max_iter}}}};
 }
 

@@ -30,11 +30,10 @@ int Severity(TerminationType t) {
   return 7;
 }
 
-template <typename Scalar>
-std::vector<double> Pack(const Summary& s, ConstMatrixRef<Scalar> z) {
+std::vector<double> Pack(const Summary& s) {
   const size_t count = s.sample_status.size();
   std::vector<double> buffer;
-  buffer.reserve(kHeader + kSampleFields * count + size_t(z.size()));
+  buffer.reserve(kHeader + kSampleFields * count);
   buffer.insert(buffer.end(), {double(static_cast<int>(s.termination_type)), double(s.iterations),
                                double(s.function_evaluations), double(s.jacobian_products),
                                s.absolute_residual, s.relative_residual, s.wall_time_seconds});
@@ -45,13 +44,87 @@ std::vector<double> Pack(const Summary& s, ConstMatrixRef<Scalar> z) {
                    double(s.sample_accelerated_steps[b]), double(s.sample_backtracks[b]),
                    double(s.sample_fallbacks[b])});
   }
-  for (Index b = 0; b < z.cols(); ++b) {
-    for (Index i = 0; i < z.rows(); ++i) buffer.push_back(double(z(i, b)));
-  }
   return buffer;
 }
 
+// The Summary of `count` samples packed at `at` (advanced past it).
+Summary Unpack(const std::vector<double>& all, Index count, size_t* at) {
+  const double* h = &all[*at];
+  Summary s;
+  s.termination_type = static_cast<TerminationType>(static_cast<int>(h[0]));
+  s.iterations = static_cast<int>(h[1]);
+  s.function_evaluations = static_cast<int>(h[2]);
+  s.jacobian_products = static_cast<int>(h[3]);
+  s.absolute_residual = h[4];
+  s.relative_residual = h[5];
+  s.wall_time_seconds = h[6];
+  *at += kHeader;
+  for (Index b = 0; b < count; ++b, *at += kSampleFields) {
+    const double* f = &all[*at];
+    s.sample_status.push_back(static_cast<TerminationType>(static_cast<int>(f[0])));
+    s.sample_residual.push_back(f[1]);
+    s.sample_iterations.push_back(static_cast<int>(f[2]));
+    s.sample_evaluations.push_back(static_cast<int>(f[3]));
+    s.sample_accelerated_steps.push_back(static_cast<int>(f[4]));
+    s.sample_backtracks.push_back(static_cast<int>(f[5]));
+    s.sample_fallbacks.push_back(static_cast<int>(f[6]));
+  }
+  return s;
+}
+
 }  // namespace
+
+Summary MergeShardSummaries(const std::vector<Summary>& shards, const std::string& message) {
+  Summary merged;
+  merged.message = message;
+  merged.termination_type = TerminationType::kConverged;
+  merged.absolute_residual = 0.0;
+  merged.relative_residual = 0.0;
+  for (const Summary& s : shards) {
+    if (merged.solver.empty()) merged.solver = s.solver;
+    const bool has_samples = !s.sample_status.empty();
+    if (has_samples && Severity(s.termination_type) > Severity(merged.termination_type)) {
+      merged.termination_type = s.termination_type;
+    }
+    merged.iterations = std::max(merged.iterations, s.iterations);
+    merged.function_evaluations += s.function_evaluations;
+    merged.jacobian_products += s.jacobian_products;
+    if (has_samples) {
+      merged.absolute_residual = std::max(merged.absolute_residual, s.absolute_residual);
+      merged.relative_residual = std::max(merged.relative_residual, s.relative_residual);
+    }
+    merged.wall_time_seconds = std::max(merged.wall_time_seconds, s.wall_time_seconds);
+    auto append = [](auto* to, const auto& from) { to->insert(to->end(), from.begin(), from.end()); };
+    append(&merged.sample_status, s.sample_status);
+    append(&merged.sample_residual, s.sample_residual);
+    append(&merged.sample_iterations, s.sample_iterations);
+    append(&merged.sample_evaluations, s.sample_evaluations);
+    append(&merged.sample_accelerated_steps, s.sample_accelerated_steps);
+    append(&merged.sample_backtracks, s.sample_backtracks);
+    append(&merged.sample_fallbacks, s.sample_fallbacks);
+  }
+  return merged;
+}
+
+Summary GatherShardSummaries(const Summary& local, Index batch, const Communicator& comm) {
+  std::string error;
+  if (local.sample_status.size() != static_cast<size_t>(ShardOf(batch, comm).count)) {
+    error = "rank " + std::to_string(comm.rank()) + ": its Summary has " +
+            std::to_string(local.sample_status.size()) + " samples, its shard " +
+            std::to_string(ShardOf(batch, comm).count);
+  }
+  error = FirstError(comm, error);  // every rank throws, none waits in the gather
+  if (!error.empty()) throw std::invalid_argument("GatherShardSummaries: " + error);
+  std::vector<double> all;
+  comm.AllGather(Pack(local), &all);
+  std::vector<Summary> shards;
+  size_t at = 0;
+  for (int r = 0; r < comm.size(); ++r) {
+    shards.push_back(Unpack(all, ShardOf(batch, r, comm.size()).count, &at));
+    shards.back().solver = local.solver;
+  }
+  return MergeShardSummaries(shards, "solved on " + std::to_string(comm.size()) + " ranks");
+}
 
 template <typename Scalar>
 Summary ShardedSolve(const Solver<Scalar>& solver,
@@ -60,15 +133,14 @@ Summary ShardedSolve(const Solver<Scalar>& solver,
                      const Communicator& comm) {
   const Shard mine = ShardOf(z.cols(), comm);
   Summary local;
+  local.solver = solver.name();
+  local.termination_type = TerminationType::kConverged;
   std::string error;
   try {
     if (mine.count > 0) {
       Matrix<Scalar> block = z.middleCols(mine.begin, mine.count);
       local = solver.Solve(local_map, block);
       z.middleCols(mine.begin, mine.count) = block;
-    } else {
-      local.solver = solver.name();
-      local.termination_type = TerminationType::kConverged;
     }
   } catch (const std::exception& e) {
     error = "rank " + std::to_string(comm.rank()) + ": " + e.what();
@@ -76,46 +148,12 @@ Summary ShardedSolve(const Solver<Scalar>& solver,
   error = FirstError(comm, error);
   if (!error.empty()) throw std::invalid_argument("ShardedSolve: " + error);
 
-  std::vector<double> all;
-  comm.AllGather(Pack<Scalar>(local, z.middleCols(mine.begin, mine.count)), &all);
-
-  Summary merged;
-  merged.solver = local.solver;
-  merged.message = "solved on " + std::to_string(comm.size()) + " ranks";
-  merged.termination_type = TerminationType::kConverged;
-  merged.absolute_residual = 0.0;
-  merged.relative_residual = 0.0;
-  const Index n = z.rows();
-  size_t at = 0;
-  for (int r = 0; r < comm.size(); ++r) {
-    const Shard shard = ShardOf(z.cols(), r, comm.size());
-    const auto termination = static_cast<TerminationType>(static_cast<int>(all[at]));
-    if (shard.count > 0 && Severity(termination) > Severity(merged.termination_type)) {
-      merged.termination_type = termination;
-    }
-    merged.iterations = std::max(merged.iterations, static_cast<int>(all[at + 1]));
-    merged.function_evaluations += static_cast<int>(all[at + 2]);
-    merged.jacobian_products += static_cast<int>(all[at + 3]);
-    if (shard.count > 0) {
-      merged.absolute_residual = std::max(merged.absolute_residual, all[at + 4]);
-      merged.relative_residual = std::max(merged.relative_residual, all[at + 5]);
-    }
-    merged.wall_time_seconds = std::max(merged.wall_time_seconds, all[at + 6]);
-    at += kHeader;
-    for (Index b = 0; b < shard.count; ++b, at += kSampleFields) {
-      merged.sample_status.push_back(static_cast<TerminationType>(static_cast<int>(all[at])));
-      merged.sample_residual.push_back(all[at + 1]);
-      merged.sample_iterations.push_back(static_cast<int>(all[at + 2]));
-      merged.sample_evaluations.push_back(static_cast<int>(all[at + 3]));
-      merged.sample_accelerated_steps.push_back(static_cast<int>(all[at + 4]));
-      merged.sample_backtracks.push_back(static_cast<int>(all[at + 5]));
-      merged.sample_fallbacks.push_back(static_cast<int>(all[at + 6]));
-    }
-    for (Index b = 0; b < shard.count; ++b) {
-      for (Index i = 0; i < n; ++i) z(i, shard.begin + b) = static_cast<Scalar>(all[at++]);
-    }
-  }
-  return merged;
+  // The columns: shards are contiguous and in rank order.
+  const Matrix<double> block = z.middleCols(mine.begin, mine.count).template cast<double>();
+  std::vector<double> columns;
+  comm.AllGather(std::vector<double>(block.data(), block.data() + block.size()), &columns);
+  z = Eigen::Map<const Matrix<double>>(columns.data(), z.rows(), z.cols()).cast<Scalar>();
+  return GatherShardSummaries(local, z.cols(), comm);
 }
 
 template Summary ShardedSolve<float>(const Solver<float>&, const FixedPointMap<float>&,

@@ -15,8 +15,10 @@
 
 #include "support/test_problems.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -141,6 +143,50 @@ void CheckShardedSolveEqualsOneProcess() {
 BOOST_AUTO_TEST_CASE(sharded_solve_equals_the_one_process_solve) {
   CheckShardedSolveEqualsOneProcess<double>();
   CheckShardedSolveEqualsOneProcess<float>();
+}
+
+// A batch solved in three pieces (e.g. over threads), the pieces' Summaries
+// merged: per-sample fields equal the whole batch's, in sample order; counts
+// add up; iterations are the longest piece's; the merged status is the most
+// severe of the pieces'. Gathered over the ranks, every rank's shard merged.
+BOOST_AUTO_TEST_CASE(shard_summaries_merge_in_sample_order) {
+  Retrieval<double> problem;
+  const implicit::AndersonSolver<double> solver = Solver<double>();
+  Matrix<double> whole = problem.queries;
+  const implicit::Summary one = solver.Solve(problem.map, whole);
+  const Index B = whole.cols();
+  std::vector<implicit::Summary> pieces;
+  int evaluations = 0, longest = 0;
+  for (const auto& [begin, count] : std::vector<std::pair<Index, Index>>{{0, 2}, {2, B - 5}, {B - 3, 3}}) {
+    Matrix<double> z = problem.queries.middleCols(begin, count);
+    pieces.push_back(solver.Solve(problem.map, z));
+    evaluations += pieces.back().function_evaluations;
+    longest = std::max(longest, pieces.back().iterations);
+  }
+  const implicit::Summary merged = implicit::MergeShardSummaries(pieces, "three pieces");
+  BOOST_TEST(merged.num_samples() == one.num_samples());
+  BOOST_TEST(merged.sample_iterations == one.sample_iterations, boost::test_tools::per_element());
+  BOOST_TEST(merged.function_evaluations == evaluations);
+  BOOST_TEST(merged.iterations == longest);
+  BOOST_TEST(merged.IsConverged());
+  BOOST_TEST(merged.message == "three pieces");
+  pieces[1].termination_type = implicit::TerminationType::kNonFinite;
+  BOOST_TEST(implicit::TerminationTypeToString(implicit::MergeShardSummaries(pieces, "").termination_type) ==
+             std::string("non_finite"));
+
+  const implicit::Communicator& comm = Comm();
+  const implicit::Shard mine = implicit::ShardOf(B, comm);
+  Matrix<double> z = problem.queries.middleCols(mine.begin, mine.count);
+  const implicit::Summary gathered = implicit::GatherShardSummaries(solver.Solve(problem.map, z), B, comm);
+  BOOST_TEST(gathered.sample_iterations == one.sample_iterations, boost::test_tools::per_element());
+  // A rank whose Summary does not match its shard: every rank throws, naming it.
+  const int wrong = comm.size() - 1;
+  implicit::Summary local = solver.Solve(problem.map, z);
+  if (comm.rank() == wrong) local.sample_status.push_back(implicit::TerminationType::kConverged);
+  BOOST_CHECK_EXCEPTION(implicit::GatherShardSummaries(local, B, comm), std::invalid_argument,
+                        [&](const std::invalid_argument& e) {
+                          return std::string(e.what()).find("rank " + std::to_string(wrong)) != std::string::npos;
+                        });
 }
 
 BOOST_AUTO_TEST_CASE(bad_input_on_one_rank_fails_on_every_rank) {

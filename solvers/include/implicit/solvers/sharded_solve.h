@@ -26,6 +26,9 @@
 #include <implicit/core/communicator.h>
 #include <implicit/solvers/solver.h>
 
+#include <string>
+#include <vector>
+
 namespace implicit {
 
 // (Scalar is deduced from the solver only, so that Eigen matrices and derived
@@ -35,6 +38,17 @@ Summary ShardedSolve(const Solver<Scalar>& solver,
                      const FixedPointMap<typename internal::NonDeduced<Scalar>::type>& local_map,
                      MatrixRef<typename internal::NonDeduced<Scalar>::type> z,
                      const Communicator& comm);
+
+// The Summary of one batch from the Summaries of its consecutive shards, in
+// sample order, merged as ShardedSolve merges the ranks' (above); `message`
+// becomes its message. E.g. a batch split over threads.
+Summary MergeShardSummaries(const std::vector<Summary>& shards, const std::string& message);
+
+// Collective: each rank's Summary of its shard ShardOf(batch, comm) of one
+// batch, gathered and merged (MergeShardSummaries) on every rank. When a
+// rank's `local` does not hold its shard's sample count, every rank throws
+// std::invalid_argument naming that rank.
+Summary GatherShardSummaries(const Summary& local, Index batch, const Communicator& comm);
 
 extern template Summary ShardedSolve<float>(const Solver<float>&, const FixedPointMap<float>&,
                                             MatrixRef<float>, const Communicator&);
