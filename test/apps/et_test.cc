@@ -19,6 +19,7 @@ using implicit::testing::CountLines;
 using implicit::testing::ExpectOneLineError;
 using implicit::testing::Json;
 using implicit::testing::ReadFile;
+using implicit::testing::ShellQuote;
 using implicit::testing::RunCommand;
 using implicit::testing::ScratchDir;
 
@@ -166,11 +167,6 @@ BOOST_AUTO_TEST_CASE(bad_input_and_bad_checkpoints) {
   ExpectOneLineError(Small(dir) + " --resume " + dir.File("flip.ckpt"), "checksum mismatch");
   ExpectOneLineError(Small(dir) + " --resume " + dir.File("bad.csv"), "not a libimplicit checkpoint");
 }
-#else
-BOOST_AUTO_TEST_CASE(skipped_without_apps) {
-  BOOST_TEST_MESSAGE("implicit-et was not built (IMPLICIT_BUILD_APPS=OFF): skipping");
-}
-#endif
 
 // mpirun -np 2: the same run as one process to rounding; checkpoints resume
 // with the other rank count; bad input ends the job with one message.
@@ -206,3 +202,39 @@ BOOST_AUTO_TEST_CASE(two_ranks_train_like_one_process_and_resume_across_rank_cou
   BOOST_TEST(bad.err.find("--lr: must be > 0") != std::string::npos);
   BOOST_TEST(bad.err.find("--lr") == bad.err.rfind("--lr: must"));
 }
+
+// mpirun -np 2, one rank killed (SIGKILL) in the middle of training: the job
+// ends with a nonzero status instead of hanging in the next collective, and
+// the last checkpoint written before the kill resumes in one process.
+BOOST_AUTO_TEST_CASE(a_killed_rank_ends_the_job_and_its_checkpoint_resumes,
+                     *boost::unit_test::precondition(implicit::testing::MpiPresent())) {
+  ScratchDir dir;
+  const std::string ckpt = dir.File("et.ckpt");
+  // Long enough not to end before the kill; a checkpoint every 2 steps.
+  const std::string job = implicit::testing::MpirunTwoRanks() + Small(dir) +
+                          " --threads 1 --steps 1000000 --checkpoint-every 2";
+  const std::string script =
+      job + " > " + dir.File("job.out") + " 2>&1 & job=$!\n"
+      "for i in $(seq 600); do [ -s " + ckpt + " ] && break; sleep 0.1; done\n"
+      "[ -s " + ckpt + " ] || { echo 'no checkpoint in 60 s'; kill -9 $job; exit 3; }\n"
+      "rank=$(pgrep -P $job | head -n 1)\n"
+      "[ -n \"$rank\" ] || { echo 'no rank process'; kill -9 $job; exit 3; }\n"
+      "kill -9 $rank\n"
+      "for i in $(seq 600); do kill -0 $job 2>/dev/null || break; sleep 0.1; done\n"
+      "if kill -0 $job 2>/dev/null; then echo 'hung after the kill'; kill -9 $job; exit 4; fi\n"
+      "wait $job; echo \"job status $?\"\n";
+  const auto killed = RunCommand("bash -c " + ShellQuote(script));
+  BOOST_TEST_INFO("script:\n" << script << "\nout:\n" << killed.out << killed.err);
+  BOOST_REQUIRE(killed.exit_code == 0);
+  BOOST_TEST(killed.out.find("job status 0") == std::string::npos);
+  BOOST_TEST(killed.out.find("job status") != std::string::npos);
+  const auto resumed = RunCommand(Small(dir) + " --threads 1 --steps 1 --resume " + ckpt);
+  BOOST_TEST_INFO(resumed.out << resumed.err);
+  BOOST_TEST(resumed.exit_code == 0);
+  BOOST_TEST(resumed.out.find("nothing to do") != std::string::npos);  // a checkpoint at step >= 2
+}
+#else
+BOOST_AUTO_TEST_CASE(skipped_without_apps) {
+  BOOST_TEST_MESSAGE("implicit-et was not built (IMPLICIT_BUILD_APPS=OFF): skipping");
+}
+#endif
