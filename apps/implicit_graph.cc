@@ -191,8 +191,7 @@ struct Trained {
 };
 
 // What every detector's result reports.
-template <typename DetectorResult>
-Trained FromResult(const DetectorResult& r) {
+Trained FromResult(const TrainingResult& r) {
   Trained t;
   t.scores = r.scores;
   t.info.validation_auroc = r.best_validation_auroc;

@@ -14,6 +14,8 @@
 #include <implicit/core/classification_metrics.h>
 #include <implicit/core/types.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <stdexcept>
 #include <vector>
@@ -66,6 +68,14 @@ inline double ValidationAuroc(const std::vector<double>& scores, const std::vect
   return implicit::Auroc(Subset(scores, split.validation), Subset(anomalous, split.validation));
 }
 
+// What a detector's training returns (the ET's adds its solver counts).
+struct TrainingResult {
+  std::vector<double> scores;      // for every node, with the best parameters
+  int epochs_run = 0, best_epoch = 0;
+  double best_validation_auroc = 0;
+  double seconds_per_epoch = 0;
+};
+
 // Early stopping: remembers the best validation AUROC and its epoch.
 class EarlyStopping {
  public:
@@ -83,6 +93,14 @@ class EarlyStopping {
   double best_auroc() const { return best_auroc_; }
   int best_epoch() const { return best_epoch_; }
   int epochs_run() const { return epochs_run_; }
+  // Fills r's epochs, best epoch and AUROC, and the time per epoch since `start`.
+  void Report(std::chrono::steady_clock::time_point start, TrainingResult* r) const {
+    r->epochs_run = epochs_run_;
+    r->best_epoch = best_epoch_;
+    r->best_validation_auroc = best_auroc_;
+    r->seconds_per_epoch =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / std::max(1, epochs_run_);
+  }
 
  private:
   int patience_;

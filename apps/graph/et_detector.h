@@ -44,11 +44,7 @@ class EtDetector {
     unsigned seed = 1;               // initial weights
     double init_scale = 0.1;         // W_K, W_Q, Xi ~ N(0, (init_scale / sqrt(D))^2): a weak start keeps the map contractive
   };
-  struct Result {
-    std::vector<double> scores;      // for every node, with the best parameters
-    int epochs_run = 0, best_epoch = 0;
-    double best_validation_auroc = -1;
-    double seconds_per_epoch = 0;
+  struct Result : TrainingResult {
     double forward_iterations = 0;   // mean per epoch
     double backward_iterations = 0;  // mean per epoch
   };
@@ -132,11 +128,7 @@ class EtDetector {
         break;
       }
     }
-    result.epochs_run = stopping.epochs_run();
-    result.best_epoch = stopping.best_epoch();
-    result.best_validation_auroc = stopping.best_auroc();
-    result.seconds_per_epoch =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / result.epochs_run;
+    stopping.Report(start, &result);
     result.forward_iterations /= result.epochs_run;
     result.backward_iterations /= result.epochs_run;
     head.values() = best_head;

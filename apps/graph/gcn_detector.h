@@ -125,7 +125,7 @@ class GcnDetector {
     implicit::Index hidden = 16;         // hidden ReLU units
     unsigned seed = 1;                   // initial weights
   };
-  using Result = LogisticDetector::Result;
+  using Result = TrainingResult;
 
   explicit GcnDetector(const Options& options) : options_(options) {}
 
@@ -157,11 +157,7 @@ class GcnDetector {
       }
     }
     Result result;
-    result.epochs_run = stopping.epochs_run();
-    result.best_epoch = stopping.best_epoch();
-    result.best_validation_auroc = stopping.best_auroc();
-    result.seconds_per_epoch =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / result.epochs_run;
+    stopping.Report(start, &result);
     gcn.parameters().values() = best;
     result.scores = AsStdVector(gcn.Forward());
     return result;

@@ -30,13 +30,7 @@ class LogisticDetector {
     double weight_decay = 1e-4;   // decoupled (AdamW)
     int patience = 50;            // epochs without a better validation AUROC before stopping
   };
-  struct Result {
-    std::vector<double> scores;   // w . x_i + b for every node, with the best parameters
-    int epochs_run = 0;
-    int best_epoch = 0;
-    double best_validation_auroc = 0;
-    double seconds_per_epoch = 0;
-  };
+  using Result = TrainingResult;
 
   explicit LogisticDetector(const Options& options) : options_(options) {}
 
@@ -73,11 +67,7 @@ class LogisticDetector {
       }
     }
     Result result;
-    result.epochs_run = stopping.epochs_run();
-    result.best_epoch = stopping.best_epoch();
-    result.best_validation_auroc = stopping.best_auroc();
-    result.seconds_per_epoch =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / result.epochs_run;
+    stopping.Report(start, &result);
     params.values() = best;
     std::vector<implicit::Index> all(static_cast<std::size_t>(x.cols()));
     for (implicit::Index i = 0; i < x.cols(); ++i) all[i] = i;
