@@ -16,8 +16,10 @@
 //   implicit-bench                                     # the default run (about 1-2 min, 2 cores)
 //   implicit-bench --problem hopfield-digits --solvers picard,anderson --float --json bench.json
 //   implicit-bench --autodiff                          # user energies' derivatives (bench/autodiff_bench.h)
+//   implicit-bench --graph-et                          # the graph ET's products per edge (bench/graph_bench.h)
 //   implicit-bench --device cuda                       # the solves on the GPU (bench/cuda_bench.h)
 #include "bench/autodiff_bench.h"
+#include "bench/graph_bench.h"
 #include "bench/cuda_bench.h"
 #include "common/cli.h"
 #include "common/data_paths.h"
@@ -90,8 +92,9 @@ struct Options {
   long patterns = 0;  // 0: each problem's default
   double tol = 1e-8, time_limit = 5.0, float_tol = 1e-5;
   long max_iter = 500, threads = 0, repeat = 7, seed = 1;
-  bool with_float = false, quiet = false, autodiff = false;
+  bool with_float = false, quiet = false, autodiff = false, graph_et = false;
   AutodiffBenchOptions autodiff_options;
+  GraphBenchOptions graph_options;
   std::string device = "cpu";
   DeviceBenchOptions device_options;
   std::string data, json;
@@ -136,6 +139,11 @@ bool ParseOptions(int argc, char** argv, Options* o) {
                "forward against reverse mode and the closed form, as multiples of the value");
   std::vector<std::string> dimensions;
   AddList(app, "--autodiff-dims", &dimensions, "state dimensions n of --autodiff", "64,256,1024,4096");
+  app.add_flag("--graph-et", o->graph_et,
+               "instead of the solvers: the graph Energy Transformer's map, VJP and\n"
+               "parameter VJP on the shipped graphs, per call and per edge");
+  AddList(app, "--graph-et-graphs", &o->graph_options.graphs, "graphs of --graph-et",
+          "gen_1000,inj_cora,reddit");
   DeviceBenchOptions& d = o->device_options;
   app.add_option("--device", o->device,
                  "cpu: the built-in problems on this machine's cores; cuda: the solves on\n"
@@ -180,6 +188,11 @@ bool ParseOptions(int argc, char** argv, Options* o) {
   }
   o->autodiff_options.repeat = std::min<long>(o->repeat, 3);  // --repeat is >= 1
   o->autodiff_options.quiet = o->quiet;
+  for (const std::string& g : o->graph_options.graphs)
+    Require(g == "gen_1000" || g == "inj_cora" || g == "reddit",
+            "--graph-et-graphs: unknown graph '" + Excerpt(g) + "' (available: gen_1000, inj_cora, reddit)");
+  o->graph_options.repeat = o->repeat;
+  o->graph_options.quiet = o->quiet;
   CheckWritable(o->json, "--json");
   CheckDistinctFiles({{"--json", o->json}}, {{"--data", o->data}});
   return true;
@@ -546,6 +559,10 @@ int Run(int argc, char** argv) {
   Options o;
   if (!ParseOptions(argc, argv, &o)) return 0;
   if (o.autodiff) return WriteResults(o.json, RunAutodiffBench(o.autodiff_options));
+  if (o.graph_et) {
+    if (o.threads > 0) Eigen::setNbThreads(static_cast<int>(o.threads));
+    return WriteResults(o.json, RunGraphBench(o.graph_options));
+  }
   const implicit::DigitsDataset digits = LoadDigitsOption(o.data);
   if (o.device == "cuda") {
     if (o.threads > 0) Eigen::setNbThreads(static_cast<int>(o.threads));

@@ -83,17 +83,6 @@ struct SeedResult {
   int best_epoch = 0;
 };
 
-// NAME.nodes.csv.gz / NAME.edges.csv.gz in graphs/ of the data directories
-// (DataDirectories(), common/data_paths.h).
-std::string FindGraphFile(const std::string& name, const std::string& part) {
-  std::vector<std::string> dirs;
-  for (const std::string& dir : DataDirectories()) dirs.push_back(dir + "/graphs");
-  const std::string file = name + "." + part + ".csv.gz";
-  const std::string found = implicit::FindDataFile(file, dirs);
-  if (found.empty()) throw std::runtime_error("--graph: cannot find " + file + " (looked in " + JoinNames(dirs) + ")");
-  return found;
-}
-
 // A FIFO or a device would block or never end: --nodes and --edges must be
 // regular files (LoadGraph names a missing or unreadable one).
 void CheckRegularFile(const std::string& path, const std::string& option) {
@@ -105,7 +94,7 @@ void CheckRegularFile(const std::string& path, const std::string& option) {
 // The graph of --nodes/--edges (errors start with the option whose file is at
 // fault) or of --graph.
 implicit::GraphDataset LoadGraph(const Settings& s) {
-  if (s.nodes.empty()) return implicit::LoadGraph(FindGraphFile(s.graph, "nodes"), FindGraphFile(s.graph, "edges"));
+  if (s.nodes.empty()) return LoadShippedGraph(s.graph, "--graph");
   CheckRegularFile(s.nodes, "--nodes");
   CheckRegularFile(s.edges, "--edges");
   try {

@@ -1,6 +1,8 @@
 // implicit-bench --autodiff (autodiff_bench.h).
 #include "bench/autodiff_bench.h"
 
+#include "bench/timing.h"
+
 #include "common/format.h"
 #include "common/table.h"
 #include "problems/problem.h"
@@ -81,14 +83,7 @@ struct Attention {
 // Seconds per sample of call(x) over the samples' columns: the median of
 // `repeat` calls.
 double SecondsPerSample(const std::function<void()>& call, long repeat, Index samples) {
-  std::vector<double> t;
-  for (long r = 0; r < repeat; ++r) {
-    const auto start = std::chrono::steady_clock::now();
-    call();
-    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  }
-  std::nth_element(t.begin(), t.begin() + t.size() / 2, t.end());
-  return t[t.size() / 2] / static_cast<double>(samples);
+  return MedianSeconds(call, repeat) / static_cast<double>(samples);
 }
 
 struct Row {

@@ -1,8 +1,10 @@
-// Where the digits data set is found: --data, $IMPLICIT_DATA_DIR, the source
-// tree, next to the installed program, or the configured install prefix.
+// Where the shipped data is found: --data, $IMPLICIT_DATA_DIR, the source
+// tree, next to the installed program, or the configured install prefix: the
+// digits and the graphs of data/graphs.
 #pragma once
 
 #include <implicit/core/digits.h>
+#include <implicit/core/graph_data.h>
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -81,6 +83,24 @@ inline implicit::DigitsDataset LoadDigitsOption(const std::string& data_option) 
     if (data_option.empty()) throw;
     throw std::runtime_error("--data: " + std::string(e.what()));
   }
+}
+
+// The shipped graph NAME (NAME.nodes.csv.gz and NAME.edges.csv.gz in graphs/
+// of DataDirectories()); errors start with `option`.
+inline implicit::GraphDataset LoadShippedGraph(const std::string& name, const std::string& option) {
+  std::vector<std::string> dirs;
+  std::string list;
+  for (const std::string& dir : DataDirectories()) {
+    dirs.push_back(dir + "/graphs");
+    list += (list.empty() ? "" : ", ") + dirs.back();
+  }
+  auto find = [&](const std::string& part) {
+    const std::string file = name + "." + part + ".csv.gz";
+    const std::string found = implicit::FindDataFile(file, dirs);
+    if (found.empty()) throw std::runtime_error(option + ": cannot find " + file + " (looked in " + list + ")");
+    return found;
+  };
+  return implicit::LoadGraph(find("nodes"), find("edges"));
 }
 
 }  // namespace implicit_apps

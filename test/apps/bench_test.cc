@@ -206,11 +206,30 @@ BOOST_AUTO_TEST_CASE(autodiff_run_reports_every_ratio) {
   }
 }
 
+// --graph-et: one row per graph asked for, its size as loaded, every time
+// positive.
+BOOST_AUTO_TEST_CASE(graph_et_run_times_every_product) {
+  ScratchDir dir;
+  const auto r = RunCommand(kApp + " --quiet --graph-et --graph-et-graphs gen_1000 --repeat 1 --json " +
+                            dir.File("g.json"));
+  BOOST_TEST_INFO("stdout:\n" << r.out << "\nstderr:\n" << r.err);
+  BOOST_REQUIRE(r.exit_code == 0);
+  BOOST_TEST(r.err.empty());  // --quiet
+  const Json j = implicit::testing::ReadJson(dir.File("g.json"));
+  BOOST_REQUIRE(j.at("graph_et").size() == 1u);
+  const Json& row = j.at("graph_et")[0];
+  BOOST_TEST(row.at("graph").get<std::string>() == "gen_1000");
+  BOOST_TEST(row.at("nodes").get<int>() == 1000);
+  BOOST_TEST(row.at("directed_edges").get<int>() == 4936);
+  for (const char* t : {"map_seconds", "vjp_seconds", "parameter_vjp_seconds"}) BOOST_TEST(PositiveFinite(row.at(t)), t);
+}
+
 BOOST_AUTO_TEST_CASE(help_succeeds) {
   const auto r = RunCommand(kApp + " --help");
   BOOST_TEST(r.exit_code == 0);
   for (const char* flag : {"--problem", "--solvers", "--patterns", "--beta", "--tol", "--max-iter", "--repeat",
-                           "--float", "--json", "--quiet", "--autodiff", "--autodiff-dims"})
+                           "--float", "--json", "--quiet", "--autodiff", "--autodiff-dims", "--graph-et",
+                           "--graph-et-graphs"})
     BOOST_TEST(r.out.find(flag) != std::string::npos, "missing " << flag);
 }
 #else

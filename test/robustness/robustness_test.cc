@@ -392,6 +392,8 @@ std::vector<Case> AllCases() {
   cases.push_back(Make(kBench, "--patterns 1798", "--quiet" + Join(bench_base, {"--patterns"}) + " --patterns 1798", 2,
                        {"--patterns: 1798 exceeds"}));
   cases.push_back(Make(kBench, "--problem nope", "--quiet --problem nope", 2, {"unknown problem 'nope'"}));
+  cases.push_back(Make(kBench, "--graph-et-graphs cora", "--quiet --graph-et --graph-et-graphs gen_1000,cora", 2,
+                       {"--graph-et-graphs: unknown graph 'cora'"}));
   cases.push_back(Make(kBench, "--solvers a,,b", "--quiet --solvers a,,b", 2, {"--solvers: "}));
   AddCommandLineCases(&cases, kBench, "");
   AddDataCases(&cases, kBench, bench_tiny);
