@@ -81,6 +81,7 @@ struct SeedResult {
   double auroc = 0, auprc = 0, macro_f1 = 0, validation_auroc = 0, ms_per_epoch = 0;
   double forward_iterations = 0, backward_iterations = 0;  // et only: mean per epoch
   int best_epoch = 0;
+  int stopped_at_epoch = 0;  // et only: > 0 when a solve failed there (EtDetector::Result)
 };
 
 // A FIFO or a device would block or never end: --nodes and --edges must be
@@ -199,6 +200,7 @@ Trained TrainModel(const std::string& model, const implicit::GraphDataset& g, co
     Trained t = FromResult(r);
     t.info.forward_iterations = r.forward_iterations;
     t.info.backward_iterations = r.backward_iterations;
+    t.info.stopped_at_epoch = r.stopped_at_epoch;
     return t;
   }
   if (model == "gcn") {
@@ -241,10 +243,11 @@ std::pair<double, double> MeanAndError(const std::vector<double>& v) {
 std::string PlusMinus(const std::pair<double, double>& m) { return FmtFixed(m.first, 3) + " ± " + FmtFixed(m.second, 3); }
 
 // SeedResult as doubles: gathered from the ranks, stored in checkpoints.
-constexpr std::size_t kSeedResultSize = 9;
+constexpr std::size_t kSeedResultSize = 10;
 void Pack(const SeedResult& r, std::vector<double>* out) {
   out->insert(out->end(), {double(r.seed), r.auroc, r.auprc, r.macro_f1, r.validation_auroc, r.ms_per_epoch,
-                           r.forward_iterations, r.backward_iterations, double(r.best_epoch)});
+                           r.forward_iterations, r.backward_iterations, double(r.best_epoch),
+                           double(r.stopped_at_epoch)});
 }
 SeedResult Unpack(const double* v) {
   SeedResult r;
@@ -257,6 +260,7 @@ SeedResult Unpack(const double* v) {
   r.forward_iterations = v[6];
   r.backward_iterations = v[7];
   r.best_epoch = static_cast<int>(v[8]);
+  r.stopped_at_epoch = static_cast<int>(v[9]);
   return r;
 }
 
@@ -453,12 +457,19 @@ int Run(int argc, char** argv) {
       if (s.models[m] == "et") {
         row["forward_iterations"] = r.forward_iterations;
         row["backward_iterations"] = r.backward_iterations;
+        row["stopped_at_epoch"] = r.stopped_at_epoch;
       }
       d["per_seed"].push_back(row);
     }
     j["detectors"].push_back(d);
   }
   table.Print(std::cout);
+  for (std::size_t m = 0; m < s.models.size(); ++m)
+    for (const SeedResult& r : results[m])
+      if (r.stopped_at_epoch > 0)
+        std::cout << s.models[m] << ", seed " << r.seed << ": training stopped at epoch " << r.stopped_at_epoch
+                  << ", where a forward or adjoint solve did not converge; scored with the best parameters before "
+                     "it (try --max-iter, --et-step, --solver)\n";
   j["paired"] = Json::array();
   if (s.models.size() > 1) {
     std::cout << "\npaired difference " << s.models[0] << " − detector (same splits; mean ± standard error over seeds)\n";

@@ -7,7 +7,9 @@
 // over the training nodes, full batch, with Adam on W_in, w, b and the ET's
 // W_K, W_Q, Xi; the gradients of W_K, W_Q, Xi and of the input c (hence W_in)
 // come from the implicit-function-theorem backward pass, never from unrolling.
-// Early stopping keeps the parameters with the best validation AUROC.
+// Early stopping keeps the parameters with the best validation AUROC. A solve
+// that does not converge in a later epoch ends training there (reported in
+// the Result); in the first epoch it is an error.
 //
 //   EtDetector::Options o;               // D 16, 2 heads of 8, 32 memories, ...
 //   EtDetector::Result r = EtDetector(o).Train(graph, x, anomalous, split);
@@ -47,6 +49,14 @@ class EtDetector {
   struct Result : TrainingResult {
     double forward_iterations = 0;   // mean per epoch
     double backward_iterations = 0;  // mean per epoch
+    // > 0: the epoch whose forward or adjoint solve did not converge; training
+    // stopped there with the best parameters before it (reason in stop_reason).
+    int stopped_at_epoch = 0;
+    std::string stop_reason;
+  };
+  // A forward or adjoint solve that did not converge.
+  struct SolveFailure : std::runtime_error {
+    using std::runtime_error::runtime_error;
   };
 
   static implicit::GraphEnergyTransformerOptions DefaultEnergy() {
@@ -97,36 +107,46 @@ class EtDetector {
     Matrix<double> state;
     const auto start = std::chrono::steady_clock::now();
     for (int epoch = 1; epoch <= options_.training.epochs; ++epoch) {
-      const std::vector<double> scores = Forward(head, x, D, &et, &layer, &state, &result.forward_iterations);
-      // Loss gradient: dL/dscore_i on the training nodes.
-      Matrix<double> grad_state = Matrix<double>::Zero(n * D, 1);
+      // Epoch e scores the parameters after e - 1 steps, then takes step e.
+      std::vector<double> scores;
       implicit::Vector<double> grad_head = implicit::Vector<double>::Zero(head.size());
-      const auto w = head.values().segment(D * F, D);
-      for (std::size_t k = 0; k < split.train.size(); ++k) {
-        const Index i = split.train[k];
-        const double g_score = loss.Derivative(k, scores[i]) / loss.total_weight();
-        grad_state.col(0).segment(i * D, D) += g_score * w;
-        grad_head.segment(D * F, D) += g_score * state.col(0).segment(i * D, D);
-        grad_head(D * F + D) += g_score;
-      }
-      const implicit::BackwardResult<double> back = layer.Backward(grad_state);
-      if (!back.ok())
-        throw std::runtime_error("the ET's adjoint solve did not converge, residual " +
-                                 std::to_string(back.summary.relative_residual));
-      result.backward_iterations += back.summary.iterations;
-      // dL/dW_in = sum_i dL/dc_i f_i^T.
-      Eigen::Map<Matrix<double>> grad_w_in(grad_head.data(), D, F);
-      const Eigen::Map<const Matrix<double>> dc(back.input_gradient.data(), D, n);
-      grad_w_in += dc * x.transpose();
-      adam_head.Step(head, grad_head);
-      adam_et.Step(*et.parameters(), back.parameter_gradient);
-
-      if (stopping.Improved(epoch, ValidationAuroc(scores, anomalous, split))) {
-        best_head = head.values();
-        best_et = et.parameters()->values();
-      } else if (stopping.ShouldStop(epoch)) {
+      implicit::Vector<double> grad_et;
+      try {
+        scores = Forward(head, x, D, &et, &layer, &state, &result.forward_iterations);
+        if (stopping.Improved(epoch, ValidationAuroc(scores, anomalous, split))) {
+          best_head = head.values();
+          best_et = et.parameters()->values();
+        } else if (stopping.ShouldStop(epoch)) {
+          break;
+        }
+        // Loss gradient: dL/dscore_i on the training nodes.
+        Matrix<double> grad_state = Matrix<double>::Zero(n * D, 1);
+        const auto w = head.values().segment(D * F, D);
+        for (std::size_t k = 0; k < split.train.size(); ++k) {
+          const Index i = split.train[k];
+          const double g_score = loss.Derivative(k, scores[i]) / loss.total_weight();
+          grad_state.col(0).segment(i * D, D) += g_score * w;
+          grad_head.segment(D * F, D) += g_score * state.col(0).segment(i * D, D);
+          grad_head(D * F + D) += g_score;
+        }
+        const implicit::BackwardResult<double> back = layer.Backward(grad_state);
+        if (!back.ok())
+          throw SolveFailure("the ET's adjoint solve did not converge, residual " +
+                             std::to_string(back.summary.relative_residual));
+        result.backward_iterations += back.summary.iterations;
+        // dL/dW_in = sum_i dL/dc_i f_i^T.
+        Eigen::Map<Matrix<double>> grad_w_in(grad_head.data(), D, F);
+        const Eigen::Map<const Matrix<double>> dc(back.input_gradient.data(), D, n);
+        grad_w_in += dc * x.transpose();
+        grad_et = back.parameter_gradient;
+      } catch (const SolveFailure& e) {
+        if (epoch == 1) throw;  // no trained parameters to fall back on
+        result.stopped_at_epoch = epoch;
+        result.stop_reason = e.what();
         break;
       }
+      adam_head.Step(head, grad_head);
+      adam_et.Step(*et.parameters(), grad_et);
     }
     stopping.Report(start, &result);
     result.forward_iterations /= result.epochs_run;
@@ -154,7 +174,7 @@ class EtDetector {
     *state = c;
     const implicit::Summary summary = layer->Forward(*state);
     if (!summary.IsConverged())
-      throw std::runtime_error(std::string("the ET's forward solve ended ") +
+      throw SolveFailure(std::string("the ET's forward solve ended ") +
                                implicit::TerminationTypeToString(summary.termination_type) + " after " +
                                std::to_string(summary.iterations) + " iterations, residual " +
                                std::to_string(summary.absolute_residual) + " (try --solver, --et-step, --max-iter)");

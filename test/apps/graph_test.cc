@@ -129,6 +129,24 @@ BOOST_AUTO_TEST_CASE(threads_and_resumed_runs_give_the_same_results) {
                                         "/epochs 40 there, 41 here", 1, "implicit-graph");
 }
 
+// A solve that fails after the first epoch ends the ET's training there, with
+// the best parameters before it (reported per seed and in a line); in the
+// first epoch it is an error naming the solve.
+BOOST_AUTO_TEST_CASE(et_training_stops_where_a_solve_fails) {
+  ScratchDir dir;
+  const std::string args = "--models et --seeds 1 --et-epochs 30 --patience 100 --max-iter ";
+  const auto r = RunCommand(kApp + " " + args + "15 --quiet --json " + dir.File("g.json"));
+  BOOST_TEST_INFO(r.out << r.err);
+  BOOST_REQUIRE(r.exit_code == 0);
+  const Json seed = implicit::testing::ReadJson(dir.File("g.json")).at("detectors")[0].at("per_seed")[0];
+  const int stopped = seed.at("stopped_at_epoch").get<int>();
+  BOOST_TEST(stopped > 1);
+  BOOST_TEST(seed.at("best_epoch").get<int>() < stopped);
+  BOOST_TEST(r.out.find("training stopped at epoch " + std::to_string(stopped)) != std::string::npos);
+  implicit::testing::ExpectOneLineError(kApp + " " + args + "1 --quiet", "forward solve ended max_iterations", 1,
+                                        "implicit-graph");
+}
+
 BOOST_AUTO_TEST_CASE(bad_input_is_a_one_line_error) {
   ScratchDir dir;
   auto expect = [](const std::string& args, const std::string& what, int status) {
