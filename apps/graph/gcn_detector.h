@@ -94,18 +94,13 @@ class Gcn {
   // d(sum_i dscores_i score_i)/d parameters at the last Forward's parameters.
   Vector Gradient(const Vector& dscores) const {
     Vector grad = Vector::Zero(params_.size());
-    implicit::ParameterSet<double>::BlockMap dw1(grad.data() + params_.GetEntry("W1").offset,
-                                                 params_.GetEntry("W1").rows, params_.GetEntry("W1").cols);
-    const Index hidden = params_.GetEntry("w2").rows;
-    Eigen::Map<Vector> db1(grad.data() + params_.GetEntry("b1").offset, hidden);
-    Eigen::Map<Vector> dw2(grad.data() + params_.GetEntry("w2").offset, hidden);
-    dw2 = hidden_aggregated_ * dscores;
-    grad(params_.GetEntry("b2").offset) = dscores.sum();
+    params_.BlockOf(grad, "w2") = hidden_aggregated_ * dscores;
+    params_.BlockOf(grad, "b2")(0, 0) = dscores.sum();
     // d/dH of w2 . (H S^T) g = w2 g^T S; through the ReLU, then W1 X S^T + b1.
     Matrix dpre = (Vector(params_.Block("w2")) * dscores.transpose()) * adjacency_;
     dpre = (pre_activation_.array() > 0.0).select(dpre, 0.0);
-    dw1 = dpre * aggregated_.transpose();
-    db1 = dpre.rowwise().sum();
+    params_.BlockOf(grad, "W1") = dpre * aggregated_.transpose();
+    params_.BlockOf(grad, "b1") = dpre.rowwise().sum();
     return grad;
   }
 
