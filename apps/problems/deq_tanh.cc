@@ -10,6 +10,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <vector>
 
 namespace implicit_apps {
 namespace {
@@ -27,6 +28,14 @@ class TanhDeqMapT : public implicit::FixedPointMap<S> {
   void Evaluate(implicit::ConstMatrixRef<S> z, implicit::MatrixRef<S> out) const override {
     out.noalias() = W_ * z;
     out += injection_;
+    out = out.array().tanh().matrix();
+  }
+  // The injection U x + b is per sample: a block of samples uses its columns.
+  bool SupportsColumnSubsets() const override { return true; }
+  void EvaluateColumns(implicit::ConstMatrixRef<S> z, const std::vector<Index>& columns,
+                       implicit::MatrixRef<S> out) const override {
+    out.noalias() = W_ * z;
+    for (Index j = 0; j < z.cols(); ++j) out.col(j) += injection_.col(columns[j]);
     out = out.array().tanh().matrix();
   }
   bool HasJacobianProducts() const override { return true; }

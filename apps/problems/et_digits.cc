@@ -15,6 +15,7 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace implicit_apps {
 namespace {
@@ -23,11 +24,12 @@ namespace {
 //   f(z) = z - a D(z),  D = Energy::DescentDirection (dE/dg for the ET),
 // whose fixed points are the stationary points of E. D has no exposed
 // Jacobian, so the map offers no Jacobian products; energy() returns the
-// energy for the minimisers.
+// energy for the minimisers. The clamps are per sample: blocks of samples are
+// evaluated with theirs (EvaluateColumns, the solvers' active set).
 template <typename S>
 class DescentStepMapT : public implicit::FixedPointMap<S> {
  public:
-  DescentStepMapT(const implicit::Energy<S>& energy, double step) : energy_(energy), step_(static_cast<S>(step)) {
+  DescentStepMapT(const implicit::ClampedEnergy<S>& energy, double step) : energy_(energy), step_(static_cast<S>(step)) {
     if (!(step > 0.0) || !std::isfinite(step))
       throw std::invalid_argument("DescentStepMap: step must be finite and > 0, got " + Fmt(step));
   }
@@ -37,9 +39,20 @@ class DescentStepMapT : public implicit::FixedPointMap<S> {
     out = z - step_ * out;
   }
   const implicit::Energy<S>* energy() const override { return &energy_; }
+  bool SupportsColumnSubsets() const override { return true; }
+  void EvaluateColumns(implicit::ConstMatrixRef<S> z, const std::vector<Index>& columns,
+                       implicit::MatrixRef<S> out) const override {
+    energy_.DescentDirectionColumns(z, columns, out);
+    out = z - step_ * out;
+  }
+  void EvaluateColumnsWithEnergy(implicit::ConstMatrixRef<S> z, const std::vector<Index>& columns,
+                                 implicit::MatrixRef<S> out, implicit::VectorRef<S> energies) const override {
+    EvaluateColumns(z, columns, out);
+    energy_.ValueColumns(z, columns, energies);
+  }
 
  private:
-  const implicit::Energy<S>& energy_;
+  const implicit::ClampedEnergy<S>& energy_;
   S step_;
 };
 

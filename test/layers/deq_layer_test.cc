@@ -12,6 +12,7 @@
 
 #include "support/dual_products.h"
 #include "support/energy_checks.h"
+#include "support/fused_energy_checks.h"
 #include "support/test_problems.h"
 
 #include <cmath>
@@ -141,6 +142,19 @@ BOOST_AUTO_TEST_CASE(explicit_block_map_equals_the_closed_form_mlp) {
     block.InputVectorJacobianProduct(z, v, ia);
     generic.InputVectorJacobianProduct(z, v, ib);
     BOOST_TEST((ia - ib).norm() <= 1e-13);
+  }
+}
+
+// The input is per sample, so a block of samples is evaluated with their
+// inputs (the solvers' active set); without an input any subset is a batch.
+BOOST_AUTO_TEST_CASE(mlp_block_evaluates_blocks_of_samples_with_their_inputs) {
+  for (Index input_dim : {Index(3), Index(0)}) {
+    BOOST_TEST_CONTEXT("input_dim " << input_dim) {
+      Mlp block(MlpOptions(implicit::BlockActivation::kTanh, input_dim));
+      block.SetInput(RandomMatrix<double>(input_dim, 6, 31));
+      implicit::testing::CheckColumnEvaluation<double>(block, RandomMatrix<double>(5, 6, 32), 1e-14);
+      BOOST_TEST(block.SupportsSubsets() == (input_dim == 0));
+    }
   }
 }
 

@@ -493,7 +493,8 @@ using OnePassScalars = std::tuple<float, double>;
 // GradientAndValue / CccpUpdateAndValue (one pass per sample) agree with the
 // separate calls, in float and double, for both memories and the clamped
 // energy; the plain energy evaluates any subset of a batch like those
-// columns, the clamped one (per-sample clamps) does not allow subsets.
+// columns, the clamped one (per-sample clamps) does not allow subsets, and the
+// clamped map evaluates blocks of samples by their column indices.
 BOOST_AUTO_TEST_CASE_TEMPLATE(one_pass_evaluations_and_subsets, S, OnePassScalars) {
   const double tol = sizeof(S) == 4 ? 2e-5 : 1e-12;
   const Index N = 4, D = 5, B = 3;
@@ -514,6 +515,25 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(one_pass_evaluations_and_subsets, S, OnePassScalar
       clamped.SetClamp(implicit::TokenMask<S>(token_free, D), RandomMatrix<S>(N * D, B, 15));
       implicit::testing::CheckOnePassEvaluations<S>(clamped, x, tol);
       BOOST_TEST(!clamped.SupportsSubsets());
+      // The map with that clamp evaluates blocks of samples with their clamps.
+      implicit::EnergyTransformerMap<S> map(et, S(0.5));
+      BOOST_TEST(map.SupportsSubsets());
+      map.SetClamp(implicit::TokenMask<S>(token_free, D), RandomMatrix<S>(N * D, B, 15));
+      BOOST_TEST(!map.SupportsSubsets());
+      implicit::testing::CheckColumnEvaluation<S>(map, x, tol);
+      // The clamped energy's own column evaluations (used by maps over it).
+      const std::vector<Index> cols = {0, 2};
+      Matrix<S> xs(N * D, 2), d(N * D, B), ds(N * D, 2);
+      Vector<S> e(B), es(2);
+      xs << x.col(0), x.col(2);
+      clamped.DescentDirection(x, d);
+      clamped.DescentDirectionColumns(xs, cols, ds);
+      clamped.Value(x, e);
+      clamped.ValueColumns(xs, cols, es);
+      BOOST_TEST(implicit::testing::AgreeEntrywise(ds.col(0), d.col(0), tol));
+      BOOST_TEST(implicit::testing::AgreeEntrywise(ds.col(1), d.col(2), tol));
+      BOOST_TEST(std::abs(es(0) - e(0)) <= tol * (1 + std::abs(e(0))));
+      BOOST_TEST(std::abs(es(1) - e(2)) <= tol * (1 + std::abs(e(2))));
     }
   }
 }

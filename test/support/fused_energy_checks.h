@@ -6,6 +6,8 @@
 //   CheckSubsetEvaluation(energy, x, tol)     energy.SupportsSubsets(), and
 //       every evaluation on a subset of x's columns (reordered) equals those
 //       columns of the evaluation on the whole batch
+//   CheckColumnEvaluation(map, x, tol)        a map with per-sample data
+//       evaluates compacted blocks of samples like the whole batch
 //
 // "Agree" is entry-wise, within tol times the largest finite entry (at least
 // 1); equal infinities agree, and a NaN agrees only with a NaN. Pass
@@ -14,6 +16,7 @@
 #pragma once
 
 #include <implicit/core/energy.h>
+#include <implicit/core/map.h>
 
 #include <boost/test/unit_test.hpp>
 
@@ -124,6 +127,39 @@ void CheckSubsetEvaluation(const Energy<Scalar>& energy, const Matrix<Scalar>& x
     energy.CccpUpdateAndValue(xs, fs, es);
     check("CccpUpdateAndValue: update", fs, f);
     check("CccpUpdateAndValue: value", es.transpose(), e.transpose());
+  }
+}
+
+// A map with per-sample data (FixedPointMap::EvaluateColumns): a compacted
+// block of some of x's samples, evaluated with their column indices, equals
+// those columns of the whole batch's evaluation (and E there, when the map has
+// an energy); column lists that do not fit the block or the batch throw.
+template <typename Scalar>
+void CheckColumnEvaluation(const FixedPointMap<Scalar>& map, const Matrix<Scalar>& x, double tol) {
+  BOOST_REQUIRE(map.SupportsColumnSubsets());
+  const Index n = x.rows(), B = x.cols();
+  BOOST_REQUIRE(B >= 3);
+  const std::vector<Index> cols = {1, B - 1};  // ascending, not the batch's first columns
+  const Index k = static_cast<Index>(cols.size());
+  Matrix<Scalar> xs(n, k), f(n, B), fs(n, k), picked(n, k);
+  for (Index j = 0; j < k; ++j) xs.col(j) = x.col(cols[j]);
+  map.Evaluate(x, f);
+  map.EvaluateColumns(xs, cols, fs);
+  for (Index j = 0; j < k; ++j) picked.col(j) = f.col(cols[j]);
+  BOOST_TEST(AgreeEntrywise(fs, picked, tol));
+  if (map.energy() != nullptr) {
+    Vector<Scalar> e(B), es(k), picked_e(k);
+    map.energy()->Value(x, e);
+    fs.setZero();
+    map.EvaluateColumnsWithEnergy(xs, cols, fs, es);
+    for (Index j = 0; j < k; ++j) picked_e(j) = e(cols[j]);
+    BOOST_TEST(AgreeEntrywise(fs, picked, tol));
+    BOOST_TEST(AgreeEntrywise(es.transpose(), picked_e.transpose(), tol));
+  }
+  std::vector<std::vector<Index>> bad = {{1}, {B - 1, 1}, {-1, 1}};
+  if (!map.SupportsSubsets()) bad.push_back({1, B});  // per-sample data: only B samples
+  for (const std::vector<Index>& columns : bad) {
+    BOOST_CHECK_THROW(map.EvaluateColumns(xs, columns, fs), std::invalid_argument);
   }
 }
 

@@ -37,9 +37,11 @@
 #include <implicit/layers/token_mask.h>
 
 #include <cmath>
+#include <limits>
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace implicit {
 
@@ -112,9 +114,32 @@ class EnergyTransformerMap : public FixedPointMap<Scalar> {
     return has_clamp_ ? static_cast<const Energy<Scalar>*>(&clamped_)
                       : static_cast<const Energy<Scalar>*>(&et_);
   }
+  // Active set: the clamp is per sample, so a block of samples is evaluated
+  // with their clamps (EvaluateColumns); without one any subset is a batch.
+  bool SupportsSubsets() const override { return !has_clamp_ && et_.SupportsSubsets(); }
+  bool SupportsColumnSubsets() const override { return et_.SupportsSubsets(); }
+  void EvaluateColumns(ConstMatrixRef<Scalar> x, const std::vector<Index>& columns,
+                       MatrixRef<Scalar> out) const override;
+  void EvaluateColumnsWithEnergy(ConstMatrixRef<Scalar> x, const std::vector<Index>& columns,
+                                 MatrixRef<Scalar> out, VectorRef<Scalar> energies) const override {
+    EvaluateColumns(x, columns, out);
+    if (has_clamp_) {
+      clamped_.ValueColumns(x, columns, energies);
+    } else {
+      et_.Value(x, energies);
+    }
+  }
 
  private:
   void Mask(MatrixRef<Scalar> m) const { m.array() *= clamped_.free_mask().array(); }
+  // out = m (.) (y - a r(y)) + (1 - m) (.) c with y = m (.) x + (1 - m) (.) c,
+  // for the free mask m and clamped values c of x's samples.
+  void ClampedStep(ConstMatrixRef<Scalar> x, const Matrix<Scalar>& mask, const Matrix<Scalar>& clamped,
+                   MatrixRef<Scalar> out) const {
+    const Matrix<Scalar> y = ClampedEnergy<Scalar>::Merge(x, mask, clamped);
+    et_.DescentDirection(y, out);
+    out = (mask.array() * (y - step_ * out).array() + (Scalar(1) - mask.array()) * clamped.array()).matrix();
+  }
   // J v = m (.) (w - a dr/dy w), w = m (.) v   (transpose: dr/dy^T); no clamp: m = 1.
   void Product(ConstMatrixRef<Scalar> x, ConstMatrixRef<Scalar> v, MatrixRef<Scalar> out,
                bool transpose) const;
@@ -133,11 +158,25 @@ void EnergyTransformerMap<Scalar>::Evaluate(ConstMatrixRef<Scalar> x, MatrixRef<
     out = x - step_ * out;
     return;
   }
-  const Matrix<Scalar> y = clamped_.Merge(x);
-  et_.DescentDirection(y, out);
-  out = y - step_ * out;
-  Mask(out);
-  out += ((Scalar(1) - clamped_.free_mask().array()) * clamped_.input().array()).matrix();
+  clamped_.Check("EnergyTransformerMap::Evaluate(x)", x);
+  ClampedStep(x, clamped_.free_mask(), clamped_.input(), out);
+}
+
+template <typename Scalar>
+void EnergyTransformerMap<Scalar>::EvaluateColumns(
+    ConstMatrixRef<Scalar> x,
+    const std::vector<Index>& columns,
+    MatrixRef<Scalar> out) const {
+  internal::CheckShape("EnergyTransformerMap::EvaluateColumns(out)", out, x.rows(), x.cols());
+  if (!has_clamp_) {
+    internal::CheckColumns("EnergyTransformerMap::EvaluateColumns", columns, x.cols(),
+                           std::numeric_limits<Index>::max());
+    Evaluate(x, out);
+    return;
+  }
+  Matrix<Scalar> mask, clamped;
+  clamped_.GatherClamp("EnergyTransformerMap::EvaluateColumns", x, columns, &mask, &clamped);
+  ClampedStep(x, mask, clamped, out);
 }
 
 template <typename Scalar>

@@ -19,11 +19,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <sstream>
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace implicit {
 
@@ -112,11 +114,15 @@ class MlpBlockMap : public FixedPointMap<Scalar> {
   Index dimension() const override { return options_.state_dim; }
   void Evaluate(ConstMatrixRef<Scalar> z, MatrixRef<Scalar> out) const override {
     internal::CheckShape("MlpBlockMap::Evaluate(out)", out, z.rows(), z.cols());
-    Matrix<Scalar> a = Preactivation(z, "MlpBlockMap::Evaluate(z)");
-    Activate(&a);
-    out.noalias() = params_.Block("W2") * a;
-    out.colwise() += Vector<Scalar>(params_.Block("b2"));
+    Output(Preactivation(z, "MlpBlockMap::Evaluate(z)"), out);
   }
+  // Active set: the input x is per sample, so a block of samples is evaluated
+  // with their columns of x (EvaluateColumns); without an input any subset of
+  // the batch is a batch.
+  bool SupportsSubsets() const override { return options_.input_dim == 0; }
+  bool SupportsColumnSubsets() const override { return true; }
+  void EvaluateColumns(ConstMatrixRef<Scalar> z, const std::vector<Index>& columns,
+                       MatrixRef<Scalar> out) const override;
 
   bool HasJacobianProducts() const override { return true; }
   // J v = W2 diag(act'(a)) W1 v
@@ -140,7 +146,18 @@ class MlpBlockMap : public FixedPointMap<Scalar> {
                                   MatrixRef<Scalar> out) const override;
 
  private:
-  Matrix<Scalar> Preactivation(ConstMatrixRef<Scalar> z, const char* what) const;
+  // a = W1 z + U x + b1 with x = the input (SetInput), or its columns `x`.
+  Matrix<Scalar> Preactivation(ConstMatrixRef<Scalar> z, const char* what) const {
+    return Preactivation(z, x_, what);
+  }
+  Matrix<Scalar> Preactivation(ConstMatrixRef<Scalar> z, const Matrix<Scalar>& x,
+                               const char* what) const;
+  // out = W2 act(a) + b2
+  void Output(Matrix<Scalar> a, MatrixRef<Scalar> out) const {
+    Activate(&a);
+    out.noalias() = params_.Block("W2") * a;
+    out.colwise() += Vector<Scalar>(params_.Block("b2"));
+  }
   void Activate(Matrix<Scalar>* a) const {
     if (options_.activation == BlockActivation::kRelu) {
       *a = a->cwiseMax(Scalar(0));
@@ -234,14 +251,33 @@ void MlpBlockMap<Scalar>::InputVectorJacobianProduct(
 }
 
 template <typename Scalar>
+void MlpBlockMap<Scalar>::EvaluateColumns(
+    ConstMatrixRef<Scalar> z,
+    const std::vector<Index>& columns,
+    MatrixRef<Scalar> out) const {
+  internal::CheckShape("MlpBlockMap::EvaluateColumns(out)", out, z.rows(), z.cols());
+  if (options_.input_dim == 0) {
+    internal::CheckColumns("MlpBlockMap::EvaluateColumns", columns, z.cols(),
+                           std::numeric_limits<Index>::max());
+    Evaluate(z, out);
+    return;
+  }
+  internal::CheckColumns("MlpBlockMap::EvaluateColumns", columns, z.cols(), x_.cols());
+  Matrix<Scalar> x;
+  internal::GatherColumns(x_, columns, &x);
+  Output(Preactivation(z, x, "MlpBlockMap::EvaluateColumns(z)"), out);
+}
+
+template <typename Scalar>
 Matrix<Scalar> MlpBlockMap<Scalar>::Preactivation(
     ConstMatrixRef<Scalar> z,
+    const Matrix<Scalar>& x,
     const char* what) const {
   internal::CheckBatch(what, z, options_.state_dim);
   Matrix<Scalar> a = params_.Block("W1") * z;
   if (options_.input_dim > 0) {
-    internal::CheckShape("MlpBlockMap input (SetInput)", x_, options_.input_dim, z.cols());
-    a.noalias() += params_.Block("U") * x_;
+    internal::CheckShape("MlpBlockMap input (SetInput)", x, options_.input_dim, z.cols());
+    a.noalias() += params_.Block("U") * x;
   }
   a.colwise() += Vector<Scalar>(params_.Block("b1"));
   return a;

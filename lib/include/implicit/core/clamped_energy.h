@@ -17,6 +17,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <utility>
+#include <vector>
 
 namespace implicit {
 
@@ -59,19 +60,48 @@ class ClampedEnergy : public Energy<Scalar> {
   const Matrix<Scalar>& input() const { return values_; }
   Energy<Scalar>& base() const { return base_; }
 
+  // Throws std::invalid_argument unless x is a batch of the clamp's shape.
+  void Check(const char* what, ConstMatrixRef<Scalar> x) const;
   // y = m (.) x + (1 - m) (.) c: the state the base energy sees.
   Matrix<Scalar> Merge(ConstMatrixRef<Scalar> x) const {
     Check("ClampedEnergy(x)", x);
-    return (mask_.array() * x.array() + (Scalar(1) - mask_.array()) * values_.array()).matrix();
+    return Merge(x, mask_, values_);
+  }
+  // The same for a given mask and clamped values (x's shape).
+  static Matrix<Scalar> Merge(ConstMatrixRef<Scalar> x, const Matrix<Scalar>& mask, const Matrix<Scalar>& clamped) {
+    return (mask.array() * x.array() + (Scalar(1) - mask.array()) * clamped.array()).matrix();
   }
 
   Index dimension() const override { return base_.dimension(); }
 
   void Value(ConstMatrixRef<Scalar> x, VectorRef<Scalar> values) const override {
-    const Matrix<Scalar> y = Merge(x);
-    base_.Value(y, values);
-    values += Scalar(0.5) *
-              ((Scalar(1) - mask_.array()) * (x - values_).array()).matrix().colwise().squaredNorm().transpose();
+    Check("ClampedEnergy(x)", x);
+    ValueWith(x, mask_, values_, values);
+  }
+  // Value and DescentDirection for a compacted block x of the batch samples
+  // `columns` (ascending), with those samples' clamps (for maps' column
+  // evaluation, FixedPointMap::EvaluateColumns).
+  void ValueColumns(ConstMatrixRef<Scalar> x, const std::vector<Index>& columns,
+                    VectorRef<Scalar> values) const {
+    Matrix<Scalar> mask, clamped;
+    GatherClamp("ClampedEnergy::ValueColumns", x, columns, &mask, &clamped);
+    ValueWith(x, mask, clamped, values);
+  }
+  void DescentDirectionColumns(ConstMatrixRef<Scalar> x, const std::vector<Index>& columns,
+                               MatrixRef<Scalar> out) const {
+    Matrix<Scalar> mask, clamped;
+    GatherClamp("ClampedEnergy::DescentDirectionColumns", x, columns, &mask, &clamped);
+    base_.DescentDirection(Merge(x, mask, clamped), out);
+    Combine(x, mask, clamped, out);
+  }
+  // The free mask and clamped values of the samples `columns`, for a block x
+  // (checks x's dimension and the column indices).
+  void GatherClamp(const char* what, ConstMatrixRef<Scalar> x, const std::vector<Index>& columns,
+                   Matrix<Scalar>* mask, Matrix<Scalar>* clamped) const {
+    internal::CheckBatch(what, x, base_.dimension());
+    internal::CheckColumns(what, columns, x.cols(), mask_.cols());
+    internal::GatherColumns(mask_, columns, mask);
+    internal::GatherColumns(values_, columns, clamped);
   }
   void Gradient(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> grad) const override {
     const Matrix<Scalar> y = Merge(x);
@@ -108,11 +138,20 @@ class ClampedEnergy : public Energy<Scalar> {
                                   MatrixRef<Scalar> out) const override;
 
  private:
-  void Check(const char* what, ConstMatrixRef<Scalar> x) const;
-  // out <- m (.) out + (1 - m) (.) (x - c)
-  void Combine(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> out) const {
-    out = (mask_.array() * out.array() + (Scalar(1) - mask_.array()) * (x - values_).array()).matrix();
+  // E(y) + 0.5 |(1 - m) (.) (x - c)|^2 with y = m (.) x + (1 - m) (.) c.
+  void ValueWith(ConstMatrixRef<Scalar> x, const Matrix<Scalar>& mask, const Matrix<Scalar>& clamped,
+                 VectorRef<Scalar> values) const {
+    base_.Value(Merge(x, mask, clamped), values);
+    values += Scalar(0.5) *
+              ((Scalar(1) - mask.array()) * (x - clamped).array()).matrix().colwise().squaredNorm().transpose();
   }
+  // out <- m (.) out + (1 - m) (.) (x - c)
+  void Combine(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> out) const { Combine(x, mask_, values_, out); }
+  static void Combine(ConstMatrixRef<Scalar> x, const Matrix<Scalar>& mask, const Matrix<Scalar>& clamped,
+                      MatrixRef<Scalar> out) {
+    out = (mask.array() * out.array() + (Scalar(1) - mask.array()) * (x - clamped).array()).matrix();
+  }
+
 
   Energy<Scalar>& base_;
   Matrix<Scalar> mask_;

@@ -34,6 +34,7 @@
 #include <implicit/core/types.h>
 
 #include <stdexcept>
+#include <vector>
 
 namespace implicit {
 
@@ -106,9 +107,41 @@ class FixedPointMap {
   // EvaluateWithEnergy) may be called on any subset of the batch's columns:
   // solvers then evaluate only the samples still iterating, compacted into
   // one block. Maps with per-sample data (an input injection, per-sample
-  // masks or clamps) keep the default, false, and are always evaluated on the
-  // whole batch.
+  // masks or clamps) keep the default, false: see SupportsColumnSubsets.
   virtual bool SupportsSubsets() const { return false; }
+
+  // Maps with per-sample data can join the active set too: they override
+  // SupportsColumnSubsets() to return true, and EvaluateColumns (with an
+  // energy, EvaluateColumnsWithEnergy too), which pick each sample's data
+  // (input, mask, clamp) by its index in the batch the data were set for.
+  // Solvers call them on compacted blocks of the samples still iterating:
+  //
+  //   out.col(j) = f(z.col(j)) for batch sample columns[j],   j < z.cols()
+  //
+  // with `columns` ascending and without repeats. The defaults serve maps that
+  // SupportsSubsets(), which need no column indices.
+  virtual bool SupportsColumnSubsets() const { return SupportsSubsets(); }
+  virtual void EvaluateColumns(ConstMatrixRef<Scalar> z, const std::vector<Index>& columns,
+                               MatrixRef<Scalar> out) const {
+    RequireSubsets(columns);
+    Evaluate(z, out);
+  }
+  // out as EvaluateColumns, energies(j) = E(z.col(j)) of sample columns[j].
+  virtual void EvaluateColumnsWithEnergy(ConstMatrixRef<Scalar> z, const std::vector<Index>& columns,
+                                         MatrixRef<Scalar> out, VectorRef<Scalar> energies) const {
+    RequireSubsets(columns);
+    EvaluateWithEnergy(z, out, energies);
+  }
+
+ private:
+  void RequireSubsets(const std::vector<Index>& columns) const {
+    (void)columns;
+    if (!SupportsSubsets()) {
+      throw std::logic_error(
+          "this map has per-sample data and no column evaluation: override EvaluateColumns "
+          "(and EvaluateColumnsWithEnergy) or keep SupportsColumnSubsets() false");
+    }
+  }
 };
 
 }  // namespace implicit

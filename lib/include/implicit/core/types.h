@@ -14,6 +14,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 // ---- Compile once ----------------------------------------------------------
 // The library's templates are compiled for float and double once, in its .cc
@@ -96,6 +97,36 @@ void CheckBatch(const char* what, const Eigen::EigenBase<Derived>& m,
       << m.rows() << "x" << m.cols() << " batch)";
     throw std::invalid_argument(s.str());
   }
+}
+
+// Throws std::invalid_argument unless `columns` holds one batch index per
+// column of a compacted block (count), ascending, each below `batch` (the
+// batch the per-sample data were set for): FixedPointMap::EvaluateColumns.
+inline void CheckColumns(const char* what, const std::vector<Index>& columns, Index count,
+                         Index batch) {
+  std::ostringstream s;
+  if (static_cast<Index>(columns.size()) != count) {
+    s << what << ": " << columns.size() << " column indices for a block of " << count << " columns";
+  } else {
+    for (std::size_t j = 0; j < columns.size(); ++j) {
+      const bool ascending = j == 0 || columns[j] > columns[j - 1];
+      if (columns[j] < 0 || columns[j] >= batch || !ascending) {
+        s << what << ": column index " << columns[j] << " at position " << j
+          << " is not ascending in [0, " << batch << ") (the batch the per-sample data were set for)";
+        break;
+      }
+    }
+  }
+  if (!s.str().empty()) throw std::invalid_argument(s.str());
+}
+
+// out.col(j) = data.col(columns[j]): a per-sample matrix gathered for a block.
+template <typename Scalar>
+void GatherColumns(const Eigen::Matrix<Scalar, Eigen::Dynamic, Eigen::Dynamic>& data,
+                   const std::vector<Index>& columns,
+                   Eigen::Matrix<Scalar, Eigen::Dynamic, Eigen::Dynamic>* out) {
+  out->resize(data.rows(), static_cast<Index>(columns.size()));
+  for (std::size_t j = 0; j < columns.size(); ++j) out->col(static_cast<Index>(j)) = data.col(columns[j]);
 }
 
 }  // namespace internal

@@ -21,7 +21,7 @@
 // back to the residual when the decrease is below the rounding of E, so
 // tight tolerances (1e-10 in double) are reachable: there is no accuracy
 // floor from comparing energy values. Only active samples are evaluated
-// (maps that SupportsSubsets()); no threads; the loop never allocates.
+// (maps that SupportsColumnSubsets()); no threads; the loop never allocates.
 //
 // Summary accounting: `function_evaluations` counts batch evaluations of f
 // (each with E); `jacobian_products` is 0.

@@ -6,7 +6,7 @@
 // f per iteration, no memory beyond the batch, converges linearly for a
 // contraction (any 0 < damping <= 1), and for non-expansive maps when
 // damping < 1. Only the samples still iterating are evaluated when the map
-// SupportsSubsets(). On a CCCP map (damping 1) every step decreases the
+// SupportsColumnSubsets(). On a CCCP map (damping 1) every step decreases the
 // energy by at least half its squared residual, and Picard is repelled from
 // saddles of E: it is the safe step the accelerated solvers fall back to.
 //

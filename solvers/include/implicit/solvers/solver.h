@@ -18,7 +18,7 @@
 // converge is returned at its best iterate: the lowest-energy one when the
 // solver uses the map's energy (SolverOptions::use_energy), else the
 // smallest-residual one. Solvers evaluate only the samples still iterating
-// when the map SupportsSubsets() (an active set). Bad options, mismatched
+// when the map SupportsColumnSubsets() (an active set). Bad options, mismatched
 // shapes and empty batches throw std::invalid_argument.
 #pragma once
 
@@ -128,7 +128,7 @@ struct Summary {
   std::vector<double> sample_residual;   // final absolute residual
   std::vector<int> sample_iterations;    // iterations until the sample stopped
   // Columns of f evaluated for sample b (trial points included). Solvers
-  // evaluate only the samples still iterating when the map SupportsSubsets(),
+  // evaluate only the samples still iterating when the map SupportsColumnSubsets(),
   // so total_sample_evaluations() can be far below function_evaluations x B.
   std::vector<int> sample_evaluations;
   // Energy-guarded acceleration (anderson, broyden), per sample: accelerated

@@ -6,9 +6,10 @@
 // while their neighbours backtrack), Evaluate() gathers those columns into one
 // contiguous n x A block, evaluates f (and E) there with ONE call, and
 // scatters the results back — so a batch evaluation costs GEMMs of the active
-// width A, not B. Maps that do not SupportsSubsets() (per-sample inputs) are
-// evaluated on the whole batch instead and only the requested columns are
-// copied out. All buffers are allocated in the constructor.
+// width A, not B. The gathered block goes to the map's EvaluateColumns, so
+// maps with per-sample data take part when they SupportsColumnSubsets(); the
+// others are evaluated on the whole batch instead and only the requested
+// columns are copied out. All buffers are allocated in the constructor.
 #pragma once
 
 #include <implicit/core/map.h>
@@ -26,7 +27,7 @@ class BatchEvaluator {
   BatchEvaluator(const FixedPointMap<Scalar>& map, Index batch, bool with_energy)
       : map_(map),
         with_energy_(with_energy),
-        subsets_(map.SupportsSubsets()),
+        subsets_(map.SupportsColumnSubsets()),
         points_(map.dimension(), batch),
         values_(map.dimension(), batch),
         energies_(batch) {}
@@ -57,7 +58,12 @@ class BatchEvaluator {
       return;
     }
     for (Index j = 0; j < count; ++j) points_.col(j) = points.col(columns[j]);
-    Call(points_.leftCols(count), values_.leftCols(count), energies_.head(count));
+    if (with_energy_) {
+      map_.EvaluateColumnsWithEnergy(points_.leftCols(count), columns, values_.leftCols(count),
+                                     energies_.head(count));
+    } else {
+      map_.EvaluateColumns(points_.leftCols(count), columns, values_.leftCols(count));
+    }
     Scatter(columns, count, /*compact=*/true, f, energies);
     monitor->CountEvaluations(columns);
   }
