@@ -397,6 +397,25 @@ __global__ void AndersonProposeKernel(AndersonState st, const S* z, const S* f, 
     }
     return;
   }
+  // The predicted-gain gate of AndersonSolver (anderson.h): no proposal (a
+  // plain step, the history kept) when |g - dG gamma| > max_predicted_residual |g|.
+  double gg = 0, pp = 0;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const double g = double(gp[i]);
+    double p = g;
+    for (int l = 0; l < k; ++l) p -= gamma[l] * double(ring(dg, l)[i]);
+    gg += g * g;
+    pp += p * p;
+  }
+  gg = BlockSum(gg, red);
+  pp = BlockSum(pp, red);
+  if (sqrt(pp) > st.max_predicted_residual * sqrt(gg)) {
+    if (threadIdx.x == 0) {
+      out[2 * j] = 0.0;
+      out[2 * j + 1] = 0.0;
+    }
+    return;
+  }
   const S beta = static_cast<S>(st.mixing);
   S* qb = q + col;
   double descent = 0;

@@ -11,6 +11,8 @@
 #include "support/solver_test_maps.h"
 #include "support/test_problems.h"
 
+#include <cmath>
+
 using namespace implicit;
 using implicit::testing::CosMap;
 using implicit::testing::Residuals;
@@ -71,6 +73,43 @@ BOOST_AUTO_TEST_CASE(anderson_beats_picard_on_ill_conditioned_contraction) {
   BOOST_TEST(3 * anderson.iterations < picard.iterations);
   // Same fixed point.
   BOOST_TEST((za - zp).norm() <= 1e-8);
+}
+
+// The predicted-gain gate (max_predicted_residual) only replaces proposals by
+// plain steps: with any threshold Anderson reaches the same fixed point, the
+// gate never costs an evaluation (one per iteration on a map without an
+// energy, whose guard accepts every trial here); with the gate off (1) every
+// iteration after the first takes an accelerated step, with a strict one
+// (0.1) some are plain.
+BOOST_AUTO_TEST_CASE(predicted_gain_gate_takes_plain_steps_only) {
+  const Index n = 30, B = 3;
+  testing::AffineMap<double> map(testing::RandomSpd<double>(n, -0.5, 0.99, 15),
+                                 testing::RandomMatrix<double>(n, 1, 16));
+  Matrix<double> reference;
+  for (double threshold : {1.0, 0.9, 0.5, 0.1}) {
+    BOOST_TEST_CONTEXT("max_predicted_residual " << threshold) {
+      AndersonSolver<double>::Options options;
+      options.max_iterations = 5000;
+      options.max_predicted_residual = threshold;
+      options.residual_factor = 0.0;  // accept every trial: steps are the gate's choice
+      Matrix<double> z = Matrix<double>::Zero(n, B);
+      const Summary s = testing::SolveAndCheck<AndersonSolver, double>(options, map, z, 1e-10);
+      int accelerated = 0, steps = 0;
+      for (Index b = 0; b < B; ++b) {
+        BOOST_TEST(s.sample_evaluations[b] == s.sample_iterations[b] + 1);
+        accelerated += s.sample_accelerated_steps[b];
+        steps += s.sample_iterations[b] - 1;  // the first step has no history
+      }
+      if (threshold == 1.0) {
+        reference = z;
+        BOOST_TEST(accelerated == steps);
+      } else {
+        // |z - z*| <= |g| / (1 - 0.99) per column, for both solutions.
+        BOOST_TEST((z - reference).norm() <= 2 * std::sqrt(double(B)) * 1e-10 / 0.01);
+      }
+      if (threshold == 0.1) BOOST_TEST(accelerated < steps);
+    }
+  }
 }
 
 BOOST_AUTO_TEST_CASE(anderson_one_evaluation_per_iteration) {
@@ -223,6 +262,9 @@ BOOST_AUTO_TEST_CASE(options_validation_names_field) {
   { auto b = o; b.residual_factor = 0.5; expect(b, "residual_factor"); }
   { auto b = o; b.condition_limit = 1.0; expect(b, "condition_limit"); }
   { auto b = o; b.condition_limit = -1.0; expect(b, "condition_limit"); }
+  { auto b = o; b.max_predicted_residual = 0.0; expect(b, "max_predicted_residual"); }
+  { auto b = o; b.max_predicted_residual = 1.5; expect(b, "max_predicted_residual"); }
+  { auto b = o; b.max_predicted_residual = std::nan(""); expect(b, "max_predicted_residual"); }
   { auto b = o; b.absolute_tolerance = -1; expect(b, "absolute_tolerance"); }
   { auto b = o; b.max_iterations = -1; expect(b, "max_iterations"); }
   { auto b = o; b.residual_factor = 0.0; BOOST_TEST(b.IsValid(&error)); }

@@ -317,6 +317,7 @@ Summary DeviceAndersonSolver<Scalar>::Solve(Context& context, const DeviceMap<Sc
   state.memory = static_cast<int>(m);
   state.ridge = options_.ridge;
   state.condition_limit = options_.condition_limit;
+  state.max_predicted_residual = options_.max_predicted_residual;
   state.mixing = beta;
   state.count = counters;
   state.next = counters + batch;

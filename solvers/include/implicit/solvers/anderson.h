@@ -28,7 +28,11 @@
 //    history (an absolute ridge would dominate near convergence and stall);
 //  * ill-conditioned history: the history is cleared when a Cholesky pivot of
 //    the k x k system falls to condition_limit x its largest diagonal entry
-//    (never a NaN from a singular system).
+//    (never a NaN from a singular system);
+//  * predicted gain: the step is proposed only when the least squares
+//    predicts |g_k - dG gamma| <= max_predicted_residual |g_k| (default 0.5);
+//    otherwise the plain step is taken at no extra evaluation and the history
+//    kept (a map that already contracts fast gains nothing from extrapolation).
 // Summary::sample_accelerated_steps / sample_backtracks / sample_fallbacks
 // count what the guard did per sample; only active samples are evaluated.
 //
@@ -76,6 +80,14 @@ class AndersonSolver : public Solver<Scalar> {
     // 100 x machine epsilon of Scalar, only catches numerically singular
     // systems (in double the relative ridge acts first).
     double condition_limit = 100.0 * static_cast<double>(std::numeric_limits<Scalar>::epsilon());
+    // Predicted gain: the accelerated step is proposed only when the
+    // linearised residual it predicts, |g_k - dG gamma|, is at most
+    // max_predicted_residual x |g_k|; otherwise the plain step beta g_k is
+    // taken and the history kept. Where the map already contracts fast (a
+    // saturated softmax) the least squares predicts little gain, and the
+    // extrapolation would only cost evaluations. In (0, 1]; 1 = off (gamma = 0
+    // always predicts |g_k|).
+    double max_predicted_residual = 0.5;
     // The guard (sufficient_decrease, max_backtracks, backtrack_factor,
     // residual_factor) is described at the top of this file.
 
@@ -94,6 +106,8 @@ class AndersonSolver : public Solver<Scalar> {
         return fail("ridge must be finite and >= 0, got " + std::to_string(ridge));
       if (!(condition_limit >= 0.0 && condition_limit < 1.0))
         return fail("condition_limit must be in [0, 1), got " + std::to_string(condition_limit));
+      if (!(max_predicted_residual > 0.0 && max_predicted_residual <= 1.0))
+        return fail("max_predicted_residual must be in (0, 1], got " + std::to_string(max_predicted_residual));
       return true;
     }
   };
@@ -173,6 +187,7 @@ Summary AndersonSolver<Scalar>::Solve(const FixedPointMap<Scalar>& map, MatrixRe
   Matrix<double> gram(m, m * batch);                  // dG^T dG of sample b: block b
   Matrix<double> chol(m, m);                          // ridged system, then its factor
   Vector<double> rhs(m), gamma(m);
+  Vector<Scalar> predicted(n);                        // g - dG gamma
   std::vector<int> count(batch, 0), next(batch, 0);   // stored pairs, next slot to write
   std::vector<char> has_prev(batch, 0), proposal(batch, 0);
 
@@ -199,7 +214,8 @@ Summary AndersonSolver<Scalar>::Solve(const FixedPointMap<Scalar>& map, MatrixRe
       has_prev[b] = 1;
       auto gb = g_prev.col(b);
 
-      // The proposal q = beta g - (dZ + beta dG) gamma (the Anderson step from z).
+      // The proposal q = beta g - (dZ + beta dG) gamma (the Anderson step from
+      // z), when it predicts a gain (max_predicted_residual).
       const Index k = count[b];
       proposal[b] = 0;
       if (k == 0) continue;
@@ -208,6 +224,9 @@ Summary AndersonSolver<Scalar>::Solve(const FixedPointMap<Scalar>& map, MatrixRe
         count[b] = next[b] = 0;  // ill-conditioned history: safe step, fresh history
         continue;
       }
+      predicted = gb;
+      for (Index i = 0; i < k; ++i) predicted -= static_cast<Scalar>(gamma(i)) * dg.col(base + i);
+      if (predicted.norm() > static_cast<Scalar>(options_.max_predicted_residual) * gb.norm()) continue;
       q.col(b) = beta * gb;
       for (Index i = 0; i < k; ++i) {
         q.col(b) -= static_cast<Scalar>(gamma(i)) * (dz.col(base + i) + beta * dg.col(base + i));

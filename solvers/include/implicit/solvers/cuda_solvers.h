@@ -15,7 +15,8 @@
 // DeviceAndersonSolver keeps each sample's ring of (dZ, dG) pairs and its
 // m x m Gram matrix on the device; one kernel per iteration (one thread block
 // per sample) pushes the newest pair, solves the ridged least-squares system
-// by Cholesky in double precision and forms the proposal q. memory is
+// by Cholesky in double precision, applies the predicted-gain gate
+// (max_predicted_residual) and forms the proposal q. memory is
 // limited to kMaxDeviceAndersonMemory.
 //
 //   implicit::cuda::Context context;
