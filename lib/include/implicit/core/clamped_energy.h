@@ -152,7 +152,6 @@ class ClampedEnergy : public Energy<Scalar> {
     out = (mask.array() * out.array() + (Scalar(1) - mask.array()) * (x - clamped).array()).matrix();
   }
 
-
   Energy<Scalar>& base_;
   Matrix<Scalar> mask_;
   Matrix<Scalar> values_;

@@ -27,6 +27,26 @@
 //
 // Samples are independent: column b of the output depends on column b of z
 // (and of the input) only. Shapes: z, v, u and outputs are dimension() x B.
+//
+// A map with per-sample data joins the solvers' active set by evaluating a
+// compacted block of samples with their data (see SupportsColumnSubsets):
+//
+//   class Shifted : public implicit::FixedPointMap<double> {  // f(z_b) = tanh(z_b) / 2 + c_b
+//    public:
+//     explicit Shifted(Matrix<double> c) : c_(std::move(c)) {}
+//     Index dimension() const override { return c_.rows(); }
+//     void Evaluate(ConstMatrixRef<double> z, MatrixRef<double> out) const override {
+//       out = (z.array().tanh() / 2).matrix() + c_;
+//     }
+//     bool SupportsColumnSubsets() const override { return true; }
+//     void EvaluateColumns(ConstMatrixRef<double> z, const std::vector<Index>& columns,
+//                          MatrixRef<double> out) const override {
+//       for (Index j = 0; j < z.cols(); ++j)
+//         out.col(j) = (z.col(j).array().tanh() / 2).matrix() + c_.col(columns[j]);
+//     }
+//    private:
+//     Matrix<double> c_;  // n x B: one shift per sample
+//   };
 #pragma once
 
 #include <implicit/core/energy.h>
@@ -123,19 +143,20 @@ class FixedPointMap {
   virtual bool SupportsColumnSubsets() const { return SupportsSubsets(); }
   virtual void EvaluateColumns(ConstMatrixRef<Scalar> z, const std::vector<Index>& columns,
                                MatrixRef<Scalar> out) const {
-    RequireSubsets(columns);
+    (void)columns;
+    RequireSubsets();
     Evaluate(z, out);
   }
   // out as EvaluateColumns, energies(j) = E(z.col(j)) of sample columns[j].
   virtual void EvaluateColumnsWithEnergy(ConstMatrixRef<Scalar> z, const std::vector<Index>& columns,
                                          MatrixRef<Scalar> out, VectorRef<Scalar> energies) const {
-    RequireSubsets(columns);
+    (void)columns;
+    RequireSubsets();
     EvaluateWithEnergy(z, out, energies);
   }
 
  private:
-  void RequireSubsets(const std::vector<Index>& columns) const {
-    (void)columns;
+  void RequireSubsets() const {
     if (!SupportsSubsets()) {
       throw std::logic_error(
           "this map has per-sample data and no column evaluation: override EvaluateColumns "
