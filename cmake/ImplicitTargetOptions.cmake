@@ -9,6 +9,10 @@ function(implicit_target_options target)
     target_compile_options(${target} PRIVATE
       $<$<COMPILE_LANGUAGE:CXX>:-Wno-maybe-uninitialized>)
   endif()
+  if(IMPLICIT_GCC_FEWER_COLLECTIONS AND CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+    target_compile_options(${target} PRIVATE
+      $<$<COMPILE_LANGUAGE:CXX>:--param=ggc-min-expand=400 --param=ggc-min-heapsize=4194304>)
+  endif()
   if(IMPLICIT_USE_LLD)
     target_link_options(${target} PRIVATE -fuse-ld=lld)
   endif()

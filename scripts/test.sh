@@ -25,12 +25,19 @@ stage() {
 scripts/install-deps.sh
 stage "install-deps"
 
+# GCC's garbage collector tuned for speed (IMPLICIT_GCC_FEWER_COLLECTIONS,
+# about 10% less compile time) when the machine has 3 GiB of memory per job.
+fewer_collections=OFF
+if [ "$(awk '/^MemTotal:/ {print $2}' /proc/meminfo 2>/dev/null || echo 0)" -ge $((jobs * 3 * 1024 * 1024)) ]; then
+  fewer_collections=ON
+fi
+
 echo "== Release build and tests"
 # Debian's interpreter: the one python3-numpy and python3-pytest are installed for
 # (a python3 earlier in PATH, e.g. pyenv's, may lack them).
 python=$(command -v /usr/bin/python3 || command -v python3)
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DIMPLICIT_BUILD_TESTS=ON \
-      -DPython_EXECUTABLE="$python"
+      -DPython_EXECUTABLE="$python" -DIMPLICIT_GCC_FEWER_COLLECTIONS=$fewer_collections
 cmake --build build -j "$jobs"
 (cd build && ctest -j "$jobs" --output-on-failure)
 stage "Release build and tests"
@@ -80,6 +87,7 @@ if [ "${SKIP_SANITIZE:-0}" != "1" ]; then
   # and under mpirun -np 2 in the Release pass.
   cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DIMPLICIT_SANITIZE=ON \
         -DIMPLICIT_WITH_CUDA=OFF -DIMPLICIT_PYTHON=OFF -DIMPLICIT_WITH_MPI=OFF \
+        -DIMPLICIT_GCC_FEWER_COLLECTIONS=$fewer_collections \
         -DCMAKE_CXX_FLAGS_DEBUG="-O0 -g1"
   cmake --build build-asan -j "$jobs"
   (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \

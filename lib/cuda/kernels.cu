@@ -399,11 +399,14 @@ __global__ void AndersonProposeKernel(AndersonState st, const S* z, const S* f, 
   }
   // The predicted-gain gate of AndersonSolver (anderson.h): no proposal (a
   // plain step, the history kept) when |g - dG gamma| > max_predicted_residual |g|.
+  // q holds g - dG gamma until the proposal below overwrites it.
+  S* qb = q + col;
   double gg = 0, pp = 0;
   for (int i = threadIdx.x; i < n; i += blockDim.x) {
     const double g = double(gp[i]);
     double p = g;
     for (int l = 0; l < k; ++l) p -= gamma[l] * double(ring(dg, l)[i]);
+    qb[i] = static_cast<S>(p);
     gg += g * g;
     pp += p * p;
   }
@@ -417,11 +420,10 @@ __global__ void AndersonProposeKernel(AndersonState st, const S* z, const S* f, 
     return;
   }
   const S beta = static_cast<S>(st.mixing);
-  S* qb = q + col;
   double descent = 0;
   for (int i = threadIdx.x; i < n; i += blockDim.x) {
-    S v = beta * gp[i];
-    for (int l = 0; l < k; ++l) v -= static_cast<S>(gamma[l]) * (ring(dz, l)[i] + beta * ring(dg, l)[i]);
+    S v = beta * qb[i];  // q = beta (g - dG gamma) - dZ gamma
+    for (int l = 0; l < k; ++l) v -= static_cast<S>(gamma[l]) * ring(dz, l)[i];
     qb[i] = v;
     descent += double(v) * double(gp[i]);
   }

@@ -13,7 +13,9 @@
 #include <string>
 #include <vector>
 
+#include "support/active_set_checks.h"
 #include "support/energy_checks.h"
+#include "support/fused_energy_checks.h"
 #include "support/ift_problems.h"
 #include "support/test_problems.h"
 
@@ -140,6 +142,28 @@ BOOST_AUTO_TEST_CASE(implicit_backward_returns_the_input_gradient) {
                      "dL/dc(" << i << ", " << b << ") = " << g.input_gradient(i, b) << ", fd " << fd);
         }
       }
+    }
+  }
+}
+
+// The active set evaluates blocks of samples with their own input columns
+// (Energy::GradientColumns): the same iterates as whole-batch solves, in both
+// modes.
+BOOST_AUTO_TEST_CASE(active_set_evaluates_blocks_with_their_inputs) {
+  const Index n = 6, N = 5, B = 8;
+  for (implicit::AutoDiffMode mode : Modes()) {
+    BOOST_TEST_CONTEXT("mode " << static_cast<int>(mode)) {
+      Pair pair = MakePair(n, N, B, 2.0, mode);
+      implicit::CccpMap<double> map(pair.autodiff);
+      BOOST_REQUIRE(!map.SupportsSubsets());
+      const Matrix<double> z0 = implicit::testing::RandomMatrix<double>(n, B, 19);
+      implicit::testing::CheckColumnEvaluation<double>(map, z0, 1e-12);
+      implicit::testing::CheckActiveSetMatchesWholeBatch<double>(map, z0,
+                                                                {"picard", "anderson", "broyden", "lbfgs"});
+      Matrix<double> grad(n, 2);
+      Vector<double> values(2);
+      BOOST_CHECK_THROW(pair.autodiff.GradientColumns(z0.leftCols(2), {0, B}, grad, values),
+                        std::invalid_argument);  // sample B: beyond the input batch
     }
   }
 }

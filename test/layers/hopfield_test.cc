@@ -13,6 +13,7 @@
 #include <implicit/layers/hopfield.h>
 #include <implicit/solvers/picard.h>
 
+#include "support/active_set_checks.h"
 #include "support/energy_checks.h"
 #include "support/fused_energy_checks.h"
 #include "support/test_problems.h"
@@ -337,6 +338,29 @@ BOOST_AUTO_TEST_CASE(one_step_layer_is_multi_head_attention) {
     A.middleRows(2 * h, 2) = ReferenceAttention(K, V, q, P.Block("beta")(h, 0));
   }
   BOOST_TEST(RelativeError(Z, P.Block("W_O") * A) <= 1e-13);
+}
+
+// With a query anchor (query_weight > 0) or a per-sample mask the layer's
+// energy has per-sample data: its CCCP map evaluates blocks of samples with
+// their anchors and masks (Energy::CccpUpdateColumns), and the active set
+// gives the same iterates as whole-batch solves.
+BOOST_AUTO_TEST_CASE(layer_active_set_uses_each_samples_anchor_and_mask) {
+  const Index B = 8;
+  const Matrix<double> R = RandomMatrix<double>(6, B, 26), Y = RandomMatrix<double>(5, 7, 27);
+  Matrix<double> mask = Matrix<double>::Zero(7, B);
+  for (Index b = 0; b < B; ++b) mask(b % 7, b) = -kInf;
+  for (double a : {0.0, 0.3}) {
+    BOOST_TEST_CONTEXT("query_weight " << a) {
+      implicit::HopfieldLayer<double> layer(LayerOptions(false, a));
+      layer.Forward(R, Y, mask);
+      const implicit::FixedPointMap<double>& map = layer.map();
+      BOOST_REQUIRE(!map.SupportsSubsets());
+      const Matrix<double> xi0 = layer.energy().ProjectQueries(R);
+      implicit::testing::CheckColumnEvaluation<double>(map, xi0, 1e-12);
+      implicit::testing::CheckActiveSetMatchesWholeBatch<double>(map, xi0,
+                                                                {"picard", "anderson", "broyden", "lbfgs"});
+    }
+  }
 }
 
 BOOST_AUTO_TEST_CASE(layer_energy_matches_finite_differences) {

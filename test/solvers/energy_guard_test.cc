@@ -3,6 +3,7 @@
 #define BOOST_TEST_MODULE energy_guard
 #include <boost/test/unit_test.hpp>
 
+#include <implicit/core/clamped_energy.h>
 #include <implicit/core/digits.h>
 #include <implicit/core/energy_maps.h>
 #include <implicit/layers/mlp_block_map.h>
@@ -13,6 +14,8 @@
 #include <implicit/solvers/picard.h>
 #include <implicit/solvers/registry.h>
 
+#include "support/active_set_checks.h"
+#include "support/fused_energy_checks.h"
 #include "support/solver_checks.h"
 #include "support/solver_test_maps.h"
 #include "support/test_problems.h"
@@ -25,6 +28,7 @@
 #include <vector>
 
 using namespace implicit;
+using implicit::testing::CheckActiveSetMatchesWholeBatch;
 using implicit::testing::Residuals;
 
 namespace {
@@ -43,32 +47,6 @@ std::unique_ptr<Solver<Scalar>> Make(const std::string& name, const SolverOption
   return MakeSolver<Scalar>(name, {}, common);
 }
 const std::vector<std::string> kSolvers = {"picard", "anderson", "broyden", "lbfgs", "newton"};
-
-// The same map, but evaluated on the whole batch every time.
-template <typename Scalar>
-class WholeBatchMap : public FixedPointMap<Scalar> {
- public:
-  explicit WholeBatchMap(const FixedPointMap<Scalar>& inner) : inner_(inner) {}
-  Index dimension() const override { return inner_.dimension(); }
-  void Evaluate(ConstMatrixRef<Scalar> z, MatrixRef<Scalar> out) const override {
-    inner_.Evaluate(z, out);
-  }
-  const Energy<Scalar>* energy() const override { return inner_.energy(); }
-  void EvaluateWithEnergy(ConstMatrixRef<Scalar> z, MatrixRef<Scalar> out,
-                          VectorRef<Scalar> e) const override {
-    inner_.EvaluateWithEnergy(z, out, e);
-  }
-  bool SupportsSubsets() const override { return false; }
-  bool HasJacobianProducts() const override { return inner_.HasJacobianProducts(); }
-  bool HasSymmetricJacobian() const override { return inner_.HasSymmetricJacobian(); }
-  void JacobianVectorProduct(ConstMatrixRef<Scalar> z, ConstMatrixRef<Scalar> v,
-                             MatrixRef<Scalar> out) const override {
-    inner_.JacobianVectorProduct(z, v, out);
-  }
-
- private:
-  const FixedPointMap<Scalar>& inner_;
-};
 
 template <typename Scalar>
 void CheckEnergyNeverIncreases(double tolerance) {
@@ -176,38 +154,6 @@ BOOST_AUTO_TEST_CASE(energy_aware_solvers_leave_a_saddle_for_a_minimum) {
   BOOST_TEST(at_saddle > 0);
 }
 
-// Solves from z0 with each solver, once with the active set and once with the
-// map evaluated on the whole batch: the same iterates, fewer columns.
-template <typename Scalar>
-void CheckActiveSetMatchesWholeBatch(const FixedPointMap<Scalar>& map, const Matrix<Scalar>& z0,
-                                     const std::vector<std::string>& solvers, int max_iterations = 300) {
-  BOOST_REQUIRE(map.SupportsColumnSubsets());
-  WholeBatchMap<Scalar> whole(map);
-  const Index B = z0.cols();
-  for (const std::string& name : solvers) {
-    BOOST_TEST_CONTEXT(name) {
-      SolverOptions common;
-      common.max_iterations = max_iterations;
-      common.absolute_tolerance = 1e-10;
-      Matrix<Scalar> za = z0, zw = z0;
-      const Summary active = Make<Scalar>(name, common)->Solve(map, za);
-      const Summary full = Make<Scalar>(name, common)->Solve(whole, zw);
-      BOOST_TEST(active.IsConverged());
-      BOOST_TEST(full.IsConverged());
-      BOOST_TEST((za - zw).cwiseAbs().maxCoeff() <= 1e-12);
-      for (Index b = 0; b < B; ++b) {
-        BOOST_TEST(active.sample_iterations[b] == full.sample_iterations[b]);
-        BOOST_TEST(active.sample_evaluations[b] <= full.sample_evaluations[b]);
-      }
-      // Only the active columns were evaluated: fewer columns in all.
-      BOOST_TEST(active.total_sample_evaluations() <
-                 static_cast<long long>(full.function_evaluations) * B);
-      BOOST_TEST(full.total_sample_evaluations() ==
-                 static_cast<long long>(full.function_evaluations) * B);
-    }
-  }
-}
-
 // The active set changes the work, not the iterates.
 BOOST_AUTO_TEST_CASE(active_set_gives_the_same_iterates_as_whole_batch_solves) {
   const Index n = 12, N = 30, B = 16;
@@ -256,6 +202,28 @@ BOOST_AUTO_TEST_CASE(active_set_covers_maps_with_per_sample_data) {
     // matrix-free residual path, which evaluates whole batches.)
     CheckActiveSetMatchesWholeBatch<double>(et_map, image, {"picard", "anderson", "broyden", "lbfgs"}, 3000);
   }
+}
+
+// Energies with per-sample data join the active set through
+// Energy::GradientColumns: a Hopfield energy with per-sample clamps (half of
+// each query held at its values) under the gradient-step map.
+BOOST_AUTO_TEST_CASE(active_set_covers_energies_with_per_sample_data) {
+  const Index n = 10, N = 24, B = 12;
+  const Matrix<double> X = testing::RandomMatrix<double>(n, N, 51);
+  auto base = Hopfield<double>(X, 3.0);
+  ClampedEnergy<double> clamped(base);
+  Matrix<double> free_mask = Matrix<double>::Zero(n, B);
+  for (Index b = 0; b < B; ++b)
+    for (Index i = 0; i < n; ++i) free_mask(i, b) = (i + b) % 3 == 0 ? 0.0 : 1.0;
+  const Matrix<double> z0 = X.leftCols(B) + testing::RandomMatrix<double>(n, B, 52, 0.5);
+  clamped.SetClamp(free_mask, z0);
+  GradientStepMap<double> map(clamped, 1.0);
+  BOOST_REQUIRE(!map.SupportsSubsets());
+  testing::CheckColumnEvaluation<double>(map, z0, 1e-12);
+  CheckActiveSetMatchesWholeBatch<double>(map, z0, {"picard", "anderson", "broyden", "lbfgs"});
+  CccpMap<double> cccp(clamped);
+  testing::CheckColumnEvaluation<double>(cccp, z0, 1e-12);
+  CheckActiveSetMatchesWholeBatch<double>(cccp, z0, {"picard", "anderson"});
 }
 
 // The two hopfield-digits queries (all 1797 digits stored, beta 2, bottom half

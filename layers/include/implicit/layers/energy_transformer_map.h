@@ -37,7 +37,6 @@
 #include <implicit/layers/token_mask.h>
 
 #include <cmath>
-#include <limits>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -169,9 +168,7 @@ void EnergyTransformerMap<Scalar>::EvaluateColumns(
     MatrixRef<Scalar> out) const {
   internal::CheckShape("EnergyTransformerMap::EvaluateColumns(out)", out, x.rows(), x.cols());
   if (!has_clamp_) {
-    internal::CheckColumns("EnergyTransformerMap::EvaluateColumns", columns, x.cols(),
-                           std::numeric_limits<Index>::max());
-    Evaluate(x, out);
+    FixedPointMap<Scalar>::EvaluateColumns(x, columns, out);
     return;
   }
   Matrix<Scalar> mask, clamped;

@@ -84,9 +84,18 @@ class HopfieldLayerEnergy : public Energy<Scalar> {
     grad = xi - grad;
   }
   // Every sample sees the same energy unless the queries anchor it
-  // (query_weight > 0: q = W_Q R per sample) or the mask is per sample.
+  // (query_weight > 0: q = W_Q R per sample) or the mask is per sample; then
+  // blocks of samples are evaluated with their anchors and masks.
   bool SupportsSubsets() const override {
     return a_ == Scalar(0) && (mask_.size() == 0 || mask_.cols() == 1);
+  }
+  bool SupportsColumnSubsets() const override { return true; }
+  void CccpUpdateColumns(ConstMatrixRef<Scalar> xi, const std::vector<Index>& columns, MatrixRef<Scalar> out,
+                         VectorRef<Scalar> values) const override;
+  void GradientColumns(ConstMatrixRef<Scalar> xi, const std::vector<Index>& columns, MatrixRef<Scalar> grad,
+                       VectorRef<Scalar> values) const override {
+    CccpUpdateColumns(xi, columns, grad, values);
+    grad = xi - grad;
   }
 
   void HessianVectorProduct(ConstMatrixRef<Scalar> xi, ConstMatrixRef<Scalar> v,
@@ -146,7 +155,15 @@ class HopfieldLayerEnergy : public Energy<Scalar> {
     return x;
   }
   internal::SoftmaxHead<Scalar> HeadAt(const Matrix<Scalar>& K, ConstMatrixRef<Scalar> xi, Index h,
-                                       const char* who) const;
+                                       const char* who) const {
+    return HeadAt(K, xi, h, mask_, who);
+  }
+  internal::SoftmaxHead<Scalar> HeadAt(const Matrix<Scalar>& K, ConstMatrixRef<Scalar> xi, Index h,
+                                       const Matrix<Scalar>& mask, const char* who) const;
+  // The CCCP update (and E unless values is empty) of xi's samples with their
+  // anchor a W_Q R (empty when a = 0) and mask; xi checked by the caller.
+  void CccpWith(ConstMatrixRef<Scalar> xi, const Matrix<Scalar>& anchor, const Matrix<Scalar>& mask,
+                MatrixRef<Scalar> out, VectorRef<Scalar> values, const char* who) const;
   // dK (H d_k x N) and dbeta (H) of sum_b sum_h (1 - a) <K_h p_h, u_h>.
   void RetrievalVjp(ConstMatrixRef<Scalar> xi, ConstMatrixRef<Scalar> u, Matrix<Scalar>* dK,
                     Vector<Scalar>* dbeta) const;
@@ -205,12 +222,9 @@ void HopfieldLayerEnergy<Scalar>::CccpUpdate(
     MatrixRef<Scalar> out) const {
   Check("HopfieldLayerEnergy::CccpUpdate(xi)", xi);
   internal::CheckShape("HopfieldLayerEnergy::CccpUpdate(out)", out, xi.rows(), xi.cols());
-  const Matrix<Scalar> K = Keys();
-  for (Index h = 0; h < H_; ++h) {
-    const auto head = HeadAt(K, xi, h, "HopfieldLayerEnergy::CccpUpdate");
-    out.middleRows(h * dk_, dk_).noalias() = (Scalar(1) - a_) * (K.middleRows(h * dk_, dk_) * head.p);
-  }
-  if (a_ != Scalar(0)) out += a_ * Anchor(xi.cols());
+  Vector<Scalar> no_values;
+  CccpWith(xi, a_ != Scalar(0) ? Anchor(xi.cols()) : Matrix<Scalar>(), mask_, out, no_values,
+           "HopfieldLayerEnergy::CccpUpdate");
 }
 
 template <typename Scalar>
@@ -221,18 +235,63 @@ void HopfieldLayerEnergy<Scalar>::CccpUpdateAndValue(
   Check("HopfieldLayerEnergy::CccpUpdateAndValue(xi)", xi);
   internal::CheckShape("HopfieldLayerEnergy::CccpUpdateAndValue(out)", out, xi.rows(), xi.cols());
   internal::CheckShape("HopfieldLayerEnergy::CccpUpdateAndValue(values)", values, xi.cols(), 1);
-  const Matrix<Scalar> K = Keys();
-  values = Scalar(0.5) * xi.colwise().squaredNorm().transpose();
-  Matrix<Scalar> anchor;
+  CccpWith(xi, a_ != Scalar(0) ? Anchor(xi.cols()) : Matrix<Scalar>(), mask_, out, values,
+           "HopfieldLayerEnergy::CccpUpdateAndValue");
+}
+
+template <typename Scalar>
+void HopfieldLayerEnergy<Scalar>::CccpUpdateColumns(
+    ConstMatrixRef<Scalar> xi,
+    const std::vector<Index>& columns,
+    MatrixRef<Scalar> out,
+    VectorRef<Scalar> values) const {
+  if (SupportsSubsets()) {
+    Energy<Scalar>::CccpUpdateColumns(xi, columns, out, values);
+    return;
+  }
+  const char* who = "HopfieldLayerEnergy::CccpUpdateColumns";
+  Check(who, xi);
+  internal::CheckShape("HopfieldLayerEnergy::CccpUpdateColumns(out)", out, xi.rows(), xi.cols());
+  if (values.size() != 0) {
+    internal::CheckShape("HopfieldLayerEnergy::CccpUpdateColumns(values)", values, xi.cols(), 1);
+  }
+  // The per-sample data: the queries R (anchor) and/or a mask with a column per sample.
+  internal::CheckColumns(who, columns, xi.cols(), a_ != Scalar(0) ? R_.cols() : mask_.cols());
+  Matrix<Scalar> anchor, mask;
   if (a_ != Scalar(0)) {
-    anchor = Anchor(xi.cols());
-    values -= a_ * (xi.array() * anchor.array()).colwise().sum().transpose().matrix();
+    Matrix<Scalar> R;
+    internal::GatherColumns(R_, columns, &R);
+    anchor = ProjectQueries(R);
+  }
+  if (mask_.cols() > 1) {
+    internal::GatherColumns(mask_, columns, &mask);
+  } else {
+    mask = mask_;
+  }
+  CccpWith(xi, anchor, mask, out, values, who);
+}
+
+template <typename Scalar>
+void HopfieldLayerEnergy<Scalar>::CccpWith(
+    ConstMatrixRef<Scalar> xi,
+    const Matrix<Scalar>& anchor,
+    const Matrix<Scalar>& mask,
+    MatrixRef<Scalar> out,
+    VectorRef<Scalar> values,
+    const char* who) const {
+  const bool with_values = values.size() != 0;
+  const Matrix<Scalar> K = Keys();
+  if (with_values) {
+    values = Scalar(0.5) * xi.colwise().squaredNorm().transpose();
+    if (a_ != Scalar(0)) values -= a_ * (xi.array() * anchor.array()).colwise().sum().transpose().matrix();
   }
   // Head h reads only rows h of xi and writes only rows h of out (out may alias xi).
   for (Index h = 0; h < H_; ++h) {
-    const auto head = HeadAt(K, xi, h, "HopfieldLayerEnergy::CccpUpdateAndValue");
-    for (Index j = 0; j < xi.cols(); ++j) {
-      values(j) += (Scalar(1) - a_) * internal::NegativeScaledLse(head.lse(j), beta(h));
+    const auto head = HeadAt(K, xi, h, mask, who);
+    if (with_values) {
+      for (Index j = 0; j < xi.cols(); ++j) {
+        values(j) += (Scalar(1) - a_) * internal::NegativeScaledLse(head.lse(j), beta(h));
+      }
     }
     out.middleRows(h * dk_, dk_).noalias() = (Scalar(1) - a_) * (K.middleRows(h * dk_, dk_) * head.p);
   }
@@ -300,11 +359,12 @@ internal::SoftmaxHead<Scalar> HopfieldLayerEnergy<Scalar>::HeadAt(
     const Matrix<Scalar>& K,
     ConstMatrixRef<Scalar> xi,
     Index h,
+    const Matrix<Scalar>& mask,
     const char* who) const {
   const Scalar b = beta(h);
   internal::CheckBeta(who, b);
   internal::SoftmaxHead<Scalar> head;
-  head.Compute(K.middleRows(h * dk_, dk_), xi.middleRows(h * dk_, dk_), b, mask_, who);
+  head.Compute(K.middleRows(h * dk_, dk_), xi.middleRows(h * dk_, dk_), b, mask, who);
   return head;
 }
 

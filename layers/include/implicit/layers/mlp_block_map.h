@@ -19,7 +19,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <random>
 #include <sstream>
 #include <stdexcept>
@@ -257,9 +256,7 @@ void MlpBlockMap<Scalar>::EvaluateColumns(
     MatrixRef<Scalar> out) const {
   internal::CheckShape("MlpBlockMap::EvaluateColumns(out)", out, z.rows(), z.cols());
   if (options_.input_dim == 0) {
-    internal::CheckColumns("MlpBlockMap::EvaluateColumns", columns, z.cols(),
-                           std::numeric_limits<Index>::max());
-    Evaluate(z, out);
+    FixedPointMap<Scalar>::EvaluateColumns(z, columns, out);
     return;
   }
   internal::CheckColumns("MlpBlockMap::EvaluateColumns", columns, z.cols(), x_.cols());

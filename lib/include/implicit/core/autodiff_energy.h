@@ -39,49 +39,24 @@
 //   energy.SetInput(c);                        // m x B
 // InputVectorJacobianProduct then gives d/dc <grad_x E, u> per sample, so that
 // ImplicitBackward returns dL/dc (BackwardResult::input_gradient) like the
-// built-in layers do. Such an energy does not support subsets (its samples
-// carry their own input).
+// built-in layers do. Its samples carry their own input, so solvers evaluate
+// blocks of them with their input columns (Energy::GradientColumns).
 //
-// Two ways to differentiate (set_mode; AutoDiffMode below):
-//  * forward mode, dual numbers (ceres::Jet), with n the state dimension, p the
-//    number of parameters, K = kChunk (default 8) and C the cost of one
-//    scalar evaluation of E:
-//      Gradient              ceil(n/K) evaluations in K-wide duals: about n*C
-//      HessianVectorProduct  ceil(n/K) evaluations in nested duals:  about 2n*C
-//      ParameterVJP          ceil(p/K) evaluations in nested duals:  about 2p*C
-//    so a gradient of an energy whose own cost grows like n costs O(n^2);
-//  * reverse mode (when libimplicit is built with ADOL-C, IMPLICIT_HAVE_ADOLC):
-//    E is recorded once on an ADOL-C tape (the functor is also compiled for
-//    adouble) and the tape is replayed per sample: a gradient costs a small
-//    multiple of C whatever n is, and the Hessian-vector, parameter and input
-//    products come from one second-order adjoint sweep each. A sample on the
-//    other side of a comparison than the recording point is detected and the
-//    tape recorded again there (write branches with ad_functions.h to avoid
-//    that). ADOL-C's state is process-global, so reverse-mode products of
-//    several threads are serialised (correct, one at a time).
-// The tape holds the operations of one evaluation: a functor that reads the
-// values of its scalars to steer the computation (a bisection on extracted
-// doubles, say) would replay stale decisions, so such a functor does not
-// compile for adouble (it has no value accessor for it), or must declare
-//   static constexpr bool kForwardModeOnly = true;
-// to be used in forward mode only. Comparisons of T values are fine (the tape
-// checks them at every replay).
-// The default, AutoDiffMode::kAutomatic, takes reverse mode when it is
-// available and x, c and theta have kReverseModeMinVariables or more
-// variables together; docs/energies.md has the measured costs of both.
+// Two ways to differentiate, forward mode (dual numbers) and reverse mode (an
+// ADOL-C tape): set_mode, AutoDiffMode and their costs in autodiff_mode.h.
 // GradientAndValue costs what Gradient costs (E comes with the derivatives),
-// and SupportsSubsets() is true when E has no per-sample input.
+// and SupportsSubsets() is true when E has no per-sample input (with one, the
+// active set evaluates blocks of samples with their inputs: GradientColumns).
 #pragma once
 
 #include <implicit/core/ad_functions.h>
+#include <implicit/core/autodiff_mode.h>
 #include <implicit/core/energy.h>
 #include <implicit/core/parameters.h>
 #include <implicit/core/types.h>
 #if IMPLICIT_HAVE_ADOLC
 #include <implicit/core/reverse_tape.h>
 #endif
-
-#include <ceres/jet.h>
 
 #include <algorithm>
 #include <stdexcept>
@@ -91,66 +66,6 @@
 #include <vector>
 
 namespace implicit {
-namespace internal {
-
-// ceres::Jet<Scalar, 1> that converts implicitly from arithmetic values and
-// from its base, so that the nested dual ceres::Jet<DirectionalJet, K> can be
-// built from literals (T(0.5), Eigen's Scalar(0)) like any other scalar.
-template <typename Scalar>
-struct DirectionalJet : ceres::Jet<Scalar, 1> {
-  using Base = ceres::Jet<Scalar, 1>;
-  DirectionalJet() = default;
-  DirectionalJet(const Base& jet) : Base(jet) {}  // NOLINT: implicit by design
-  template <typename A, typename = std::enable_if_t<std::is_arithmetic<A>::value>>
-  DirectionalJet(A value) : Base(static_cast<Scalar>(value)) {}  // NOLINT
-};
-
-// Comparisons look at the value part only, as ceres::Jet's do.
-#define IMPLICIT_DIRECTIONAL_JET_COMPARISON(op)                                        \
-  template <typename S>                                                                \
-  bool operator op(const DirectionalJet<S>& f, const DirectionalJet<S>& g) {           \
-    return f.a op g.a;                                                                 \
-  }                                                                                    \
-  template <typename S, typename A, typename = std::enable_if_t<std::is_arithmetic<A>::value>> \
-  bool operator op(const DirectionalJet<S>& f, A g) {                                  \
-    return f.a op static_cast<S>(g);                                                   \
-  }                                                                                    \
-  template <typename S, typename A, typename = std::enable_if_t<std::is_arithmetic<A>::value>> \
-  bool operator op(A f, const DirectionalJet<S>& g) {                                  \
-    return static_cast<S>(f) op g.a;                                                   \
-  }
-IMPLICIT_DIRECTIONAL_JET_COMPARISON(<)
-IMPLICIT_DIRECTIONAL_JET_COMPARISON(<=)
-IMPLICIT_DIRECTIONAL_JET_COMPARISON(>)
-IMPLICIT_DIRECTIONAL_JET_COMPARISON(>=)
-IMPLICIT_DIRECTIONAL_JET_COMPARISON(==)
-IMPLICIT_DIRECTIONAL_JET_COMPARISON(!=)
-#undef IMPLICIT_DIRECTIONAL_JET_COMPARISON
-
-}  // namespace internal
-
-// How AutoDiffEnergy computes derivatives.
-enum class AutoDiffMode {
-  kAutomatic,  // reverse when available and the variables are many enough
-  kForward,    // dual numbers: cost grows with the number of variables
-  kReverse,    // ADOL-C tape (needs libimplicit built with ADOL-C)
-};
-// kAutomatic's threshold: reverse mode from this many variables (x, the
-// input c and theta together). Measured by implicit-bench --autodiff: forward
-// mode's gradient is cheaper below it.
-constexpr Index kReverseModeMinVariables = 64;
-// Whether this build of libimplicit has reverse mode (ADOL-C).
-constexpr bool kHaveReverseMode = IMPLICIT_HAVE_ADOLC != 0;
-
-namespace internal {
-// A functor that declares `static constexpr bool kForwardModeOnly = true;` is
-// never compiled for reverse mode (see AutoDiffEnergy).
-template <typename Functor, typename = void>
-struct ForwardModeOnly : std::false_type {};
-template <typename Functor>
-struct ForwardModeOnly<Functor, std::void_t<decltype(Functor::kForwardModeOnly)>>
-    : std::integral_constant<bool, Functor::kForwardModeOnly> {};
-}  // namespace internal
 
 template <typename Functor, typename Scalar, int kChunk = 8>
 class AutoDiffEnergy : public Energy<Scalar> {
@@ -269,8 +184,24 @@ class AutoDiffEnergy : public Energy<Scalar> {
     out = x - out;
   }
   // Without an input E depends on x and theta only: any subset of a batch's
-  // columns may be evaluated. With one, each sample has its own input column.
+  // columns may be evaluated. With one, each sample has its own input column,
+  // which GradientColumns picks for a block of samples.
   bool SupportsSubsets() const override { return !kHasInput; }
+  bool SupportsColumnSubsets() const override { return true; }
+  void GradientColumns(ConstMatrixRef<Scalar> x, const std::vector<Index>& columns, MatrixRef<Scalar> grad,
+                       VectorRef<Scalar> values) const override {
+    if constexpr (!kHasInput) {
+      Energy<Scalar>::GradientColumns(x, columns, grad, values);
+    } else {
+      internal::CheckBatch("AutoDiffEnergy::GradientColumns(x)", x, dimension_);
+      internal::CheckShape("AutoDiffEnergy::GradientColumns(grad)", grad, x.rows(), x.cols());
+      if (values.size() != 0) {
+        internal::CheckShape("AutoDiffEnergy::GradientColumns(values)", values, x.cols(), 1);
+      }
+      internal::CheckColumns("AutoDiffEnergy::GradientColumns", columns, x.cols(), input_.cols());
+      GradientWithValue(x, grad, values.size() != 0 ? &values : nullptr, &columns);
+    }
+  }
 
   void HessianVectorProduct(ConstMatrixRef<Scalar> x, ConstMatrixRef<Scalar> v,
                             MatrixRef<Scalar> out) const override {
@@ -357,18 +288,20 @@ class AutoDiffEnergy : public Energy<Scalar> {
  private:
   // grad.col(b) = grad E(x_b) by forward-mode duals, K directions per
   // evaluation; (*values)(b) = E(x_b) from the first evaluation's value part.
-  void GradientWithValue(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> grad,
-                         VectorRef<Scalar>* values) const {
-    CheckInput("AutoDiffEnergy::Gradient", x.cols());
+  // Column b of x is batch sample (*columns)[b] (its input), or b.
+  void GradientWithValue(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> grad, VectorRef<Scalar>* values,
+                         const std::vector<Index>* columns = nullptr) const {
+    if (columns == nullptr) CheckInput("AutoDiffEnergy::Gradient", x.cols());
+    const auto sample = [columns](Index b) { return columns == nullptr ? b : (*columns)[b]; };
 #if IMPLICIT_HAVE_ADOLC
     if constexpr (kCanReverse) {
-      if (uses_reverse_mode()) return ReverseGradient(x, grad, values);
+      if (uses_reverse_mode()) return ReverseGradient(x, grad, values, sample);
     }
 #endif
     const Vector<Dual> theta = Lift<Dual>(parameters_.values());
     for (Index b = 0; b < x.cols(); ++b) {
       Vector<Dual> xd = Lift<Dual>(x.col(b));
-      const Vector<Dual> input = InputOf<Dual>(b);
+      const Vector<Dual> input = InputOf<Dual>(sample(b));
       ForEachChunk(dimension_, [&](Index c, Index len) {
         for (Index k = 0; k < len; ++k) xd(c + k).v[k] = Scalar(1);
         const Dual e = Call(xd, input, theta);
@@ -405,13 +338,14 @@ class AutoDiffEnergy : public Energy<Scalar> {
   Index num_variables() const { return dimension_ + input_dimension_ + parameters_.size(); }
 
 #if IMPLICIT_HAVE_ADOLC
-  // z = (x_b, c_b, theta) in double, the tape's variables for sample b.
-  void PackVariables(ConstMatrixRef<Scalar> x, Index b, std::vector<double>* z) const {
+  // z = (x_b, c_s, theta) in double, the tape's variables for column b of x,
+  // batch sample s (its input column).
+  void PackVariables(ConstMatrixRef<Scalar> x, Index b, Index s, std::vector<double>* z) const {
     z->resize(num_variables());
     double* out = z->data();
     for (Index i = 0; i < dimension_; ++i) *out++ = static_cast<double>(x(i, b));
     if constexpr (kHasInput) {
-      for (Index i = 0; i < input_dimension_; ++i) *out++ = static_cast<double>(input_(i, b));
+      for (Index i = 0; i < input_dimension_; ++i) *out++ = static_cast<double>(input_(i, s));
     }
     const Vector<Scalar>& theta = parameters_.values();
     for (Index i = 0; i < theta.size(); ++i) *out++ = static_cast<double>(theta(i));
@@ -439,12 +373,13 @@ class AutoDiffEnergy : public Energy<Scalar> {
           "(a comparison of equal values?); use forward mode (set_mode) for this energy");
     }
   }
-  void ReverseGradient(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> grad,
-                       VectorRef<Scalar>* values) const {
+  template <typename Sample>
+  void ReverseGradient(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> grad, VectorRef<Scalar>* values,
+                       Sample&& sample) const {
     const auto lock = internal::ReverseTape::Lock();
     std::vector<double> z, g(num_variables());
     for (Index b = 0; b < x.cols(); ++b) {
-      PackVariables(x, b, &z);
+      PackVariables(x, b, sample(b), &z);
       double e = 0;
       Replay(z, [&] { return tape_.GradientAndValue(z.data(), &e, g.data()); });
       for (Index i = 0; i < dimension_; ++i) grad(i, b) = static_cast<Scalar>(g[i]);
@@ -460,7 +395,7 @@ class AutoDiffEnergy : public Energy<Scalar> {
     const auto lock = internal::ReverseTape::Lock();
     std::vector<double> z, v(num_variables(), 0.0), hv(num_variables());
     for (Index b = 0; b < x.cols(); ++b) {
-      PackVariables(x, b, &z);
+      PackVariables(x, b, b, &z);
       for (Index i = 0; i < dimension_; ++i) v[i] = static_cast<double>(u(i, b));
       Replay(z, [&] { return tape_.HessianVectorProduct(z.data(), v.data(), hv.data()); });
       sink(b, hv);

@@ -80,7 +80,8 @@ class ClampedEnergy : public Energy<Scalar> {
   }
   // Value and DescentDirection for a compacted block x of the batch samples
   // `columns` (ascending), with those samples' clamps (for maps' column
-  // evaluation, FixedPointMap::EvaluateColumns).
+  // evaluation, FixedPointMap::EvaluateColumns). The base energy must
+  // SupportsSubsets() (it sees the merged block).
   void ValueColumns(ConstMatrixRef<Scalar> x, const std::vector<Index>& columns,
                     VectorRef<Scalar> values) const {
     Matrix<Scalar> mask, clamped;
@@ -104,9 +105,9 @@ class ClampedEnergy : public Energy<Scalar> {
     internal::GatherColumns(values_, columns, clamped);
   }
   void Gradient(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> grad) const override {
-    const Matrix<Scalar> y = Merge(x);
-    base_.Gradient(y, grad);
-    Combine(x, grad);
+    Check("ClampedEnergy(x)", x);
+    Vector<Scalar> no_values;
+    GradientWith(x, mask_, values_, grad, no_values);
   }
   void DescentDirection(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> out) const override {
     const Matrix<Scalar> y = Merge(x);
@@ -114,14 +115,28 @@ class ClampedEnergy : public Energy<Scalar> {
     Combine(x, out);
   }
   void GradientAndValue(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> grad,
-                        VectorRef<Scalar> values) const override;
+                        VectorRef<Scalar> values) const override {
+    Check("ClampedEnergy(x)", x);
+    internal::CheckShape("ClampedEnergy::GradientAndValue(values)", values, x.cols(), 1);
+    GradientWith(x, mask_, values_, grad, values);
+  }
   void CccpUpdateAndValue(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> out,
                           VectorRef<Scalar> values) const override {
     GradientAndValue(x, out, values);
     out = x - out;
   }
-  // The clamp (mask and values) is per sample: never evaluate a subset.
+  // The clamp (mask and values) is per sample: a subset of the batch is
+  // evaluated with its samples' clamps (GradientColumns), when the base
+  // energy supports subsets.
   bool SupportsSubsets() const override { return false; }
+  bool SupportsColumnSubsets() const override { return base_.SupportsSubsets(); }
+  void GradientColumns(ConstMatrixRef<Scalar> x, const std::vector<Index>& columns, MatrixRef<Scalar> grad,
+                       VectorRef<Scalar> values) const override {
+    Matrix<Scalar> mask, clamped;
+    GatherClamp("ClampedEnergy::GradientColumns", x, columns, &mask, &clamped);
+    if (values.size() != 0) internal::CheckShape("ClampedEnergy::GradientColumns(values)", values, x.cols(), 1);
+    GradientWith(x, mask, clamped, grad, values);
+  }
   void HessianVectorProduct(ConstMatrixRef<Scalar> x, ConstMatrixRef<Scalar> v,
                             MatrixRef<Scalar> out) const override;
 
@@ -142,6 +157,22 @@ class ClampedEnergy : public Energy<Scalar> {
   void ValueWith(ConstMatrixRef<Scalar> x, const Matrix<Scalar>& mask, const Matrix<Scalar>& clamped,
                  VectorRef<Scalar> values) const {
     base_.Value(Merge(x, mask, clamped), values);
+    AddPenalty(x, mask, clamped, values);
+  }
+  // The gradient for the given clamps; the value too unless values is empty.
+  void GradientWith(ConstMatrixRef<Scalar> x, const Matrix<Scalar>& mask, const Matrix<Scalar>& clamped,
+                    MatrixRef<Scalar> grad, VectorRef<Scalar> values) const {
+    const Matrix<Scalar> y = Merge(x, mask, clamped);
+    if (values.size() == 0) {
+      base_.Gradient(y, grad);
+    } else {
+      base_.GradientAndValue(y, grad, values);
+      AddPenalty(x, mask, clamped, values);
+    }
+    Combine(x, mask, clamped, grad);
+  }
+  static void AddPenalty(ConstMatrixRef<Scalar> x, const Matrix<Scalar>& mask, const Matrix<Scalar>& clamped,
+                         VectorRef<Scalar> values) {
     values += Scalar(0.5) *
               ((Scalar(1) - mask.array()) * (x - clamped).array()).matrix().colwise().squaredNorm().transpose();
   }
@@ -167,18 +198,6 @@ void ClampedEnergy<Scalar>::SetClamp(Matrix<Scalar> free_mask, Matrix<Scalar> va
   }
   mask_ = std::move(free_mask);
   values_ = std::move(values);
-}
-
-template <typename Scalar>
-void ClampedEnergy<Scalar>::GradientAndValue(
-    ConstMatrixRef<Scalar> x,
-    MatrixRef<Scalar> grad,
-    VectorRef<Scalar> values) const {
-  const Matrix<Scalar> y = Merge(x);
-  base_.GradientAndValue(y, grad, values);
-  values += Scalar(0.5) *
-            ((Scalar(1) - mask_.array()) * (x - values_).array()).matrix().colwise().squaredNorm().transpose();
-  Combine(x, grad);
 }
 
 template <typename Scalar>

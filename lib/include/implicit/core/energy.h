@@ -23,8 +23,10 @@
 #include <implicit/core/parameters.h>
 #include <implicit/core/types.h>
 
+#include <limits>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace implicit {
 
@@ -84,6 +86,44 @@ class Energy {
   // iterating. The default, false, is safe for every energy.
   virtual bool SupportsSubsets() const { return false; }
 
+  // Energies with per-sample data (an input, an anchor, clamps) join the
+  // active set by overriding SupportsColumnSubsets() to return true and
+  // GradientColumns (CccpUpdateColumns too when CccpUpdate is overridden):
+  // x is a compacted block and columns[j] the batch index of its column j
+  // (ascending), as in FixedPointMap::EvaluateColumns, so that
+  //
+  //   grad.col(j) = grad E(x.col(j)) of batch sample columns[j],
+  //   values(j)   = E(x.col(j)) of that sample when values has x.cols() entries
+  //                 (values may be empty: then only grad is written).
+  //
+  // GradientStepMap and CccpMap call them. The defaults serve energies that
+  // SupportsSubsets() (the column indices are only checked).
+  virtual bool SupportsColumnSubsets() const { return SupportsSubsets(); }
+  virtual void GradientColumns(ConstMatrixRef<Scalar> x, const std::vector<Index>& columns,
+                               MatrixRef<Scalar> grad, VectorRef<Scalar> values) const {
+    RequireSubsets("Energy::GradientColumns", x, columns);
+    if (values.size() == 0) {
+      Gradient(x, grad);
+    } else {
+      GradientAndValue(x, grad, values);
+    }
+  }
+  // out.col(j) = the CCCP update of x.col(j) for sample columns[j] (values as above).
+  virtual void CccpUpdateColumns(ConstMatrixRef<Scalar> x, const std::vector<Index>& columns,
+                                 MatrixRef<Scalar> out, VectorRef<Scalar> values) const {
+    if (!SupportsSubsets()) {  // CccpUpdate's default through the column gradient
+      GradientColumns(x, columns, out, values);
+      out = x - out;
+      return;
+    }
+    RequireSubsets("Energy::CccpUpdateColumns", x, columns);
+    if (values.size() == 0) {
+      CccpUpdate(x, out);
+    } else {
+      CccpUpdateAndValue(x, out, values);
+    }
+  }
+
   // ---- Training -----------------------------------------------------------
   // Number of trainable parameters theta (0: none).
   virtual Index num_parameters() const { return 0; }
@@ -104,6 +144,16 @@ class Energy {
                                           MatrixRef<Scalar> out) const {
     (void)x; (void)u; (void)out;
     throw std::logic_error("this energy has no input derivatives");
+  }
+
+ private:
+  void RequireSubsets(const char* what, ConstMatrixRef<Scalar> x, const std::vector<Index>& columns) const {
+    if (!SupportsSubsets()) {
+      throw std::logic_error(
+          "this energy has per-sample data and no column evaluation: override GradientColumns "
+          "or keep SupportsColumnSubsets() false");
+    }
+    internal::CheckColumns(what, columns, x.cols(), std::numeric_limits<Index>::max());
   }
 };
 

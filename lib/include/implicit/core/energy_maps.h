@@ -27,6 +27,7 @@
 #include <cmath>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace implicit {
 
@@ -79,6 +80,18 @@ class GradientStepMap : public FixedPointMap<Scalar> {
     out = z - step_ * out;
   }
   bool SupportsSubsets() const override { return energy_.SupportsSubsets(); }
+  bool SupportsColumnSubsets() const override { return energy_.SupportsColumnSubsets(); }
+  void EvaluateColumns(ConstMatrixRef<Scalar> z, const std::vector<Index>& columns,
+                       MatrixRef<Scalar> out) const override {
+    Vector<Scalar> no_values;
+    energy_.GradientColumns(z, columns, out, no_values);
+    out = z - step_ * out;
+  }
+  void EvaluateColumnsWithEnergy(ConstMatrixRef<Scalar> z, const std::vector<Index>& columns,
+                                 MatrixRef<Scalar> out, VectorRef<Scalar> energies) const override {
+    energy_.GradientColumns(z, columns, out, energies);
+    out = z - step_ * out;
+  }
 
  private:
   const Energy<Scalar>& energy_;
@@ -97,6 +110,15 @@ class CccpMap : public GradientStepMap<Scalar> {
   void EvaluateWithEnergy(ConstMatrixRef<Scalar> z, MatrixRef<Scalar> out,
                           VectorRef<Scalar> energies) const override {
     this->energy()->CccpUpdateAndValue(z, out, energies);
+  }
+  void EvaluateColumns(ConstMatrixRef<Scalar> z, const std::vector<Index>& columns,
+                       MatrixRef<Scalar> out) const override {
+    Vector<Scalar> no_values;
+    this->energy()->CccpUpdateColumns(z, columns, out, no_values);
+  }
+  void EvaluateColumnsWithEnergy(ConstMatrixRef<Scalar> z, const std::vector<Index>& columns,
+                                 MatrixRef<Scalar> out, VectorRef<Scalar> energies) const override {
+    this->energy()->CccpUpdateColumns(z, columns, out, energies);
   }
 };
 

@@ -53,6 +53,7 @@
 #include <implicit/core/parameters.h>
 #include <implicit/core/types.h>
 
+#include <limits>
 #include <stdexcept>
 #include <vector>
 
@@ -139,29 +140,30 @@ class FixedPointMap {
   //   out.col(j) = f(z.col(j)) for batch sample columns[j],   j < z.cols()
   //
   // with `columns` ascending and without repeats. The defaults serve maps that
-  // SupportsSubsets(), which need no column indices.
+  // SupportsSubsets(), which need no column indices (they are still checked:
+  // one per column, ascending); such a map's override may call them for its
+  // case without per-sample data.
   virtual bool SupportsColumnSubsets() const { return SupportsSubsets(); }
   virtual void EvaluateColumns(ConstMatrixRef<Scalar> z, const std::vector<Index>& columns,
                                MatrixRef<Scalar> out) const {
-    (void)columns;
-    RequireSubsets();
+    RequireSubsets("FixedPointMap::EvaluateColumns", z, columns);
     Evaluate(z, out);
   }
   // out as EvaluateColumns, energies(j) = E(z.col(j)) of sample columns[j].
   virtual void EvaluateColumnsWithEnergy(ConstMatrixRef<Scalar> z, const std::vector<Index>& columns,
                                          MatrixRef<Scalar> out, VectorRef<Scalar> energies) const {
-    (void)columns;
-    RequireSubsets();
+    RequireSubsets("FixedPointMap::EvaluateColumnsWithEnergy", z, columns);
     EvaluateWithEnergy(z, out, energies);
   }
 
  private:
-  void RequireSubsets() const {
+  void RequireSubsets(const char* what, ConstMatrixRef<Scalar> z, const std::vector<Index>& columns) const {
     if (!SupportsSubsets()) {
       throw std::logic_error(
           "this map has per-sample data and no column evaluation: override EvaluateColumns "
           "(and EvaluateColumnsWithEnergy) or keep SupportsColumnSubsets() false");
     }
+    internal::CheckColumns(what, columns, z.cols(), std::numeric_limits<Index>::max());
   }
 };
 

@@ -104,20 +104,20 @@ void CheckBatch(const char* what, const Eigen::EigenBase<Derived>& m,
 // batch the per-sample data were set for): FixedPointMap::EvaluateColumns.
 inline void CheckColumns(const char* what, const std::vector<Index>& columns, Index count,
                          Index batch) {
-  std::ostringstream s;
   if (static_cast<Index>(columns.size()) != count) {
+    std::ostringstream s;
     s << what << ": " << columns.size() << " column indices for a block of " << count << " columns";
-  } else {
-    for (std::size_t j = 0; j < columns.size(); ++j) {
-      const bool ascending = j == 0 || columns[j] > columns[j - 1];
-      if (columns[j] < 0 || columns[j] >= batch || !ascending) {
-        s << what << ": column index " << columns[j] << " at position " << j
-          << " is not ascending in [0, " << batch << ") (the batch the per-sample data were set for)";
-        break;
-      }
+    throw std::invalid_argument(s.str());
+  }
+  for (std::size_t j = 0; j < columns.size(); ++j) {
+    const bool ascending = j == 0 || columns[j] > columns[j - 1];
+    if (columns[j] < 0 || columns[j] >= batch || !ascending) {
+      std::ostringstream s;
+      s << what << ": column index " << columns[j] << " at position " << j
+        << " is not ascending in [0, " << batch << ") (the batch the per-sample data were set for)";
+      throw std::invalid_argument(s.str());
     }
   }
-  if (!s.str().empty()) throw std::invalid_argument(s.str());
 }
 
 // out.col(j) = data.col(columns[j]): a per-sample matrix gathered for a block.

@@ -214,7 +214,7 @@ Summary AndersonSolver<Scalar>::Solve(const FixedPointMap<Scalar>& map, MatrixRe
       has_prev[b] = 1;
       auto gb = g_prev.col(b);
 
-      // The proposal q = beta g - (dZ + beta dG) gamma (the Anderson step from
+      // The proposal q = beta (g - dG gamma) - dZ gamma (the Anderson step from
       // z), when it predicts a gain (max_predicted_residual).
       const Index k = count[b];
       proposal[b] = 0;
@@ -227,10 +227,8 @@ Summary AndersonSolver<Scalar>::Solve(const FixedPointMap<Scalar>& map, MatrixRe
       predicted = gb;
       for (Index i = 0; i < k; ++i) predicted -= static_cast<Scalar>(gamma(i)) * dg.col(base + i);
       if (predicted.norm() > static_cast<Scalar>(options_.max_predicted_residual) * gb.norm()) continue;
-      q.col(b) = beta * gb;
-      for (Index i = 0; i < k; ++i) {
-        q.col(b) -= static_cast<Scalar>(gamma(i)) * (dz.col(base + i) + beta * dg.col(base + i));
-      }
+      q.col(b) = beta * predicted;
+      for (Index i = 0; i < k; ++i) q.col(b) -= static_cast<Scalar>(gamma(i)) * dz.col(base + i);
       proposal[b] = 1;
     }
     stepper.Step(z, fz, energies, q, proposal, &evaluator, &monitor);

@@ -1,0 +1,106 @@
+// How AutoDiffEnergy (autodiff_energy.h) differentiates a user energy: the
+// modes, the threshold of the automatic choice, and the dual numbers of
+// forward mode.
+//
+//   implicit::AutoDiffEnergy<MyFunctor, double> energy(MyFunctor{}, n);
+//   energy.set_mode(implicit::AutoDiffMode::kForward);   // or kReverse, kAutomatic
+//   if (implicit::kHaveReverseMode) { /* this build has ADOL-C's reverse mode */ }
+//
+// Two ways to differentiate (AutoDiffEnergy::set_mode; AutoDiffMode below):
+//  * forward mode, dual numbers (ceres::Jet), with n the state dimension, p the
+//    number of parameters, K = kChunk (default 8) and C the cost of one
+//    scalar evaluation of E:
+//      Gradient              ceil(n/K) evaluations in K-wide duals: about n*C
+//      HessianVectorProduct  ceil(n/K) evaluations in nested duals:  about 2n*C
+//      ParameterVJP          ceil(p/K) evaluations in nested duals:  about 2p*C
+//    so a gradient of an energy whose own cost grows like n costs O(n^2);
+//  * reverse mode (when libimplicit is built with ADOL-C, IMPLICIT_HAVE_ADOLC):
+//    E is recorded once on an ADOL-C tape (the functor is also compiled for
+//    adouble) and the tape is replayed per sample: a gradient costs a small
+//    multiple of C whatever n is, and the Hessian-vector, parameter and input
+//    products come from one second-order adjoint sweep each. A sample on the
+//    other side of a comparison than the recording point is detected and the
+//    tape recorded again there (write branches with ad_functions.h to avoid
+//    that). ADOL-C's state is process-global, so reverse-mode products of
+//    several threads are serialised (correct, one at a time).
+// The tape holds the operations of one evaluation: a functor that reads the
+// values of its scalars to steer the computation (a bisection on extracted
+// doubles, say) would replay stale decisions, so such a functor does not
+// compile for adouble (it has no value accessor for it), or must declare
+//   static constexpr bool kForwardModeOnly = true;
+// to be used in forward mode only. Comparisons of T values are fine (the tape
+// checks them at every replay).
+// The default, AutoDiffMode::kAutomatic, takes reverse mode when it is
+// available and x, c and theta have kReverseModeMinVariables or more
+// variables together; docs/energies.md has the measured costs of both.
+#pragma once
+
+#include <implicit/core/types.h>
+
+#include <ceres/jet.h>
+
+#include <type_traits>
+
+namespace implicit {
+namespace internal {
+
+// ceres::Jet<Scalar, 1> that converts implicitly from arithmetic values and
+// from its base, so that the nested dual ceres::Jet<DirectionalJet, K> can be
+// built from literals (T(0.5), Eigen's Scalar(0)) like any other scalar.
+template <typename Scalar>
+struct DirectionalJet : ceres::Jet<Scalar, 1> {
+  using Base = ceres::Jet<Scalar, 1>;
+  DirectionalJet() = default;
+  DirectionalJet(const Base& jet) : Base(jet) {}  // NOLINT: implicit by design
+  template <typename A, typename = std::enable_if_t<std::is_arithmetic<A>::value>>
+  DirectionalJet(A value) : Base(static_cast<Scalar>(value)) {}  // NOLINT
+};
+
+// Comparisons look at the value part only, as ceres::Jet's do.
+#define IMPLICIT_DIRECTIONAL_JET_COMPARISON(op)                                        \
+  template <typename S>                                                                \
+  bool operator op(const DirectionalJet<S>& f, const DirectionalJet<S>& g) {           \
+    return f.a op g.a;                                                                 \
+  }                                                                                    \
+  template <typename S, typename A, typename = std::enable_if_t<std::is_arithmetic<A>::value>> \
+  bool operator op(const DirectionalJet<S>& f, A g) {                                  \
+    return f.a op static_cast<S>(g);                                                   \
+  }                                                                                    \
+  template <typename S, typename A, typename = std::enable_if_t<std::is_arithmetic<A>::value>> \
+  bool operator op(A f, const DirectionalJet<S>& g) {                                  \
+    return static_cast<S>(f) op g.a;                                                   \
+  }
+IMPLICIT_DIRECTIONAL_JET_COMPARISON(<)
+IMPLICIT_DIRECTIONAL_JET_COMPARISON(<=)
+IMPLICIT_DIRECTIONAL_JET_COMPARISON(>)
+IMPLICIT_DIRECTIONAL_JET_COMPARISON(>=)
+IMPLICIT_DIRECTIONAL_JET_COMPARISON(==)
+IMPLICIT_DIRECTIONAL_JET_COMPARISON(!=)
+#undef IMPLICIT_DIRECTIONAL_JET_COMPARISON
+
+}  // namespace internal
+
+// How AutoDiffEnergy computes derivatives.
+enum class AutoDiffMode {
+  kAutomatic,  // reverse when available and the variables are many enough
+  kForward,    // dual numbers: cost grows with the number of variables
+  kReverse,    // ADOL-C tape (needs libimplicit built with ADOL-C)
+};
+// kAutomatic's threshold: reverse mode from this many variables (x, the
+// input c and theta together). Measured by implicit-bench --autodiff: forward
+// mode's gradient is cheaper below it.
+constexpr Index kReverseModeMinVariables = 64;
+// Whether this build of libimplicit has reverse mode (ADOL-C).
+constexpr bool kHaveReverseMode = IMPLICIT_HAVE_ADOLC != 0;
+
+namespace internal {
+// A functor that declares `static constexpr bool kForwardModeOnly = true;` is
+// never compiled for reverse mode (see AutoDiffEnergy).
+template <typename Functor, typename = void>
+struct ForwardModeOnly : std::false_type {};
+template <typename Functor>
+struct ForwardModeOnly<Functor, std::void_t<decltype(Functor::kForwardModeOnly)>>
+    : std::integral_constant<bool, Functor::kForwardModeOnly> {};
+}  // namespace internal
+
+}  // namespace implicit
