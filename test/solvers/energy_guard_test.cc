@@ -224,6 +224,14 @@ BOOST_AUTO_TEST_CASE(active_set_covers_energies_with_per_sample_data) {
   CccpMap<double> cccp(clamped);
   testing::CheckColumnEvaluation<double>(cccp, z0, 1e-12);
   CheckActiveSetMatchesWholeBatch<double>(cccp, z0, {"picard", "anderson"});
+  // A clamp over an energy with per-sample data (here: another clamp) cannot
+  // evaluate blocks: it says so, and a column evaluation throws.
+  ClampedEnergy<double> nested(static_cast<Energy<double>&>(clamped));  // not the copy constructor
+  nested.SetClamp(Matrix<double>::Ones(n, B), z0);
+  BOOST_TEST(!nested.SupportsColumnSubsets());
+  Matrix<double> grad(n, 2);
+  Vector<double> values(2);
+  BOOST_CHECK_THROW(nested.GradientColumns(z0.leftCols(2), {0, 1}, grad, values), std::logic_error);
 }
 
 // The two hopfield-digits queries (all 1797 digits stored, beta 2, bottom half

@@ -16,6 +16,7 @@
 
 #include <sstream>
 #include <stdexcept>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -96,9 +97,15 @@ class ClampedEnergy : public Energy<Scalar> {
     Combine(x, mask, clamped, out);
   }
   // The free mask and clamped values of the samples `columns`, for a block x
-  // (checks x's dimension and the column indices).
+  // (checks x's dimension, the column indices, and that the base energy may
+  // see a block: SupportsSubsets()).
   void GatherClamp(const char* what, ConstMatrixRef<Scalar> x, const std::vector<Index>& columns,
                    Matrix<Scalar>* mask, Matrix<Scalar>* clamped) const {
+    if (!base_.SupportsSubsets()) {
+      throw std::logic_error(std::string(what) +
+                             ": the base energy has per-sample data (SupportsSubsets() is false), so "
+                             "blocks of samples cannot be evaluated");
+    }
     internal::CheckBatch(what, x, base_.dimension());
     internal::CheckColumns(what, columns, x.cols(), mask_.cols());
     internal::GatherColumns(mask_, columns, mask);

@@ -23,7 +23,6 @@
 #include <implicit/core/parameters.h>
 #include <implicit/core/types.h>
 
-#include <limits>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -101,7 +100,8 @@ class Energy {
   virtual bool SupportsColumnSubsets() const { return SupportsSubsets(); }
   virtual void GradientColumns(ConstMatrixRef<Scalar> x, const std::vector<Index>& columns,
                                MatrixRef<Scalar> grad, VectorRef<Scalar> values) const {
-    RequireSubsets("Energy::GradientColumns", x, columns);
+    internal::CheckSubsetColumns(SupportsSubsets(), kNoColumnEvaluation, "Energy::GradientColumns", columns,
+                                 x.cols());
     if (values.size() == 0) {
       Gradient(x, grad);
     } else {
@@ -116,7 +116,8 @@ class Energy {
       out = x - out;
       return;
     }
-    RequireSubsets("Energy::CccpUpdateColumns", x, columns);
+    internal::CheckSubsetColumns(SupportsSubsets(), kNoColumnEvaluation, "Energy::CccpUpdateColumns", columns,
+                                 x.cols());
     if (values.size() == 0) {
       CccpUpdate(x, out);
     } else {
@@ -147,14 +148,9 @@ class Energy {
   }
 
  private:
-  void RequireSubsets(const char* what, ConstMatrixRef<Scalar> x, const std::vector<Index>& columns) const {
-    if (!SupportsSubsets()) {
-      throw std::logic_error(
-          "this energy has per-sample data and no column evaluation: override GradientColumns "
-          "or keep SupportsColumnSubsets() false");
-    }
-    internal::CheckColumns(what, columns, x.cols(), std::numeric_limits<Index>::max());
-  }
+  static constexpr const char* kNoColumnEvaluation =
+      "this energy has per-sample data and no column evaluation: override GradientColumns "
+      "or keep SupportsColumnSubsets() false";
 };
 
 }  // namespace implicit

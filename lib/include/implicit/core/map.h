@@ -53,7 +53,6 @@
 #include <implicit/core/parameters.h>
 #include <implicit/core/types.h>
 
-#include <limits>
 #include <stdexcept>
 #include <vector>
 
@@ -146,25 +145,22 @@ class FixedPointMap {
   virtual bool SupportsColumnSubsets() const { return SupportsSubsets(); }
   virtual void EvaluateColumns(ConstMatrixRef<Scalar> z, const std::vector<Index>& columns,
                                MatrixRef<Scalar> out) const {
-    RequireSubsets("FixedPointMap::EvaluateColumns", z, columns);
+    internal::CheckSubsetColumns(SupportsSubsets(), kNoColumnEvaluation, "FixedPointMap::EvaluateColumns", columns,
+                                 z.cols());
     Evaluate(z, out);
   }
   // out as EvaluateColumns, energies(j) = E(z.col(j)) of sample columns[j].
   virtual void EvaluateColumnsWithEnergy(ConstMatrixRef<Scalar> z, const std::vector<Index>& columns,
                                          MatrixRef<Scalar> out, VectorRef<Scalar> energies) const {
-    RequireSubsets("FixedPointMap::EvaluateColumnsWithEnergy", z, columns);
+    internal::CheckSubsetColumns(SupportsSubsets(), kNoColumnEvaluation,
+                                 "FixedPointMap::EvaluateColumnsWithEnergy", columns, z.cols());
     EvaluateWithEnergy(z, out, energies);
   }
 
  private:
-  void RequireSubsets(const char* what, ConstMatrixRef<Scalar> z, const std::vector<Index>& columns) const {
-    if (!SupportsSubsets()) {
-      throw std::logic_error(
-          "this map has per-sample data and no column evaluation: override EvaluateColumns "
-          "(and EvaluateColumnsWithEnergy) or keep SupportsColumnSubsets() false");
-    }
-    internal::CheckColumns(what, columns, z.cols(), std::numeric_limits<Index>::max());
-  }
+  static constexpr const char* kNoColumnEvaluation =
+      "this map has per-sample data and no column evaluation: override EvaluateColumns "
+      "(and EvaluateColumnsWithEnergy) or keep SupportsColumnSubsets() false";
 };
 
 }  // namespace implicit

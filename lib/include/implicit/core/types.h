@@ -11,6 +11,7 @@
 
 #include <Eigen/Core>
 
+#include <limits>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -118,6 +119,17 @@ inline void CheckColumns(const char* what, const std::vector<Index>& columns, In
       throw std::invalid_argument(s.str());
     }
   }
+}
+
+// The default column evaluations (FixedPointMap::EvaluateColumns,
+// Energy::GradientColumns) of an object without per-sample data: throws
+// std::logic_error(no_columns_message) when it has per-sample data
+// (supports_subsets false), else checks the column indices of a block of
+// `count` columns (CheckColumns; any batch size).
+inline void CheckSubsetColumns(bool supports_subsets, const char* no_columns_message, const char* what,
+                               const std::vector<Index>& columns, Index count) {
+  if (!supports_subsets) throw std::logic_error(no_columns_message);
+  CheckColumns(what, columns, count, std::numeric_limits<Index>::max());
 }
 
 // out.col(j) = data.col(columns[j]): a per-sample matrix gathered for a block.
