@@ -43,8 +43,14 @@ class TanhDeqMapT : public implicit::FixedPointMap<S> {
                              implicit::MatrixRef<S> out) const override {
     Matrix<S> f(z.rows(), z.cols());
     Evaluate(z, f);
-    out.noalias() = W_ * v;
-    out.array() *= S(1) - f.array().square();
+    ApplyJacobian(f, v, out);
+  }
+  bool SupportsColumnJacobianProducts() const override { return true; }
+  void JacobianVectorProductColumns(implicit::ConstMatrixRef<S> z, const std::vector<Index>& columns,
+                                    implicit::ConstMatrixRef<S> v, implicit::MatrixRef<S> out) const override {
+    Matrix<S> f(z.rows(), z.cols());
+    EvaluateColumns(z, columns, f);
+    ApplyJacobian(f, v, out);
   }
   void VectorJacobianProduct(implicit::ConstMatrixRef<S> z, implicit::ConstMatrixRef<S> u,
                              implicit::MatrixRef<S> out) const override {
@@ -56,6 +62,12 @@ class TanhDeqMapT : public implicit::FixedPointMap<S> {
   const Matrix<S>& weights() const { return W_; }
 
  private:
+  // out = diag(1 - f^2) W v at the points whose f is given.
+  void ApplyJacobian(const Matrix<S>& f, implicit::ConstMatrixRef<S> v, implicit::MatrixRef<S> out) const {
+    out.noalias() = W_ * v;
+    out.array() *= S(1) - f.array().square();
+  }
+
   Matrix<S> W_;
   Vector<S> b_;
   Matrix<S> injection_;

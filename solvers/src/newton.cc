@@ -4,10 +4,12 @@
 #include <implicit/solvers/internal/batch_monitor.h>
 #include <implicit/solvers/linear_solvers.h>
 #include <implicit/solvers/newton.h>
+#include <implicit/solvers/sharded_solve.h>
 
 #include <ceres/ceres.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -63,6 +65,52 @@ void CopyPoint(const double* p, Index n, Eigen::Ref<Vector<Scalar>> out) {
   for (Index i = 0; i < n; ++i) out(i) = static_cast<Scalar>(p[i]);
 }
 
+// Columns [begin, begin + count) of the batch `whole` as a batch of their own
+// (the dense path's chunks). A map that evaluates column subsets (and column
+// JVPs) is called on the chunk alone; any other map on the whole batch with
+// the chunk placed in it (its samples are independent, so the other columns
+// only fill the call).
+template <typename Scalar>
+class ChunkMap final : public FixedPointMap<Scalar> {
+ public:
+  ChunkMap(const FixedPointMap<Scalar>& map, ConstMatrixRef<Scalar> whole, Index begin, Index count)
+      : map_(map), whole_(whole), begin_(begin), count_(count), columns_(count) {
+    for (Index j = 0; j < count; ++j) columns_[j] = begin + j;
+  }
+  Index dimension() const override { return map_.dimension(); }
+  bool SupportsSubsets() const override { return map_.SupportsSubsets(); }
+  bool HasJacobianProducts() const override { return map_.HasJacobianProducts(); }
+
+  void Evaluate(ConstMatrixRef<Scalar> z, MatrixRef<Scalar> out) const override {
+    if (map_.SupportsColumnSubsets()) return map_.EvaluateColumns(z, columns_, out);
+    Place(z, &z_);
+    map_.Evaluate(z_, out_);
+    out = out_.middleCols(begin_, count_);
+  }
+  void JacobianVectorProduct(ConstMatrixRef<Scalar> z, ConstMatrixRef<Scalar> v,
+                             MatrixRef<Scalar> out) const override {
+    if (map_.SupportsColumnJacobianProducts()) return map_.JacobianVectorProductColumns(z, columns_, v, out);
+    Place(z, &z_);
+    v_.setZero(whole_.rows(), whole_.cols());
+    v_.middleCols(begin_, count_) = v;
+    map_.JacobianVectorProduct(z_, v_, out_);
+    out = out_.middleCols(begin_, count_);
+  }
+
+ private:
+  void Place(ConstMatrixRef<Scalar> z, Matrix<Scalar>* into) const {
+    *into = whole_;
+    into->middleCols(begin_, count_) = z;
+    out_.resize(whole_.rows(), whole_.cols());
+  }
+
+  const FixedPointMap<Scalar>& map_;
+  ConstMatrixRef<Scalar> whole_;
+  const Index begin_, count_;
+  std::vector<Index> columns_;
+  mutable Matrix<Scalar> z_, v_, out_;  // whole-batch workspaces (the calling thread only)
+};
+
 }  // namespace
 
 template <typename Scalar>
@@ -85,6 +133,36 @@ Summary NewtonSolver<Scalar>::Solve(const FixedPointMap<Scalar>& map, MatrixRef<
 template <typename Scalar>
 Summary NewtonSolver<Scalar>::SolveDense(const FixedPointMap<Scalar>& map,
                                          MatrixRef<Scalar> z) const {
+  const Index batch = z.cols(), chunk = options_.max_threads;
+  if (batch <= chunk) return SolveDenseInLockstep(map, z);
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<Summary> chunks;
+  std::string notes;
+  for (Index begin = 0; begin < batch; begin += chunk) {
+    const Index count = std::min(chunk, batch - begin);
+    ChunkMap<Scalar> chunk_map(map, z, begin, count);
+    chunks.push_back(SolveDenseInLockstep(chunk_map, z.middleCols(begin, count)));
+    const std::string& message = chunks.back().message;
+    const std::size_t note = message.find("; ");  // what follows "k/n samples converged"
+    if (note != std::string::npos) {
+      notes += "; samples " + std::to_string(begin) + ".." + std::to_string(begin + count - 1) + ": " +
+               message.substr(note + 2);
+    }
+  }
+  Summary summary = MergeShardSummaries(chunks, "");
+  const auto converged = std::count(summary.sample_status.begin(), summary.sample_status.end(),
+                                    TerminationType::kConverged);
+  summary.message = std::to_string(converged) + "/" + std::to_string(batch) +
+                    " samples converged, solved in " + std::to_string(chunks.size()) +
+                    " chunks of at most " + std::to_string(chunk) + " samples (max_threads)" + notes;
+  summary.wall_time_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return summary;
+}
+
+template <typename Scalar>
+Summary NewtonSolver<Scalar>::SolveDenseInLockstep(const FixedPointMap<Scalar>& map,
+                                                   MatrixRef<Scalar> z) const {
   internal::BatchMonitor<Scalar> monitor(options_, name());
   monitor.Begin(map, z);
   const Index n = z.rows();
@@ -404,7 +482,7 @@ Summary NewtonSolver<Scalar>::SolveOnEnergy(const FixedPointMap<Scalar>& map,
   internal::BatchMonitor<Scalar> monitor(options_, name());
   monitor.Begin(map, z);
   const Index n = z.rows(), batch = z.cols();
-  const bool subsets = map.SupportsSubsets();
+  const bool subsets = map.SupportsColumnJacobianProducts();
   internal::BatchEvaluator<Scalar> evaluator(map, batch, /*with_energy=*/true);
   internal::GuardedStepper<Scalar> stepper(options_, n, batch, Scalar(1));
 
@@ -427,7 +505,7 @@ Summary NewtonSolver<Scalar>::SolveOnEnergy(const FixedPointMap<Scalar>& map,
         zc.col(j) = z.col(columns[j]);
         dc.col(j) = d.col(columns[j]);
       }
-      map.JacobianVectorProduct(zc.leftCols(k), dc.leftCols(k), jc.leftCols(k));
+      map.JacobianVectorProductColumns(zc.leftCols(k), columns, dc.leftCols(k), jc.leftCols(k));
       for (Index j = 0; j < k; ++j) ad.col(columns[j]) = d.col(columns[j]) - jc.col(j);
     } else {
       dc.setZero();

@@ -363,6 +363,38 @@ BOOST_AUTO_TEST_CASE(layer_active_set_uses_each_samples_anchor_and_mask) {
   }
 }
 
+// The layer's energy reuses its keys K = W_K Y between evaluations; a change
+// of the W_K values (an optimiser step without a new Forward) and new stored
+// patterns (SetInputs) are still seen: each CCCP step is attention with the
+// current keys.
+BOOST_AUTO_TEST_CASE(layer_energy_keys_follow_weights_and_stored_patterns) {
+  implicit::HopfieldLayer<double> layer(LayerOptions(false, 0.0));
+  const Matrix<double> R = RandomMatrix<double>(6, 3, 60);
+  layer.Forward(R, RandomMatrix<double>(5, 7, 61));
+  auto& energy = const_cast<implicit::HopfieldLayerEnergy<double>&>(layer.energy());
+  auto& P = layer.parameters();
+  const Matrix<double> xi = RandomMatrix<double>(6, 3, 62);
+  auto check = [&](const char* when) {
+    BOOST_TEST_CONTEXT(when) {
+      Matrix<double> step(6, 3), expected(6, 3);
+      energy.CccpUpdate(xi, step);
+      for (Index h = 0; h < 2; ++h) {
+        const Matrix<double> K = P.Block("W_K").middleRows(3 * h, 3) * energy.stored_patterns();
+        expected.middleRows(3 * h, 3) = ReferenceAttention(K, K, xi.middleRows(3 * h, 3), P.Block("beta")(h, 0));
+      }
+      BOOST_TEST(RelativeError(step, expected) <= 1e-13);
+    }
+  };
+  check("after Forward");
+  check("evaluated again");
+  P.Block("W_K")(1, 2) += 0.5;
+  check("after a change of W_K");
+  P.Block("W_K").array() *= 0.9;
+  check("after a second change of W_K");
+  energy.SetInputs(energy.queries(), RandomMatrix<double>(5, 9, 63), Matrix<double>());
+  check("after new stored patterns");
+}
+
 BOOST_AUTO_TEST_CASE(layer_energy_matches_finite_differences) {
   auto o = LayerOptions(false, 0.3);
   implicit::HopfieldLayer<double> layer(o);

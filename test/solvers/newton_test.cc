@@ -4,11 +4,19 @@
 #include <implicit/core/energy_maps.h>
 #include <implicit/solvers/newton.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <stdexcept>
 #include <string>
+#include <system_error>
+#include <thread>
+#include <utility>
+#include <vector>
 
 #include "support/h2_solver_problems.h"
+#include "support/solver_test_maps.h"
 #include "support/test_problems.h"
 
 using namespace implicit;
@@ -27,6 +35,7 @@ class ElementwiseMap : public FixedPointMap<double> {
  public:
   explicit ElementwiseMap(Vector<double> c) : c_(std::move(c)) {}
   Index dimension() const override { return c_.size(); }
+  bool SupportsSubsets() const override { return true; }
   void Evaluate(ConstMatrixRef<double> z, MatrixRef<double> out) const override {
     out = 0.5 * z.array().tanh().matrix();
     out.colwise() += c_;
@@ -63,7 +72,124 @@ class AtanWithNanMap : public FixedPointMap<double> {
   Index n_;
 };
 
+// The threads this process runs now (Linux: /proc/self/task), or -1.
+int ThreadsRunning() {
+  std::error_code error;
+  int count = 0;
+  for (std::filesystem::directory_iterator it("/proc/self/task", error), end; !error && it != end;
+       it.increment(error)) {
+    ++count;
+  }
+  return error || count == 0 ? -1 : count;
+}
+
+// The thread count once threads that were joined have also left the process
+// list (a joined thread may stay listed for a moment): three equal reads.
+int SettledThreadCount() {
+  int last = ThreadsRunning(), same = 0;
+  for (int tries = 0; tries < 1000 && same < 3; ++tries) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    const int now = ThreadsRunning();
+    same = now == last ? same + 1 : 0;
+    last = now;
+  }
+  return last;
+}
+
+// Forwards every call to `inner` (its column calls too) and records the
+// batch width of each call and the threads running at the time.
+class CallRecorder : public FixedPointMap<double> {
+ public:
+  explicit CallRecorder(const FixedPointMap<double>& inner) : inner_(inner) {}
+  Index dimension() const override { return inner_.dimension(); }
+  bool SupportsSubsets() const override { return inner_.SupportsSubsets(); }
+  bool SupportsColumnSubsets() const override { return inner_.SupportsColumnSubsets(); }
+  bool HasJacobianProducts() const override { return true; }
+  bool SupportsColumnJacobianProducts() const override { return inner_.SupportsColumnJacobianProducts(); }
+  void Evaluate(ConstMatrixRef<double> z, MatrixRef<double> out) const override {
+    Record(z.cols());
+    inner_.Evaluate(z, out);
+  }
+  void EvaluateColumns(ConstMatrixRef<double> z, const std::vector<Index>& columns,
+                       MatrixRef<double> out) const override {
+    Record(z.cols());
+    inner_.EvaluateColumns(z, columns, out);
+  }
+  void JacobianVectorProduct(ConstMatrixRef<double> z, ConstMatrixRef<double> v,
+                             MatrixRef<double> out) const override {
+    Record(z.cols());
+    inner_.JacobianVectorProduct(z, v, out);
+  }
+  void JacobianVectorProductColumns(ConstMatrixRef<double> z, const std::vector<Index>& columns,
+                                    ConstMatrixRef<double> v, MatrixRef<double> out) const override {
+    Record(z.cols());
+    inner_.JacobianVectorProductColumns(z, columns, v, out);
+  }
+
+  mutable std::vector<Index> widths;
+  mutable int most_threads = 0;
+
+ private:
+  void Record(Index width) const {
+    widths.push_back(width);
+    most_threads = std::max(most_threads, ThreadsRunning());
+  }
+  const FixedPointMap<double>& inner_;
+};
+
 }  // namespace
+
+BOOST_AUTO_TEST_CASE(large_batches_run_in_chunks_of_max_threads) {
+  // B = 7 samples with max_threads = 3: chunks of 3, 3 and 1 samples, each in
+  // lockstep, give the iterates and per-sample counts of one lockstep of all
+  // 7 (the samples are independent), with at most 3 worker threads. A map
+  // with per-sample data and no column calls (the DEQ's input) is called on
+  // the whole batch; a map without per-sample data, or with column
+  // evaluations and column JVPs, on the chunk alone.
+  const Index n = 4, d = 3, B = 7;
+  TanhDeqMap<double> deq(n, d, 0.8, 91);
+  deq.SetInput(testing::RandomMatrix<double>(d, B, 92));
+  const ElementwiseMap elementwise(testing::RandomMatrix<double>(n, 1, 93));
+  const testing::PerSampleShiftMap shifted(testing::RandomMatrix<double>(n, B, 95));
+  const Matrix<double> z0 = 0.5 * testing::RandomMatrix<double>(n, B, 94);
+  const std::vector<std::pair<const char*, const FixedPointMap<double>*>> maps = {
+      {"per-sample data, whole batch only", &deq},
+      {"no per-sample data", &elementwise},
+      {"per-sample data with column calls", &shifted}};
+  for (const auto& [what, inner] : maps) {
+    BOOST_TEST_CONTEXT(what) {
+      const bool subsets = inner != &deq;
+      NewtonSolver<double>::Options options;
+      options.absolute_tolerance = 1e-11;
+      CallRecorder one_lockstep(*inner), chunked(*inner);
+      Matrix<double> z_whole = z0, z_chunked = z0;
+      const int threads_whole = SettledThreadCount();
+      const Summary whole = NewtonSolver<double>(options).Solve(one_lockstep, z_whole);
+      options.max_threads = 3;
+      const int threads_chunked = SettledThreadCount();
+      const Summary s = NewtonSolver<double>(options).Solve(chunked, z_chunked);
+      BOOST_TEST(whole.IsConverged(), whole.FullReport());
+      BOOST_TEST(s.IsConverged(), s.FullReport());
+      BOOST_TEST((z_chunked - z_whole).norm() <= 1e-12);
+      BOOST_TEST(s.sample_iterations == whole.sample_iterations, boost::test_tools::per_element());
+      BOOST_TEST(s.sample_status.size() == static_cast<std::size_t>(B));
+      BOOST_TEST(s.message.find("3 chunks of at most 3 samples") != std::string::npos, s.message);
+      for (Index width : chunked.widths) {
+        if (subsets) {
+          BOOST_TEST((width == 3 || width == 1));
+        } else {
+          BOOST_TEST(width == B);
+        }
+      }
+      if (threads_whole > 0 && threads_chunked > 0) {  // one worker per sample, or per chunk sample
+        BOOST_TEST(one_lockstep.most_threads - threads_whole >= B);
+        BOOST_TEST(chunked.most_threads - threads_chunked <= 3);
+      } else {
+        BOOST_TEST_MESSAGE("/proc/self/task unreadable: thread counts not checked");
+      }
+    }
+  }
+}
 
 BOOST_AUTO_TEST_CASE(non_finite_trial_points_are_rejected_never_accepted) {
   const Index n = 3, B = 2;
@@ -175,6 +301,14 @@ BOOST_AUTO_TEST_CASE(invalid_options_and_shapes_throw) {
   NewtonSolver<double>::Options bad_forcing;
   bad_forcing.forcing_term = 1.5;
   BOOST_CHECK_THROW(NewtonSolver<double>{bad_forcing}, std::invalid_argument);
+  NewtonSolver<double>::Options no_threads;
+  no_threads.max_threads = 0;
+  try {
+    NewtonSolver<double> solver(no_threads);
+    BOOST_FAIL("expected std::invalid_argument");
+  } catch (const std::invalid_argument& e) {
+    BOOST_TEST(std::string(e.what()).find("max_threads") != std::string::npos);
+  }
   AffineMap<double> map = MakeAffine(4, 0.5, 2);
   Matrix<double> wrong = Matrix<double>::Zero(5, 2), empty(4, 0);
   BOOST_CHECK_THROW(NewtonSolver<double>().Solve(map, wrong), std::invalid_argument);

@@ -243,35 +243,12 @@ BOOST_AUTO_TEST_CASE(energy_guard_and_active_set_do_not_allocate) {
   }
 }
 
-namespace {
-// f(z) = 0.5 tanh(z) + c_b: per-sample data c, evaluated on blocks of samples
-// through EvaluateColumns (no temporaries).
-class PerSampleShiftMap : public FixedPointMap<double> {
- public:
-  explicit PerSampleShiftMap(Matrix<double> c) : c_(std::move(c)) {}
-  Index dimension() const override { return c_.rows(); }
-  void Evaluate(ConstMatrixRef<double> z, MatrixRef<double> out) const override {
-    out = 0.5 * z.array().tanh().matrix() + c_;
-  }
-  bool SupportsColumnSubsets() const override { return true; }
-  void EvaluateColumns(ConstMatrixRef<double> z, const std::vector<Index>& columns,
-                       MatrixRef<double> out) const override {
-    for (Index j = 0; j < z.cols(); ++j) {
-      out.col(j) = 0.5 * z.col(j).array().tanh().matrix() + c_.col(columns[j]);
-    }
-  }
-
- private:
-  Matrix<double> c_;
-};
-}  // namespace
-
 BOOST_AUTO_TEST_CASE(active_set_with_per_sample_data_does_not_allocate) {
   // Samples with different shifts converge after different numbers of steps
   // and leave the active set; the rest are evaluated as a compacted block.
   Matrix<double> c = testing::RandomMatrix<double>(6, 5, 7, 3.0);
   c.col(0).setZero();  // z = 0 is its fixed point: converged at once
-  const PerSampleShiftMap map(c);
+  const testing::PerSampleShiftMap map(c);
   Matrix<double> z = Matrix<double>::Zero(6, 5);
   BOOST_TEST(!RunsWithoutAllocation<PicardSolver<double>>(PicardSolver<double>::Options(), map, z, 20));
   BOOST_TEST(!RunsWithoutAllocation<AndersonSolver<double>>(AndersonSolver<double>::Options(), map, z, 20));

@@ -133,7 +133,8 @@ void CheckSubsetEvaluation(const Energy<Scalar>& energy, const Matrix<Scalar>& x
 // A map with per-sample data (FixedPointMap::EvaluateColumns): a compacted
 // block of some of x's samples, evaluated with their column indices, equals
 // those columns of the whole batch's evaluation (and E there, when the map has
-// an energy); column lists that do not fit the block or the batch throw.
+// an energy; its JVP, when it has column JVPs); column lists that do not fit
+// the block or the batch throw.
 template <typename Scalar>
 void CheckColumnEvaluation(const FixedPointMap<Scalar>& map, const Matrix<Scalar>& x, double tol) {
   BOOST_REQUIRE(map.SupportsColumnSubsets());
@@ -156,10 +157,22 @@ void CheckColumnEvaluation(const FixedPointMap<Scalar>& map, const Matrix<Scalar
     BOOST_TEST(AgreeEntrywise(fs, picked, tol));
     BOOST_TEST(AgreeEntrywise(es.transpose(), picked_e.transpose(), tol));
   }
+  // Column JVPs (where the map has them) equal the whole batch's JVP columns.
+  Matrix<Scalar> v = RandomMatrix<Scalar>(n, B, 977), jv(n, B), vs(n, k), jvs(n, k);
+  for (Index j = 0; j < k; ++j) vs.col(j) = v.col(cols[j]);
+  if (map.SupportsColumnJacobianProducts()) {
+    map.JacobianVectorProduct(x, v, jv);
+    map.JacobianVectorProductColumns(xs, cols, vs, jvs);
+    for (Index j = 0; j < k; ++j) picked.col(j) = jv.col(cols[j]);
+    BOOST_TEST(AgreeEntrywise(jvs, picked, tol));
+  }
   std::vector<std::vector<Index>> bad = {{1}, {B - 1, 1}, {-1, 1}};
   if (!map.SupportsSubsets()) bad.push_back({1, B});  // per-sample data: only B samples
   for (const std::vector<Index>& columns : bad) {
     BOOST_CHECK_THROW(map.EvaluateColumns(xs, columns, fs), std::invalid_argument);
+    if (map.SupportsColumnJacobianProducts()) {
+      BOOST_CHECK_THROW(map.JacobianVectorProductColumns(xs, columns, vs, jvs), std::invalid_argument);
+    }
   }
 }
 

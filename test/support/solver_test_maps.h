@@ -13,6 +13,7 @@
 #include <cmath>
 #include <limits>
 #include <ostream>
+#include <utility>
 #include <vector>
 
 namespace implicit {
@@ -153,6 +154,38 @@ IMPLICIT_EXTERN_TEMPLATE_CLASS(NoFixedPointMap);
 IMPLICIT_EXTERN_TEMPLATE_CLASS(AtanMap);
 IMPLICIT_EXTERN_TEMPLATE_CLASS(NanAfterMap);
 IMPLICIT_EXTERN_TEMPLATE_CLASS(ColumnRecorderMap);
+
+// f(z) = 0.5 tanh(z) + c_b for sample b: per-sample data c, with column
+// evaluations and column JVPs so that blocks of samples are evaluated alone
+// (without temporaries).
+class PerSampleShiftMap : public FixedPointMap<double> {
+ public:
+  explicit PerSampleShiftMap(Matrix<double> c) : c_(std::move(c)) {}
+  Index dimension() const override { return c_.rows(); }
+  void Evaluate(ConstMatrixRef<double> z, MatrixRef<double> out) const override {
+    out = 0.5 * z.array().tanh().matrix() + c_;
+  }
+  bool SupportsColumnSubsets() const override { return true; }
+  void EvaluateColumns(ConstMatrixRef<double> z, const std::vector<Index>& columns,
+                       MatrixRef<double> out) const override {
+    for (Index j = 0; j < z.cols(); ++j) {
+      out.col(j) = 0.5 * z.col(j).array().tanh().matrix() + c_.col(columns[j]);
+    }
+  }
+  bool HasJacobianProducts() const override { return true; }
+  void JacobianVectorProduct(ConstMatrixRef<double> z, ConstMatrixRef<double> v,
+                             MatrixRef<double> out) const override {
+    out = (0.5 * (1.0 - z.array().tanh().square()) * v.array()).matrix();
+  }
+  bool SupportsColumnJacobianProducts() const override { return true; }
+  void JacobianVectorProductColumns(ConstMatrixRef<double> z, const std::vector<Index>&,
+                                    ConstMatrixRef<double> v, MatrixRef<double> out) const override {
+    JacobianVectorProduct(z, v, out);  // J does not depend on c
+  }
+
+ private:
+  Matrix<double> c_;
+};
 
 }  // namespace testing
 }  // namespace implicit

@@ -19,6 +19,8 @@
 
 #include <cmath>
 #include <limits>
+#include <memory>
+#include <mutex>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -47,8 +49,9 @@ class HopfieldLayerEnergy : public Energy<Scalar> {
   Matrix<Scalar> ProjectQueries(ConstMatrixRef<Scalar> R) const {
     return ApplyProjection("W_Q", R);
   }
-  // K = W_K Y (H d_k x N) and V = W_V Y (H d_v x N).
-  Matrix<Scalar> Keys() const { return ApplyProjection("W_K", Y_); }
+  // K = W_K Y (H d_k x N) and V = W_V Y (H d_v x N). K is computed once per
+  // (W_K, Y) and reused by every evaluation (see CachedKeys).
+  Matrix<Scalar> Keys() const { return *CachedKeys(); }
   Matrix<Scalar> Values() const { return ApplyProjection("W_V", Y_); }
   // beta of head h.
   Scalar beta(Index h) const {
@@ -58,7 +61,8 @@ class HopfieldLayerEnergy : public Energy<Scalar> {
   }
   // Attention weights of head h at state xi (N x B).
   Matrix<Scalar> Attention(ConstMatrixRef<Scalar> xi, Index h) const {
-    const Matrix<Scalar> K = Keys();
+    const std::shared_ptr<const Matrix<Scalar>> keys = CachedKeys();
+  const Matrix<Scalar>& K = *keys;
     return HeadAt(K, xi, h, "HopfieldLayerEnergy::Attention").p;
   }
 
@@ -164,6 +168,19 @@ class HopfieldLayerEnergy : public Energy<Scalar> {
   // anchor a W_Q R (empty when a = 0) and mask; xi checked by the caller.
   void CccpWith(ConstMatrixRef<Scalar> xi, const Matrix<Scalar>& anchor, const Matrix<Scalar>& mask,
                 MatrixRef<Scalar> out, VectorRef<Scalar> values, const char* who) const;
+  // K = W_K Y, computed again only after SetInputs or when the W_K values
+  // differ from those it was computed from (compared at each call: H d_k d_y
+  // reads instead of a GEMM with N columns, which dominates the late, small
+  // active sets of a solve). Shared, so that an evaluation on another thread
+  // keeps the keys it started with.
+  std::shared_ptr<const Matrix<Scalar>> CachedKeys() const {
+    std::lock_guard<std::mutex> lock(keys_mutex_);
+    const bool projected = params_->Contains("W_K");
+    if (keys_ != nullptr && (!projected || params_->Block("W_K") == keys_weights_)) return keys_;
+    if (projected) keys_weights_ = params_->Block("W_K");
+    keys_ = std::make_shared<const Matrix<Scalar>>(ApplyProjection("W_K", Y_));
+    return keys_;
+  }
   // dK (H d_k x N) and dbeta (H) of sum_b sum_h (1 - a) <K_h p_h, u_h>.
   void RetrievalVjp(ConstMatrixRef<Scalar> xi, ConstMatrixRef<Scalar> u, Matrix<Scalar>* dK,
                     Vector<Scalar>* dbeta) const;
@@ -174,6 +191,9 @@ class HopfieldLayerEnergy : public Energy<Scalar> {
   Vector<Scalar> fixed_beta_;
   Scalar a_;
   Matrix<Scalar> R_, Y_, mask_;
+  mutable std::mutex keys_mutex_;
+  mutable std::shared_ptr<const Matrix<Scalar>> keys_;  // K = W_K Y, or null
+  mutable Matrix<Scalar> keys_weights_;                 // the W_K it was computed from
 };
 
 template <typename Scalar>
@@ -199,13 +219,16 @@ void HopfieldLayerEnergy<Scalar>::SetInputs(
   R_ = R;
   Y_ = Y;
   mask_ = std::move(mask);
+  std::lock_guard<std::mutex> lock(keys_mutex_);
+  keys_.reset();
 }
 
 template <typename Scalar>
 void HopfieldLayerEnergy<Scalar>::Value(ConstMatrixRef<Scalar> xi, VectorRef<Scalar> values) const {
   Check("HopfieldLayerEnergy::Value(xi)", xi);
   internal::CheckShape("HopfieldLayerEnergy::Value(values)", values, xi.cols(), 1);
-  const Matrix<Scalar> K = Keys();
+  const std::shared_ptr<const Matrix<Scalar>> keys = CachedKeys();
+  const Matrix<Scalar>& K = *keys;
   values = Scalar(0.5) * xi.colwise().squaredNorm().transpose();
   if (a_ != Scalar(0)) values -= a_ * (xi.array() * Anchor(xi.cols()).array()).colwise().sum().transpose().matrix();
   for (Index h = 0; h < H_; ++h) {
@@ -252,9 +275,7 @@ void HopfieldLayerEnergy<Scalar>::CccpUpdateColumns(
   const char* who = "HopfieldLayerEnergy::CccpUpdateColumns";
   Check(who, xi);
   internal::CheckShape("HopfieldLayerEnergy::CccpUpdateColumns(out)", out, xi.rows(), xi.cols());
-  if (values.size() != 0) {
-    internal::CheckShape("HopfieldLayerEnergy::CccpUpdateColumns(values)", values, xi.cols(), 1);
-  }
+  internal::CheckOptionalValues("HopfieldLayerEnergy::CccpUpdateColumns(values)", values, xi.cols());
   // The per-sample data: the queries R (anchor) and/or a mask with a column per sample.
   internal::CheckColumns(who, columns, xi.cols(), a_ != Scalar(0) ? R_.cols() : mask_.cols());
   Matrix<Scalar> anchor, mask;
@@ -280,7 +301,8 @@ void HopfieldLayerEnergy<Scalar>::CccpWith(
     VectorRef<Scalar> values,
     const char* who) const {
   const bool with_values = values.size() != 0;
-  const Matrix<Scalar> K = Keys();
+  const std::shared_ptr<const Matrix<Scalar>> keys = CachedKeys();
+  const Matrix<Scalar>& K = *keys;
   if (with_values) {
     values = Scalar(0.5) * xi.colwise().squaredNorm().transpose();
     if (a_ != Scalar(0)) values -= a_ * (xi.array() * anchor.array()).colwise().sum().transpose().matrix();
@@ -306,7 +328,8 @@ void HopfieldLayerEnergy<Scalar>::HessianVectorProduct(
   Check("HopfieldLayerEnergy::HessianVectorProduct(xi)", xi);
   internal::CheckShape("HopfieldLayerEnergy::HessianVectorProduct(v)", v, xi.rows(), xi.cols());
   internal::CheckShape("HopfieldLayerEnergy::HessianVectorProduct(out)", out, xi.rows(), xi.cols());
-  const Matrix<Scalar> K = Keys();
+  const std::shared_ptr<const Matrix<Scalar>> keys = CachedKeys();
+  const Matrix<Scalar>& K = *keys;
   out = v;
   for (Index h = 0; h < H_; ++h) {
     const auto head = HeadAt(K, xi, h, "HopfieldLayerEnergy::HessianVectorProduct");
@@ -374,7 +397,8 @@ void HopfieldLayerEnergy<Scalar>::RetrievalVjp(
     ConstMatrixRef<Scalar> u,
     Matrix<Scalar>* dK,
     Vector<Scalar>* dbeta) const {
-  const Matrix<Scalar> K = Keys();
+  const std::shared_ptr<const Matrix<Scalar>> keys = CachedKeys();
+  const Matrix<Scalar>& K = *keys;
   dK->setZero(K.rows(), K.cols());
   dbeta->setZero(H_);
   for (Index h = 0; h < H_; ++h) {

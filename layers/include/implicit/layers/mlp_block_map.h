@@ -127,6 +127,10 @@ class MlpBlockMap : public FixedPointMap<Scalar> {
   // J v = W2 diag(act'(a)) W1 v
   void JacobianVectorProduct(ConstMatrixRef<Scalar> z, ConstMatrixRef<Scalar> v,
                              MatrixRef<Scalar> out) const override;
+  // ... of a block of samples, with their columns of x.
+  bool SupportsColumnJacobianProducts() const override { return true; }
+  void JacobianVectorProductColumns(ConstMatrixRef<Scalar> z, const std::vector<Index>& columns,
+                                    ConstMatrixRef<Scalar> v, MatrixRef<Scalar> out) const override;
   // J^T u = W1^T diag(act'(a)) W2^T u
   void VectorJacobianProduct(ConstMatrixRef<Scalar> z, ConstMatrixRef<Scalar> u,
                              MatrixRef<Scalar> out) const override {
@@ -176,6 +180,17 @@ class MlpBlockMap : public FixedPointMap<Scalar> {
     ActivationDerivative(&d);
     return d;
   }
+  // out = W2 diag(d) W1 v, d = act'(a) of the samples.
+  void ApplyJacobian(const Matrix<Scalar>& d, ConstMatrixRef<Scalar> v, MatrixRef<Scalar> out) const {
+    Matrix<Scalar> w = params_.Block("W1") * v;
+    w.array() *= d.array();
+    out.noalias() = params_.Block("W2") * w;
+  }
+  // The input columns of a block of samples (checked), into *x.
+  void GatherInput(const char* what, const std::vector<Index>& columns, Index count, Matrix<Scalar>* x) const {
+    internal::CheckColumns(what, columns, count, x_.cols());
+    internal::GatherColumns(x_, columns, x);
+  }
   // diag(act'(a)) W2^T u
   Matrix<Scalar> HiddenAdjoint(ConstMatrixRef<Scalar> z, ConstMatrixRef<Scalar> u,
                                const char* what) const {
@@ -208,10 +223,26 @@ void MlpBlockMap<Scalar>::JacobianVectorProduct(
     MatrixRef<Scalar> out) const {
   internal::CheckShape("MlpBlockMap::JacobianVectorProduct(v)", v, z.rows(), z.cols());
   internal::CheckShape("MlpBlockMap::JacobianVectorProduct(out)", out, z.rows(), z.cols());
-  const Matrix<Scalar> d = Derivative(z, "MlpBlockMap::JacobianVectorProduct(z)");
-  Matrix<Scalar> w = params_.Block("W1") * v;
-  w.array() *= d.array();
-  out.noalias() = params_.Block("W2") * w;
+  ApplyJacobian(Derivative(z, "MlpBlockMap::JacobianVectorProduct(z)"), v, out);
+}
+
+template <typename Scalar>
+void MlpBlockMap<Scalar>::JacobianVectorProductColumns(
+    ConstMatrixRef<Scalar> z,
+    const std::vector<Index>& columns,
+    ConstMatrixRef<Scalar> v,
+    MatrixRef<Scalar> out) const {
+  if (options_.input_dim == 0) {
+    FixedPointMap<Scalar>::JacobianVectorProductColumns(z, columns, v, out);
+    return;
+  }
+  internal::CheckShape("MlpBlockMap::JacobianVectorProductColumns(v)", v, z.rows(), z.cols());
+  internal::CheckShape("MlpBlockMap::JacobianVectorProductColumns(out)", out, z.rows(), z.cols());
+  Matrix<Scalar> x;
+  GatherInput("MlpBlockMap::JacobianVectorProductColumns", columns, z.cols(), &x);
+  Matrix<Scalar> d = Preactivation(z, x, "MlpBlockMap::JacobianVectorProductColumns(z)");
+  ActivationDerivative(&d);
+  ApplyJacobian(d, v, out);
 }
 
 template <typename Scalar>
@@ -259,9 +290,8 @@ void MlpBlockMap<Scalar>::EvaluateColumns(
     FixedPointMap<Scalar>::EvaluateColumns(z, columns, out);
     return;
   }
-  internal::CheckColumns("MlpBlockMap::EvaluateColumns", columns, z.cols(), x_.cols());
   Matrix<Scalar> x;
-  internal::GatherColumns(x_, columns, &x);
+  GatherInput("MlpBlockMap::EvaluateColumns", columns, z.cols(), &x);
   Output(Preactivation(z, x, "MlpBlockMap::EvaluateColumns(z)"), out);
 }
 

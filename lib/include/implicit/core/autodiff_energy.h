@@ -195,9 +195,7 @@ class AutoDiffEnergy : public Energy<Scalar> {
     } else {
       internal::CheckBatch("AutoDiffEnergy::GradientColumns(x)", x, dimension_);
       internal::CheckShape("AutoDiffEnergy::GradientColumns(grad)", grad, x.rows(), x.cols());
-      if (values.size() != 0) {
-        internal::CheckShape("AutoDiffEnergy::GradientColumns(values)", values, x.cols(), 1);
-      }
+      internal::CheckOptionalValues("AutoDiffEnergy::GradientColumns(values)", values, x.cols());
       internal::CheckColumns("AutoDiffEnergy::GradientColumns", columns, x.cols(), input_.cols());
       GradientWithValue(x, grad, values.size() != 0 ? &values : nullptr, &columns);
     }

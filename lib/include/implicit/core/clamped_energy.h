@@ -141,7 +141,7 @@ class ClampedEnergy : public Energy<Scalar> {
                        VectorRef<Scalar> values) const override {
     Matrix<Scalar> mask, clamped;
     GatherClamp("ClampedEnergy::GradientColumns", x, columns, &mask, &clamped);
-    if (values.size() != 0) internal::CheckShape("ClampedEnergy::GradientColumns(values)", values, x.cols(), 1);
+    internal::CheckOptionalValues("ClampedEnergy::GradientColumns(values)", values, x.cols());
     GradientWith(x, mask, clamped, grad, values);
   }
   void HessianVectorProduct(ConstMatrixRef<Scalar> x, ConstMatrixRef<Scalar> v,

@@ -100,13 +100,9 @@ class Energy {
   virtual bool SupportsColumnSubsets() const { return SupportsSubsets(); }
   virtual void GradientColumns(ConstMatrixRef<Scalar> x, const std::vector<Index>& columns,
                                MatrixRef<Scalar> grad, VectorRef<Scalar> values) const {
-    internal::CheckSubsetColumns(SupportsSubsets(), kNoColumnEvaluation, "Energy::GradientColumns", columns,
-                                 x.cols());
-    if (values.size() == 0) {
-      Gradient(x, grad);
-    } else {
-      GradientAndValue(x, grad, values);
-    }
+    DefaultColumns(
+        "Energy::GradientColumns", x, columns, values, [&] { Gradient(x, grad); },
+        [&] { GradientAndValue(x, grad, values); });
   }
   // out.col(j) = the CCCP update of x.col(j) for sample columns[j] (values as above).
   virtual void CccpUpdateColumns(ConstMatrixRef<Scalar> x, const std::vector<Index>& columns,
@@ -116,13 +112,9 @@ class Energy {
       out = x - out;
       return;
     }
-    internal::CheckSubsetColumns(SupportsSubsets(), kNoColumnEvaluation, "Energy::CccpUpdateColumns", columns,
-                                 x.cols());
-    if (values.size() == 0) {
-      CccpUpdate(x, out);
-    } else {
-      CccpUpdateAndValue(x, out, values);
-    }
+    DefaultColumns(
+        "Energy::CccpUpdateColumns", x, columns, values, [&] { CccpUpdate(x, out); },
+        [&] { CccpUpdateAndValue(x, out, values); });
   }
 
   // ---- Training -----------------------------------------------------------
@@ -151,6 +143,19 @@ class Energy {
   static constexpr const char* kNoColumnEvaluation =
       "this energy has per-sample data and no column evaluation: override GradientColumns "
       "or keep SupportsColumnSubsets() false";
+  // The column defaults' shape: an energy without per-sample data evaluates
+  // the block like any batch (`plain`, or `fused` when values are asked for)
+  // once the indices are checked; one with per-sample data throws.
+  template <typename Plain, typename Fused>
+  void DefaultColumns(const char* what, ConstMatrixRef<Scalar> x, const std::vector<Index>& columns,
+                      VectorRef<Scalar> values, Plain plain, Fused fused) const {
+    internal::CheckSubsetColumns(SupportsSubsets(), kNoColumnEvaluation, what, columns, x.cols());
+    if (values.size() == 0) {
+      plain();
+    } else {
+      fused();
+    }
+  }
 };
 
 }  // namespace implicit

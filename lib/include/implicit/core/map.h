@@ -157,10 +157,27 @@ class FixedPointMap {
     EvaluateWithEnergy(z, out, energies);
   }
 
+  // Jacobian-vector products on such a block (Newton's JVPs join the active
+  // set with them): out.col(j) = J_f(z.col(j)) v.col(j) of sample columns[j].
+  // Available when SupportsColumnJacobianProducts(); by default for maps with
+  // Jacobian products and without per-sample data, where it is the plain JVP
+  // of the block. A map with per-sample data overrides both, like
+  // EvaluateColumns.
+  virtual bool SupportsColumnJacobianProducts() const { return SupportsSubsets() && HasJacobianProducts(); }
+  virtual void JacobianVectorProductColumns(ConstMatrixRef<Scalar> z, const std::vector<Index>& columns,
+                                            ConstMatrixRef<Scalar> v, MatrixRef<Scalar> out) const {
+    internal::CheckSubsetColumns(SupportsSubsets(), kNoColumnJacobianProducts,
+                                 "FixedPointMap::JacobianVectorProductColumns", columns, z.cols());
+    JacobianVectorProduct(z, v, out);
+  }
+
  private:
   static constexpr const char* kNoColumnEvaluation =
       "this map has per-sample data and no column evaluation: override EvaluateColumns "
       "(and EvaluateColumnsWithEnergy) or keep SupportsColumnSubsets() false";
+  static constexpr const char* kNoColumnJacobianProducts =
+      "this map has per-sample data and no column Jacobian products: override "
+      "JacobianVectorProductColumns or keep SupportsColumnJacobianProducts() false";
 };
 
 }  // namespace implicit

@@ -132,6 +132,13 @@ inline void CheckSubsetColumns(bool supports_subsets, const char* no_columns_mes
   CheckColumns(what, columns, count, std::numeric_limits<Index>::max());
 }
 
+// Optional per-column outputs (the energies' column evaluations): `values`
+// is either empty (not asked for) or has one entry per column of the block.
+template <typename Derived>
+void CheckOptionalValues(const char* what, const Eigen::EigenBase<Derived>& values, Index count) {
+  if (values.size() != 0) CheckShape(what, values, count, 1);
+}
+
 // out.col(j) = data.col(columns[j]): a per-sample matrix gathered for a block.
 template <typename Scalar>
 void GatherColumns(const Eigen::Matrix<Scalar, Eigen::Dynamic, Eigen::Dynamic>& data,

@@ -25,8 +25,15 @@
 // one batched round of n JVPs) on the calling thread. Each sample keeps its own
 // trust region and its own termination, so one failing sample never affects
 // the others; a NaN/Inf trial point is a rejected step, never an iterate.
-// Solve() uses one worker thread per sample (mostly blocked; the map and the
-// energy are only ever called from the calling thread, on whole batches).
+// Solve() runs at most max_threads worker threads (mostly blocked; the map is
+// only ever called from the calling thread): a larger batch is solved in
+// consecutive chunks of max_threads samples, each chunk in lockstep as above.
+// A chunk is evaluated on its own columns when the map can evaluate column
+// subsets (SupportsColumnSubsets(); JVPs: SupportsColumnJacobianProducts()),
+// otherwise as part of the whole batch (so a map with per-sample data and no
+// column evaluation pays one whole-batch call per chunk call). Such a Summary merges
+// the chunks' (MergeShardSummaries: iterations the largest chunk's, evaluations
+// summed, no trace; the iteration callback sees each chunk's iterations).
 //
 // Matrix-free path (n > dense_jacobian_max_dimension, or newton_krylov = true):
 // inexact Newton-Krylov. Each iteration solves J_g d = -g per sample with
@@ -80,6 +87,9 @@ class NewtonSolver : public Solver<Scalar> {
     // Use the matrix-free Newton-Krylov path whatever n is (for testing it at
     // small n, or when JVPs are much cheaper than n of them).
     bool newton_krylov = false;
+    // Dense path: the most Ceres worker threads run at once, i.e. the largest
+    // chunk of samples solved in lockstep (see above). >= 1.
+    int max_threads = 128;
 
     // ---- Newton-Krylov and energy paths ----
     // GMRES restart length (Krylov vectors kept per sample). >= 1.
@@ -114,6 +124,8 @@ class NewtonSolver : public Solver<Scalar> {
       if (dense_jacobian_max_dimension < 0)
         return fail("dense_jacobian_max_dimension must be >= 0, got " +
                     std::to_string(dense_jacobian_max_dimension));
+      if (max_threads < 1)
+        return fail("max_threads must be >= 1, got " + std::to_string(max_threads));
       if (krylov_restart < 1)
         return fail("krylov_restart must be >= 1, got " + std::to_string(krylov_restart));
       if (max_krylov_iterations < 1)
@@ -144,6 +156,7 @@ class NewtonSolver : public Solver<Scalar> {
 
  private:
   Summary SolveDense(const FixedPointMap<Scalar>& map, MatrixRef<Scalar> z) const;
+  Summary SolveDenseInLockstep(const FixedPointMap<Scalar>& map, MatrixRef<Scalar> z) const;
   Summary SolveKrylov(const FixedPointMap<Scalar>& map, MatrixRef<Scalar> z) const;
   Summary SolveOnEnergy(const FixedPointMap<Scalar>& map, MatrixRef<Scalar> z) const;
 
