@@ -298,7 +298,7 @@ __global__ void AndersonProposeKernel(AndersonState st, const S* z, const S* f, 
   __shared__ double red[kAndersonThreads / kWarp];
   __shared__ double L[kMaxAndersonKernelMemory * kMaxAndersonKernelMemory];
   __shared__ double rhs[kMaxAndersonKernelMemory], gamma[kMaxAndersonKernelMemory];
-  __shared__ int ok;
+  __shared__ int ok, fast;
   const int j = blockIdx.x, b = static_cast<int>(Column(columns, j)), m = st.memory;
   const long long col = static_cast<long long>(b) * n;
   const S* zb = z + col;
@@ -312,10 +312,17 @@ __global__ void AndersonProposeKernel(AndersonState st, const S* z, const S* f, 
     const int slot = next;
     S* dzs = ring(dz, slot);
     S* dgs = ring(dg, slot);
+    double dz2 = 0, df2 = 0;  // |dz|^2 and |df|^2 = |dz + dg|^2 (fast_contraction)
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
       dzs[i] = zb[i] - zp[i];
       dgs[i] = (fb[i] - zb[i]) - gp[i];
+      const double df = double(dzs[i]) + double(dgs[i]);
+      dz2 += double(dzs[i]) * double(dzs[i]);
+      df2 += df * df;
     }
+    dz2 = BlockSum(dz2, red);
+    df2 = BlockSum(df2, red);
+    if (threadIdx.x == 0) fast = st.fast_contraction > 0 && sqrt(df2) <= st.fast_contraction * sqrt(dz2);
     __syncthreads();
     count = min(count + 1, m);
     next = (slot + 1) % m;
@@ -347,8 +354,9 @@ __global__ void AndersonProposeKernel(AndersonState st, const S* z, const S* f, 
     }
   }
   if (threadIdx.x == 0) {
-    // The ridged Cholesky solve of AndersonSolver::SolveGram (anderson.h).
-    ok = k > 0;
+    // The ridged Cholesky solve of AndersonSolver::SolveGram (anderson.h),
+    // skipped where the map contracts fast (a plain step, the history kept).
+    ok = k > 0 && !(st.has_prev[b] && fast);
     double trace = 0, max_diag = 0;
     for (int i = 0; i < k; ++i) trace += gram[i + i * m];
     const double lambda = k > 0 ? st.ridge * trace / k : 0.0;
@@ -384,7 +392,7 @@ __global__ void AndersonProposeKernel(AndersonState st, const S* z, const S* f, 
       for (int i = 0; i < k; ++i)
         if (!isfinite(gamma[i])) ok = 0;
     }
-    if (!ok && k > 0) count = next = 0;  // ill-conditioned: safe step, fresh history
+    if (!ok && k > 0 && !(st.has_prev[b] && fast)) count = next = 0;  // ill-conditioned: fresh history
     st.count[b] = count;
     st.next[b] = next;
     st.has_prev[b] = 1;

@@ -115,7 +115,7 @@ Fields<typename AndersonSolver<S>::Options> AndersonFields() {
   using O = typename AndersonSolver<S>::Options;
   return With<O>({IMPLICIT_OPTION_FIELD(memory), IMPLICIT_OPTION_FIELD(mixing),
                   IMPLICIT_OPTION_FIELD(ridge), IMPLICIT_OPTION_FIELD(condition_limit),
-                  IMPLICIT_OPTION_FIELD(max_predicted_residual),
+                  IMPLICIT_OPTION_FIELD(max_predicted_residual), IMPLICIT_OPTION_FIELD(fast_contraction),
                   IMPLICIT_OPTION_FIELD(sufficient_decrease), IMPLICIT_OPTION_FIELD(max_backtracks),
                   IMPLICIT_OPTION_FIELD(backtrack_factor), IMPLICIT_OPTION_FIELD(residual_factor)});
 }

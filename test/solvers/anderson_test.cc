@@ -91,7 +91,8 @@ BOOST_AUTO_TEST_CASE(predicted_gain_gate_takes_plain_steps_only) {
       AndersonSolver<double>::Options options;
       options.max_iterations = 5000;
       options.max_predicted_residual = threshold;
-      options.residual_factor = 0.0;  // accept every trial: steps are the gate's choice
+      options.fast_contraction = 0.0;  // the gate alone decides
+      options.residual_factor = 0.0;   // accept every trial: steps are the gate's choice
       Matrix<double> z = Matrix<double>::Zero(n, B);
       const Summary s = testing::SolveAndCheck<AndersonSolver, double>(options, map, z, 1e-10);
       int accelerated = 0, steps = 0;
@@ -108,6 +109,43 @@ BOOST_AUTO_TEST_CASE(predicted_gain_gate_takes_plain_steps_only) {
         BOOST_TEST((z - reference).norm() <= 2 * std::sqrt(double(B)) * 1e-10 / 0.01);
       }
       if (threshold == 0.1) BOOST_TEST(accelerated < steps);
+    }
+  }
+}
+
+// The fast-contraction rule: on f(z) = rho z + c with rho = 0.05 every step
+// contracts by 0.05 <= fast_contraction (0.1, the default), so Anderson takes
+// Picard's steps (none accelerated, the same iterates and evaluations); with
+// the rule off it extrapolates, and at rho = 0.5 the rule leaves it alone.
+BOOST_AUTO_TEST_CASE(fast_contraction_takes_plain_steps_where_the_map_contracts_fast) {
+  const Index n = 6, B = 3;
+  const Matrix<double> z0 = testing::RandomMatrix<double>(n, B, 17, 4.0);
+  for (double rho : {0.05, 0.5}) {
+    const testing::AffineMap<double> map(rho * Matrix<double>::Identity(n, n),
+                                         testing::RandomMatrix<double>(n, 1, 18));
+    PicardSolver<double>::Options picard_options;
+    picard_options.absolute_tolerance = 1e-12;
+    Matrix<double> z_picard = z0;
+    const Summary picard = PicardSolver<double>(picard_options).Solve(map, z_picard);
+    BOOST_REQUIRE(picard.IsConverged());
+    for (double fast : {0.1, 0.0}) {
+      BOOST_TEST_CONTEXT("rho " << rho << ", fast_contraction " << fast) {
+        AndersonSolver<double>::Options options;
+        options.absolute_tolerance = 1e-12;
+        options.fast_contraction = fast;
+        Matrix<double> z = z0;
+        const Summary s = AndersonSolver<double>(options).Solve(map, z);
+        BOOST_TEST(s.IsConverged(), s.FullReport());
+        int accelerated = 0;
+        for (int a : s.sample_accelerated_steps) accelerated += a;
+        if (rho < fast) {
+          BOOST_TEST(accelerated == 0);
+          BOOST_TEST(s.sample_evaluations == picard.sample_evaluations, boost::test_tools::per_element());
+          BOOST_TEST((z - z_picard).cwiseAbs().maxCoeff() <= 1e-14);
+        } else {
+          BOOST_TEST(accelerated > 0);
+        }
+      }
     }
   }
 }
@@ -265,6 +303,9 @@ BOOST_AUTO_TEST_CASE(options_validation_names_field) {
   { auto b = o; b.max_predicted_residual = 0.0; expect(b, "max_predicted_residual"); }
   { auto b = o; b.max_predicted_residual = 1.5; expect(b, "max_predicted_residual"); }
   { auto b = o; b.max_predicted_residual = std::nan(""); expect(b, "max_predicted_residual"); }
+  { auto b = o; b.fast_contraction = 1.0; expect(b, "fast_contraction"); }
+  { auto b = o; b.fast_contraction = -0.1; expect(b, "fast_contraction"); }
+  { auto b = o; b.fast_contraction = std::nan(""); expect(b, "fast_contraction"); }
   { auto b = o; b.absolute_tolerance = -1; expect(b, "absolute_tolerance"); }
   { auto b = o; b.max_iterations = -1; expect(b, "max_iterations"); }
   { auto b = o; b.residual_factor = 0.0; BOOST_TEST(b.IsValid(&error)); }

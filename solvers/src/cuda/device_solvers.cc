@@ -318,6 +318,7 @@ Summary DeviceAndersonSolver<Scalar>::Solve(Context& context, const DeviceMap<Sc
   state.ridge = options_.ridge;
   state.condition_limit = options_.condition_limit;
   state.max_predicted_residual = options_.max_predicted_residual;
+  state.fast_contraction = options_.fast_contraction;
   state.mixing = beta;
   state.count = counters;
   state.next = counters + batch;

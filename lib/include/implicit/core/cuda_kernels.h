@@ -116,6 +116,7 @@ struct AndersonState {
   int memory = 0;
   double ridge = 0, condition_limit = 0, mixing = 1;
   double max_predicted_residual = 1;  // the predicted-gain gate (1: off)
+  double fast_contraction = 0;        // the fast-contraction rule (0: off)
   int* count = nullptr;     // B: stored pairs
   int* next = nullptr;      // B: next slot
   int* has_prev = nullptr;  // B

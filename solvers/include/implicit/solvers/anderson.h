@@ -32,7 +32,9 @@
 //  * predicted gain: the step is proposed only when the least squares
 //    predicts |g_k - dG gamma| <= max_predicted_residual |g_k| (default 0.5);
 //    otherwise the plain step is taken at no extra evaluation and the history
-//    kept (a map that already contracts fast gains nothing from extrapolation).
+//    kept (a map that already contracts fast gains nothing from extrapolation);
+//  * fast contraction: likewise when the map contracted the last step by at
+//    least fast_contraction (0.1): |f(z_k) - f(z_k-1)| <= 0.1 |z_k - z_k-1|.
 // Summary::sample_accelerated_steps / sample_backtracks / sample_fallbacks
 // count what the guard did per sample; only active samples are evaluated.
 //
@@ -88,6 +90,14 @@ class AndersonSolver : public Solver<Scalar> {
     // extrapolation would only cost evaluations. In (0, 1]; 1 = off (gamma = 0
     // always predicts |g_k|).
     double max_predicted_residual = 0.5;
+    // Fast contraction: when the map contracted the last step by this factor
+    // or more, |f(z_k) - f(z_k-1)| <= fast_contraction |z_k - z_k-1|, the plain
+    // step is taken and the history kept. Picard's step then already divides
+    // the error by about 1 / fast_contraction, and where the map is locally
+    // (nearly) constant — a saturated softmax, an entmax whose support has
+    // settled — it is (nearly) exact, which an extrapolation from the history
+    // of the transient would spoil. In [0, 1); 0 = off.
+    double fast_contraction = 0.1;
     // The guard (sufficient_decrease, max_backtracks, backtrack_factor,
     // residual_factor) is described at the top of this file.
 
@@ -108,6 +118,8 @@ class AndersonSolver : public Solver<Scalar> {
         return fail("condition_limit must be in [0, 1), got " + std::to_string(condition_limit));
       if (!(max_predicted_residual > 0.0 && max_predicted_residual <= 1.0))
         return fail("max_predicted_residual must be in (0, 1], got " + std::to_string(max_predicted_residual));
+      if (!(fast_contraction >= 0.0 && fast_contraction < 1.0))
+        return fail("fast_contraction must be in [0, 1), got " + std::to_string(fast_contraction));
       return true;
     }
   };
@@ -209,16 +221,24 @@ Summary AndersonSolver<Scalar>::Solve(const FixedPointMap<Scalar>& map, MatrixRe
           gram(j, base + slot) = v;
         }
       }
+      // The map's contraction along the last step: df = dz + dg (fast_contraction).
+      bool fast = false;
+      if (has_prev[b] && options_.fast_contraction > 0) {
+        const Index newest = (next[b] + m - 1) % m;
+        fast = (dz.col(base + newest) + dg.col(base + newest)).norm() <=
+               static_cast<Scalar>(options_.fast_contraction) * dz.col(base + newest).norm();
+      }
       z_prev.col(b) = zb;
       g_prev.col(b) = fz.col(b) - zb;
       has_prev[b] = 1;
       auto gb = g_prev.col(b);
 
       // The proposal q = beta (g - dG gamma) - dZ gamma (the Anderson step from
-      // z), when it predicts a gain (max_predicted_residual).
+      // z), unless the map contracts fast here (fast_contraction) or the least
+      // squares predicts little gain (max_predicted_residual).
       const Index k = count[b];
       proposal[b] = 0;
-      if (k == 0) continue;
+      if (k == 0 || fast) continue;
       for (Index i = 0; i < k; ++i) rhs(i) = static_cast<double>(dg.col(base + i).dot(gb));
       if (!SolveGram(gram.block(0, base, k, k), k, &chol, &rhs, &gamma)) {
         count[b] = next[b] = 0;  // ill-conditioned history: safe step, fresh history

@@ -16,7 +16,8 @@
 // m x m Gram matrix on the device; one kernel per iteration (one thread block
 // per sample) pushes the newest pair, solves the ridged least-squares system
 // by Cholesky in double precision, applies the predicted-gain gate
-// (max_predicted_residual) and forms the proposal q. memory is
+// (max_predicted_residual) and the fast-contraction rule (fast_contraction)
+// and forms the proposal q. memory is
 // limited to kMaxDeviceAndersonMemory.
 //
 //   implicit::cuda::Context context;
