@@ -62,7 +62,7 @@ class HopfieldLayerEnergy : public Energy<Scalar> {
   // Attention weights of head h at state xi (N x B).
   Matrix<Scalar> Attention(ConstMatrixRef<Scalar> xi, Index h) const {
     const std::shared_ptr<const Matrix<Scalar>> keys = CachedKeys();
-  const Matrix<Scalar>& K = *keys;
+    const Matrix<Scalar>& K = *keys;
     return HeadAt(K, xi, h, "HopfieldLayerEnergy::Attention").p;
   }
 
