@@ -298,7 +298,7 @@ __global__ void AndersonProposeKernel(AndersonState st, const S* z, const S* f, 
   __shared__ double red[kAndersonThreads / kWarp];
   __shared__ double L[kMaxAndersonKernelMemory * kMaxAndersonKernelMemory];
   __shared__ double rhs[kMaxAndersonKernelMemory], gamma[kMaxAndersonKernelMemory];
-  __shared__ int ok, fast;
+  __shared__ int ok;
   const int j = blockIdx.x, b = static_cast<int>(Column(columns, j)), m = st.memory;
   const long long col = static_cast<long long>(b) * n;
   const S* zb = z + col;
@@ -308,6 +308,7 @@ __global__ void AndersonProposeKernel(AndersonState st, const S* z, const S* f, 
   double* gram = st.gram + static_cast<long long>(b) * m * m;
   auto ring = [&](S* base, int slot) { return base + (static_cast<long long>(b) * m + slot) * n; };
   int count = st.count[b], next = st.next[b];
+  bool fast = false;  // the map contracted the last step fast (fast_contraction)
   if (st.has_prev[b]) {
     const int slot = next;
     S* dzs = ring(dz, slot);
@@ -322,7 +323,7 @@ __global__ void AndersonProposeKernel(AndersonState st, const S* z, const S* f, 
     }
     dz2 = BlockSum(dz2, red);
     df2 = BlockSum(df2, red);
-    if (threadIdx.x == 0) fast = st.fast_contraction > 0 && sqrt(df2) <= st.fast_contraction * sqrt(dz2);
+    fast = st.fast_contraction > 0 && sqrt(df2) <= st.fast_contraction * sqrt(dz2);  // every thread: sums are shared
     __syncthreads();
     count = min(count + 1, m);
     next = (slot + 1) % m;
@@ -356,7 +357,7 @@ __global__ void AndersonProposeKernel(AndersonState st, const S* z, const S* f, 
   if (threadIdx.x == 0) {
     // The ridged Cholesky solve of AndersonSolver::SolveGram (anderson.h),
     // skipped where the map contracts fast (a plain step, the history kept).
-    ok = k > 0 && !(st.has_prev[b] && fast);
+    ok = k > 0 && !fast;
     double trace = 0, max_diag = 0;
     for (int i = 0; i < k; ++i) trace += gram[i + i * m];
     const double lambda = k > 0 ? st.ridge * trace / k : 0.0;
@@ -392,7 +393,7 @@ __global__ void AndersonProposeKernel(AndersonState st, const S* z, const S* f, 
       for (int i = 0; i < k; ++i)
         if (!isfinite(gamma[i])) ok = 0;
     }
-    if (!ok && k > 0 && !(st.has_prev[b] && fast)) count = next = 0;  // ill-conditioned: fresh history
+    if (!ok && k > 0 && !fast) count = next = 0;  // ill-conditioned: fresh history
     st.count[b] = count;
     st.next[b] = next;
     st.has_prev[b] = 1;
