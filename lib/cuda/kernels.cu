@@ -308,6 +308,7 @@ __global__ void AndersonProposeKernel(AndersonState st, const S* z, const S* f, 
   double* gram = st.gram + static_cast<long long>(b) * m * m;
   auto ring = [&](S* base, int slot) { return base + (static_cast<long long>(b) * m + slot) * n; };
   int count = st.count[b], next = st.next[b];
+  const bool fast_before = st.fast_before[b] != 0;  // the step before contracted fast
   bool fast = false;  // the map contracted the last step fast (fast_contraction)
   if (st.has_prev[b]) {
     const int slot = next;
@@ -337,6 +338,20 @@ __global__ void AndersonProposeKernel(AndersonState st, const S* z, const S* f, 
         gram[l + slot * m] = v;
       }
     }
+    // Fast contraction: the history is cut to the newest pair, moved to slot 0.
+    if (fast && count > 1) {
+      if (slot != 0) {
+        S* dz0 = ring(dz, 0);
+        S* dg0 = ring(dg, 0);
+        for (int i = threadIdx.x; i < n; i += blockDim.x) {
+          dz0[i] = dzs[i];
+          dg0[i] = dgs[i];
+        }
+        if (threadIdx.x == 0) gram[0] = gram[slot + slot * m];
+      }
+      count = 1;
+      next = 1 % m;
+    }
   }
   __syncthreads();
   for (int i = threadIdx.x; i < n; i += blockDim.x) {
@@ -356,8 +371,9 @@ __global__ void AndersonProposeKernel(AndersonState st, const S* z, const S* f, 
   }
   if (threadIdx.x == 0) {
     // The ridged Cholesky solve of AndersonSolver::SolveGram (anderson.h),
-    // skipped where the map contracts fast (a plain step, the history kept).
-    ok = k > 0 && !fast;
+    // skipped on the first step that contracts fast (a plain step).
+    const bool first_fast = fast && !fast_before;
+    ok = k > 0 && !first_fast;
     double trace = 0, max_diag = 0;
     for (int i = 0; i < k; ++i) trace += gram[i + i * m];
     const double lambda = k > 0 ? st.ridge * trace / k : 0.0;
@@ -393,10 +409,11 @@ __global__ void AndersonProposeKernel(AndersonState st, const S* z, const S* f, 
       for (int i = 0; i < k; ++i)
         if (!isfinite(gamma[i])) ok = 0;
     }
-    if (!ok && k > 0 && !fast) count = next = 0;  // ill-conditioned: fresh history
+    if (!ok && k > 0 && !first_fast) count = next = 0;  // ill-conditioned: fresh history
     st.count[b] = count;
     st.next[b] = next;
     st.has_prev[b] = 1;
+    st.fast_before[b] = fast;
   }
   __syncthreads();
   if (!ok) {

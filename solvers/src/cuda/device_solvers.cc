@@ -310,8 +310,8 @@ Summary DeviceAndersonSolver<Scalar>::Solve(Context& context, const DeviceMap<Sc
   Scalar* dz = Slot<Scalar>(context, k::kSlotDZ, nb * m);
   Scalar* dg = Slot<Scalar>(context, k::kSlotDG, nb * m);
   double* gram = Slot<double>(context, k::kSlotGram, b_count * m * m);
-  int* counters = Slot<int>(context, k::kSlotCounters, 3 * b_count);
-  Check(cudaMemsetAsync(counters, 0, sizeof(int) * 3 * b_count, stream), "cudaMemset(anderson counters)");
+  int* counters = Slot<int>(context, k::kSlotCounters, 4 * b_count);
+  Check(cudaMemsetAsync(counters, 0, sizeof(int) * 4 * b_count, stream), "cudaMemset(anderson counters)");
   Check(cudaMemsetAsync(y, 0, sizeof(Scalar) * nb, stream), "cudaMemset(trial points)");
   internal::AndersonState state;
   state.memory = static_cast<int>(m);
@@ -323,6 +323,7 @@ Summary DeviceAndersonSolver<Scalar>::Solve(Context& context, const DeviceMap<Sc
   state.count = counters;
   state.next = counters + batch;
   state.has_prev = counters + 2 * batch;
+  state.fast_before = counters + 3 * batch;
   state.gram = gram;
 
   // ---- host per-sample state ----

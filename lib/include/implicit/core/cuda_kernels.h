@@ -120,6 +120,7 @@ struct AndersonState {
   int* count = nullptr;     // B: stored pairs
   int* next = nullptr;      // B: next slot
   int* has_prev = nullptr;  // B
+  int* fast_before = nullptr;  // B: the last step contracted fast (fast_contraction)
   double* gram = nullptr;   // memory x memory x B
 };
 template <typename S>

@@ -33,8 +33,10 @@
 //    predicts |g_k - dG gamma| <= max_predicted_residual |g_k| (default 0.5);
 //    otherwise the plain step is taken at no extra evaluation and the history
 //    kept (a map that already contracts fast gains nothing from extrapolation);
-//  * fast contraction: likewise when the map contracted the last step by at
-//    least fast_contraction (0.1): |f(z_k) - f(z_k-1)| <= 0.1 |z_k - z_k-1|.
+//  * fast contraction: when the map contracted the last step by at least
+//    fast_contraction (0.1), |f(z_k) - f(z_k-1)| <= 0.1 |z_k - z_k-1|, the
+//    history is cut to the newest pair; the first such step is plain, a
+//    second one in a row extrapolates from that pair alone.
 // Summary::sample_accelerated_steps / sample_backtracks / sample_fallbacks
 // count what the guard did per sample; only active samples are evaluated.
 //
@@ -91,12 +93,15 @@ class AndersonSolver : public Solver<Scalar> {
     // always predicts |g_k|).
     double max_predicted_residual = 0.5;
     // Fast contraction: when the map contracted the last step by this factor
-    // or more, |f(z_k) - f(z_k-1)| <= fast_contraction |z_k - z_k-1|, the plain
-    // step is taken and the history kept. Picard's step then already divides
-    // the error by about 1 / fast_contraction, and where the map is locally
-    // (nearly) constant — a saturated softmax, an entmax whose support has
-    // settled — it is (nearly) exact, which an extrapolation from the history
-    // of the transient would spoil. In [0, 1); 0 = off.
+    // or more, |f(z_k) - f(z_k-1)| <= fast_contraction |z_k - z_k-1|, the
+    // older pairs describe the transient, not the map near its fixed point:
+    // the history is cut to the newest pair. On the first such step the
+    // plain step is taken: where the map is locally (nearly) constant — a
+    // saturated softmax, an entmax whose support has settled — Picard's step
+    // is (nearly) exact and any extrapolation would spoil it. When the map
+    // contracted fast on the step before too (a steady linear rate), the
+    // step extrapolates from the newest pair alone (the secant step, which
+    // removes the slowest direction of that rate). In [0, 1); 0 = off.
     double fast_contraction = 0.1;
     // The guard (sufficient_decrease, max_backtracks, backtrack_factor,
     // residual_factor) is described at the top of this file.
@@ -202,6 +207,7 @@ Summary AndersonSolver<Scalar>::Solve(const FixedPointMap<Scalar>& map, MatrixRe
   Vector<Scalar> predicted(n);                        // g - dG gamma
   std::vector<int> count(batch, 0), next(batch, 0);   // stored pairs, next slot to write
   std::vector<char> has_prev(batch, 0), proposal(batch, 0);
+  std::vector<char> fast_before(batch, 0);            // the last step contracted fast
 
   evaluator.Evaluate(z, monitor.active_columns(), fz, energies, &monitor);
   while (monitor.Observe(z, fz, energies)) {
@@ -233,12 +239,25 @@ Summary AndersonSolver<Scalar>::Solve(const FixedPointMap<Scalar>& map, MatrixRe
       has_prev[b] = 1;
       auto gb = g_prev.col(b);
 
+      // Fast contraction: keep the newest pair only (moved to slot 0); the
+      // first fast step is plain, a second in a row extrapolates from it.
+      const bool first_fast = fast && !fast_before[b];
+      fast_before[b] = fast;
+      if (fast && count[b] > 1) {
+        const Index newest = (next[b] + m - 1) % m;
+        dz.col(base) = dz.col(base + newest);
+        dg.col(base) = dg.col(base + newest);
+        gram(0, base) = gram(newest, base + newest);
+        count[b] = 1;
+        next[b] = static_cast<int>(1 % m);
+      }
+
       // The proposal q = beta (g - dG gamma) - dZ gamma (the Anderson step from
-      // z), unless the map contracts fast here (fast_contraction) or the least
-      // squares predicts little gain (max_predicted_residual).
+      // z), unless this is the first fast step or the least squares predicts
+      // little gain (max_predicted_residual).
       const Index k = count[b];
       proposal[b] = 0;
-      if (k == 0 || fast) continue;
+      if (k == 0 || first_fast) continue;
       for (Index i = 0; i < k; ++i) rhs(i) = static_cast<double>(dg.col(base + i).dot(gb));
       if (!SolveGram(gram.block(0, base, k, k), k, &chol, &rhs, &gamma)) {
         count[b] = next[b] = 0;  // ill-conditioned history: safe step, fresh history
