@@ -11,6 +11,7 @@
 #include <implicit/layers/hopfield.h>
 #include <implicit/solvers/anderson.h>
 #include <implicit/solvers/broyden.h>
+#include <implicit/solvers/internal/sample_judge.h>
 #include <implicit/solvers/picard.h>
 #include <implicit/solvers/registry.h>
 
@@ -25,6 +26,7 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 using namespace implicit;
@@ -269,4 +271,61 @@ BOOST_AUTO_TEST_CASE(digits_queries_passing_a_saddle_region_converge) {
   const Summary s = Make<double>("picard", common)->Solve(map, z);
   BOOST_TEST(!s.IsConverged());
   BOOST_TEST(s.termination_type == TerminationType::kStalled);
+}
+
+// The per-sample verdict itself (internal/sample_judge.h), on made-up
+// observations: with the energy a sample whose residual rises while E falls
+// goes on (and is kept at its lowest-energy iterate); it stalls only after
+// max_stall_iterations observations in which neither E nor the residual set a
+// record; judged by the residual alone the same history stalls earlier.
+BOOST_AUTO_TEST_CASE(sample_judge_stalls_only_when_neither_energy_nor_residual_progress) {
+  SolverOptions options;
+  options.absolute_tolerance = 1e-8;
+  options.max_stall_iterations = 3;
+  options.divergence_threshold = 1e6;
+  internal::SampleJudge<double> with_energy(options, internal::SampleRules{});
+  internal::SampleJudge<double> residual_only(options, internal::SampleRules{});
+  with_energy.Reset(1);
+  residual_only.Reset(1);
+  // (residual, energy) per observation: the residual rises for 5 steps while E falls.
+  const std::vector<std::pair<double, double>> history = {{1.0, 0.0}, {1.5, -1.0}, {2.0, -2.0}, {2.5, -3.0},
+                                                          {3.0, -4.0}, {3.5, -5.0}};
+  int residual_only_stalled_at = -1;
+  for (std::size_t k = 0; k < history.size(); ++k) {
+    bool kept = false;
+    const auto stop = with_energy.Judge(0, history[k].first, 1.0, true, &history[k].second, k == 0, &kept);
+    BOOST_TEST(!stop.has_value());
+    BOOST_TEST(kept);  // each iterate has the lowest energy so far
+    bool kept_r = false;
+    const auto stop_r = residual_only.Judge(0, history[k].first, 1.0, true, nullptr, k == 0, &kept_r);
+    if (stop_r && residual_only_stalled_at < 0) residual_only_stalled_at = static_cast<int>(k);
+  }
+  BOOST_TEST(residual_only_stalled_at == 3);  // no residual record in observations 1, 2, 3
+  BOOST_TEST(with_energy.kept_residual(0) == 3.5);
+  BOOST_TEST(with_energy.best_residual(0) == 1.0);
+  // Now neither improves: a stall on the third such observation, not before.
+  const double flat = -5.0;
+  for (int k = 1; k <= 3; ++k) {
+    bool kept = false;
+    const auto stop = with_energy.Judge(0, 3.5, 1.0, true, &flat, false, &kept);
+    if (k < 3) BOOST_TEST(!stop.has_value());
+    else BOOST_TEST((stop == TerminationType::kStalled));
+  }
+  // Converged, diverged, non-finite.
+  bool kept = false;
+  with_energy.Reset(1);
+  BOOST_TEST((with_energy.Judge(0, 1e-9, 1.0, true, nullptr, true, &kept) == TerminationType::kConverged));
+  with_energy.Reset(1);
+  with_energy.Judge(0, 1.0, 1.0, true, nullptr, true, &kept);
+  BOOST_TEST((with_energy.Judge(0, 2e6, 1.0, true, nullptr, false, &kept) == TerminationType::kDiverged));
+  kept = false;
+  BOOST_TEST((with_energy.Judge(0, 0.5, 1.0, false, nullptr, false, &kept) == TerminationType::kNonFinite));
+  BOOST_TEST(!kept);
+  // The linear rule adds the tolerances: r <= rtol * |rhs| + atol.
+  options.relative_tolerance = 1e-3;
+  internal::SampleJudge<double> linear(options, internal::SampleRules{true, false});
+  linear.Reset(1);
+  BOOST_TEST(!linear.Judge(0, 1.5e-3, 1.0, true, nullptr, true, &kept).has_value());
+  BOOST_TEST((linear.Judge(0, 0.9e-3, 1.0, true, nullptr, false, &kept) == TerminationType::kConverged));
+  BOOST_TEST(linear.relative(0) == 0.9e-3);
 }

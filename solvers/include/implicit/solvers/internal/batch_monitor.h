@@ -16,23 +16,14 @@
 //    Residual(u, r) (r = rhs - A u, the true residual) to judge the iterate,
 //    Apply() for counted products, CountIteration(), FinishLinear().
 //    Converged when |rhs_b - A u_b| <= tolerance x |rhs_b| + absolute_tolerance.
-// The two differ only by SampleRules: how the tolerances combine, and which
-// iterate is returned — a forward solve returns each unconverged sample at
-// its best iterate, which the monitor keeps; a linear solve returns the
-// solver's final iterate and reports its true residual.
-//
-// Progress, for the stall rule (forward solves; a linear solve has none): with
-// the residual only (no energy, or SolverOptions::use_energy off), a sample
-// stalls when its residual has set no new record for max_stall_iterations
-// iterations, and is returned at its smallest-residual iterate. With the
-// energy (Observe() given E), it stalls only when NEITHER its energy NOR its
-// residual has set a new record (beyond rounding) — energy-descent methods may
-// raise the residual for a long while as they leave a saddle region while E
-// keeps falling — and is returned at its lowest-energy iterate, never at an
-// older one that merely had a smaller residual.
+// The verdict on each sample — tolerances, divergence, the stall rule with or
+// without the energy, which iterate is kept (a forward solve returns each
+// unconverged sample at its best iterate, which the monitor keeps; a linear
+// solve its final one) — is SampleJudge's (sample_judge.h).
 #pragma once
 
 #include <implicit/core/map.h>
+#include <implicit/solvers/internal/sample_judge.h>
 #include <implicit/solvers/linear_solver_options.h>
 #include <implicit/solvers/solver.h>
 
@@ -48,24 +39,12 @@
 namespace implicit {
 namespace internal {
 
-// Where a forward solve and a linear solve judge their samples differently.
-struct SampleRules {
-  // true (linear): converged when r <= relative_tolerance x scale +
-  // absolute_tolerance; false (forward): when r <= absolute_tolerance or
-  // r <= relative_tolerance x scale.
-  bool add_tolerances = false;
-  // true (forward): the monitor keeps each sample's best iterate and Finish()
-  // returns an unconverged sample there. false (linear): the solver's final
-  // iterate is returned and every sample reports its latest measured residual.
-  bool keep_best_iterate = true;
-};
-
 template <typename Scalar>
 class BatchMonitor {
  public:
   // A forward solve; Begin() starts it.
   BatchMonitor(const SolverOptions& options, std::string solver_name)
-      : options_(options) {
+      : options_(options), judge_(options_, SampleRules{}) {
     summary_.solver = std::move(solver_name);
   }
 
@@ -75,7 +54,7 @@ class BatchMonitor {
   BatchMonitor(const char* name, const LinearOperator<Scalar>& apply, ConstMatrixRef<Scalar> rhs,
                MatrixRef<Scalar> u, const LinearSolverOptions& options)
       : options_(AsSolverOptions(options)),
-        rules_{/*add_tolerances=*/true, /*keep_best_iterate=*/false},
+        judge_(options_, SampleRules{/*add_tolerances=*/true, /*keep_best_iterate=*/false}),
         apply_(&apply),
         rhs_(rhs) {
     std::string error;
@@ -107,7 +86,7 @@ class BatchMonitor {
   // CountWork() steps.
   int iterations() const { return iterations_; }
   // The smallest residual sample b has had so far.
-  double best_residual(Index b) const { return record_residual_[b]; }
+  double best_residual(Index b) const { return judge_.best_residual(b); }
   const SolverOptions& options() const { return options_; }
 
   // ---- counting work ----
@@ -154,25 +133,15 @@ class BatchMonitor {
   // Returns true while some sample is still active.
   bool Observe(ConstMatrixRef<Scalar> z, ConstMatrixRef<Scalar> fz,
                const Vector<Scalar>* energies = nullptr) {
-    if (observations_ > 0) ++iterations_;
-    double max_residual = 0.0, sum_residual = 0.0;
-    const Index batch = z.cols();
-    for (Index b = 0; b < batch; ++b) {
-      if (!active(b)) {
-        AddStopped(b, &max_residual, &sum_residual);
-        continue;
-      }
-      const double r = static_cast<double>((fz.col(b) - z.col(b)).norm());
-      const double f_norm = static_cast<double>(fz.col(b).norm());
-      const double e = energies != nullptr ? static_cast<double>((*energies)(b)) : 0.0;
-      const bool finite = std::isfinite(f_norm) && std::isfinite(e) && z.col(b).allFinite();
-      bool keep = false;
-      if (!Judge(b, r, f_norm, finite, energies != nullptr ? &e : nullptr, &keep)) continue;
-      if (keep && rules_.keep_best_iterate) kept_z_.col(b) = z.col(b);
-      max_residual = std::max(max_residual, r);
-      sum_residual += r;
-    }
-    return EndObservation(batch, max_residual, sum_residual);
+    return ObserveActive(
+        z.cols(),
+        [&](Index b, Index) {
+          const double f_norm = static_cast<double>(fz.col(b).norm());
+          const double e = energies != nullptr ? static_cast<double>((*energies)(b)) : 0.0;
+          return SampleObservation{static_cast<double>((fz.col(b) - z.col(b)).norm()), f_norm, e,
+                                   energies != nullptr, std::isfinite(f_norm) && std::isfinite(e) && z.col(b).allFinite()};
+        },
+        [&](Index b) { kept_z_.col(b) = z.col(b); });
   }
 
   // ---- forward solves whose state lives elsewhere (the device solvers) ----
@@ -191,27 +160,15 @@ class BatchMonitor {
   }
   bool ObserveScalars(Index batch, const double* residual, const double* f_norm, const double* finite,
                       const double* energy, std::vector<Index>* keep) {
-    if (observations_ > 0) ++iterations_;
     keep->clear();
-    double max_residual = 0.0, sum_residual = 0.0;
-    std::size_t j = 0;
-    for (Index b = 0; b < batch; ++b) {
-      if (!active(b)) {
-        AddStopped(b, &max_residual, &sum_residual);
-        continue;
-      }
-      const double r = residual[j];
-      const double e = energy != nullptr ? energy[j] : 0.0;
-      const bool ok = finite[j] != 0.0 && std::isfinite(f_norm[j]) && std::isfinite(e);
-      bool kept = false;
-      const bool judged = Judge(b, r, f_norm[j], ok, energy != nullptr ? &e : nullptr, &kept);
-      ++j;
-      if (!judged) continue;
-      if (kept && rules_.keep_best_iterate) keep->push_back(b);
-      max_residual = std::max(max_residual, r);
-      sum_residual += r;
-    }
-    return EndObservation(batch, max_residual, sum_residual);
+    return ObserveActive(
+        batch,
+        [&](Index, Index j) {
+          const double e = energy != nullptr ? energy[j] : 0.0;
+          return SampleObservation{residual[j], f_norm[j], e, energy != nullptr,
+                                   finite[j] != 0.0 && std::isfinite(f_norm[j]) && std::isfinite(e)};
+        },
+        [&](Index b) { keep->push_back(b); });
   }
   Summary FinishScalars(std::vector<Index>* restore) {
     Complete(nullptr, restore);
@@ -244,7 +201,7 @@ class BatchMonitor {
         Judge(b, rn, rhs_norm_[b], u.col(b).allFinite(), nullptr, &kept);
       } else {
         summary_.sample_residual[b] = rn;
-        relative_[b] = Relative(rn, rhs_norm_[b]);
+        judge_.set_relative(b, judge_.Relative(rn, rhs_norm_[b]));
       }
     }
     ++observations_;
@@ -252,7 +209,7 @@ class BatchMonitor {
   }
 
   // The residual norm at which sample b of a linear solve has converged.
-  double threshold(Index b) const { return Threshold(rhs_norm_[b]); }
+  double threshold(Index b) const { return judge_.Threshold(rhs_norm_[b]); }
 
   // Completes the LinearSolveSummary; the last Residual() call must describe
   // the final u.
@@ -268,7 +225,7 @@ class BatchMonitor {
     s.absolute_residual = summary_.absolute_residual;
     s.sample_status = std::move(summary_.sample_status);
     s.sample_residual = std::move(summary_.sample_residual);
-    s.sample_relative_residual = std::move(relative_);
+    s.sample_relative_residual = judge_.TakeRelative();
     s.sample_iterations = std::move(summary_.sample_iterations);
     s.wall_time_seconds = summary_.wall_time_seconds;
     return s;
@@ -277,12 +234,7 @@ class BatchMonitor {
  private:
   void Allocate(Index batch) {
     const double inf = std::numeric_limits<double>::infinity();
-    record_residual_.assign(batch, inf);
-    record_energy_.assign(batch, inf);
-    kept_residual_.assign(batch, inf);
-    relative_.assign(batch, inf);
-    initial_residual_.assign(batch, 0.0);
-    stall_count_.assign(batch, 0);
+    judge_.Reset(batch);
     active_.assign(batch, 1);
     active_columns_.resize(batch);
     for (Index b = 0; b < batch; ++b) active_columns_[b] = b;
@@ -294,6 +246,35 @@ class BatchMonitor {
     summary_.sample_accelerated_steps.assign(batch, 0);
     summary_.sample_backtracks.assign(batch, 0);
     summary_.sample_fallbacks.assign(batch, 0);
+  }
+
+  // What one observation measured of an active sample.
+  struct SampleObservation {
+    double residual, f_norm, energy;
+    bool has_energy, finite;
+  };
+
+  // One observation of a forward solve: measure(b, j) gives active sample
+  // b's values (j: its position among the active ones), keep(b) takes b's
+  // current iterate as its kept one. Returns true while some sample is active.
+  template <typename Measure, typename Keep>
+  bool ObserveActive(Index batch, const Measure& measure, const Keep& keep) {
+    if (observations_ > 0) ++iterations_;
+    double max_residual = 0.0, sum_residual = 0.0;
+    Index j = 0;
+    for (Index b = 0; b < batch; ++b) {
+      if (!active(b)) {
+        AddStopped(b, &max_residual, &sum_residual);
+        continue;
+      }
+      const SampleObservation o = measure(b, j++);
+      bool kept = false;
+      if (!Judge(b, o.residual, o.f_norm, o.finite, o.has_energy ? &o.energy : nullptr, &kept)) continue;
+      if (kept && judge_.rules().keep_best_iterate) keep(b);
+      max_residual = std::max(max_residual, o.residual);
+      sum_residual += o.residual;
+    }
+    return EndObservation(batch, max_residual, sum_residual);
   }
 
   // A stopped sample's residual in the trace's max and mean.
@@ -326,7 +307,7 @@ class BatchMonitor {
       it.function_evaluations = summary_.function_evaluations;
       it.max_residual = max_residual;
       it.num_active = num_active_;
-      it.num_converged = CountStatus(TerminationType::kConverged);
+      it.num_converged = CountStatus(summary_, TerminationType::kConverged);
       it.seconds = seconds;
       if (options_.callback(it) == CallbackReturnType::kAbort && num_active_ > 0) {
         for (Index b = 0; b < batch; ++b) StopSample(b, TerminationType::kUserAbort);
@@ -340,61 +321,13 @@ class BatchMonitor {
     return num_active_ > 0;
   }
 
-  static double Relative(double r, double scale) { return scale > 0 ? r / scale : r; }
-  double Threshold(double scale) const {
-    return options_.relative_tolerance * scale + options_.absolute_tolerance;
-  }
-  bool Converged(double r, double scale) const {
-    if (rules_.add_tolerances) return r <= Threshold(scale);
-    return r <= options_.absolute_tolerance || r <= options_.relative_tolerance * scale;
-  }
-
-  // Judges active sample b at this observation: r its residual norm, scale
-  // what the relative tolerance multiplies (|f(z_b)| or |rhs_b|), finite
-  // whether the rest of its values are, energy its E (or nullptr); *kept is
-  // set when b's current iterate becomes its kept one (forward solves). Stops
-  // b when it converged, diverged, stalled or is non-finite.
-  // Returns false when non-finite.
+  // Judges active sample b at this observation (SampleJudge::Judge) and stops
+  // it with the status the judge returns. Returns false when non-finite.
   bool Judge(Index b, double r, double scale, bool finite, const double* energy, bool* kept) {
-    const double relative = Relative(r, scale);
     summary_.sample_residual[b] = r;
-    if (!rules_.keep_best_iterate) relative_[b] = relative;
-    if (!std::isfinite(r) || !finite) {
-      StopSample(b, TerminationType::kNonFinite);
-      return false;
-    }
-    if (observations_ == 0) initial_residual_[b] = r;
-    const bool residual_record = r < record_residual_[b];
-    if (residual_record) record_residual_[b] = r;
-    bool keep = residual_record;
-    bool progress = residual_record;
-    if (energy != nullptr) {
-      // A new energy record counts as progress only beyond rounding; the
-      // kept iterate is the lowest-energy one (ties: the later one).
-      const double e = *energy;
-      const double slack = 16.0 * std::numeric_limits<Scalar>::epsilon() * (1.0 + std::abs(e));
-      progress = progress || e < record_energy_[b] - slack;
-      keep = e <= record_energy_[b];
-      if (keep) record_energy_[b] = e;
-    }
-    if (keep && rules_.keep_best_iterate) {
-      kept_residual_[b] = r;
-      relative_[b] = relative;
-      *kept = true;
-    }
-    stall_count_[b] = progress ? 0 : stall_count_[b] + 1;
-    if (Converged(r, scale)) {
-      relative_[b] = relative;
-      StopSample(b, TerminationType::kConverged);
-    } else if (observations_ > 0 &&
-               r > options_.divergence_threshold *
-                       std::max(initial_residual_[b], std::numeric_limits<double>::min())) {
-      StopSample(b, TerminationType::kDiverged);
-    } else if (options_.max_stall_iterations > 0 &&
-               stall_count_[b] >= options_.max_stall_iterations) {
-      StopSample(b, TerminationType::kStalled);
-    }
-    return true;
+    const std::optional<TerminationType> stop = judge_.Judge(b, r, scale, finite, energy, observations_ == 0, kept);
+    if (stop) StopSample(b, *stop);
+    return stop != TerminationType::kNonFinite;
   }
 
   // Stops the samples still active (kMaxIterations), returns the kept
@@ -406,24 +339,24 @@ class BatchMonitor {
     double max_abs = 0.0, max_rel = 0.0;
     for (Index b = 0; b < batch; ++b) {
       if (active(b)) StopSample(b, TerminationType::kMaxIterations);
-      if (rules_.keep_best_iterate && summary_.sample_status[b] != TerminationType::kConverged &&
-          std::isfinite(kept_residual_[b])) {
+      if (judge_.rules().keep_best_iterate && summary_.sample_status[b] != TerminationType::kConverged &&
+          std::isfinite(judge_.kept_residual(b))) {
         if (z != nullptr) z->col(b) = kept_z_.col(b);
         if (restore != nullptr) restore->push_back(b);
-        summary_.sample_residual[b] = kept_residual_[b];
+        summary_.sample_residual[b] = judge_.kept_residual(b);
       }
       const double r = summary_.sample_residual[b];
       max_abs = std::isfinite(r) ? std::max(max_abs, r)
                                  : std::numeric_limits<double>::infinity();
-      const double rel = relative_[b];
+      const double rel = judge_.relative(b);
       max_rel = std::isfinite(rel) ? std::max(max_rel, rel)
                                    : std::numeric_limits<double>::infinity();
     }
     summary_.iterations = iterations_;
     summary_.absolute_residual = max_abs;
     summary_.relative_residual = max_rel;
-    summary_.termination_type = BatchTermination();
-    summary_.message = Message();
+    summary_.termination_type = BatchTermination(summary_, loop_end_);
+    summary_.message = BatchMessage(summary_, judge_.rules().keep_best_iterate) + note_;
     summary_.wall_time_seconds = Seconds();
   }
 
@@ -431,48 +364,14 @@ class BatchMonitor {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_)
         .count();
   }
-  int CountStatus(TerminationType t) const {
-    return static_cast<int>(
-        std::count(summary_.sample_status.begin(), summary_.sample_status.end(), t));
-  }
-  bool AnyStatus(TerminationType t) const { return CountStatus(t) > 0; }
-
-  TerminationType BatchTermination() const {
-    if (CountStatus(TerminationType::kConverged) == summary_.num_samples()) {
-      return TerminationType::kConverged;
-    }
-    if (loop_end_ != TerminationType::kConverged) return loop_end_;  // abort, budget
-    for (TerminationType t : {TerminationType::kNonFinite, TerminationType::kDiverged,
-                              TerminationType::kFailure, TerminationType::kStalled,
-                              TerminationType::kMaxIterations}) {
-      if (AnyStatus(t)) return t;
-    }
-    return TerminationType::kMaxIterations;
-  }
-
-  std::string Message() const {
-    const int converged = CountStatus(TerminationType::kConverged);
-    std::string m = std::to_string(converged) + "/" +
-                    std::to_string(summary_.num_samples()) + " samples converged";
-    if (rules_.keep_best_iterate && converged != summary_.num_samples()) {
-      m += "; unconverged samples returned at their best finite iterate";
-    }
-    return m + note_;
-  }
-
   SolverOptions options_;
-  SampleRules rules_;
+  SampleJudge<Scalar> judge_;
   Summary summary_;
   // The linear system (linear solves only).
   const LinearOperator<Scalar>* apply_ = nullptr;
   std::optional<ConstMatrixRef<Scalar>> rhs_;
   std::vector<double> rhs_norm_;
   Matrix<Scalar> kept_z_;  // forward solves only
-  std::vector<double> record_residual_, record_energy_;  // best seen (progress tests)
-  std::vector<double> kept_residual_;                    // at the kept iterate
-  std::vector<double> relative_;                         // reported r / scale
-  std::vector<double> initial_residual_;
-  std::vector<int> stall_count_;
   std::vector<char> active_;
   std::vector<Index> active_columns_;
   int num_active_ = 0;
