@@ -123,9 +123,9 @@ Fields<typename AndersonSolver<S>::Options> AndersonFields() {
 template <typename S>
 Fields<typename BroydenSolver<S>::Options> BroydenFields() {
   using O = typename BroydenSolver<S>::Options;
-  return With<O>({IMPLICIT_OPTION_FIELD(memory), IMPLICIT_OPTION_FIELD(sufficient_decrease),
-                  IMPLICIT_OPTION_FIELD(max_backtracks), IMPLICIT_OPTION_FIELD(backtrack_factor),
-                  IMPLICIT_OPTION_FIELD(residual_factor)});
+  return With<O>({IMPLICIT_OPTION_FIELD(memory), IMPLICIT_OPTION_FIELD(fast_contraction),
+                  IMPLICIT_OPTION_FIELD(sufficient_decrease), IMPLICIT_OPTION_FIELD(max_backtracks),
+                  IMPLICIT_OPTION_FIELD(backtrack_factor), IMPLICIT_OPTION_FIELD(residual_factor)});
 }
 
 template <typename S>

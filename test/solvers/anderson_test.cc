@@ -113,69 +113,9 @@ BOOST_AUTO_TEST_CASE(predicted_gain_gate_takes_plain_steps_only) {
   }
 }
 
-// The fast-contraction rule. On f(z) = A z + c with A = diag(0.01 .. 0.05)
-// every step contracts by at most 0.05 <= fast_contraction (0.1, the
-// default): the first two iterations are Picard's (no history, then the
-// first fast step), later steps extrapolate from the newest pair alone (the
-// history is cut to it, so memory 5 takes memory 1's steps; with the rule
-// off the two differ) and Anderson needs fewer evaluations than Picard. At
-// A = 0.5 I the rule leaves the history alone and Anderson extrapolates.
+// The fast-contraction rule (testing::CheckFastContractionRule, solver_checks.h).
 BOOST_AUTO_TEST_CASE(fast_contraction_cuts_the_history_to_the_newest_pair) {
-  const Index n = 6, B = 3;
-  const Matrix<double> z0 = testing::RandomMatrix<double>(n, B, 17, 4.0);
-  const Matrix<double> c = testing::RandomMatrix<double>(n, 1, 18);
-  const testing::AffineMap<double> fast_map(Vector<double>::LinSpaced(n, 0.01, 0.05).asDiagonal().toDenseMatrix(), c);
-  auto solve = [&](const testing::AffineMap<double>& map, int memory, double fast, int max_iterations,
-                   Matrix<double>* z) {
-    AndersonSolver<double>::Options options;
-    options.absolute_tolerance = 1e-12;
-    options.memory = memory;
-    options.fast_contraction = fast;
-    options.max_iterations = max_iterations;
-    *z = z0;
-    return AndersonSolver<double>(options).Solve(map, *z);
-  };
-  auto accelerated = [](const Summary& s) {
-    int sum = 0;
-    for (int a : s.sample_accelerated_steps) sum += a;
-    return sum;
-  };
-  PicardSolver<double>::Options picard_options;
-  picard_options.absolute_tolerance = 1e-12;
-  Matrix<double> z_picard = z0;
-  const Summary picard = PicardSolver<double>(picard_options).Solve(fast_map, z_picard);
-  BOOST_REQUIRE(picard.IsConverged());
-
-  // Two iterations: Picard's iterates, no extrapolation.
-  Matrix<double> z, z_two = z0;
-  picard_options.max_iterations = 2;
-  PicardSolver<double>(picard_options).Solve(fast_map, z_two);
-  BOOST_TEST(accelerated(solve(fast_map, 5, 0.1, 2, &z)) == 0);
-  BOOST_TEST((z - z_two).cwiseAbs().maxCoeff() <= 1e-14);
-
-  // To convergence: accelerated, fewer evaluations than Picard, memory 5 = memory 1.
-  const Summary s5 = solve(fast_map, 5, 0.1, 100, &z);
-  BOOST_TEST(s5.IsConverged(), s5.FullReport());
-  BOOST_TEST(accelerated(s5) > 0);
-  BOOST_TEST(s5.total_sample_evaluations() < picard.total_sample_evaluations());
-  Matrix<double> z1;
-  const Summary s1 = solve(fast_map, 1, 0.1, 100, &z1);
-  BOOST_TEST(s5.sample_evaluations == s1.sample_evaluations, boost::test_tools::per_element());
-  BOOST_TEST((z - z1).cwiseAbs().maxCoeff() <= 1e-14);
-
-  // The rule off: the whole history is used, memory 5 and memory 1 differ.
-  const Summary off5 = solve(fast_map, 5, 0.0, 100, &z);
-  const Summary off1 = solve(fast_map, 1, 0.0, 100, &z1);
-  BOOST_TEST(off5.IsConverged());
-  BOOST_TEST(off1.IsConverged());
-  BOOST_TEST(accelerated(off5) > 0);
-  BOOST_TEST((off5.sample_evaluations != off1.sample_evaluations || (z - z1).cwiseAbs().maxCoeff() > 1e-14));
-
-  // A slow contraction: the rule does not apply.
-  const testing::AffineMap<double> slow_map(0.5 * Matrix<double>::Identity(n, n), c);
-  const Summary slow = solve(slow_map, 5, 0.1, 100, &z);
-  BOOST_TEST(slow.IsConverged(), slow.FullReport());
-  BOOST_TEST(accelerated(slow) > 0);
+  testing::CheckFastContractionRule<AndersonSolver>(5);
 }
 
 BOOST_AUTO_TEST_CASE(anderson_one_evaluation_per_iteration) {

@@ -8,6 +8,9 @@
 #include "support/solver_test_maps.h"
 #include "support/test_problems.h"
 
+#include <cmath>
+#include <string>
+
 using namespace implicit;
 using implicit::testing::Residuals;
 
@@ -144,6 +147,12 @@ BOOST_AUTO_TEST_CASE(converged_samples_stop_changing) {
   }
 }
 
+// The fast-contraction rule (testing::CheckFastContractionRule, solver_checks.h):
+// H restarts from the newest pair where the map contracts 10x per step.
+BOOST_AUTO_TEST_CASE(fast_contraction_restarts_from_the_newest_pair) {
+  testing::CheckFastContractionRule<BroydenSolver>(20);
+}
+
 BOOST_AUTO_TEST_CASE(options_validation_names_field) {
   auto expect = [](BroydenSolver<double>::Options o, const std::string& field) {
     BOOST_TEST_CONTEXT(field) {
@@ -161,6 +170,8 @@ BOOST_AUTO_TEST_CASE(options_validation_names_field) {
   std::string error;
   BOOST_TEST(o.IsValid(&error));
   { auto b = o; b.memory = 0; expect(b, "memory"); }
+  { auto b = o; b.fast_contraction = 1.0; expect(b, "fast_contraction"); }
+  { auto b = o; b.fast_contraction = std::nan(""); expect(b, "fast_contraction"); }
   { auto b = o; b.max_backtracks = -1; expect(b, "max_backtracks"); }
   { auto b = o; b.backtrack_factor = 1.0; expect(b, "backtrack_factor"); }
   { auto b = o; b.backtrack_factor = 0.0; expect(b, "backtrack_factor"); }

@@ -7,6 +7,7 @@
 //   auto s = implicit::testing::SolveAndCheck(solver, map, z, 1e-10);
 #pragma once
 
+#include <implicit/solvers/picard.h>
 #include <implicit/solvers/solver.h>
 
 #include "support/solver_test_maps.h"
@@ -136,6 +137,64 @@ void CheckSolvesStandardProblems(const typename SolverT<Scalar>::Options& option
     Matrix<Scalar> z = X.leftCols(batch) + RandomMatrix<Scalar>(n, batch, 32, 0.3);
     BOOST_TEST_CONTEXT("HopfieldMap") { SolveAndCheck<SolverT, Scalar>(options, map, z, tolerance); }
   }
+}
+
+// The fast-contraction rule of Anderson and Broyden (fast_contraction, 0.1).
+// On f(z) = A z + c with A = diag(0.01 .. 0.05) every step contracts by at
+// most 0.05: the first two iterates are Picard's (no history, then the first
+// fast step is plain), later steps use the newest pair alone (memory `many`
+// takes memory 1's steps; with the rule off the two differ) and the solver
+// needs fewer evaluations than Picard. At A = 0.5 I the rule does not apply
+// and the solver extrapolates.
+template <template <typename> class SolverT>
+void CheckFastContractionRule(int many) {
+  const Index n = 6, B = 3;
+  const Matrix<double> z0 = RandomMatrix<double>(n, B, 17, 4.0);
+  const Matrix<double> c = RandomMatrix<double>(n, 1, 18);
+  const AffineMap<double> fast_map(Vector<double>::LinSpaced(n, 0.01, 0.05).asDiagonal().toDenseMatrix(), c);
+  auto solve = [&](const AffineMap<double>& map, int memory, double fast, int max_iterations, Matrix<double>* z) {
+    typename SolverT<double>::Options options;
+    options.absolute_tolerance = 1e-12;
+    options.memory = memory;
+    options.fast_contraction = fast;
+    options.max_iterations = max_iterations;
+    *z = z0;
+    return SolverT<double>(options).Solve(map, *z);
+  };
+  auto accelerated = [](const Summary& s) {
+    int sum = 0;
+    for (int a : s.sample_accelerated_steps) sum += a;
+    return sum;
+  };
+  PicardSolver<double>::Options picard_options;
+  picard_options.absolute_tolerance = 1e-12;
+  Matrix<double> z_picard = z0, z_two = z0;
+  const Summary picard = PicardSolver<double>(picard_options).Solve(fast_map, z_picard);
+  BOOST_REQUIRE(picard.IsConverged());
+  picard_options.max_iterations = 2;
+  PicardSolver<double>(picard_options).Solve(fast_map, z_two);
+
+  Matrix<double> z, z1;
+  BOOST_TEST(accelerated(solve(fast_map, many, 0.1, 2, &z)) == 0);
+  BOOST_TEST((z - z_two).cwiseAbs().maxCoeff() <= 1e-14);
+
+  const Summary s_many = solve(fast_map, many, 0.1, 100, &z);
+  BOOST_TEST(s_many.IsConverged(), s_many.FullReport());
+  BOOST_TEST(accelerated(s_many) > 0);
+  BOOST_TEST(s_many.total_sample_evaluations() < picard.total_sample_evaluations());
+  const Summary s_one = solve(fast_map, 1, 0.1, 100, &z1);
+  BOOST_TEST(s_many.sample_evaluations == s_one.sample_evaluations, boost::test_tools::per_element());
+  BOOST_TEST((z - z1).cwiseAbs().maxCoeff() <= 1e-14);
+
+  // The rule off: the older pairs are used, memory `many` and 1 differ after 4 steps.
+  BOOST_TEST(accelerated(solve(fast_map, many, 0.0, 4, &z)) > 0);
+  solve(fast_map, 1, 0.0, 4, &z1);
+  BOOST_TEST((z - z1).cwiseAbs().maxCoeff() > 1e-10);
+
+  const AffineMap<double> slow_map(0.5 * Matrix<double>::Identity(n, n), c);
+  const Summary slow = solve(slow_map, many, 0.1, 100, &z);
+  BOOST_TEST(slow.IsConverged(), slow.FullReport());
+  BOOST_TEST(accelerated(slow) > 0);
 }
 
 }  // namespace testing

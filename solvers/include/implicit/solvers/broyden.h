@@ -22,6 +22,12 @@
 // evaluation of the samples still searching. Without an energy, trials are
 // checked against residual_factor x the best residual (default: off).
 //
+// Fast contraction (as Anderson's, anderson.h): when the map contracted the
+// last step by fast_contraction (0.1) or more, |f(z_new) - f(z_old)| <=
+// 0.1 |s|, H restarts from -I and keeps only that step's update (the older
+// pairs describe the transient); the first such step is followed by the plain
+// step, a second in a row by the Broyden step of that one pair.
+//
 //   implicit::BroydenSolver<double>::Options options;
 //   options.memory = 20;
 //   implicit::Summary s = implicit::BroydenSolver<double>(options).Solve(map, z);
@@ -48,6 +54,9 @@ class BroydenSolver : public Solver<Scalar> {
     // sample's memory is full its inverse-Jacobian approximation restarts
     // from -I, so storage never grows with the iteration count. >= 1.
     int memory = 20;
+    // Fast contraction (see above): restart from the newest pair where the map
+    // contracted the last step by this factor or more. In [0, 1); 0 = off.
+    double fast_contraction = 0.1;
     // The guard (sufficient_decrease, max_backtracks, backtrack_factor,
     // residual_factor) is described at the top of this file. Without an
     // energy the default residual_factor = 0 takes every full Broyden step.
@@ -59,6 +68,10 @@ class BroydenSolver : public Solver<Scalar> {
       if (memory < 1 || memory > kMaxSolverMemory) {
         if (error != nullptr)
           *error = "memory must be in 1.." + std::to_string(kMaxSolverMemory) + ", got " + std::to_string(memory);
+        return false;
+      }
+      if (!(fast_contraction >= 0.0 && fast_contraction < 1.0)) {
+        if (error != nullptr) *error = "fast_contraction must be in [0, 1), got " + std::to_string(fast_contraction);
         return false;
       }
       return true;
@@ -96,6 +109,7 @@ Summary BroydenSolver<Scalar>::Solve(const FixedPointMap<Scalar>& map, MatrixRef
   Vector<Scalar> hy(n), hts(n);                           // H y and H^T s
   std::vector<int> count(batch, 0);
   std::vector<char> proposal(batch, 0);
+  std::vector<char> fast_before(batch, 0), plain_next(batch, 0);  // fast_contraction
 
   evaluator.Evaluate(z, monitor.active_columns(), fz, energies, &monitor);
   while (monitor.Observe(z, fz, energies)) {
@@ -105,6 +119,8 @@ Summary BroydenSolver<Scalar>::Solve(const FixedPointMap<Scalar>& map, MatrixRef
       z_prev.col(b) = z.col(b);
       g_prev.col(b) = fz.col(b) - z.col(b);
       p.col(b) = g_prev.col(b);
+      proposal[b] = 0;
+      if (plain_next[b]) continue;  // the first fast step: the plain step
       for (Index i = 0; i < count[b]; ++i) {
         p.col(b) -= v.col(base + i).dot(g_prev.col(b)) * u.col(base + i);
       }
@@ -121,6 +137,12 @@ Summary BroydenSolver<Scalar>::Solve(const FixedPointMap<Scalar>& map, MatrixRef
       auto y = g_prev.col(b);
       s = z.col(b) - z_prev.col(b);
       y = (fz.col(b) - z.col(b)) - y;
+      // Fast contraction: |f(z_new) - f(z_old)| = |s + y| <= fast_contraction |s|.
+      const bool fast = options_.fast_contraction > 0 &&
+                        (s + y).norm() <= static_cast<Scalar>(options_.fast_contraction) * s.norm();
+      plain_next[b] = fast && !fast_before[b];
+      fast_before[b] = fast;
+      if (fast) count[b] = 0;  // keep only this step's update
       hy = -y;
       hts = -s;
       for (Index i = 0; i < count[b]; ++i) {
