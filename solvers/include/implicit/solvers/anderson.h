@@ -123,9 +123,7 @@ class AndersonSolver : public Solver<Scalar> {
         return fail("condition_limit must be in [0, 1), got " + std::to_string(condition_limit));
       if (!(max_predicted_residual > 0.0 && max_predicted_residual <= 1.0))
         return fail("max_predicted_residual must be in (0, 1], got " + std::to_string(max_predicted_residual));
-      if (!(fast_contraction >= 0.0 && fast_contraction < 1.0))
-        return fail("fast_contraction must be in [0, 1), got " + std::to_string(fast_contraction));
-      return true;
+      return internal::FastContraction::IsValid(fast_contraction, error);
     }
   };
 
@@ -207,7 +205,7 @@ Summary AndersonSolver<Scalar>::Solve(const FixedPointMap<Scalar>& map, MatrixRe
   Vector<Scalar> predicted(n);                        // g - dG gamma
   std::vector<int> count(batch, 0), next(batch, 0);   // stored pairs, next slot to write
   std::vector<char> has_prev(batch, 0), proposal(batch, 0);
-  std::vector<char> fast_before(batch, 0);            // the last step contracted fast
+  internal::FastContraction fast_contraction(options_.fast_contraction, batch);
 
   evaluator.Evaluate(z, monitor.active_columns(), fz, energies, &monitor);
   while (monitor.Observe(z, fz, energies)) {
@@ -227,30 +225,25 @@ Summary AndersonSolver<Scalar>::Solve(const FixedPointMap<Scalar>& map, MatrixRe
           gram(j, base + slot) = v;
         }
       }
-      // The map's contraction along the last step: df = dz + dg (fast_contraction).
-      bool fast = false;
-      if (has_prev[b] && options_.fast_contraction > 0) {
+      // Fast contraction along the last step: keep the newest pair only (moved
+      // to slot 0); the first fast step is plain, a second in a row
+      // extrapolates from that pair.
+      bool first_fast = false;
+      if (has_prev[b]) {
         const Index newest = (next[b] + m - 1) % m;
-        fast = (dz.col(base + newest) + dg.col(base + newest)).norm() <=
-               static_cast<Scalar>(options_.fast_contraction) * dz.col(base + newest).norm();
+        const bool fast = fast_contraction.Observe(b, dz.col(base + newest), dg.col(base + newest), &first_fast);
+        if (fast && count[b] > 1) {
+          dz.col(base) = dz.col(base + newest);
+          dg.col(base) = dg.col(base + newest);
+          gram(0, base) = gram(newest, base + newest);
+          count[b] = 1;
+          next[b] = static_cast<int>(1 % m);
+        }
       }
       z_prev.col(b) = zb;
       g_prev.col(b) = fz.col(b) - zb;
       has_prev[b] = 1;
       auto gb = g_prev.col(b);
-
-      // Fast contraction: keep the newest pair only (moved to slot 0); the
-      // first fast step is plain, a second in a row extrapolates from it.
-      const bool first_fast = fast && !fast_before[b];
-      fast_before[b] = fast;
-      if (fast && count[b] > 1) {
-        const Index newest = (next[b] + m - 1) % m;
-        dz.col(base) = dz.col(base + newest);
-        dg.col(base) = dg.col(base + newest);
-        gram(0, base) = gram(newest, base + newest);
-        count[b] = 1;
-        next[b] = static_cast<int>(1 % m);
-      }
 
       // The proposal q = beta (g - dG gamma) - dZ gamma (the Anderson step from
       // z), unless this is the first fast step or the least squares predicts

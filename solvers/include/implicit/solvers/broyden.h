@@ -70,11 +70,7 @@ class BroydenSolver : public Solver<Scalar> {
           *error = "memory must be in 1.." + std::to_string(kMaxSolverMemory) + ", got " + std::to_string(memory);
         return false;
       }
-      if (!(fast_contraction >= 0.0 && fast_contraction < 1.0)) {
-        if (error != nullptr) *error = "fast_contraction must be in [0, 1), got " + std::to_string(fast_contraction);
-        return false;
-      }
-      return true;
+      return internal::FastContraction::IsValid(fast_contraction, error);
     }
   };
 
@@ -109,7 +105,8 @@ Summary BroydenSolver<Scalar>::Solve(const FixedPointMap<Scalar>& map, MatrixRef
   Vector<Scalar> hy(n), hts(n);                           // H y and H^T s
   std::vector<int> count(batch, 0);
   std::vector<char> proposal(batch, 0);
-  std::vector<char> fast_before(batch, 0), plain_next(batch, 0);  // fast_contraction
+  internal::FastContraction fast_contraction(options_.fast_contraction, batch);
+  std::vector<char> plain_next(batch, 0);  // the last step was the first fast one
 
   evaluator.Evaluate(z, monitor.active_columns(), fz, energies, &monitor);
   while (monitor.Observe(z, fz, energies)) {
@@ -137,12 +134,10 @@ Summary BroydenSolver<Scalar>::Solve(const FixedPointMap<Scalar>& map, MatrixRef
       auto y = g_prev.col(b);
       s = z.col(b) - z_prev.col(b);
       y = (fz.col(b) - z.col(b)) - y;
-      // Fast contraction: |f(z_new) - f(z_old)| = |s + y| <= fast_contraction |s|.
-      const bool fast = options_.fast_contraction > 0 &&
-                        (s + y).norm() <= static_cast<Scalar>(options_.fast_contraction) * s.norm();
-      plain_next[b] = fast && !fast_before[b];
-      fast_before[b] = fast;
-      if (fast) count[b] = 0;  // keep only this step's update
+      // Fast contraction along the step: keep only this step's update.
+      bool first_fast = false;
+      if (fast_contraction.Observe(b, s, y, &first_fast)) count[b] = 0;
+      plain_next[b] = first_fast;
       hy = -y;
       hts = -s;
       for (Index i = 0; i < count[b]; ++i) {

@@ -228,5 +228,38 @@ class GuardedStepper {
   std::vector<char> accelerated_;
 };
 
+// The fast-contraction rule of Anderson and Broyden (their fast_contraction
+// option, in [0, 1); 0 = off): a sample's last step dz was fast when the map
+// contracted it by 1/factor or more, |dz + dg| <= factor |dz| (dg: the step's
+// change of the residual g = f(z) - z, so dz + dg is the change of f). Per
+// sample it remembers whether the step before was fast too: the first fast
+// step of a run is followed by the plain step, later ones by the step from
+// the newest pair alone.
+class FastContraction {
+ public:
+  FastContraction(double factor, Index batch) : factor_(factor), fast_before_(batch, 0) {}
+
+  static bool IsValid(double factor, std::string* error) {
+    if (factor >= 0.0 && factor < 1.0) return true;
+    if (error != nullptr) *error = "fast_contraction must be in [0, 1), got " + std::to_string(factor);
+    return false;
+  }
+
+  // Judges sample b's last step: returns whether it was fast; *first is set
+  // when it is the first fast step in a row.
+  template <typename StepZ, typename StepG>
+  bool Observe(Index b, const StepZ& dz, const StepG& dg, bool* first) {
+    using S = typename StepZ::Scalar;
+    const bool fast = factor_ > 0 && (dz + dg).norm() <= static_cast<S>(factor_) * dz.norm();
+    *first = fast && !fast_before_[b];
+    fast_before_[b] = fast;
+    return fast;
+  }
+
+ private:
+  double factor_;
+  std::vector<char> fast_before_;
+};
+
 }  // namespace internal
 }  // namespace implicit
