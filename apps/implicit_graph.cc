@@ -73,6 +73,7 @@ struct Settings {
   EtDetector::Options et;
   long epochs = 300, et_epochs = 30, patience = 50, et_dim = 16, et_heads = 2, et_head_dim = 8, et_memories = 32, max_iter = 1000;
   long gcn_hidden = 16, threads = 1;
+  std::string et_readout = "energies";
   bool quiet = false;
 };
 
@@ -138,6 +139,10 @@ bool Parse(int argc, char** argv, Settings* s) {
   app.add_option("--et-step", s->et.step, "et: step of the map x <- x - step dE/dg")->check(Positive());
   app.add_option("--et-init", s->et.init_scale, "et: W_K, W_Q, Xi start at N(0, (init / sqrt(D))^2)")
       ->check(RealCheck([](double v) { return v >= 0 && v <= 100; }, "in [0, 100]"));
+  app.add_option("--et-readout", s->et_readout,
+                 "et: the linear score reads each node's energy terms at the equilibrium (attention per head, "
+                 "memories), its state, or both")
+      ->check(CLI::IsMember({"energies", "states", "states+energies"}));
   app.add_option("--solver", s->et.solver, "et: forward solver")->check(SolverNameCheck());
   app.add_option("--tol", s->et.tolerance, "et: forward and adjoint tolerance")->check(Positive());
   app.add_option("--max-iter", s->max_iter, "et: forward iteration budget")->check(IntIn(1, 1000000));
@@ -166,6 +171,9 @@ bool Parse(int argc, char** argv, Settings* s) {
   s->et.energy.head_dim = s->et_head_dim;
   s->et.energy.num_memories = s->et_memories;
   s->et.max_iterations = static_cast<int>(s->max_iter);
+  s->et.readout = s->et_readout == "energies" ? EtReadout::kEnergies
+                  : s->et_readout == "states"  ? EtReadout::kStates
+                                               : EtReadout::kStatesEnergies;
   CheckWritable(s->json, "--json");
   CheckWritable(s->checkpoint, "--checkpoint", true);
   CheckDistinctFiles({{"--checkpoint", s->checkpoint}, {"--json", s->json}},
@@ -272,7 +280,7 @@ Json SettingsJson(const Settings& s) {
           {"weight_decay", s.detector.weight_decay}, {"gcn_hidden", s.gcn_hidden},
           {"et", {{"dim", s.et_dim}, {"heads", s.et_heads}, {"head_dim", s.et_head_dim},
                   {"memories", s.et_memories}, {"step", s.et.step}, {"init", s.et.init_scale}, {"solver", s.et.solver},
-                  {"tolerance", s.et.tolerance}, {"max_iterations", s.max_iter}}}};
+                  {"tolerance", s.et.tolerance}, {"max_iterations", s.max_iter}, {"readout", s.et_readout}}}};
 }
 
 // Finished runs by "<detector>@<seed>": what a checkpoint holds.

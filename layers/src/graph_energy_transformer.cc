@@ -134,13 +134,18 @@ void GraphEnergyTransformer<Scalar>::Check(const char* function, ConstMatrixRef<
 
 template <typename Scalar>
 Scalar GraphEnergyTransformer<Scalar>::Residual(ConstMatrixRef<Scalar> x, Index b, Work* w,
-                                                bool with_r) const {
+                                                bool with_r, Matrix<Scalar>* terms) const {
   const Index N = num_nodes(), H = options_.num_heads, Y = options_.head_dim,
               M = options_.num_memories;
   const auto xb = Tokens(x.col(b).data());
+  if (terms) terms->setZero(num_node_terms(), N);
   Normalize(x.col(b).data(), w);
   const Matrix<Scalar>& G = w->g;
   Scalar value = LayerNormEnergy(*w);
+  if (terms) {  // E_LN of node i: -D gamma eps / s_i
+    terms->row(kLayerNormTerm) = (-static_cast<Scalar>(node_dim()) * gamma() *
+                                  static_cast<Scalar>(options_.eps)) * w->s.cwiseInverse().transpose();
+  }
   w->r = xb;  // r = x - c + dF/dG
   if (H > 0) {
     const auto wk = params_.Block("W_K"), wq = params_.Block("W_Q");
@@ -159,7 +164,9 @@ Scalar GraphEnergyTransformer<Scalar>::Residual(ConstMatrixRef<Scalar> x, Index 
         for (Index e = 0; e < deg; ++e) {
           p(e) = beta_ * w->K.col(neighbors_[lo + e]).segment(o, Y).dot(q);
         }
-        value -= internal::SoftmaxColumn<Scalar>(p, p) / beta_;
+        const Scalar term = -internal::SoftmaxColumn<Scalar>(p, p) / beta_;
+        value += term;
+        if (terms) (*terms)(kFirstHeadTerm + h, i) = term;
         auto kp = w->KP.col(i).segment(o, Y);
         for (Index e = 0; e < deg; ++e) {
           const Index j = neighbors_[lo + e];
@@ -179,11 +186,14 @@ Scalar GraphEnergyTransformer<Scalar>::Residual(ConstMatrixRef<Scalar> x, Index 
     if (options_.memory == EnergyTransformerMemory::kRelu) {
       w->R = w->S.cwiseMax(Scalar(0));
       value -= Scalar(0.5) * w->R.squaredNorm();
+      if (terms) terms->bottomRows(M) = Scalar(-0.5) * w->R.array().square();
     } else {
       const Scalar bm = static_cast<Scalar>(options_.memory_beta);
       w->R = bm * w->S;
       for (Index i = 0; i < N; ++i) {
-        value -= internal::SoftmaxColumn<Scalar>(w->R.col(i), w->R.col(i)) / bm;
+        const Scalar term = -internal::SoftmaxColumn<Scalar>(w->R.col(i), w->R.col(i)) / bm;
+        value += term;
+        if (terms) (*terms)(kFirstHeadTerm + H, i) = term;
       }
     }
     if (with_r) w->r.noalias() -= xi * w->R;
@@ -192,6 +202,7 @@ Scalar GraphEnergyTransformer<Scalar>::Residual(ConstMatrixRef<Scalar> x, Index 
     const auto c = Tokens(input_.col(b).data());
     w->r -= c;
     value -= (c.array() * G.array()).sum();
+    if (terms) terms->row(kInputTerm) = -(c.array() * G.array()).colwise().sum();
   }
   return value;
 }
@@ -367,6 +378,102 @@ void GraphEnergyTransformer<Scalar>::ParameterProduct(ConstMatrixRef<Scalar> x,
       params_.BlockOf(out, "gamma")(0, 0) += dgamma;
       params_.BlockOf(out, "delta")(0, 0) += w.b.sum();
     }
+  }
+}
+
+template <typename Scalar>
+Index GraphEnergyTransformer<Scalar>::num_node_terms() const {
+  const Index M = options_.num_memories;
+  const Index memory_rows = M == 0 ? 0 : options_.memory == EnergyTransformerMemory::kRelu ? M : 1;
+  return kFirstHeadTerm + options_.num_heads + memory_rows;
+}
+
+template <typename Scalar>
+void GraphEnergyTransformer<Scalar>::NodeEnergies(ConstMatrixRef<Scalar> x,
+                                                  MatrixRef<Scalar> terms) const {
+  Check("NodeEnergies", x, nullptr);
+  const Index T = num_node_terms();
+  internal::CheckShape("GraphEnergyTransformer::NodeEnergies(terms)", terms, T * num_nodes(),
+                       x.cols());
+  const auto workspace = pool_.Acquire();
+  Work& w = *workspace;
+  for (Index b = 0; b < x.cols(); ++b) {
+    Residual(x, b, &w, /*with_r=*/false, &w.terms);
+    Eigen::Map<Matrix<Scalar>>(terms.col(b).data(), T, num_nodes()) = w.terms;
+  }
+}
+
+template <typename Scalar>
+void GraphEnergyTransformer<Scalar>::NodeEnergiesVectorJacobianProduct(
+    ConstMatrixRef<Scalar> x, ConstMatrixRef<Scalar> weights, MatrixRef<Scalar> dx,
+    VectorRef<Scalar> dtheta, Matrix<Scalar>* dc) const {
+  Check("NodeEnergiesVectorJacobianProduct", x, nullptr);
+  const Index N = num_nodes(), H = options_.num_heads, Y = options_.head_dim,
+              M = options_.num_memories, T = num_node_terms();
+  const std::string name = "GraphEnergyTransformer::NodeEnergiesVectorJacobianProduct";
+  internal::CheckShape((name + "(weights)").c_str(), weights, T * N, x.cols());
+  internal::CheckShape((name + "(dx)").c_str(), dx, x.rows(), x.cols());
+  internal::CheckShape((name + "(dtheta)").c_str(), dtheta, num_parameters(), 1);
+  if (dc != nullptr && !has_input()) {
+    throw std::logic_error(name + ": dc asked for, but there is no input (SetInput)");
+  }
+  if (dc != nullptr) dc->resize(x.rows(), x.cols());
+  dtheta.setZero();
+  const Scalar D = static_cast<Scalar>(node_dim()), eps = static_cast<Scalar>(options_.eps);
+  const auto workspace = pool_.Acquire();
+  Work& w = *workspace;
+  for (Index b = 0; b < x.cols(); ++b) {
+    Residual(x, b, &w, /*with_r=*/false);  // the caches only
+    const Eigen::Map<const Matrix<Scalar>> v(weights.col(b).data(), T, N);
+    const Matrix<Scalar>& G = w.g;
+    w.b.setZero(G.rows(), N);  // d/dG sum <v, terms>
+    if (has_input()) {  // -c_i . g_i
+      const auto c = Tokens(input_.col(b).data());
+      w.b -= (c.array().rowwise() * v.row(kInputTerm).array()).matrix();
+      if (dc != nullptr) Out(*dc, b) = -(G.array().rowwise() * v.row(kInputTerm).array()).matrix();
+    }
+    if (H > 0) {
+      // d term_hi / dq_hi = -KP col i, d term_hi / dk_hj = -p_e q_hi (e = (i, j)).
+      w.dQ.setZero(H * Y, N);
+      w.dK.setZero(H * Y, N);
+      for (Index i = 0; i < N; ++i) {
+        const Index lo = row_offsets_[i], deg = row_offsets_[i + 1] - lo;
+        for (Index h = 0; h < H && deg > 0; ++h) {
+          const Index o = h * Y;
+          const Scalar vh = v(kFirstHeadTerm + h, i);
+          w.dQ.col(i).segment(o, Y) = -vh * w.KP.col(i).segment(o, Y);
+          for (Index e = 0; e < deg; ++e) {
+            w.dK.col(neighbors_[lo + e]).segment(o, Y) -= (vh * w.p(lo + e, h)) * w.Q.col(i).segment(o, Y);
+          }
+        }
+      }
+      const auto wk = params_.Block("W_K"), wq = params_.Block("W_Q");
+      w.b.noalias() += wk.transpose() * w.dK;
+      w.b.noalias() += wq.transpose() * w.dQ;
+      params_.BlockOf(dtheta, "W_K").noalias() += w.dK * G.transpose();
+      params_.BlockOf(dtheta, "W_Q").noalias() += w.dQ * G.transpose();
+    }
+    if (M > 0) {
+      // ReLU: d(-0.5 ReLU(s)^2)/ds = -ReLU(s); softmax: d(-lse/beta_m)/ds = -softmax.
+      if (options_.memory == EnergyTransformerMemory::kRelu) {
+        w.dS = -(v.bottomRows(M).array() * w.R.array()).matrix();
+      } else {
+        w.dS = -(w.R.array().rowwise() * v.row(kFirstHeadTerm + H).array()).matrix();
+      }
+      const auto xi = params_.Block("Xi");
+      w.b.noalias() += xi * w.dS;
+      params_.BlockOf(dtheta, "Xi").noalias() += G * w.dS.transpose();
+    }
+    // E_LN of node i, -D gamma eps / s_i: d/dx_i = gamma eps xhat_i / s_i^2, d/dgamma = -D eps / s_i.
+    const auto v_ln = v.row(kLayerNormTerm).transpose().array();
+    if (options_.learnable_layer_norm) {  // G = gamma xhat + delta
+      params_.BlockOf(dtheta, "gamma")(0, 0) +=
+          (w.b.array() * w.xhat.array()).sum() - D * eps * (v_ln / w.s.array()).sum();
+      params_.BlockOf(dtheta, "delta")(0, 0) += w.b.sum();
+    }
+    ApplyM(w, w.b, gamma(), &w.a);
+    w.a += (w.xhat.array().rowwise() * (gamma() * eps * v_ln / w.s.array().square()).transpose()).matrix();
+    Out(dx, b) = w.a;
   }
 }
 

@@ -99,6 +99,16 @@ BOOST_AUTO_TEST_CASE(gcn_beats_a_random_scorer) {
   for (const Json& r : j.at("detectors")[0].at("per_seed")) BOOST_TEST(r.at("auroc").get<double>() > 0.6);
 }
 
+// The ET end to end on gen_1000 (issue 12's test): with its default readout,
+// the node energies at the equilibrium, better than a random scorer on the
+// held-out nodes of every seed, in seconds.
+BOOST_AUTO_TEST_CASE(et_beats_a_random_scorer) {
+  ScratchDir dir;
+  const Json j = RunJson("--models et --seeds 2", dir);
+  BOOST_TEST(j.at("settings").at("et").at("readout").get<std::string>() == "energies");
+  for (const Json& r : j.at("detectors")[0].at("per_seed")) BOOST_TEST(r.at("auroc").get<double>() > 0.6);
+}
+
 // --threads and --checkpoint / --resume change how the (seed, detector) runs
 // are scheduled, never their results: a run on two threads, and a run of one
 // seed extended to three from its checkpoint, equal the plain run.

@@ -6,7 +6,9 @@
 // permutes values, derivatives and equilibria; isolated nodes and self-loops;
 // Picard, Anderson and gradient flow reach the fixed points of the map, and
 // the IFT gradient matches finite differences of the loss at re-solved
-// equilibria; malformed adjacency is rejected.
+// equilibria; the node energies sum to E, their products are exact, and a
+// loss read from them at the equilibrium has exact gradients; malformed
+// adjacency is rejected.
 #define BOOST_TEST_MODULE graph_energy_transformer
 #include <boost/test/unit_test.hpp>
 
@@ -204,6 +206,12 @@ const Config kConfigs[] = {
     {6, 0, 5, Memory::kSoftmax, true, true},
 };
 
+std::string Describe(const Config& c) {
+  return "N " + std::to_string(c.N) + " heads " + std::to_string(c.H) + " memories " +
+         std::to_string(c.M) + " softmax " + std::to_string(c.memory == Memory::kSoftmax) +
+         " learnable LN " + std::to_string(c.learn_ln) + " input " + std::to_string(c.input);
+}
+
 // Input VJP of an energy or map against central differences in the input.
 template <typename F>
 double InputVjpError(const Matrix<double>& ivjp, const Matrix<double>& c, const Matrix<double>& u,
@@ -224,9 +232,7 @@ double InputVjpError(const Matrix<double>& ivjp, const Matrix<double>& c, const 
 BOOST_AUTO_TEST_CASE(closed_form_derivatives_match_autodiff_and_finite_differences) {
   const Index D = 4, Y = 3, B = 2;
   for (const Config& c : kConfigs) {
-    BOOST_TEST_CONTEXT("N " << c.N << " heads " << c.H << " memories " << c.M << " softmax "
-                            << (c.memory == Memory::kSoftmax) << " learnable LN " << c.learn_ln
-                            << " input " << c.input) {
+    BOOST_TEST_CONTEXT(Describe(c)) {
       const Graph g = RandomGraph(c.N, 40 + static_cast<unsigned>(c.N));
       Get et(MakeOptions(D, c.H, Y, c.M, c.memory, c.learn_ln), g.offsets, g.neighbors);
       et.Initialize(3, 0.7);
@@ -417,6 +423,115 @@ BOOST_AUTO_TEST_CASE(isolated_nodes_and_self_loops) {
   implicit::testing::CheckEnergyFiniteDifferences(m, RandomMatrix<double>(3 * D, B, 25), 2e-6);
 }
 
+// Node energies: per node and term, they sum to E; their vector-Jacobian
+// products in x, in the parameters and in the input match central
+// differences; with W_K = 0 every score is equal and node i's attention term
+// is -(1/beta) log deg_i.
+BOOST_AUTO_TEST_CASE(node_energies_sum_to_the_energy_and_their_products_are_exact) {
+  const Index D = 4, Y = 3, B = 2;
+  for (const Config& c : kConfigs) {
+    BOOST_TEST_CONTEXT(Describe(c)) {
+      const Graph g = RandomGraph(c.N, 60 + static_cast<unsigned>(c.N));
+      Get et(MakeOptions(D, c.H, Y, c.M, c.memory, c.learn_ln), g.offsets, g.neighbors);
+      et.Initialize(61, 0.8);
+      const Matrix<double> input = RandomMatrix<double>(c.N * D, B, 60);
+      if (c.input) et.SetInput(input);
+      const Index T = et.num_node_terms();
+      BOOST_TEST(T == 2 + c.H + (c.M == 0 ? 0 : c.memory == Memory::kRelu ? c.M : 1));
+      const Matrix<double> x = RandomMatrix<double>(c.N * D, B, 62, 1.5);
+      Matrix<double> terms(T * c.N, B);
+      et.NodeEnergies(x, terms);
+      Vector<double> e(B);
+      et.Value(x, e);
+      BOOST_TEST((terms.colwise().sum().transpose() - e).norm() <= 1e-12 * (1 + e.norm()));
+
+      const Matrix<double> v = RandomMatrix<double>(T * c.N, B, 63);
+      Matrix<double> dx(c.N * D, B), dc;
+      Vector<double> dtheta(et.num_parameters());
+      et.NodeEnergiesVectorJacobianProduct(x, v, dx, dtheta, c.input ? &dc : nullptr);
+      auto weighted = [&](const Matrix<double>& at) {
+        Matrix<double> t(T * c.N, B);
+        et.NodeEnergies(at, t);
+        return (t.array() * v.array()).sum();
+      };
+      const double h = 1e-6;
+      Matrix<double> fd_x(c.N * D, B);
+      for (Index k = 0; k < x.size(); ++k) {
+        Matrix<double> xp = x, xm = x;
+        xp(k) += h;
+        xm(k) -= h;
+        fd_x(k) = (weighted(xp) - weighted(xm)) / (2 * h);
+      }
+      BOOST_TEST((dx - fd_x).norm() <= 1e-7 * (1 + fd_x.norm()));
+      Vector<double> fd_theta(et.num_parameters());
+      Vector<double>& theta = et.parameters()->values();
+      for (Index k = 0; k < theta.size(); ++k) {
+        const double t0 = theta(k);
+        theta(k) = t0 + h;
+        const double up = weighted(x);
+        theta(k) = t0 - h;
+        const double down = weighted(x);
+        theta(k) = t0;
+        fd_theta(k) = (up - down) / (2 * h);
+      }
+      BOOST_TEST((dtheta - fd_theta).norm() <= 1e-7 * (1 + fd_theta.norm()));
+      if (c.input) {
+        Matrix<double> fd_c(c.N * D, B);
+        for (Index k = 0; k < input.size(); ++k) {
+          Matrix<double> cp = input, cm = input;
+          cp(k) += h;
+          cm(k) -= h;
+          et.SetInput(cp);
+          const double up = weighted(x);
+          et.SetInput(cm);
+          fd_c(k) = (up - weighted(x)) / (2 * h);
+        }
+        et.SetInput(input);
+        BOOST_TEST((dc - fd_c).norm() <= 1e-7 * (1 + fd_c.norm()));
+      } else {
+        BOOST_CHECK_THROW(et.NodeEnergiesVectorJacobianProduct(x, v, dx, dtheta, &dc), std::logic_error);
+      }
+    }
+  }
+  // Equal scores: the attention term is -(1/beta) log deg_i (0 without neighbours).
+  const Graph g = RandomGraph(7, 64);
+  Get et(MakeOptions(D, 2, Y, 0, Memory::kRelu, false), g.offsets, g.neighbors);
+  et.Initialize(65, 0.8);
+  et.parameters()->Block("W_K").setZero();
+  Matrix<double> terms(4 * 7, 1);
+  et.NodeEnergies(RandomMatrix<double>(7 * D, 1, 66), terms);
+  for (Index i = 0; i < 7; ++i) {
+    const double deg = static_cast<double>(g.offsets[i + 1] - g.offsets[i]);
+    const double expected = deg == 0 ? 0.0 : -std::log(deg) / et.beta();
+    for (Index h = 0; h < 2; ++h) BOOST_TEST(std::abs(terms(4 * i + Get::kFirstHeadTerm + h) - expected) <= 1e-12);
+  }
+  // float: the same terms and products as double, to float accuracy.
+  implicit::GraphEnergyTransformer<float> ef(MakeOptions(D, 2, Y, 5, Memory::kRelu, true),
+                                             g.offsets, g.neighbors);
+  Get ed(ef.options(), g.offsets, g.neighbors);
+  ed.Initialize(67, 0.8);
+  ef.parameters()->values() = ed.parameters()->values().cast<float>();
+  const Matrix<double> x = RandomMatrix<double>(7 * D, B, 68);
+  const Index T = ed.num_node_terms();
+  const Matrix<double> v = RandomMatrix<double>(T * 7, B, 69);
+  Matrix<double> td(T * 7, B), dxd(7 * D, B);
+  Matrix<float> tf(T * 7, B), dxf(7 * D, B);
+  Vector<double> pd(ed.num_parameters());
+  Vector<float> pf(ef.num_parameters());
+  ed.NodeEnergies(x, td);
+  ef.NodeEnergies(x.cast<float>(), tf);
+  ed.NodeEnergiesVectorJacobianProduct(x, v, dxd, pd);
+  ef.NodeEnergiesVectorJacobianProduct(x.cast<float>(), v.cast<float>(), dxf, pf);
+  auto rel = [](const auto& a, const auto& b) { return (a - b).norm() / (1 + b.norm()); };
+  BOOST_TEST(rel(tf.cast<double>(), td) <= 1e-5);
+  BOOST_TEST(rel(dxf.cast<double>(), dxd) <= 1e-4);
+  BOOST_TEST(rel(pf.cast<double>(), pd) <= 1e-4);
+  // Shapes are checked.
+  Matrix<double> wrong(T * 7 + 1, B);
+  BOOST_CHECK_THROW(ed.NodeEnergies(x, wrong), std::invalid_argument);
+  BOOST_CHECK_THROW(ed.NodeEnergiesVectorJacobianProduct(x, wrong, dxd, pd), std::invalid_argument);
+}
+
 BOOST_AUTO_TEST_CASE(map_products_are_exact) {
   const Index N = 5, D = 4, B = 2;
   const Graph g = RandomGraph(N, 26);
@@ -522,6 +637,71 @@ BOOST_AUTO_TEST_CASE(solvers_reach_fixed_points_and_ift_gradients_are_exact) {
 }
 
 using Scalars = std::tuple<float, double>;
+
+// A loss read from the node energies at the equilibrium, L = <v, t(z*, theta, c)>
+// (implicit-graph's ET readout): the IFT gradients of dL/dz* plus the terms'
+// own derivatives in theta and c match central differences at re-solved
+// equilibria.
+BOOST_AUTO_TEST_CASE(node_energy_readout_at_the_equilibrium_has_exact_gradients) {
+  const Index D = 3, B = 1;
+  const Graph g = FromLists({{1, 2}, {0, 1}, {0, 3}, {}});
+  const Index N = g.nodes();
+  Get et(MakeOptions(D, 2, 2, 4, Memory::kRelu, false, /*eps=*/1.0), g.offsets, g.neighbors);
+  et.Initialize(70, 0.6);
+  const Matrix<double> c = RandomMatrix<double>(N * D, B, 71);
+  et.SetInput(c);
+  GetMap map(et, 0.5);
+  implicit::AndersonSolver<double>::Options aopt;
+  aopt.absolute_tolerance = 1e-12;
+  aopt.max_iterations = 2000;
+  implicit::AndersonSolver<double> anderson(aopt);
+  implicit::ImplicitLayer<double> layer(map, anderson);
+  const Index T = et.num_node_terms();
+  const Matrix<double> v = RandomMatrix<double>(T * N, B, 72);
+  Matrix<double> z;
+  auto loss_at = [&]() {
+    z = et.input();
+    BOOST_REQUIRE(layer.Forward(z).IsConverged());
+    Matrix<double> t(T * N, B);
+    et.NodeEnergies(z, t);
+    return (t.array() * v.array()).sum();
+  };
+  loss_at();
+  Matrix<double> dldz(N * D, B), dc;
+  Vector<double> direct(et.num_parameters());
+  et.NodeEnergiesVectorJacobianProduct(z, v, dldz, direct, &dc);
+  const implicit::BackwardResult<double> r = layer.Backward(dldz);
+  BOOST_REQUIRE(r.ok());
+  const Vector<double> total = r.parameter_gradient + direct;
+  const Matrix<double> total_c = r.input_gradient + dc;
+  Vector<double>& theta = et.parameters()->values();
+  const double h = 1e-6;
+  double worst = 0;
+  for (Index k = 0; k < theta.size(); ++k) {
+    const double saved = theta(k);
+    theta(k) = saved + h;
+    const double lp = loss_at();
+    theta(k) = saved - h;
+    const double lm = loss_at();
+    theta(k) = saved;
+    worst = std::max(worst, std::abs(total(k) - (lp - lm) / (2 * h)));
+  }
+  BOOST_TEST(worst <= 1e-6);
+  BOOST_TEST(direct.norm() > 1e-3);  // the terms' own dependence on theta matters
+  worst = 0;
+  for (Index i = 0; i < N * D; ++i) {
+    Matrix<double> cp = c, cm = c;
+    cp(i) += h;
+    cm(i) -= h;
+    et.SetInput(cp);
+    const double lp = loss_at();
+    et.SetInput(cm);
+    const double lm = loss_at();
+    worst = std::max(worst, std::abs(total_c(i) - (lp - lm) / (2 * h)));
+  }
+  et.SetInput(c);
+  BOOST_TEST(worst <= 1e-6);
+}
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(one_pass_evaluations_and_subsets, S, Scalars) {
   const double tol = sizeof(S) == 4 ? 2e-5 : 1e-12;

@@ -25,7 +25,10 @@
 // The optional input c (n x B, SetInput; the external field of a Hopfield
 // network) anchors the equilibrium x* = c - dF/dG at the node features, so a
 // trained input projection reaches the equilibrium; InputVectorJacobianProduct
-// gives its derivative.
+// gives its derivative. NodeEnergies splits E into per-node terms (LayerNorm,
+// input, one per head, the memories): a readout of the equilibrium that sees
+// a node's degree, the spread of its state and how well it matches its
+// neighbours.
 //
 // GraphEnergyTransformerMap is the dynamics as a fixed-point map f = x - a dE/dg
 // (isolated fixed points, unlike grad E = 0: LayerNorm ignores a node's mean),
@@ -164,6 +167,27 @@ class GraphEnergyTransformer : public Energy<Scalar>,
     ParameterProduct(x, u, out, /*descent=*/true);
   }
 
+  // ---- Node i's share of the energy (a readout of the state) -------------
+  // E = sum_i sum_r t_ri with T = num_node_terms() rows per node: row
+  // kLayerNormTerm node i's E_LN (-D gamma eps / s_i: it grows with the
+  // spread of x_i, which g_i does not see), row kInputTerm -c_i . g_i (0
+  // without input), rows kFirstHeadTerm + h the attention terms
+  // -(1/beta) lse_{j in N(i)} beta k_hj . q_hi (0 for a node without
+  // neighbours; -(1/beta) log deg_i when the scores are equal), then the memory
+  // terms: M rows -0.5 ReLU(xi_mu . g_i)^2 (ReLU memory) or one row
+  // -(1/beta_m) lse_mu(beta_m xi_mu . g_i) (softmax memory). terms is (T*N) x B,
+  // node i at rows [i*T, i*T+T) (the states' layout with T in place of D).
+  static constexpr Index kLayerNormTerm = 0, kInputTerm = 1, kFirstHeadTerm = 2;
+  Index num_node_terms() const;
+  void NodeEnergies(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> terms) const;
+  // The derivatives of sum_b <weights_b, terms_b>: dx (n x B) in x, dtheta
+  // (num_parameters(), overwritten) in the parameters and, when dc is given
+  // (an input must be set; resized to n x B), in the input c.
+  void NodeEnergiesVectorJacobianProduct(ConstMatrixRef<Scalar> x,
+                                         ConstMatrixRef<Scalar> weights, MatrixRef<Scalar> dx,
+                                         VectorRef<Scalar> dtheta,
+                                         Matrix<Scalar>* dc = nullptr) const;
+
  private:
   using typename Base::Sample;
   using Base::ApplyM;
@@ -181,14 +205,16 @@ class GraphEnergyTransformer : public Energy<Scalar>,
     Matrix<Scalar> p;                     // E x H: softmax weight of edge e in head h
     Vector<Scalar> dA;                    // E: score derivatives of one head
     Matrix<Scalar> r, a, b, b2, dK, dQ, ks, qs, dS, dR;
+    Matrix<Scalar> terms;                 // T x N node terms (NodeEnergies)
   };
 
   // Shapes of x (and of the direction v), and the input's batch size.
   void Check(const char* function, ConstMatrixRef<Scalar> x,
              const ConstMatrixRef<Scalar>* v) const;
-  // Normalises column b of x, fills w's caches and (with_r) w->r = dE/dg;
-  // returns E.
-  Scalar Residual(ConstMatrixRef<Scalar> x, Index b, Work* w, bool with_r = true) const;
+  // Normalises column b of x, fills w's caches and (with_r) w->r = dE/dg, and
+  // (terms != nullptr) the T x N node terms; returns E.
+  Scalar Residual(ConstMatrixRef<Scalar> x, Index b, Work* w, bool with_r = true,
+                  Matrix<Scalar>* terms = nullptr) const;
   // out = H_F dG (w: Residual's caches; uses w->dK .. w->dR).
   void ForcesHvp(Work* w, ConstMatrixRef<Scalar> dG, Matrix<Scalar>* out) const;
   // w->ks, w->qs = the derivatives of QPt, KP along dG (w->dK, w->dQ set too).
