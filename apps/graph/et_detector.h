@@ -158,10 +158,10 @@ class EtDetector {
         }
         // The terms' own derivatives: dL/dx*, and dL/dtheta, dL/dc beside the IFT's.
         implicit::Vector<double> grad_et_direct = implicit::Vector<double>::Zero(et.num_parameters());
-        Matrix<double> grad_c_direct = Matrix<double>::Zero(n * D, 1);
+        Matrix<double> grad_c = Matrix<double>::Zero(n * D, 1);
         if (read > 0) {
           Matrix<double> dx(n * D, 1);
-          et.NodeEnergiesVectorJacobianProduct(state, grad_terms, dx, grad_et_direct, &grad_c_direct);
+          et.NodeEnergiesVectorJacobianProduct(state, grad_terms, dx, grad_et_direct, &grad_c);
           grad_state += dx;
         }
         const implicit::BackwardResult<double> back = layer.Backward(grad_state);
@@ -170,8 +170,8 @@ class EtDetector {
                              std::to_string(back.summary.relative_residual));
         result.backward_iterations += back.summary.iterations;
         // dL/dW_in = sum_i dL/dc_i f_i^T.
-        grad_c_direct += back.input_gradient;
-        const Eigen::Map<const Matrix<double>> dc(grad_c_direct.data(), D, n);
+        grad_c += back.input_gradient;
+        const Eigen::Map<const Matrix<double>> dc(grad_c.data(), D, n);
         head.BlockOf(grad_head, "W_in") += dc * x.transpose();
         grad_et = back.parameter_gradient + grad_et_direct;
       } catch (const SolveFailure& e) {
