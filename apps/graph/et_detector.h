@@ -145,6 +145,7 @@ class EtDetector {
         Matrix<double> grad_terms = Matrix<double>::Zero(read > 0 ? n * T : 0, 1);
         const auto w = head.Block("w"), u = head.Block("u");
         auto grad_w = head.BlockOf(grad_head, "w"), grad_u = head.BlockOf(grad_head, "u");
+        double& grad_b = head.BlockOf(grad_head, "b")(0, 0);
         for (std::size_t k = 0; k < split.train.size(); ++k) {
           const Index i = split.train[k];
           const double g_score = loss.Derivative(k, scores[i]) / loss.total_weight();
@@ -152,9 +153,11 @@ class EtDetector {
             grad_state.col(0).segment(i * D, D) += g_score * w;
             grad_w += g_score * state.col(0).segment(i * D, D);
           }
-          grad_terms.col(0).segment(i * T + first, read) += g_score * u;
-          grad_u += g_score * terms.col(0).segment(i * T + first, read);
-          head.BlockOf(grad_head, "b")(0, 0) += g_score;
+          if (read > 0) {  // (an empty segment past the end of an empty matrix is an Eigen assertion)
+            grad_terms.col(0).segment(i * T + first, read) += g_score * u;
+            grad_u += g_score * terms.col(0).segment(i * T + first, read);
+          }
+          grad_b += g_score;
         }
         // The terms' own derivatives: dL/dx*, and dL/dtheta, dL/dc beside the IFT's.
         implicit::Vector<double> grad_et_direct = implicit::Vector<double>::Zero(et.num_parameters());
@@ -223,7 +226,7 @@ class EtDetector {
     std::vector<double> scores(static_cast<std::size_t>(n));
     for (Index i = 0; i < n; ++i)
       scores[i] = (states ? w.col(0).dot(state->col(0).segment(i * D, D)) : 0.0) +
-                  u.col(0).dot(terms->col(0).segment(i * T + first, read)) + b;
+                  (read > 0 ? u.col(0).dot(terms->col(0).segment(i * T + first, read)) : 0.0) + b;
     return scores;
   }
 
