@@ -15,7 +15,8 @@ struct Retrieval {
   double beta;
   template <typename T>
   T operator()(const implicit::Vector<T>& x, const implicit::Vector<T>&) const {
-    implicit::Vector<T> s = (X.cast<T>().transpose() * x) * T(beta);
+    implicit::Vector<T> s(X.cols());   // s_i = beta X_i . x
+    for (implicit::Index i = 0; i < X.cols(); ++i) s(i) = T(beta) * implicit::ad::Dot(X.col(i), x);
     return T(0.5) * x.squaredNorm() - implicit::ad::LogSumExp(s) / T(beta);
   }
 };

@@ -1,7 +1,8 @@
-// Reverse-mode AutoDiffEnergy (ADOL-C tapes): every product equals the
+// Reverse-mode AutoDiffEnergy (reverse_tape.h): every product equals the
 // forward-mode one on the same functor (float and double), on energies with
-// branches at points on both sides of each branch (the tape is recorded at one
-// point and replayed at the others), from several threads at once, and the
+// branches at points on both sides of each branch, with the one-node
+// operations (ad::Dot, ad::LogSumExp) and without, from several threads at
+// once; the tape's elementary functions against central differences; the
 // automatic mode choice and the errors behave as documented.
 #define BOOST_TEST_MODULE reverse_autodiff
 #include <boost/test/unit_test.hpp>
@@ -18,6 +19,7 @@
 #include <string>
 #include <thread>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include "support/test_problems.h"
@@ -33,21 +35,27 @@ namespace {
 // E(x; s) = 0.5|x|^2 - lse(beta * s * P^T x) / beta with the patterns P fixed
 // and the scale s a parameter; the max-shift written branch-free
 // (ad::LogSumExp) or, with `compare`, as Eigen's maxCoeff (a comparison per
-// pattern: samples with another winning pattern than the recording point
-// switch branches).
+// pattern: samples with another winning pattern take another branch); the
+// scores as scalar loops or, with `dot`, as ad::Dot of a pattern and the
+// expression s * x (one tape node each).
 struct Retrieval {
   Matrix<double> P;
   double beta;
   bool compare;
+  bool dot = false;
   template <typename T>
   T operator()(const Vector<T>& x, const Vector<T>& theta) const {
     using std::exp;
     using std::log;
     Vector<T> s(P.cols());
     for (Index i = 0; i < P.cols(); ++i) {
-      T dot = T(0.0);
-      for (Index k = 0; k < x.size(); ++k) dot += T(P(k, i)) * x(k);
-      s(i) = T(beta) * theta(0) * dot;
+      if (dot) {
+        s(i) = T(beta) * implicit::ad::Dot(P.col(i), theta(0) * x);
+        continue;
+      }
+      T dot_product = T(0.0);
+      for (Index k = 0; k < x.size(); ++k) dot_product += T(P(k, i)) * x(k);
+      s(i) = T(beta) * theta(0) * dot_product;
     }
     if (!compare) return T(0.5) * x.squaredNorm() - implicit::ad::LogSumExp(s) / T(beta);
     const T m = s.maxCoeff();
@@ -152,9 +160,10 @@ struct ModePair {
 // Retrieval on n-dimensional states with N patterns; samples spread so that
 // different patterns win the max for different samples.
 template <typename Scalar>
-AutoDiffEnergy<Retrieval, Scalar> MakeRetrieval(Index n, Index N, bool compare) {
+AutoDiffEnergy<Retrieval, Scalar> MakeRetrieval(Index n, Index N, bool compare,
+                                                bool dot = false) {
   const Matrix<double> P = implicit::testing::RandomMatrix<double>(n, N, 7);
-  return AutoDiffEnergy<Retrieval, Scalar>(Retrieval{P, 2.0, compare}, n,
+  return AutoDiffEnergy<Retrieval, Scalar>(Retrieval{P, 2.0, compare, dot}, n,
                                            OneParameter<Scalar>(0.8));
 }
 
@@ -168,18 +177,17 @@ AutoDiffEnergy<Piecewise, Scalar> MakePiecewise(Index n, Index B, bool branch_fr
 
 }  // namespace
 
-#if IMPLICIT_HAVE_ADOLC
-
 using Scalars = std::tuple<float, double>;
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(retrieval_products_match_forward_mode, Scalar, Scalars) {
   const Index n = 40, N = 9, B = 12;
-  for (bool compare : {false, true}) {
-    const ModePair<Retrieval, Scalar> pair(MakeRetrieval<Scalar>(n, N, compare));
+  for (int form = 0; form < 3; ++form) {
+    const bool compare = form == 1, dot = form == 2;
+    const ModePair<Retrieval, Scalar> pair(MakeRetrieval<Scalar>(n, N, compare, dot));
     const Matrix<Scalar> x = implicit::testing::RandomMatrix<Scalar>(n, B, 3);
     const Matrix<Scalar> v = implicit::testing::RandomMatrix<Scalar>(n, B, 5);
-    // The winning pattern differs between samples (the tape is replayed at
-    // points where another branch of the max is taken).
+    // The winning pattern differs between samples (samples on different
+    // branches of the max).
     const Matrix<double> scores =
         pair.forward.functor().P.transpose() * x.template cast<double>();
     std::vector<Index> winners;
@@ -191,7 +199,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(retrieval_products_match_forward_mode, Scalar, Sca
     std::sort(winners.begin(), winners.end());
     BOOST_REQUIRE(std::unique(winners.begin(), winners.end()) - winners.begin() >= 3);
     CheckAllProducts(pair.forward, pair.reverse, x, v,
-                     compare ? "retrieval (maxCoeff)" : "retrieval (LogSumExp)");
+                     compare ? "retrieval (maxCoeff)"
+                             : (dot ? "retrieval (ad::Dot)" : "retrieval (LogSumExp)"));
   }
 }
 
@@ -206,7 +215,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(branches_on_both_sides_match_forward_mode, Scalar,
     const Matrix<Scalar> v = implicit::testing::RandomMatrix<Scalar>(n, B, 13);
     const std::string name = branch_free ? "relu (ad::Max)" : "relu (if)";
     CheckAllProducts(pair.forward, pair.reverse, x, v, name);
-    // Replayed in the opposite order: the tape now comes from the last sample.
+    // In the opposite order.
     const Matrix<Scalar> flipped = x.rowwise().reverse();
     CheckAllProducts(pair.forward, pair.reverse, flipped, v, name + ", samples reversed");
   }
@@ -252,8 +261,8 @@ BOOST_AUTO_TEST_CASE(threads_give_the_results_of_one_thread) {
     shared.Gradient(x[t], grad1[t]);
     shared.HessianVectorProduct(x[t], v[t], hvp1[t]);
   }
-  // Then every thread on its own batch, through the shared energy and through
-  // its own copy (its own tape), several times over.
+  // Then every thread on its own batch (its own tape), through the shared
+  // energy and through its own copy, several times over.
   std::vector<std::thread> pool;
   std::vector<double> worst(threads, 0.0);
   for (int t = 0; t < threads; ++t) {
@@ -309,18 +318,114 @@ BOOST_AUTO_TEST_CASE(an_exception_while_recording_propagates_and_leaves_a_usable
   BOOST_TEST((grad - x).norm() <= 1e-15);
 }
 
-#else
 
-BOOST_AUTO_TEST_CASE(reverse_mode_without_adolc_is_refused) {
-  BOOST_TEST_MESSAGE("libimplicit built without ADOL-C: only the refusal of kReverse is tested");
-  AutoDiffEnergy<Retrieval, double> energy = MakeRetrieval<double>(100, 3, false);
-  BOOST_TEST(!energy.uses_reverse_mode());
-  BOOST_CHECK_THROW(energy.set_mode(AutoDiffMode::kReverse), std::invalid_argument);
+// f(z) with every elementary function of the tape, the one-node products
+// (ad::Dot of two variable vectors, of numbers and variables, listed and as a
+// run; ad::LogSumExp with a constant entry) and a branch.
+template <typename T>
+T Elementary(const Vector<T>& z) {
+  using std::abs;
+  using std::atan;
+  using std::atan2;
+  using std::cos;
+  using std::cosh;
+  using std::erf;
+  using std::exp;
+  using std::expm1;
+  using std::log;
+  using std::log1p;
+  using std::pow;
+  using std::sin;
+  using std::sinh;
+  using std::sqrt;
+  using std::tan;
+  using std::tanh;
+  T e = sinh(z(0)) * cosh(z(1)) + tan(z(2)) * atan(z(3)) + atan2(z(4), -z(1)) + erf(z(2));
+  e += exp(z(0)) * log(z(1)) + sqrt(z(2)) / tanh(z(3)) + sin(z(4)) * cos(z(0));
+  e += pow(z(1), 2.5) + abs(z(2) - T(0.3)) + log1p(z(3)) + expm1(z(4)) * z(0);
+  e -= z(1) / z(2) + pow(z(3), z(4)) - T(2.0) * (-z(0)) + (z(4) > T(0.5) ? z(4) * z(4) : z(4));
+  Vector<T> s(3);
+  s << z(0) * T(2.0), T(1.0), z(1) - z(3);
+  e += implicit::ad::Dot(z.head(2), z.segment(2, 2)) * implicit::ad::LogSumExp(s);
+  // Numbers against scattered variables (listed operands) and consecutive
+  // variables against numbers (a run).
+  Vector<double> c(2);
+  c << 1.5, -0.5;
+  Vector<T> w(2);
+  w << z(4), z(0);
+  e += implicit::ad::Dot(c, w) * implicit::ad::Dot(z.tail(3), Vector<double>::Constant(3, 0.25));
+  return e;
 }
 
-#endif
+BOOST_AUTO_TEST_CASE(tape_gradient_and_hessian_products_match_central_differences) {
+  namespace reverse = implicit::reverse;
+  using Inner = implicit::internal::DirectionalJet<double>;
+  static_assert(!std::is_convertible<reverse::Var<double>, double>::value,
+                "a Var must not convert to its value (its derivatives would be lost)");
+  const auto gradient_at = [](const Vector<double>& z) {
+    Vector<double> g(z.size());
+    const double e = reverse::Gradient<double>(
+        z.data(), z.size(), [](const Vector<reverse::Var<double>>& v) { return Elementary(v); },
+        g.data());
+    BOOST_TEST(std::abs(e - Elementary(z)) <= 1e-14 * (1 + std::abs(e)));
+    return g;
+  };
+  const Vector<double> v = implicit::testing::RandomMatrix<double>(5, 1, 3);
+  // Both sides of the branch z4 > 0.5.
+  for (double z4 : {0.3, 0.8}) {
+    Vector<double> z(5);
+    z << 0.4, 1.3, 0.7, 0.9, z4;
+    const Vector<double> g = gradient_at(z);
+    const double h = 1e-6;
+    Vector<double> fd_hv = Vector<double>::Zero(5);
+    for (Index i = 0; i < 5; ++i) {
+      Vector<double> zp = z, zm = z;
+      zp(i) += h;
+      zm(i) -= h;
+      const double fd = (Elementary(zp) - Elementary(zm)) / (2 * h);
+      BOOST_TEST(std::abs(g(i) - fd) <= 1e-7 * (1 + std::abs(fd)),
+                 "df/dz" << i << " = " << g(i) << ", central difference " << fd);
+    }
+    // H v against central differences of the gradient along v.
+    fd_hv = (gradient_at(z + h * v) - gradient_at(z - h * v)) / (2 * h);
+    std::vector<Inner> zj(5), gj(5);
+    for (Index i = 0; i < 5; ++i) {
+      zj[static_cast<std::size_t>(i)] = Inner(z(i));
+      zj[static_cast<std::size_t>(i)].v[0] = v(i);
+    }
+    reverse::Gradient<Inner>(
+        zj.data(), 5, [](const Vector<reverse::Var<Inner>>& w) { return Elementary(w); },
+        gj.data());
+    for (Index i = 0; i < 5; ++i) {
+      const Inner& gi = gj[static_cast<std::size_t>(i)];
+      BOOST_TEST(std::abs(gi.a - g(i)) <= 1e-13 * (1 + std::abs(g(i))));
+      BOOST_TEST(std::abs(gi.v[0] - fd_hv(i)) <= 1e-6 * (1 + std::abs(fd_hv(i))),
+                 "(Hv)" << i << " = " << gi.v[0] << ", central difference " << fd_hv(i));
+    }
+  }
+}
 
-// In every build: the branch-free helpers give the values of their plain forms.
+BOOST_AUTO_TEST_CASE(a_nested_recording_is_refused_and_the_tape_stays_usable) {
+  namespace reverse = implicit::reverse;
+  using V = Vector<reverse::Var<double>>;
+  const Vector<double> z = Vector<double>::Constant(3, 0.5);
+  Vector<double> g(3);
+  BOOST_CHECK_THROW(reverse::Gradient<double>(
+                        z.data(), 3,
+                        [&](const V& x) {
+                          Vector<double> inner(3);
+                          reverse::Gradient<double>(
+                              z.data(), 3, [](const V& y) { return y.squaredNorm(); },
+                              inner.data());
+                          return x.squaredNorm();
+                        },
+                        g.data()),
+                    std::logic_error);
+  reverse::Gradient<double>(z.data(), 3, [](const V& x) { return x.squaredNorm(); }, g.data());
+  BOOST_TEST((g - 2.0 * z).norm() <= 1e-15);
+}
+
+// The branch-free helpers give the values of their plain forms.
 BOOST_AUTO_TEST_CASE(branch_free_helpers_equal_their_definitions) {
   BOOST_TEST(implicit::ad::Max(2.0, -1.0) == 2.0);
   BOOST_TEST(implicit::ad::Max(-3.0, 1.0) == 1.0);
@@ -331,4 +436,8 @@ BOOST_AUTO_TEST_CASE(branch_free_helpers_equal_their_definitions) {
   s << 1000.0, 999.0, -5.0;  // exp(1000) overflows without the shift
   const double expected = 1000.0 + std::log(1.0 + std::exp(-1.0) + std::exp(-1005.0));
   BOOST_TEST(std::abs(implicit::ad::LogSumExp(s) - expected) <= 1e-12);
+  Vector<double> a(3);
+  a << 2.0, -1.0, 0.5;
+  BOOST_TEST(implicit::ad::Dot(a, s) == a.dot(s));
+  BOOST_CHECK_THROW(implicit::ad::Dot(a, s.head(2)), std::invalid_argument);
 }

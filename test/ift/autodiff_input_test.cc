@@ -62,7 +62,7 @@ struct Pair {
   implicit::AutoDiffEnergy<InjectedHopfield, double> autodiff;
 };
 
-// The modes AutoDiffEnergy offers in this build (reverse: with ADOL-C).
+// The modes AutoDiffEnergy offers.
 std::vector<implicit::AutoDiffMode> Modes() {
   std::vector<implicit::AutoDiffMode> modes = {implicit::AutoDiffMode::kForward};
   if (implicit::kHaveReverseMode) modes.push_back(implicit::AutoDiffMode::kReverse);

@@ -1,31 +1,33 @@
-// Branch-free building blocks for user energies (AutoDiffEnergy functors).
+// Building blocks for user energies (AutoDiffEnergy functors) that are fast
+// in every scalar type the functor is compiled for.
 //
 // A functor templated on the scalar type T is evaluated in Scalar, in
-// forward-mode duals and, for reverse mode, on ADOL-C's adouble, whose tape is
-// recorded at one point and replayed at others. An `if` on a value of T
-// (std::max, a ReLU written as a comparison, Eigen's maxCoeff) is recorded as
-// a comparison: a sample on the other side of it makes the replay report a
-// branch switch, and AutoDiffEnergy records the tape again at that sample
-// (correct, but each re-recording costs several evaluations and ADOL-C prints
-// a warning). These functions are recorded without a branch (ADOL-C's fmax and
-// condassign) and give the same values in every scalar type:
+// forward-mode duals and, for reverse mode, on reverse::Var (reverse_tape.h), which
+// records one tape node per scalar operation. LogSumExp and Dot below record
+// one node for a whole vector: a retrieval energy's N dot products of length
+// n then cost N nodes instead of 2 n N, which is most of what makes its
+// reverse-mode gradient cheap. Max and Where are plain selections (the tape is
+// recorded at every point, so the branch taken there is the one
+// differentiated); they are kept for functors written against them.
 //
 //   template <typename T>
 //   T operator()(const implicit::Vector<T>& x, const implicit::Vector<T>& theta) const {
-//     implicit::Vector<T> s = ...;                  // scores
+//     implicit::Vector<T> s(P.cols());
+//     for (implicit::Index i = 0; i < P.cols(); ++i) s(i) = implicit::ad::Dot(P.col(i), x);
 //     T relu = implicit::ad::Max(x(0), T(0.0));     // max(x0, 0)
-//     T step = implicit::ad::Where(x(1), T(1.0), T(0.0));  // x1 > 0 ? 1 : 0
 //     return implicit::ad::LogSumExp(s) + relu;    // max-shifted, stable
 //   }
 #pragma once
 
+#include <implicit/core/reverse_tape.h>
 #include <implicit/core/types.h>
 
-#if IMPLICIT_HAVE_ADOLC
-#include <implicit/core/reverse_tape.h>
-#endif
-
+#include <algorithm>
 #include <cmath>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <vector>
 
 namespace implicit {
 namespace ad {
@@ -42,31 +44,141 @@ T Where(const T& condition, const T& if_positive, const T& otherwise) {
   return condition > T(0.0) ? if_positive : otherwise;
 }
 
-#if IMPLICIT_HAVE_ADOLC
-// Recorded as ADOL-C conditional assignments (condassign), replayed without
-// re-recording. (ADOL-C's fmax warns on stderr whenever its arguments are
-// equal, e.g. every score of a zero state; a selection does not.)
-inline adouble Where(const adouble& condition, const adouble& if_positive,
-                     const adouble& otherwise) {
-  adouble result;
-  condassign(result, condition, if_positive, otherwise);
-  return result;
+namespace internal {
+// The number part of a value (a dual's value part).
+template <typename S, typename = std::enable_if_t<std::is_arithmetic<S>::value>>
+S NumberOf(S s) {
+  return s;
 }
-inline adouble Max(const adouble& a, const adouble& b) { return Where(adouble(b - a), b, a); }
-#endif
+template <typename S, int N>
+S NumberOf(const ceres::Jet<S, N>& s) {
+  return NumberOf(s.a);
+}
+// Of two vectors, the one of Vars and the one of numbers.
+template <typename A, typename B>
+const auto& VarSide(const A& a, const B& b) {
+  if constexpr (reverse::IsVar<typename A::Scalar>::value) {
+    (void)b;
+    return a;
+  } else {
+    (void)a;
+    return b;
+  }
+}
+template <typename A, typename B>
+const auto& NumberSide(const A& a, const B& b) {
+  if constexpr (reverse::IsVar<typename A::Scalar>::value) {
+    (void)a;
+    return b;
+  } else {
+    (void)b;
+    return a;
+  }
+}
+}  // namespace internal
 
 // log sum_i exp(s_i), computed as m + log sum_i exp(s_i - m) with m = max_i s_i
 // (no overflow; the shift's derivatives cancel exactly). s is a vector.
 template <typename Derived>
-typename Derived::Scalar LogSumExp(const Eigen::MatrixBase<Derived>& s) {
+typename Derived::Scalar LogSumExp(const Eigen::MatrixBase<Derived>& scores) {
   using T = typename Derived::Scalar;
   using std::exp;
   using std::log;
-  T m = s(0);
-  for (Index i = 1; i < s.size(); ++i) m = Max(m, T(s(i)));
-  T sum = T(0.0);
-  for (Index i = 0; i < s.size(); ++i) sum += exp(s(i) - m);
-  return m + log(sum);
+  if constexpr (reverse::IsVar<T>::value) {
+    // One node: d lse / d s_i = softmax(s)_i. (An expression is evaluated
+    // first, so that its own nodes are not recorded inside this one.)
+    using V = typename T::Value;
+    const Eigen::Ref<const Vector<T>> s = scores;
+    auto m = internal::NumberOf(ValueOf(T(s(0))));
+    for (Index i = 1; i < s.size(); ++i) m = std::max(m, internal::NumberOf(ValueOf(T(s(i)))));
+    static thread_local std::vector<V> shifted;
+    shifted.resize(static_cast<std::size_t>(s.size()));
+    V sum(0.0);
+    for (Index i = 0; i < s.size(); ++i) {
+      shifted[static_cast<std::size_t>(i)] = exp(ValueOf(T(s(i))) - V(m));
+      sum += shifted[static_cast<std::size_t>(i)];
+    }
+    const V lse = V(m) + log(sum);
+    const V inverse = V(1.0) / sum;
+    reverse::Tape<V>& tape = reverse::Tape<V>::ThisThread();
+    tape.Reserve(s.size());
+    bool any = false;
+    for (Index i = 0; i < s.size(); ++i) {
+      const T si = s(i);
+      if (!si.is_variable()) continue;
+      tape.AddOperand(si.index(), shifted[static_cast<std::size_t>(i)] * inverse);
+      any = true;
+    }
+    return any ? T(lse, tape.Close()) : T(lse);
+  } else {
+    const auto& s = scores;
+    T m = s(0);
+    for (Index i = 1; i < s.size(); ++i) m = Max(m, T(s(i)));
+    T sum = T(0.0);
+    for (Index i = 0; i < s.size(); ++i) sum += exp(s(i) - m);
+    return m + log(sum);
+  }
+}
+
+// sum_i a_i b_i of two vectors of equal length; either may hold numbers
+// (data) and the other the energy's scalar T (the result's type).
+template <typename A, typename B>
+auto Dot(const Eigen::MatrixBase<A>& a_in, const Eigen::MatrixBase<B>& b_in) {
+  using SA = typename A::Scalar;
+  using SB = typename B::Scalar;
+  using T = std::conditional_t<reverse::IsVar<SA>::value || !std::is_arithmetic<SA>::value, SA, SB>;
+  if (a_in.size() != b_in.size()) {
+    throw std::invalid_argument("ad::Dot: vectors of lengths " + std::to_string(a_in.size()) +
+                                " and " + std::to_string(b_in.size()));
+  }
+  if constexpr (reverse::IsVar<SA>::value || reverse::IsVar<SB>::value) {
+    // One node: d/da_i = b_i, d/db_i = a_i (expressions evaluated first, as
+    // in LogSumExp).
+    using V = typename T::Value;
+    const Eigen::Ref<const Vector<SA>> a = a_in;
+    const Eigen::Ref<const Vector<SB>> b = b_in;
+    V value(0.0);
+    for (Index i = 0; i < a.size(); ++i) {
+      value += V(reverse::ValueOrNumber(SA(a(i)))) * V(reverse::ValueOrNumber(SB(b(i))));
+    }
+    reverse::Tape<V>& tape = reverse::Tape<V>::ThisThread();
+    // Numbers against consecutive variables (a block of x): one run, whose
+    // partials are the numbers.
+    if constexpr (reverse::IsVar<SA>::value != reverse::IsVar<SB>::value) {
+      const auto& vars = internal::VarSide(a, b);
+      const auto& numbers = internal::NumberSide(a, b);
+      if (reverse::IsRun(vars)) {
+        V* partial = tape.AddRun(vars(0).index(), vars.size());
+        for (Index i = 0; i < numbers.size(); ++i) partial[i] = V(numbers(i));
+        return T(value, tape.Close());
+      }
+    }
+    tape.Reserve((reverse::IsVar<SA>::value ? a.size() : 0) + (reverse::IsVar<SB>::value ? b.size() : 0));
+    bool any = false;
+    for (Index i = 0; i < a.size(); ++i) {
+      if constexpr (reverse::IsVar<SA>::value) {
+        const SA ai = a(i);
+        if (ai.is_variable()) {
+          tape.AddOperand(ai.index(), V(reverse::ValueOrNumber(SB(b(i)))));
+          any = true;
+        }
+      }
+      if constexpr (reverse::IsVar<SB>::value) {
+        const SB bi = b(i);
+        if (bi.is_variable()) {
+          tape.AddOperand(bi.index(), V(reverse::ValueOrNumber(SA(a(i)))));
+          any = true;
+        }
+      }
+    }
+    return any ? T(value, tape.Close()) : T(value);
+  } else {
+    const auto& a = a_in;
+    const auto& b = b_in;
+    T acc = T(0.0);
+    for (Index i = 0; i < a.size(); ++i) acc += T(a(i)) * T(b(i));
+    return acc;
+  }
 }
 
 }  // namespace ad

@@ -1,6 +1,7 @@
 // User energies: write E once, get gradient, Hessian-vector and parameter
 // products automatically and exactly (forward-mode dual numbers, ceres::Jet,
-// or reverse mode on an ADOL-C tape; see "Two ways to differentiate" below).
+// or reverse mode on a tape, reverse_tape.h; see "Two ways to differentiate"
+// below).
 //
 // The user writes a functor templated on the scalar type T that returns the
 // energy of ONE sample x (length n) given the parameter vector theta:
@@ -11,16 +12,17 @@
 //     template <typename T>
 //     T operator()(const implicit::Vector<T>& x, const implicit::Vector<T>& theta) const {
 //       implicit::Vector<T> s(X.cols());   // s = beta X^T x, one dot product each
-//       for (implicit::Index i = 0; i < X.cols(); ++i) s(i) = T(beta) * X.col(i).cast<T>().dot(x);
-//       // max-shifted, branch-free (ad_functions.h)
+//       for (implicit::Index i = 0; i < X.cols(); ++i) s(i) = T(beta) * implicit::ad::Dot(X.col(i), x);
+//       // max-shifted; Dot and LogSumExp are one tape node each (ad_functions.h)
 //       return T(0.5) * x.squaredNorm() - implicit::ad::LogSumExp(s) / T(beta);
 //     }
 //   };
 //   implicit::AutoDiffEnergy<SoftRetrieval, double> energy(SoftRetrieval{X, 2.0}, n);
 //
-// The functor is compiled for three scalar types: Scalar, ceres::Jet<Scalar, K>
-// and the nested ceres::Jet<internal::DirectionalJet<Scalar>, K>, and for
-// ADOL-C's adouble when libimplicit has reverse mode. Eigen matrix
+// The functor is compiled for five scalar types: Scalar, ceres::Jet<Scalar, K>
+// and the nested ceres::Jet<internal::DirectionalJet<Scalar>, K> (forward
+// mode), reverse::Var<Scalar> and reverse::Var<internal::DirectionalJet<Scalar>>
+// (reverse mode; a functor that declares kForwardModeOnly skips them). Eigen matrix
 // products (A * x, A * B) work on all of them but instantiate Eigen's general
 // matrix-vector / matrix-matrix kernels for each dual type, which is slow to
 // compile (minutes for a few products, more in sanitizer or debug builds).
@@ -42,8 +44,8 @@
 // built-in layers do. Its samples carry their own input, so solvers evaluate
 // blocks of them with their input columns (Energy::GradientColumns).
 //
-// Two ways to differentiate, forward mode (dual numbers) and reverse mode (an
-// ADOL-C tape): set_mode, AutoDiffMode and their costs in autodiff_mode.h.
+// Two ways to differentiate, forward mode (dual numbers) and reverse mode (a
+// tape recorded at each evaluation): set_mode, AutoDiffMode and their costs in autodiff_mode.h.
 // GradientAndValue costs what Gradient costs (E comes with the derivatives),
 // and SupportsSubsets() is true when E has no per-sample input (with one, the
 // active set evaluates blocks of samples with their inputs: GradientColumns).
@@ -53,10 +55,8 @@
 #include <implicit/core/autodiff_mode.h>
 #include <implicit/core/energy.h>
 #include <implicit/core/parameters.h>
-#include <implicit/core/types.h>
-#if IMPLICIT_HAVE_ADOLC
 #include <implicit/core/reverse_tape.h>
-#endif
+#include <implicit/core/types.h>
 
 #include <algorithm>
 #include <stdexcept>
@@ -74,9 +74,8 @@ class AutoDiffEnergy : public Energy<Scalar> {
   static constexpr bool kHasInput =
       std::is_invocable<const Functor&, const Vector<Scalar>&, const Vector<Scalar>&,
                         const Vector<Scalar>&>::value;
-  // Reverse mode: built with ADOL-C, and the functor has not opted out.
-  static constexpr bool kCanReverse =
-      kHaveReverseMode && !internal::ForwardModeOnly<Functor>::value;
+  // Reverse mode, unless the functor has opted out.
+  static constexpr bool kCanReverse = !internal::ForwardModeOnly<Functor>::value;
 
  public:
   using Dual = ceres::Jet<Scalar, kChunk>;        // first derivatives
@@ -113,13 +112,8 @@ class AutoDiffEnergy : public Energy<Scalar> {
   const Functor& functor() const { return functor_; }
 
   // How derivatives are computed (default kAutomatic). kReverse throws
-  // std::invalid_argument when libimplicit was built without ADOL-C.
+  // std::invalid_argument for a functor that declares kForwardModeOnly.
   void set_mode(AutoDiffMode mode) {
-    if (mode == AutoDiffMode::kReverse && !kHaveReverseMode) {
-      throw std::invalid_argument(
-          "AutoDiffEnergy::set_mode: reverse mode needs ADOL-C, and this libimplicit was built "
-          "without it (install libadolc-dev and rebuild with IMPLICIT_WITH_ADOLC=ON)");
-    }
     if (mode == AutoDiffMode::kReverse && !kCanReverse) {
       throw std::invalid_argument(
           "AutoDiffEnergy::set_mode: the functor declares kForwardModeOnly, so it has no "
@@ -207,15 +201,13 @@ class AutoDiffEnergy : public Energy<Scalar> {
     internal::CheckShape("AutoDiffEnergy::HessianVectorProduct(v)", v, x.rows(), x.cols());
     internal::CheckShape("AutoDiffEnergy::HessianVectorProduct(out)", out, x.rows(), x.cols());
     CheckInput("AutoDiffEnergy::HessianVectorProduct", x.cols());
-#if IMPLICIT_HAVE_ADOLC
     if constexpr (kCanReverse) {
       if (uses_reverse_mode()) {
-        return ReverseSecondOrder(x, v, [&](Index b, const std::vector<double>& hv) {
-          for (Index i = 0; i < dimension_; ++i) out(i, b) = static_cast<Scalar>(hv[i]);
+        return ReverseSecondOrder(x, v, [&](Index b, const std::vector<Scalar>& hv) {
+          for (Index i = 0; i < dimension_; ++i) out(i, b) = hv[i];
         });
       }
     }
-#endif
     const Vector<Dual2> theta = Lift<Dual2>(parameters_.values());
     for (Index b = 0; b < x.cols(); ++b) {
       Vector<Dual2> xd = LiftWithDirection(x.col(b), v.col(b));
@@ -240,16 +232,14 @@ class AutoDiffEnergy : public Energy<Scalar> {
                          num_parameters(), 1);
     CheckInput("AutoDiffEnergy::ParameterVectorJacobianProduct", x.cols());
     out.setZero();
-#if IMPLICIT_HAVE_ADOLC
     if constexpr (kCanReverse) {
       if (uses_reverse_mode()) {
         const Index offset = dimension_ + input_dimension_;
-        return ReverseSecondOrder(x, u, [&](Index, const std::vector<double>& hv) {
-          for (Index i = 0; i < out.size(); ++i) out(i) += static_cast<Scalar>(hv[offset + i]);
+        return ReverseSecondOrder(x, u, [&](Index, const std::vector<Scalar>& hv) {
+          for (Index i = 0; i < out.size(); ++i) out(i) += hv[offset + i];
         });
       }
     }
-#endif
     Vector<Dual2> theta = Lift<Dual2>(parameters_.values());
     for (Index b = 0; b < x.cols(); ++b) {
       MixedProducts(x, u, b, /*wrt_input=*/false, &theta,
@@ -265,17 +255,15 @@ class AutoDiffEnergy : public Energy<Scalar> {
     internal::CheckShape("AutoDiffEnergy::InputVectorJacobianProduct(out)", out,
                          input_dimension_, x.cols());
     CheckInput("AutoDiffEnergy::InputVectorJacobianProduct", x.cols());
-#if IMPLICIT_HAVE_ADOLC
     if constexpr (kCanReverse) {
       if (uses_reverse_mode()) {
-        return ReverseSecondOrder(x, u, [&](Index b, const std::vector<double>& hv) {
+        return ReverseSecondOrder(x, u, [&](Index b, const std::vector<Scalar>& hv) {
           for (Index i = 0; i < input_dimension_; ++i) {
-            out(i, b) = static_cast<Scalar>(hv[dimension_ + i]);
+            out(i, b) = hv[dimension_ + i];
           }
         });
       }
     }
-#endif
     Vector<Dual2> theta = Lift<Dual2>(parameters_.values());
     for (Index b = 0; b < x.cols(); ++b) {
       MixedProducts(x, u, b, /*wrt_input=*/true, &theta,
@@ -291,11 +279,9 @@ class AutoDiffEnergy : public Energy<Scalar> {
                          const std::vector<Index>* columns = nullptr) const {
     if (columns == nullptr) CheckInput("AutoDiffEnergy::Gradient", x.cols());
     const auto sample = [columns](Index b) { return columns == nullptr ? b : (*columns)[b]; };
-#if IMPLICIT_HAVE_ADOLC
     if constexpr (kCanReverse) {
       if (uses_reverse_mode()) return ReverseGradient(x, grad, values, sample);
     }
-#endif
     const Vector<Dual> theta = Lift<Dual>(parameters_.values());
     for (Index b = 0; b < x.cols(); ++b) {
       Vector<Dual> xd = Lift<Dual>(x.col(b));
@@ -335,71 +321,59 @@ class AutoDiffEnergy : public Energy<Scalar> {
   // x, c and theta: the variables of the reverse-mode tape.
   Index num_variables() const { return dimension_ + input_dimension_ + parameters_.size(); }
 
-#if IMPLICIT_HAVE_ADOLC
-  // z = (x_b, c_s, theta) in double, the tape's variables for column b of x,
-  // batch sample s (its input column).
-  void PackVariables(ConstMatrixRef<Scalar> x, Index b, Index s, std::vector<double>* z) const {
-    z->resize(num_variables());
-    double* out = z->data();
-    for (Index i = 0; i < dimension_; ++i) *out++ = static_cast<double>(x(i, b));
+  // z = (x_b, c_s, theta) as values of type V: the variables of reverse mode
+  // for column b of x, batch sample s (its input column).
+  template <typename V>
+  void PackVariables(ConstMatrixRef<Scalar> x, Index b, Index s, std::vector<V>* z) const {
+    z->resize(static_cast<std::size_t>(num_variables()));
+    V* out = z->data();
+    for (Index i = 0; i < dimension_; ++i) *out++ = V(x(i, b));
     if constexpr (kHasInput) {
-      for (Index i = 0; i < input_dimension_; ++i) *out++ = static_cast<double>(input_(i, s));
+      for (Index i = 0; i < input_dimension_; ++i) *out++ = V(input_(i, s));
     }
     const Vector<Scalar>& theta = parameters_.values();
-    for (Index i = 0; i < theta.size(); ++i) *out++ = static_cast<double>(theta(i));
+    for (Index i = 0; i < theta.size(); ++i) *out++ = V(theta(i));
   }
-  // Records E at z (the caller holds ReverseTape::Lock()).
-  void RecordTape(const std::vector<double>& z) const {
-    if (tape_.size() != num_variables()) tape_ = internal::ReverseTape(num_variables());
-    tape_.Record(z.data(), [&](const Vector<adouble>& za) {
-      const Vector<adouble> xa = za.head(dimension_);
-      const Vector<adouble> ca = za.segment(dimension_, input_dimension_);
-      const Vector<adouble> ta = za.tail(parameters_.size());
-      return adouble(Call(xa, ca, ta));
-    });
-  }
-  // Replays op (a ReverseTape product returning false on a branch switch) at
-  // z, recording the tape there first when it is missing or another branch.
-  template <typename Op>
-  void Replay(const std::vector<double>& z, Op&& op) const {
-    if (!tape_.recorded() || tape_.size() != num_variables()) RecordTape(z);
-    if (op()) return;
-    RecordTape(z);
-    if (!op()) {
-      throw std::runtime_error(
-          "AutoDiffEnergy: the ADOL-C tape reports a branch switch at its own recording point "
-          "(a comparison of equal values?); use forward mode (set_mode) for this energy");
-    }
+  // E at z, recorded on this thread's tape, and its gradient in z.
+  template <typename V>
+  V ReverseSweep(const std::vector<V>& z, std::vector<V>* gradient) const {
+    gradient->resize(z.size());
+    return reverse::Gradient<V>(
+        z.data(), num_variables(),
+        [&](const Vector<reverse::Var<V>>& zv) {
+          return Call<reverse::Var<V>>(zv.head(dimension_), zv.segment(dimension_, input_dimension_),
+                                  zv.tail(parameters_.size()));
+        },
+        gradient->data());
   }
   template <typename Sample>
   void ReverseGradient(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> grad, VectorRef<Scalar>* values,
                        Sample&& sample) const {
-    const auto lock = internal::ReverseTape::Lock();
-    std::vector<double> z, g(num_variables());
+    std::vector<Scalar> z, g;
     for (Index b = 0; b < x.cols(); ++b) {
       PackVariables(x, b, sample(b), &z);
-      double e = 0;
-      Replay(z, [&] { return tape_.GradientAndValue(z.data(), &e, g.data()); });
-      for (Index i = 0; i < dimension_; ++i) grad(i, b) = static_cast<Scalar>(g[i]);
-      if (values != nullptr) (*values)(b) = static_cast<Scalar>(e);
+      const Scalar e = ReverseSweep(z, &g);
+      for (Index i = 0; i < dimension_; ++i) grad(i, b) = g[static_cast<std::size_t>(i)];
+      if (values != nullptr) (*values)(b) = e;
     }
   }
   // sink(b, H_b (u_b, 0, 0)) per sample, H_b the Hessian of E in (x, c, theta):
   // its x rows are the Hessian-vector product, its c and theta rows the input
-  // and parameter products d/dw <grad_x E, u_b>.
+  // and parameter products d/dw <grad_x E, u_b>. One recording in values
+  // whose tangents are (u_b, 0, 0) and one reverse sweep (forward over reverse).
   template <typename Sink>
   void ReverseSecondOrder(ConstMatrixRef<Scalar> x, ConstMatrixRef<Scalar> u,
                           Sink&& sink) const {
-    const auto lock = internal::ReverseTape::Lock();
-    std::vector<double> z, v(num_variables(), 0.0), hv(num_variables());
+    std::vector<Inner> z, g;
+    std::vector<Scalar> hv(static_cast<std::size_t>(num_variables()));
     for (Index b = 0; b < x.cols(); ++b) {
       PackVariables(x, b, b, &z);
-      for (Index i = 0; i < dimension_; ++i) v[i] = static_cast<double>(u(i, b));
-      Replay(z, [&] { return tape_.HessianVectorProduct(z.data(), v.data(), hv.data()); });
+      for (Index i = 0; i < dimension_; ++i) z[static_cast<std::size_t>(i)].v[0] = u(i, b);
+      ReverseSweep(z, &g);
+      for (std::size_t i = 0; i < hv.size(); ++i) hv[i] = g[i].v[0];
       sink(b, hv);
     }
   }
-#endif
 
   // E(x; c, theta) for any of the scalar types; c is ignored without an input.
   template <typename T>
@@ -470,10 +444,6 @@ class AutoDiffEnergy : public Energy<Scalar> {
   ParameterSet<Scalar> parameters_;
   Matrix<Scalar> input_;  // input_dimension_ x B, when the functor takes an input
   AutoDiffMode mode_ = AutoDiffMode::kAutomatic;
-#if IMPLICIT_HAVE_ADOLC
-  // E recorded for reverse mode (at the first reverse-mode product).
-  mutable internal::ReverseTape tape_{1};
-#endif
 };
 
 }  // namespace implicit

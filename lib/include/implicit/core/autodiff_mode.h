@@ -4,7 +4,6 @@
 //
 //   implicit::AutoDiffEnergy<MyFunctor, double> energy(MyFunctor{}, n);
 //   energy.set_mode(implicit::AutoDiffMode::kForward);   // or kReverse, kAutomatic
-//   if (implicit::kHaveReverseMode) { /* this build has ADOL-C's reverse mode */ }
 //
 // Two ways to differentiate (AutoDiffEnergy::set_mode; AutoDiffMode below):
 //  * forward mode, dual numbers (ceres::Jet), with n the state dimension, p the
@@ -14,25 +13,24 @@
 //      HessianVectorProduct  ceil(n/K) evaluations in nested duals:  about 2n*C
 //      ParameterVJP          ceil(p/K) evaluations in nested duals:  about 2p*C
 //    so a gradient of an energy whose own cost grows like n costs O(n^2);
-//  * reverse mode (when libimplicit is built with ADOL-C, IMPLICIT_HAVE_ADOLC):
-//    E is recorded once on an ADOL-C tape (the functor is also compiled for
-//    adouble) and the tape is replayed per sample: a gradient costs a small
-//    multiple of C whatever n is, and the Hessian-vector, parameter and input
-//    products come from one second-order adjoint sweep each. A sample on the
-//    other side of a comparison than the recording point is detected and the
-//    tape recorded again there (write branches with ad_functions.h to avoid
-//    that). ADOL-C's state is process-global, so reverse-mode products of
-//    several threads are serialised (correct, one at a time).
-// The tape holds the operations of one evaluation: a functor that reads the
-// values of its scalars to steer the computation (a bisection on extracted
-// doubles, say) would replay stale decisions, so such a functor does not
-// compile for adouble (it has no value accessor for it), or must declare
+//  * reverse mode: E is recorded on a tape at each evaluation (the functor is
+//    also compiled for reverse::Var, reverse_tape.h) and swept backwards once: a
+//    gradient costs a small multiple of C whatever n is, and the
+//    Hessian-vector, parameter and input products come from one recording in
+//    dual values and one sweep (forward over reverse), about twice that.
+//    Tapes are per thread, so threads differentiate at the same time. The
+//    recording follows the branches taken at each point (an `if` on values,
+//    a max, a sort). ad::Dot and ad::LogSumExp (ad_functions.h) record a whole
+//    dot product or log-sum-exp as one node, which is what makes dense
+//    products cheap.
+// A Var does not convert to its value, so a functor that computes with
+// extracted values (which would lose their derivatives) does not compile for
+// it; a functor that needs that (a bisection on values, say) declares
 //   static constexpr bool kForwardModeOnly = true;
-// to be used in forward mode only. Comparisons of T values are fine (the tape
-// checks them at every replay).
-// The default, AutoDiffMode::kAutomatic, takes reverse mode when it is
-// available and x, c and theta have kReverseModeMinVariables or more
-// variables together; docs/energies.md has the measured costs of both.
+// and is used in forward mode only.
+// The default, AutoDiffMode::kAutomatic, takes reverse mode when x, c and
+// theta have kReverseModeMinVariables or more variables together;
+// docs/energies.md has the measured costs of both.
 #pragma once
 
 #include <implicit/core/types.h>
@@ -84,14 +82,15 @@ IMPLICIT_DIRECTIONAL_JET_COMPARISON(!=)
 enum class AutoDiffMode {
   kAutomatic,  // reverse when available and the variables are many enough
   kForward,    // dual numbers: cost grows with the number of variables
-  kReverse,    // ADOL-C tape (needs libimplicit built with ADOL-C)
+  kReverse,    // a tape swept backwards (reverse_tape.h)
 };
 // kAutomatic's threshold: reverse mode from this many variables (x, the
 // input c and theta together). Measured by implicit-bench --autodiff: forward
 // mode's gradient is cheaper below it.
 constexpr Index kReverseModeMinVariables = 64;
-// Whether this build of libimplicit has reverse mode (ADOL-C).
-constexpr bool kHaveReverseMode = IMPLICIT_HAVE_ADOLC != 0;
+// Whether this build of libimplicit has reverse mode (always, since its tape
+// is libimplicit's own; kept for code written when it needed ADOL-C).
+constexpr bool kHaveReverseMode = true;
 
 namespace internal {
 // A functor that declares `static constexpr bool kForwardModeOnly = true;` is

@@ -1,54 +1,452 @@
-// Reverse-mode derivatives of a scalar function by an ADOL-C tape: the
-// engine behind AutoDiffEnergy's reverse mode (autodiff_energy.h), usable on
-// its own for any f: R^n -> R written on adouble.
+// Reverse-mode derivatives of a scalar function written on a scalar type T:
+// the engine behind AutoDiffEnergy's reverse mode (autodiff_energy.h), usable
+// on its own for any f: R^n -> R written as a template on T.
 //
-// The function is recorded once (Record) and the tape is then replayed at
-// other points: a gradient costs a small multiple of one evaluation whatever
-// n is, and a Hessian-vector product (second-order adjoints) a few more. A
-// replay at a point where a comparison goes the other way than at the
-// recording point (an `if` on a value, std::max, Eigen's maxCoeff) reports a
-// branch switch; the callers then record again at that point, so derivatives
-// are never those of the other branch. Branch-free forms (ad_functions.h:
-// Max, Where, LogSumExp) replay without re-recording.
+// reverse::Var<V> is a value of type V together with its place on this thread's
+// reverse::Tape<V>: every operation on Vars appends one node holding its operands
+// and the partial derivatives there. One reverse sweep over the tape then
+// gives the derivatives of the result in every variable, so a gradient costs
+// a small multiple of one evaluation whatever n is. With V a first-order dual
+// number (internal::DirectionalJet, value and one tangent), the same sweep
+// gives the gradient and, in the tangents, the Hessian-vector product H v
+// (forward over reverse): the function is recorded with the variables'
+// tangents set to v, and the adjoints' tangents are d/dt grad f(z + t v).
 //
-//   implicit::internal::ReverseTape tape(n);
-//   std::unique_lock<std::recursive_mutex> lock = implicit::internal::ReverseTape::Lock();
-//   tape.Record(z.data(), [&](const implicit::Vector<adouble>& za) { return f(za); });
-//   double value; std::vector<double> grad(n);
-//   if (!tape.GradientAndValue(z2.data(), &value, grad.data())) { /* record at z2 */ }
+//   double value;
+//   std::vector<double> grad(n);
+//   value = implicit::reverse::Gradient<double>(z.data(), n, [&](const implicit::Vector<implicit::reverse::Var<double>>& x) {
+//     return f(x);
+//   }, grad.data());
 //
-// ADOL-C keeps its tapes and their buffers in process-global state, so every
-// call into a tape (recording and replays) must hold ReverseTape::Lock():
-// reverse-mode products of several threads are correct but run one at a
-// time. Tapes live in memory: their buffers are sized to the recorded tape.
-// The first recording of a tape larger than ADOL-C's default buffers is
-// written to files before its size is known; they go into a private
-// directory (TMPDIR or /tmp, libimplicit-adolc-XXXXXX, removed at exit), never
-// into the current directory.
-// ADOL-C's branch-switch warnings on stderr are turned off (process-wide)
-// when the first tape is made, since the re-recording is automatic.
-// Only compiled when libimplicit was built with ADOL-C (IMPLICIT_HAVE_ADOLC).
+// The tape is recorded again at every evaluation, so an `if` on values, a max
+// or a sort are differentiated on the branch taken at that point. A Var does
+// not convert to its value: code that computes with extracted values would
+// get derivatives that miss their dependence, so it does not compile.
+// Several operations on whole vectors are recorded as one node each
+// (ad::LogSumExp, ad::Dot in ad_functions.h): far fewer nodes than their
+// scalar loops, which is what makes dense products cheap to differentiate.
+//
+// Tapes are per thread (thread_local): threads differentiate at the same time
+// without locks. One recording per thread and value type at a time (a nested
+// reverse::Gradient on the same thread and type throws std::logic_error); Vars
+// live only during their recording.
 #pragma once
-
-#if IMPLICIT_HAVE_ADOLC
 
 #include <implicit/core/types.h>
 
-#include <adolc/adouble.h>
-#include <adolc/taping.h>
+#include <ceres/jet.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstddef>
-#include <mutex>
-#include <utility>
+#include <cstdint>
+#include <limits>
+#include <stdexcept>
+#include <type_traits>
+#include <vector>
+
+namespace implicit {
+namespace reverse {
+
+template <typename V>
+class Var;
+
+// The nodes recorded on one thread for values of type V. Node i has the
+// partial derivatives partials_[ends_[i-1] .. ends_[i]) in its operands,
+// which are either listed at the same places of operands_ or, for a run (a
+// vector node over consecutive nodes, such as the independent variables), the
+// nodes first, first + 1, ... with operands_[ends_[i-1]] = ~first < 0 (the
+// run's other places unused). Independent variables are nodes without
+// operands.
+template <typename V>
+class Tape {
+ public:
+  // This thread's tape.
+  static Tape& ThisThread() {
+    static thread_local Tape tape;
+    return tape;
+  }
+
+  Index size() const { return static_cast<Index>(ends_.size()); }
+  Index num_operands() const { return static_cast<Index>(operands_.size()); }
+  bool recording() const { return recording_; }
+
+  // Clears the tape and marks it recording until EndRecording (throws
+  // std::logic_error when it already is: nested recordings on one thread).
+  void BeginRecording() {
+    if (recording_) {
+      throw std::logic_error(
+          "reverse::Tape: a recording is already in progress on this thread (nested "
+          "reverse-mode evaluations of the same scalar type are not supported)");
+    }
+    ends_.clear();
+    operands_.clear();
+    partials_.clear();
+    recording_ = true;
+  }
+  void EndRecording() { recording_ = false; }
+
+  // Appends a node; returns its index.
+  std::int32_t Push0() { return Close(); }
+  std::int32_t Push1(std::int32_t a, const V& da) {
+    operands_.push_back(a);
+    partials_.push_back(da);
+    return Close();
+  }
+  std::int32_t Push2(std::int32_t a, const V& da, std::int32_t b, const V& db) {
+    operands_.push_back(a);
+    operands_.push_back(b);
+    partials_.push_back(da);
+    partials_.push_back(db);
+    return Close();
+  }
+  // A node of many operands: AddOperand for each, then Close.
+  void Reserve(Index operands) {
+    const std::size_t needed = operands_.size() + static_cast<std::size_t>(operands);
+    if (needed <= operands_.capacity()) return;
+    const std::size_t capacity = std::max(needed, 2 * operands_.capacity());
+    operands_.reserve(capacity);
+    partials_.reserve(capacity);
+  }
+  void AddOperand(std::int32_t a, const V& da) {
+    operands_.push_back(a);
+    partials_.push_back(da);
+  }
+  // A node whose operands are the `count` consecutive nodes first, first + 1,
+  // ...: returns where to write their partials, then Close. The node must
+  // have no other operands.
+  V* AddRun(std::int32_t first, Index count) {
+    const std::size_t begin = operands_.size();
+    if (begin != (ends_.empty() ? 0 : ends_.back())) {
+      throw std::logic_error("reverse::Tape::AddRun: the node already has operands");
+    }
+    operands_.resize(begin + static_cast<std::size_t>(count));
+    partials_.resize(begin + static_cast<std::size_t>(count));
+    if (count > 0) operands_[begin] = ~first;
+    return partials_.data() + begin;
+  }
+  std::int32_t Close() {
+    if (ends_.size() >= static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max())) {
+      throw std::length_error("reverse::Tape: more than 2^31 nodes in one recording");
+    }
+    ends_.push_back(operands_.size());
+    return static_cast<std::int32_t>(ends_.size() - 1);
+  }
+
+  // The adjoints d(node output)/d(node i) of the first `count` nodes (the
+  // independent variables when they were recorded first) into adjoints[i].
+  void Adjoints(std::int32_t output, Index count, V* adjoints) const {
+    adjoints_.assign(ends_.size(), V(0.0));
+    adjoints_[static_cast<std::size_t>(output)] = V(1.0);
+    for (std::size_t i = static_cast<std::size_t>(output) + 1; i-- > 0;) {
+      const V g = adjoints_[i];
+      if (IsZero(g)) continue;
+      const std::size_t begin = i == 0 ? 0 : ends_[i - 1], end = ends_[i];
+      if (begin == end) continue;
+      if (operands_[begin] < 0) {  // a run
+        V* adjoint = adjoints_.data() + ~operands_[begin];
+        const V* partial = partials_.data() + begin;
+        for (std::size_t k = 0; k < end - begin; ++k) adjoint[k] += partial[k] * g;
+        continue;
+      }
+      for (std::size_t k = begin; k < end; ++k) {
+        adjoints_[static_cast<std::size_t>(operands_[k])] += partials_[k] * g;
+      }
+    }
+    for (Index i = 0; i < count; ++i) adjoints[i] = adjoints_[static_cast<std::size_t>(i)];
+  }
+
+ private:
+  template <typename S, typename = std::enable_if_t<std::is_arithmetic<S>::value>>
+  static bool IsZero(S s) {
+    return s == S(0);
+  }
+  template <typename S, int N>
+  static bool IsZero(const ceres::Jet<S, N>& s) {
+    if (s.a != S(0)) return false;
+    for (int k = 0; k < N; ++k) {
+      if (s.v[k] != S(0)) return false;
+    }
+    return true;
+  }
+
+  std::vector<std::size_t> ends_;
+  std::vector<std::int32_t> operands_;
+  std::vector<V> partials_;
+  mutable std::vector<V> adjoints_;
+  bool recording_ = false;
+};
+
+// A scalar recorded on this thread's Tape<V> (index >= 0), or a constant
+// (index < 0, nothing recorded). Constructs from numbers as a constant.
+template <typename V>
+class Var {
+ public:
+  using Value = V;
+  Var() : value_(0.0) {}
+  Var(const V& value) : value_(value) {}  // NOLINT: constants convert implicitly
+  template <typename A, typename = std::enable_if_t<std::is_arithmetic<A>::value &&
+                                                    !std::is_same<A, V>::value>>
+  Var(A value) : value_(static_cast<V>(value)) {}  // NOLINT
+
+  // A new independent variable of value `value` on this thread's tape.
+  static Var Independent(const V& value) { return Var(value, Tape<V>::ThisThread().Push0()); }
+  // A node on this thread's tape with one or two operands (constants among
+  // them are left out).
+  static Var Node(const V& value, const Var& a, const V& da) {
+    if (a.index_ < 0) return Var(value);
+    return Var(value, Tape<V>::ThisThread().Push1(a.index_, da));
+  }
+  static Var Node(const V& value, const Var& a, const V& da, const Var& b, const V& db) {
+    if (a.index_ < 0) return Node(value, b, db);
+    if (b.index_ < 0) return Node(value, a, da);
+    return Var(value, Tape<V>::ThisThread().Push2(a.index_, da, b.index_, db));
+  }
+  Var(const V& value, std::int32_t index) : value_(value), index_(index) {}
+
+  std::int32_t index() const { return index_; }
+  bool is_variable() const { return index_ >= 0; }
+
+  Var& operator+=(const Var& b) { return *this = *this + b; }
+  Var& operator-=(const Var& b) { return *this = *this - b; }
+  Var& operator*=(const Var& b) { return *this = *this * b; }
+  Var& operator/=(const Var& b) { return *this = *this / b; }
+
+  // The value. Not a conversion: computing with it would lose derivatives
+  // (the library's own recorded operations use it).
+  friend const V& ValueOf(const Var& a) { return a.value_; }
+
+  friend Var operator+(const Var& a) { return a; }
+  friend Var operator-(const Var& a) { return Node(-a.value_, a, V(-1.0)); }
+  friend Var operator+(const Var& a, const Var& b) {
+    return Node(a.value_ + b.value_, a, V(1.0), b, V(1.0));
+  }
+  friend Var operator-(const Var& a, const Var& b) {
+    return Node(a.value_ - b.value_, a, V(1.0), b, V(-1.0));
+  }
+  friend Var operator*(const Var& a, const Var& b) {
+    return Node(a.value_ * b.value_, a, b.value_, b, a.value_);
+  }
+  friend Var operator/(const Var& a, const Var& b) {
+    const V inverse = V(1.0) / b.value_;
+    const V q = a.value_ * inverse;
+    return Node(q, a, inverse, b, -q * inverse);
+  }
+#define IMPLICIT_VAR_COMPARISON(op)                                            \
+  friend bool operator op(const Var& a, const Var& b) { return a.value_ op b.value_; }
+  IMPLICIT_VAR_COMPARISON(<)
+  IMPLICIT_VAR_COMPARISON(<=)
+  IMPLICIT_VAR_COMPARISON(>)
+  IMPLICIT_VAR_COMPARISON(>=)
+  IMPLICIT_VAR_COMPARISON(==)
+  IMPLICIT_VAR_COMPARISON(!=)
+#undef IMPLICIT_VAR_COMPARISON
+
+ private:
+  V value_;
+  std::int32_t index_ = -1;
+};
+
+// Mixed operations with numbers: the number as a constant.
+#define IMPLICIT_VAR_MIXED(op)                                                              \
+  template <typename V, typename A, typename = std::enable_if_t<std::is_arithmetic<A>::value>> \
+  auto operator op(const Var<V>& a, A b) {                                                   \
+    return a op Var<V>(b);                                                                   \
+  }                                                                                          \
+  template <typename V, typename A, typename = std::enable_if_t<std::is_arithmetic<A>::value>> \
+  auto operator op(A a, const Var<V>& b) {                                                   \
+    return Var<V>(a) op b;                                                                   \
+  }
+IMPLICIT_VAR_MIXED(+)
+IMPLICIT_VAR_MIXED(-)
+IMPLICIT_VAR_MIXED(*)
+IMPLICIT_VAR_MIXED(/)
+IMPLICIT_VAR_MIXED(<)
+IMPLICIT_VAR_MIXED(<=)
+IMPLICIT_VAR_MIXED(>)
+IMPLICIT_VAR_MIXED(>=)
+IMPLICIT_VAR_MIXED(==)
+IMPLICIT_VAR_MIXED(!=)
+#undef IMPLICIT_VAR_MIXED
+
+// Elementary functions: value and derivative in V's own arithmetic.
+template <typename V>
+Var<V> exp(const Var<V>& a) {
+  using std::exp;
+  const V e = exp(ValueOf(a));
+  return Var<V>::Node(e, a, e);
+}
+template <typename V>
+Var<V> log(const Var<V>& a) {
+  using std::log;
+  return Var<V>::Node(log(ValueOf(a)), a, V(1.0) / ValueOf(a));
+}
+template <typename V>
+Var<V> log1p(const Var<V>& a) {
+  using std::log1p;
+  return Var<V>::Node(log1p(ValueOf(a)), a, V(1.0) / (V(1.0) + ValueOf(a)));
+}
+template <typename V>
+Var<V> expm1(const Var<V>& a) {
+  using std::exp;
+  using std::expm1;
+  return Var<V>::Node(expm1(ValueOf(a)), a, exp(ValueOf(a)));
+}
+template <typename V>
+Var<V> sqrt(const Var<V>& a) {
+  using std::sqrt;
+  const V s = sqrt(ValueOf(a));
+  return Var<V>::Node(s, a, V(0.5) / s);
+}
+template <typename V>
+Var<V> tanh(const Var<V>& a) {
+  using std::tanh;
+  const V t = tanh(ValueOf(a));
+  return Var<V>::Node(t, a, V(1.0) - t * t);
+}
+template <typename V>
+Var<V> sin(const Var<V>& a) {
+  using std::cos;
+  using std::sin;
+  return Var<V>::Node(sin(ValueOf(a)), a, cos(ValueOf(a)));
+}
+template <typename V>
+Var<V> cos(const Var<V>& a) {
+  using std::cos;
+  using std::sin;
+  return Var<V>::Node(cos(ValueOf(a)), a, -sin(ValueOf(a)));
+}
+template <typename V>
+Var<V> sinh(const Var<V>& a) {
+  using std::cosh;
+  using std::sinh;
+  return Var<V>::Node(sinh(ValueOf(a)), a, cosh(ValueOf(a)));
+}
+template <typename V>
+Var<V> cosh(const Var<V>& a) {
+  using std::cosh;
+  using std::sinh;
+  return Var<V>::Node(cosh(ValueOf(a)), a, sinh(ValueOf(a)));
+}
+template <typename V>
+Var<V> tan(const Var<V>& a) {
+  using std::tan;
+  const V t = tan(ValueOf(a));
+  return Var<V>::Node(t, a, V(1.0) + t * t);
+}
+template <typename V>
+Var<V> atan(const Var<V>& a) {
+  using std::atan;
+  return Var<V>::Node(atan(ValueOf(a)), a, V(1.0) / (V(1.0) + ValueOf(a) * ValueOf(a)));
+}
+// atan(y / x) in the quadrant of (x, y).
+template <typename V>
+Var<V> atan2(const Var<V>& y, const Var<V>& x) {
+  using std::atan2;
+  const V r2 = ValueOf(x) * ValueOf(x) + ValueOf(y) * ValueOf(y);
+  return Var<V>::Node(atan2(ValueOf(y), ValueOf(x)), y, ValueOf(x) / r2, x, -ValueOf(y) / r2);
+}
+template <typename V>
+Var<V> erf(const Var<V>& a) {
+  using std::erf;
+  using std::exp;
+  const V scale(1.1283791670955126);  // 2 / sqrt(pi)
+  return Var<V>::Node(erf(ValueOf(a)), a, scale * exp(-ValueOf(a) * ValueOf(a)));
+}
+// |a|, with derivative 0 at a = 0.
+template <typename V>
+Var<V> abs(const Var<V>& a) {
+  const bool negative = ValueOf(a) < V(0.0);
+  const bool zero = ValueOf(a) == V(0.0);
+  return Var<V>::Node(negative ? V(-ValueOf(a)) : ValueOf(a), a,
+                      V(zero ? 0.0 : (negative ? -1.0 : 1.0)));
+}
+template <typename V>
+Var<V> fabs(const Var<V>& a) {
+  return abs(a);
+}
+// a^p for a number p.
+template <typename V, typename A, typename = std::enable_if_t<std::is_arithmetic<A>::value>>
+Var<V> pow(const Var<V>& a, A p) {
+  using std::pow;
+  const V x = ValueOf(a);
+  return Var<V>::Node(pow(x, V(p)), a, V(p) * pow(x, V(p - 1)));
+}
+// a^b = exp(b log a) for a > 0.
+template <typename V>
+Var<V> pow(const Var<V>& a, const Var<V>& b) {
+  return exp(b * log(a));
+}
+template <typename V>
+bool isfinite(const Var<V>& a) {
+  using std::isfinite;
+  return isfinite(ValueOf(a));
+}
+template <typename V>
+bool isnan(const Var<V>& a) {
+  using std::isnan;
+  return isnan(ValueOf(a));
+}
+
+template <typename T>
+struct IsVar : std::false_type {};
+template <typename V>
+struct IsVar<Var<V>> : std::true_type {};
+
+// Whether the Vars of v are the consecutive nodes v(0).index(), +1, ...
+template <typename Vec>
+bool IsRun(const Vec& v) {
+  if (v.size() == 0 || !v(0).is_variable()) return false;
+  const std::int32_t first = v(0).index();
+  for (Index i = 1; i < v.size(); ++i) {
+    if (v(i).index() != first + static_cast<std::int32_t>(i)) return false;
+  }
+  return true;
+}
+
+// The value of a Var, or a number as itself.
+template <typename V>
+const V& ValueOrNumber(const Var<V>& a) {
+  return ValueOf(a);
+}
+template <typename A, typename = std::enable_if_t<!IsVar<A>::value>>
+const A& ValueOrNumber(const A& a) {
+  return a;
+}
+
+// f(z) (f: Vector<Var<V>> -> Var<V>, z of `size` values) and its gradient in
+// z into gradient[0 .. size). With V a DirectionalJet the values' tangents
+// are the direction: gradient[i].v[0] is then (H v)_i.
+template <typename V, typename F>
+V Gradient(const V* z, Index size, F&& f, V* gradient) {
+  Tape<V>& tape = Tape<V>::ThisThread();
+  tape.BeginRecording();
+  struct EndAtExit {
+    Tape<V>& tape;
+    ~EndAtExit() { tape.EndRecording(); }
+  } end_at_exit{tape};
+  Vector<Var<V>> vars(size);
+  for (Index i = 0; i < size; ++i) vars(i) = Var<V>::Independent(z[i]);
+  const Var<V> out = f(static_cast<const Vector<Var<V>>&>(vars));
+  if (out.is_variable()) {
+    tape.Adjoints(out.index(), size, gradient);
+  } else {
+    for (Index i = 0; i < size; ++i) gradient[i] = V(0.0);
+  }
+  return ValueOf(out);
+}
+
+}  // namespace reverse
+}  // namespace implicit
 
 namespace Eigen {
-// adouble as an Eigen scalar (element-wise operations, reductions, products).
-template <>
-struct NumTraits<adouble> : NumTraits<double> {
-  typedef adouble Real;
-  typedef adouble NonInteger;
-  typedef adouble Nested;
-  typedef adouble Literal;
+// ad::Var as an Eigen scalar (element-wise operations, reductions, products).
+template <typename V>
+struct NumTraits<implicit::reverse::Var<V>> : NumTraits<double> {
+  typedef implicit::reverse::Var<V> Real;
+  typedef implicit::reverse::Var<V> NonInteger;
+  typedef implicit::reverse::Var<V> Nested;
+  typedef implicit::reverse::Var<V> Literal;
   enum {
     IsComplex = 0,
     IsInteger = 0,
@@ -60,72 +458,3 @@ struct NumTraits<adouble> : NumTraits<double> {
   };
 };
 }  // namespace Eigen
-
-namespace implicit {
-namespace internal {
-
-class ReverseTape {
- public:
-  // A tape of a function of `size` independent variables (not yet recorded).
-  explicit ReverseTape(Index size);
-  ~ReverseTape();
-  // A copy has its own (empty) tape: it records at its first use.
-  ReverseTape(const ReverseTape& other) : ReverseTape(other.size_) {}
-  ReverseTape& operator=(const ReverseTape& other);
-
-  // The lock every call below must hold (ADOL-C's state is process-global).
-  static std::unique_lock<std::recursive_mutex> Lock();
-
-  Index size() const { return size_; }
-  bool recorded() const { return recorded_; }
-
-  // Records f (a callable Vector<adouble> -> adouble) at the point z
-  // (size() values). If f throws, nothing is recorded and the exception
-  // propagates.
-  template <typename F>
-  void Record(const double* z, F&& f);
-
-  // *value = f(z), grad = df/dz (size() values). False, with nothing written,
-  // when z takes another branch than the recording point (record again).
-  bool GradientAndValue(const double* z, double* value, double* grad) const;
-  // out = d^2f/dz^2 v (size() values). False on a branch switch (out is then
-  // unspecified: record again and repeat).
-  bool HessianVectorProduct(const double* z, const double* v, double* out) const;
-
- private:
-  void BeginRecording();
-  // Ends the recording with f's value; returns false when the tape outgrew
-  // its buffers (they are enlarged: record once more).
-  bool EndRecording(adouble& value);
-
-  short tag_;
-  Index size_;
-  bool recorded_ = false;
-  // Buffer sizes (operations, locations, values, Taylor stack) for the next
-  // recording: ADOL-C's defaults, grown to the largest tape recorded so far.
-  std::size_t buffers_[4];
-};
-
-template <typename F>
-void ReverseTape::Record(const double* z, F&& f) {
-  for (;;) {
-    BeginRecording();
-    adouble value;
-    try {
-      Vector<adouble> za(size_);
-      for (Index i = 0; i < size_; ++i) za(i) <<= z[i];
-      value = f(za);
-    } catch (...) {
-      EndRecording(value);
-      recorded_ = false;
-      throw;
-    }
-    if (EndRecording(value)) break;
-  }
-  recorded_ = true;
-}
-
-}  // namespace internal
-}  // namespace implicit
-
-#endif  // IMPLICIT_HAVE_ADOLC

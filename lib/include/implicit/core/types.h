@@ -32,11 +32,6 @@
   extern template class Name<float>;         \
   extern template class Name<double>
 #endif
-// Whether libimplicit was built with ADOL-C (reverse-mode AutoDiffEnergy); the
-// build defines it to 1 for the library and everything that links it.
-#ifndef IMPLICIT_HAVE_ADOLC
-#define IMPLICIT_HAVE_ADOLC 0
-#endif
 
 #define IMPLICIT_INSTANTIATE_TEMPLATE_CLASS(Name) \
   template class Name<float>;                     \
