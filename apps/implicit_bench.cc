@@ -139,6 +139,8 @@ bool ParseOptions(int argc, char** argv, Options* o) {
                "forward against reverse mode and the closed form, as multiples of the value");
   std::vector<std::string> dimensions;
   AddList(app, "--autodiff-dims", &dimensions, "state dimensions n of --autodiff", "64,256,1024,4096");
+  AddList(app, "--autodiff-energies", &o->autodiff_options.energies,
+          "energies of --autodiff: retrieval, attention (at each dimension), et", "retrieval,attention,et");
   app.add_flag("--graph-et", o->graph_et,
                "instead of the solvers: the graph Energy Transformer's map, VJP and\n"
                "parameter VJP on the shipped graphs, per call and per edge");
@@ -186,6 +188,9 @@ bool ParseOptions(int argc, char** argv, Options* o) {
   if (!dimensions.empty()) {
     o->autodiff_options.dimensions = ParseNumbers<long>("--autodiff-dims", dimensions, IntIn(16, 65536));
   }
+  for (const std::string& e : o->autodiff_options.energies)
+    Require(e == "retrieval" || e == "attention" || e == "et",
+            "--autodiff-energies: unknown energy '" + Excerpt(e) + "' (retrieval, attention, et)");
   o->autodiff_options.repeat = std::min<long>(o->repeat, 3);  // --repeat is >= 1
   o->autodiff_options.quiet = o->quiet;
   for (const std::string& g : o->graph_options.graphs)

@@ -9,6 +9,7 @@
 
 #include <implicit/core/ad_functions.h>
 #include <implicit/core/autodiff_energy.h>
+#include <implicit/layers/energy_transformer_energy.h>
 #include <implicit/layers/modern_hopfield_energy.h>
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 #include <cmath>
 #include <functional>
 #include <iostream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -71,6 +73,55 @@ struct Attention {
   }
 };
 
+// The Energy Transformer's energy (energy_transformer_energy.h: LayerNorm
+// with gamma = 1, delta = 0; attention over the other tokens; ReLU memory)
+// written as a user energy with trainable theta = (W_K, W_Q, Xi) in the
+// closed form's parameter order, each product an ad::Dot.
+struct UserEnergyTransformer {
+  Index N, D, H, Y, M;
+  double beta, eps;
+  template <typename T>
+  T operator()(const Vector<T>& x, const Vector<T>& theta) const {
+    using std::sqrt;
+    const Eigen::Map<const Matrix<T>> WK(theta.data(), H * Y, D);
+    const Eigen::Map<const Matrix<T>> WQ(theta.data() + H * Y * D, H * Y, D);
+    const Eigen::Map<const Matrix<T>> Xi(theta.data() + 2 * H * Y * D, D, M);
+    Matrix<T> G(D, N);
+    T e = T(0.0);
+    for (Index a = 0; a < N; ++a) {  // E_LN = sum_A g_A . x_A - D s_A
+      const auto xa = x.segment(a * D, D);
+      const T mean = xa.sum() / T(static_cast<double>(D));
+      const Vector<T> centred = xa.array() - mean;
+      const T s = sqrt(centred.squaredNorm() / T(static_cast<double>(D)) + T(eps));
+      G.col(a) = centred / s;
+      e += implicit::ad::Dot(G.col(a), xa) - T(static_cast<double>(D)) * s;
+    }
+    Matrix<T> K(Y, N), Q(Y, N);
+    Vector<T> scores(N - 1);
+    for (Index h = 0; h < H; ++h) {
+      for (Index b = 0; b < N; ++b) {
+        for (Index y = 0; y < Y; ++y) {
+          K(y, b) = implicit::ad::Dot(WK.row(h * Y + y), G.col(b));
+          Q(y, b) = implicit::ad::Dot(WQ.row(h * Y + y), G.col(b));
+        }
+      }
+      for (Index c = 0; c < N; ++c) {
+        for (Index b = 0, k = 0; b < N; ++b) {
+          if (b != c) scores(k++) = T(beta) * implicit::ad::Dot(K.col(b), Q.col(c));
+        }
+        e -= implicit::ad::LogSumExp(scores) / T(beta);
+      }
+    }
+    for (Index b = 0; b < N; ++b) {
+      for (Index mu = 0; mu < M; ++mu) {
+        const T t = implicit::ad::Max(implicit::ad::Dot(Xi.col(mu), G.col(b)), T(0.0));
+        e -= T(0.5) * t * t;
+      }
+    }
+    return e;
+  }
+};
+
 // Seconds per sample of call(x) over the samples' columns: the median of
 // `repeat` calls.
 double SecondsPerSample(const std::function<void()>& call, long repeat, Index samples) {
@@ -84,6 +135,7 @@ struct Row {
   // Multiples of `value`; < 0: not measured.
   double gradient_forward = -1, gradient_reverse = -1, hvp_forward = -1, hvp_reverse = -1;
   double gradient_closed = -1, hvp_closed = -1;
+  double vjp_reverse = -1, vjp_closed = -1;  // parameter VJP (energies with parameters)
   bool forward_one_sample = false;  // forward mode timed on one sample, once
 };
 
@@ -101,6 +153,15 @@ Row Measure(const std::string& name, implicit::AutoDiffEnergy<Functor, double> e
   row.energy = name;
   row.n = n;
   row.value = SecondsPerSample([&] { energy.Value(x, e); }, o.repeat * 3, B);
+  if (closed != nullptr) {  // the closed form is the same energy
+    Vector<double> closed_values(B);
+    closed->Value(x, closed_values);
+    const double error = (closed_values - e).norm();
+    if (!(error <= 1e-9 * (1.0 + e.norm()))) {
+      throw std::logic_error("implicit-bench --autodiff: the " + name +
+                             " functor and its closed form differ by " + std::to_string(error));
+    }
+  }
   if (closed != nullptr) {
     row.gradient_closed = SecondsPerSample([&] { closed->Gradient(x, out); }, o.repeat * 3, B) / row.value;
     row.hvp_closed =
@@ -111,6 +172,16 @@ Row Measure(const std::string& name, implicit::AutoDiffEnergy<Functor, double> e
   row.gradient_reverse = SecondsPerSample([&] { energy.Gradient(x, out); }, o.repeat, B) / row.value;
   row.hvp_reverse =
       SecondsPerSample([&] { energy.HessianVectorProduct(x, v, out); }, o.repeat, B) / row.value;
+  if (energy.num_parameters() > 0) {
+    Vector<double> dtheta(energy.num_parameters());
+    row.vjp_reverse = SecondsPerSample([&] { energy.ParameterVectorJacobianProduct(x, v, dtheta); },
+                                       o.repeat, B) / row.value;
+    if (closed != nullptr) {
+      row.vjp_closed =
+          SecondsPerSample([&] { closed->ParameterVectorJacobianProduct(x, v, dtheta); },
+                           o.repeat * 3, B) / row.value;
+    }
+  }
   energy.set_mode(implicit::AutoDiffMode::kForward);
   // A forward gradient is about n/8 evaluations in 8-wide duals.
   const double estimate = row.value * static_cast<double>(n) * static_cast<double>(B);
@@ -131,32 +202,56 @@ std::string Ratio(double r) { return r < 0 ? "-" : FmtFixed(r, r < 10 ? 1 : 0); 
 
 Json RunAutodiffBench(const AutodiffBenchOptions& o) {
   std::vector<Row> rows;
+  const auto wanted = [&](const char* energy) {
+    return std::find(o.energies.begin(), o.energies.end(), energy) != o.energies.end();
+  };
   for (long n : o.dimensions) {
+    if (!wanted("retrieval") && !wanted("attention")) break;
     if (!o.quiet) std::cerr << "autodiff: n = " << n << "\n";
     const Matrix<double> P = Gaussian(n, o.patterns, 1.0, 7);
     implicit::ModernHopfieldEnergy<double>::Options closed_options;
     closed_options.beta = 2.0;
     const implicit::ModernHopfieldEnergy<double> closed(P, closed_options);
-    rows.push_back(Measure("retrieval", implicit::AutoDiffEnergy<Retrieval, double>(Retrieval{P, 2.0}, n),
-                           &closed, o, 11));
+    if (wanted("retrieval")) {
+      rows.push_back(Measure("retrieval", implicit::AutoDiffEnergy<Retrieval, double>(Retrieval{P, 2.0}, n),
+                             &closed, o, 11));
+    }
     const Index width = 16, tokens = std::max<long>(1, n / width);
     Attention a{tokens, width, Gaussian(16, width, 0.25, 21), Gaussian(16, width, 0.25, 22),
                 Gaussian(width, 32, 0.25, 23), 1.0};
-    rows.push_back(
-        Measure("attention", implicit::AutoDiffEnergy<Attention, double>(a, tokens * width), nullptr, o, 31));
+    if (wanted("attention")) {
+      rows.push_back(
+          Measure("attention", implicit::AutoDiffEnergy<Attention, double>(a, tokens * width), nullptr, o, 31));
+    }
+  }
+  if (wanted("et")) {  // the Energy Transformer at implicit-et's sizes, against its closed form
+    if (!o.quiet) std::cerr << "autodiff: et\n";
+    implicit::EnergyTransformer<double>::Options eo;
+    eo.num_tokens = 17;
+    eo.token_dim = 32;
+    eo.num_heads = 8;
+    eo.head_dim = 8;
+    eo.num_memories = 32;
+    implicit::EnergyTransformer<double> closed(eo);
+    const UserEnergyTransformer f{eo.num_tokens, eo.token_dim, eo.num_heads, eo.head_dim,
+                                  eo.num_memories, closed.beta(), eo.eps};
+    rows.push_back(Measure("et", implicit::AutoDiffEnergy<UserEnergyTransformer, double>(
+                                     f, eo.num_tokens * eo.token_dim, *closed.parameters()),
+                           &closed, o, 41));
   }
 
   std::cout << "User energies (AutoDiffEnergy): time per sample as a multiple of the value's\n"
             << "(reverse mode: libimplicit's tape, ad::Dot and ad::LogSumExp one node each"
             << "; closed form: ModernHopfieldEnergy; * forward mode timed on one sample, once)\n";
   Table table({"energy", "n", "value us", "grad fwd", "grad rev", "grad closed", "hvp fwd", "hvp rev",
-               "hvp closed"},
-              {false, true, true, true, true, true, true, true, true});
+               "hvp closed", "vjp rev", "vjp closed"},
+              {false, true, true, true, true, true, true, true, true, true, true});
   for (const Row& r : rows) {
     const std::string star = r.forward_one_sample ? "*" : "";
     table.AddRow({r.energy, std::to_string(r.n), FmtFixed(r.value * 1e6, 1),
                   Ratio(r.gradient_forward) + star, Ratio(r.gradient_reverse), Ratio(r.gradient_closed),
-                  Ratio(r.hvp_forward) + star, Ratio(r.hvp_reverse), Ratio(r.hvp_closed)});
+                  Ratio(r.hvp_forward) + star, Ratio(r.hvp_reverse), Ratio(r.hvp_closed),
+                  Ratio(r.vjp_reverse), Ratio(r.vjp_closed)});
   }
   table.Print(std::cout);
   Json root;
@@ -172,6 +267,8 @@ Json RunAutodiffBench(const AutodiffBenchOptions& o) {
                                {"hvp_forward", ratio(r.hvp_forward)},
                                {"hvp_reverse", ratio(r.hvp_reverse)},
                                {"hvp_closed_form", ratio(r.hvp_closed)},
+                               {"parameter_vjp_reverse", ratio(r.vjp_reverse)},
+                               {"parameter_vjp_closed_form", ratio(r.vjp_closed)},
                                {"forward_one_sample", r.forward_one_sample}});
   }
   return root;

@@ -10,16 +10,24 @@
 //               + 0.5|x|^2 - 0.5 sum_{t,mu} relu(xi_mu . x_t)^2 with k = W_K x_s,
 //               q = W_Q x_t (one head, key width 16, 32 memories): the Energy
 //               Transformer's attention and Hopfield terms without LayerNorm
+//   et          the Energy Transformer's whole energy at implicit-et's sizes (17
+//               tokens of width 32, 8 heads of width 8, 32 ReLU memories; n = 544)
+//               with W_K, W_Q, Xi as trainable parameters, against the closed-form
+//               EnergyTransformer; also the parameter VJP
 // Every figure is measured in the same run on this machine.
 #pragma once
 
 #include "common/json_output.h"
 
+#include <string>
 #include <vector>
 
 namespace implicit_apps {
 
 struct AutodiffBenchOptions {
+  // Energies measured: "retrieval" and "attention" at each dimension, "et"
+  // once at implicit-et's sizes.
+  std::vector<std::string> energies = {"retrieval", "attention", "et"};
   std::vector<long> dimensions = {64, 256, 1024, 4096};
   long patterns = 256;  // N of the retrieval energy
   long samples = 4;     // samples per timed call

@@ -354,6 +354,10 @@ T Elementary(const Vector<T>& z) {
   Vector<T> w(2);
   w << z(4), z(0);
   e += implicit::ad::Dot(c, w) * implicit::ad::Dot(z.tail(3), Vector<double>::Constant(3, 0.25));
+  // A strided row of variables (read in place) against an expression.
+  Matrix<T> m(2, 3);
+  m << z(0), z(1), z(2), z(3), z(4), z(0);
+  e += implicit::ad::Dot(m.row(1), T(0.5) * z.segment(1, 3));
   return e;
 }
 

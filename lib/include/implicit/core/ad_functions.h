@@ -54,6 +54,14 @@ template <typename S, int N>
 S NumberOf(const ceres::Jet<S, N>& s) {
   return NumberOf(s.a);
 }
+// A vector expression as stored values: itself when it reads stored
+// coefficients (a block, row or column of a matrix), else evaluated into a
+// vector (so that the nodes of an expression of Vars are recorded before the
+// node that uses them, and once).
+template <typename E>
+using Stored = std::conditional_t<Eigen::internal::has_direct_access<E>::ret, const E&,
+                                  const Vector<typename E::Scalar>>;
+
 // Of two vectors, the one of Vars and the one of numbers.
 template <typename A, typename B>
 const auto& VarSide(const A& a, const B& b) {
@@ -132,52 +140,56 @@ auto Dot(const Eigen::MatrixBase<A>& a_in, const Eigen::MatrixBase<B>& b_in) {
                                 " and " + std::to_string(b_in.size()));
   }
   if constexpr (reverse::IsVar<SA>::value || reverse::IsVar<SB>::value) {
-    // One node: d/da_i = b_i, d/db_i = a_i (expressions evaluated first, as
-    // in LogSumExp).
+    // One node: d/da_i = b_i, d/db_i = a_i.
     using V = typename T::Value;
-    const Eigen::Ref<const Vector<SA>> a = a_in;
-    const Eigen::Ref<const Vector<SB>> b = b_in;
-    V value(0.0);
-    for (Index i = 0; i < a.size(); ++i) {
-      value += V(reverse::ValueOrNumber(SA(a(i)))) * V(reverse::ValueOrNumber(SB(b(i))));
-    }
+    const internal::Stored<A> a = a_in.derived();
+    const internal::Stored<B> b = b_in.derived();
+    const Index n = a.size();
     reverse::Tape<V>& tape = reverse::Tape<V>::ThisThread();
-    // Numbers against consecutive variables (a block of x): one run, whose
-    // partials are the numbers.
+    V value(0.0);
+    bool any = false;
     if constexpr (reverse::IsVar<SA>::value != reverse::IsVar<SB>::value) {
+      // Numbers against variables: the partials are the numbers. When the
+      // variables are consecutive nodes (a block of x) the node is a run.
       const auto& vars = internal::VarSide(a, b);
       const auto& numbers = internal::NumberSide(a, b);
-      if (reverse::IsRun(vars)) {
-        V* partial = tape.AddRun(vars(0).index(), vars.size());
-        for (Index i = 0; i < numbers.size(); ++i) partial[i] = V(numbers(i));
+      const std::int32_t first = n > 0 ? vars.coeff(0).index() : -1;
+      bool run = first >= 0;
+      for (Index i = 0; i < n; ++i) {
+        run = run && vars.coeff(i).index() == first + static_cast<std::int32_t>(i);
+        value += V(numbers.coeff(i)) * ValueOf(vars.coeff(i));
+      }
+      if (run) {
+        V* partial = tape.AddRun(first, n);
+        for (Index i = 0; i < n; ++i) partial[i] = V(numbers.coeff(i));
         return T(value, tape.Close());
       }
-    }
-    tape.Reserve((reverse::IsVar<SA>::value ? a.size() : 0) + (reverse::IsVar<SB>::value ? b.size() : 0));
-    bool any = false;
-    for (Index i = 0; i < a.size(); ++i) {
-      if constexpr (reverse::IsVar<SA>::value) {
-        const SA ai = a(i);
-        if (ai.is_variable()) {
-          tape.AddOperand(ai.index(), V(reverse::ValueOrNumber(SB(b(i)))));
-          any = true;
-        }
+      tape.Reserve(n);
+      for (Index i = 0; i < n; ++i) {
+        if (!vars.coeff(i).is_variable()) continue;
+        tape.AddOperand(vars.coeff(i).index(), V(numbers.coeff(i)));
+        any = true;
       }
-      if constexpr (reverse::IsVar<SB>::value) {
-        const SB bi = b(i);
-        if (bi.is_variable()) {
-          tape.AddOperand(bi.index(), V(reverse::ValueOrNumber(SA(a(i)))));
-          any = true;
-        }
+    } else {
+      for (Index i = 0; i < n; ++i) value += ValueOf(a.coeff(i)) * ValueOf(b.coeff(i));
+      tape.Reserve(2 * n);
+      for (Index i = 0; i < n; ++i) {
+        if (a.coeff(i).is_variable()) tape.AddOperand(a.coeff(i).index(), ValueOf(b.coeff(i)));
+        if (b.coeff(i).is_variable()) tape.AddOperand(b.coeff(i).index(), ValueOf(a.coeff(i)));
+        any = any || a.coeff(i).is_variable() || b.coeff(i).is_variable();
       }
     }
     return any ? T(value, tape.Close()) : T(value);
   } else {
     const auto& a = a_in;
     const auto& b = b_in;
-    T acc = T(0.0);
-    for (Index i = 0; i < a.size(); ++i) acc += T(a(i)) * T(b(i));
-    return acc;
+    if constexpr (std::is_same<SA, SB>::value && std::is_arithmetic<SA>::value) {
+      return T(a.dot(b));  // Eigen's vectorised dot product
+    } else {
+      T acc = T(0.0);
+      for (Index i = 0; i < a.size(); ++i) acc += T(a(i)) * T(b(i));
+      return acc;
+    }
   }
 }
 

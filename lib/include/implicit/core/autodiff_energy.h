@@ -45,7 +45,8 @@
 // blocks of them with their input columns (Energy::GradientColumns).
 //
 // Two ways to differentiate, forward mode (dual numbers) and reverse mode (a
-// tape recorded at each evaluation): set_mode, AutoDiffMode and their costs in autodiff_mode.h.
+// tape recorded at each evaluation): set_mode, AutoDiffMode and their costs in
+// autodiff_mode.h.
 // GradientAndValue costs what Gradient costs (E comes with the derivatives),
 // and SupportsSubsets() is true when E has no per-sample input (with one, the
 // active set evaluates blocks of samples with their inputs: GradientColumns).
