@@ -290,7 +290,7 @@ BOOST_AUTO_TEST_CASE(automatic_mode_chooses_by_the_number_of_variables) {
       MakeRetrieval<double>(implicit::kReverseModeMinVariables, 3, false);
   BOOST_TEST((small.mode() == AutoDiffMode::kAutomatic));
   BOOST_TEST(!small.uses_reverse_mode());  // 10 + 1 variables
-  BOOST_TEST(large.uses_reverse_mode());   // 64 + 1 variables
+  BOOST_TEST(large.uses_reverse_mode());   // 16 + 1 variables
   large.set_mode(AutoDiffMode::kForward);
   BOOST_TEST(!large.uses_reverse_mode());
   small.set_mode(AutoDiffMode::kReverse);
