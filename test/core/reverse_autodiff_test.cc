@@ -409,7 +409,7 @@ BOOST_AUTO_TEST_CASE(tape_gradient_and_hessian_products_match_central_difference
   }
 }
 
-BOOST_AUTO_TEST_CASE(a_nested_recording_is_refused_and_the_tape_stays_usable) {
+BOOST_AUTO_TEST_CASE(a_nested_recording_or_a_stale_var_is_refused_and_the_tape_stays_usable) {
   namespace reverse = implicit::reverse;
   using V = Vector<reverse::Var<double>>;
   const Vector<double> z = Vector<double>::Constant(3, 0.5);
@@ -423,6 +423,29 @@ BOOST_AUTO_TEST_CASE(a_nested_recording_is_refused_and_the_tape_stays_usable) {
                               inner.data());
                           return x.squaredNorm();
                         },
+                        g.data()),
+                    std::logic_error);
+  reverse::Gradient<double>(z.data(), 3, [](const V& x) { return x.squaredNorm(); }, g.data());
+  BOOST_TEST((g - 2.0 * z).norm() <= 1e-15);
+  // A Var kept from one recording is refused in the next (not read as one of
+  // its nodes), in a scalar operation and in a vector node alike.
+  reverse::Var<double> kept;
+  Vector<reverse::Var<double>> kept_vector;
+  reverse::Gradient<double>(
+      z.data(), 3,
+      [&](const V& x) {
+        kept = x(0) * 2.0;
+        kept_vector = x;
+        return x.squaredNorm();
+      },
+      g.data());
+  BOOST_CHECK_THROW(reverse::Gradient<double>(
+                        z.data(), 3, [&](const V& x) { return x.squaredNorm() + kept * x(1); },
+                        g.data()),
+                    std::logic_error);
+  BOOST_CHECK_THROW(reverse::Gradient<double>(
+                        z.data(), 3,
+                        [&](const V& x) { return x(0) * implicit::ad::Dot(z, kept_vector); },
                         g.data()),
                     std::logic_error);
   reverse::Gradient<double>(z.data(), 3, [](const V& x) { return x.squaredNorm(); }, g.data());

@@ -153,10 +153,10 @@ auto Dot(const Eigen::MatrixBase<A>& a_in, const Eigen::MatrixBase<B>& b_in) {
       // variables are consecutive nodes (a block of x) the node is a run.
       const auto& vars = internal::VarSide(a, b);
       const auto& numbers = internal::NumberSide(a, b);
-      const std::int32_t first = n > 0 ? vars.coeff(0).index() : -1;
+      const std::int64_t first = n > 0 ? vars.coeff(0).index() : -1;
       bool run = first >= 0;
       for (Index i = 0; i < n; ++i) {
-        run = run && vars.coeff(i).index() == first + static_cast<std::int32_t>(i);
+        run = run && vars.coeff(i).index() == first + static_cast<std::int64_t>(i);
         value += V(numbers.coeff(i)) * ValueOf(vars.coeff(i));
       }
       if (run) {

@@ -29,7 +29,8 @@
 // Tapes are per thread (thread_local): threads differentiate at the same time
 // without locks. One recording per thread and value type at a time (a nested
 // reverse::Gradient on the same thread and type throws std::logic_error); Vars
-// live only during their recording. A thread's tape keeps its memory for the
+// live only during their recording (one used in a later recording, or on
+// another thread, throws std::logic_error). A thread's tape keeps its memory for the
 // next recording (about 12 bytes per operand for double values).
 #pragma once
 
@@ -58,7 +59,10 @@ class Var;
 // vector node over consecutive nodes, such as the independent variables), the
 // nodes first, first + 1, ... with operands_[ends_[i-1]] = ~first < 0 (the
 // run's other places unused). Independent variables are nodes without
-// operands.
+// operands. A Var knows its node by an id, the recording's number times 2^32
+// plus the node: an id of another recording (a Var kept from an earlier
+// evaluation, or from another thread) is refused with std::logic_error, never
+// read as a node of this one.
 template <typename V>
 class Tape {
  public:
@@ -84,19 +88,20 @@ class Tape {
     operands_.clear();
     partials_.clear();
     recording_ = true;
+    recording_number_ = (recording_number_ + 1) & 0x7fffffff;
   }
   void EndRecording() { recording_ = false; }
 
-  // Appends a node; returns its index.
-  std::int32_t Push0() { return Close(); }
-  std::int32_t Push1(std::int32_t a, const V& da) {
-    operands_.push_back(a);
+  // Appends a node (operands by their ids); returns its id.
+  std::int64_t Push0() { return Close(); }
+  std::int64_t Push1(std::int64_t a, const V& da) {
+    operands_.push_back(Node(a));
     partials_.push_back(da);
     return Close();
   }
-  std::int32_t Push2(std::int32_t a, const V& da, std::int32_t b, const V& db) {
-    operands_.push_back(a);
-    operands_.push_back(b);
+  std::int64_t Push2(std::int64_t a, const V& da, std::int64_t b, const V& db) {
+    operands_.push_back(Node(a));
+    operands_.push_back(Node(b));
     partials_.push_back(da);
     partials_.push_back(db);
     return Close();
@@ -109,37 +114,54 @@ class Tape {
     operands_.reserve(capacity);
     partials_.reserve(capacity);
   }
-  void AddOperand(std::int32_t a, const V& da) {
-    operands_.push_back(a);
+  void AddOperand(std::int64_t a, const V& da) {
+    operands_.push_back(Node(a));
     partials_.push_back(da);
   }
-  // A node whose operands are the `count` consecutive nodes first, first + 1,
-  // ...: returns where to write their partials, then Close. The node must
-  // have no other operands.
-  V* AddRun(std::int32_t first, Index count) {
+  // A node whose operands are the `count` consecutive nodes of ids first,
+  // first + 1, ...: returns where to write their partials, then Close. The
+  // node must have no other operands.
+  V* AddRun(std::int64_t first, Index count) {
     const std::size_t begin = operands_.size();
     if (begin != (ends_.empty() ? 0 : ends_.back())) {
       throw std::logic_error("reverse::Tape::AddRun: the node already has operands");
     }
+    if (count <= 0) return partials_.data() + begin;
+    const std::int32_t node = Node(first);
+    Node(first + count - 1);  // the last one is of this recording too
     operands_.resize(begin + static_cast<std::size_t>(count));
     partials_.resize(begin + static_cast<std::size_t>(count));
-    if (count > 0) operands_[begin] = ~first;
+    operands_[begin] = ~node;
     return partials_.data() + begin;
   }
-  std::int32_t Close() {
+  std::int64_t Close() {
     if (ends_.size() >= static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max())) {
       throw std::length_error("reverse::Tape: more than 2^31 nodes in one recording");
     }
     ends_.push_back(operands_.size());
-    return static_cast<std::int32_t>(ends_.size() - 1);
+    return (static_cast<std::int64_t>(recording_number_) << 32) |
+           static_cast<std::int64_t>(ends_.size() - 1);
+  }
+  // The node of id `id` on this recording (throws for an id of another).
+  std::int32_t Node(std::int64_t id) const {
+    const std::int64_t node = id & 0xffffffff;
+    if (!recording_ || (id >> 32) != recording_number_ ||
+        node >= static_cast<std::int64_t>(ends_.size())) {
+      throw std::logic_error(
+          "reverse::Var: a variable of another recording (kept from an earlier evaluation or "
+          "made on another thread) used in this one");
+    }
+    return static_cast<std::int32_t>(node);
   }
 
-  // The adjoints d(node output)/d(node i) of the first `count` nodes (the
-  // independent variables when they were recorded first) into adjoints[i].
-  void Adjoints(std::int32_t output, Index count, V* adjoints) const {
+  // The adjoints d(node of id output)/d(node i) of the first `count` nodes
+  // (the independent variables when they were recorded first) into
+  // adjoints[i].
+  void Adjoints(std::int64_t output, Index count, V* adjoints) const {
+    const std::size_t out = static_cast<std::size_t>(Node(output));
     adjoints_.assign(ends_.size(), V(0.0));
-    adjoints_[static_cast<std::size_t>(output)] = V(1.0);
-    for (std::size_t i = static_cast<std::size_t>(output) + 1; i-- > 0;) {
+    adjoints_[out] = V(1.0);
+    for (std::size_t i = out + 1; i-- > 0;) {
       const V g = adjoints_[i];
       if (IsZero(g)) continue;
       const std::size_t begin = i == 0 ? 0 : ends_[i - 1], end = ends_[i];
@@ -176,10 +198,12 @@ class Tape {
   std::vector<V> partials_;
   mutable std::vector<V> adjoints_;
   bool recording_ = false;
+  std::int64_t recording_number_ = 0;  // < 2^31
 };
 
-// A scalar recorded on this thread's Tape<V> (index >= 0), or a constant
-// (index < 0, nothing recorded). Constructs from numbers as a constant.
+// A scalar recorded on this thread's Tape<V> (index() >= 0: its node's id),
+// or a constant (index() < 0, nothing recorded). Constructs from numbers as a
+// constant.
 template <typename V>
 class Var {
  public:
@@ -203,9 +227,10 @@ class Var {
     if (b.index_ < 0) return Node(value, a, da);
     return Var(value, Tape<V>::ThisThread().Push2(a.index_, da, b.index_, db));
   }
-  Var(const V& value, std::int32_t index) : value_(value), index_(index) {}
+  // A Var of node id `index` (the library's recorded operations).
+  Var(const V& value, std::int64_t index) : value_(value), index_(index) {}
 
-  std::int32_t index() const { return index_; }
+  std::int64_t index() const { return index_; }
   bool is_variable() const { return index_ >= 0; }
 
   Var& operator+=(const Var& b) { return *this = *this + b; }
@@ -245,7 +270,7 @@ class Var {
 
  private:
   V value_;
-  std::int32_t index_ = -1;
+  std::int64_t index_ = -1;
 };
 
 // Mixed operations with numbers: the number as a constant.
