@@ -87,8 +87,8 @@ enum class AutoDiffMode {
 // kAutomatic's threshold: reverse mode from this many variables (x, the
 // input c and theta together). Measured by implicit-bench --autodiff
 // --autodiff-dims 16,32,64,128: reverse mode is cheaper already at n = 16, the
-// bench's smallest size (retrieval gradient 4.4 against 29 value evaluations,
-// HVP 5.9 against 83); smaller energies stay in forward mode, unmeasured.
+// bench's smallest size (retrieval gradient 4.4-4.7 against 29 value
+// evaluations, HVP 5.9-6.4 against 82-83); smaller energies stay in forward mode, unmeasured.
 constexpr Index kReverseModeMinVariables = 16;
 // Whether this build of libimplicit has reverse mode (always, since its tape
 // is libimplicit's own; kept for code written when it needed ADOL-C).
