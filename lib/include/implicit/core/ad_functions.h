@@ -62,26 +62,32 @@ template <typename E>
 using Stored = std::conditional_t<Eigen::internal::has_direct_access<E>::ret, const E&,
                                   const Vector<typename E::Scalar>>;
 
-// Of two vectors, the one of Vars and the one of numbers.
-template <typename A, typename B>
-const auto& VarSide(const A& a, const B& b) {
-  if constexpr (reverse::IsVar<typename A::Scalar>::value) {
-    (void)b;
-    return a;
-  } else {
-    (void)a;
-    return b;
+// sum_i numbers_i vars_i as one node whose partials are the numbers; a run
+// when the variables are consecutive nodes (a block of x).
+template <typename T, typename Numbers, typename Vars>
+T DotOfNumbersAndVars(const Numbers& numbers, const Vars& vars) {
+  using V = typename T::Value;
+  const Index n = vars.size();
+  reverse::Tape<V>& tape = reverse::Tape<V>::ThisThread();
+  const std::int64_t first = n > 0 ? vars.coeff(0).index() : -1;
+  bool run = first >= 0;
+  V value(0.0);
+  for (Index i = 0; i < n; ++i) {
+    run = run && vars.coeff(i).index() == first + static_cast<std::int64_t>(i);
+    value += V(numbers.coeff(i)) * ValueOf(vars.coeff(i));
   }
-}
-template <typename A, typename B>
-const auto& NumberSide(const A& a, const B& b) {
-  if constexpr (reverse::IsVar<typename A::Scalar>::value) {
-    (void)a;
-    return b;
-  } else {
-    (void)b;
-    return a;
+  if (run) {
+    V* partial = tape.AddRun(first, n);
+    for (Index i = 0; i < n; ++i) partial[i] = V(numbers.coeff(i));
+    return T(value, tape.Close());
   }
+  bool any = false;
+  for (Index i = 0; i < n; ++i) {
+    if (!vars.coeff(i).is_variable()) continue;
+    tape.AddOperand(vars.coeff(i).index(), V(numbers.coeff(i)));
+    any = true;
+  }
+  return any ? T(value, tape.Close()) : T(value);
 }
 }  // namespace internal
 
@@ -93,10 +99,9 @@ typename Derived::Scalar LogSumExp(const Eigen::MatrixBase<Derived>& scores) {
   using std::exp;
   using std::log;
   if constexpr (reverse::IsVar<T>::value) {
-    // One node: d lse / d s_i = softmax(s)_i. (An expression is evaluated
-    // first, so that its own nodes are not recorded inside this one.)
+    // One node: d lse / d s_i = softmax(s)_i.
     using V = typename T::Value;
-    const Eigen::Ref<const Vector<T>> s = scores;
+    const internal::Stored<Derived> s = scores.derived();
     auto m = internal::NumberOf(ValueOf(T(s(0))));
     for (Index i = 1; i < s.size(); ++i) m = std::max(m, internal::NumberOf(ValueOf(T(s(i)))));
     static thread_local std::vector<V> shifted;
@@ -109,7 +114,6 @@ typename Derived::Scalar LogSumExp(const Eigen::MatrixBase<Derived>& scores) {
     const V lse = V(m) + log(sum);
     const V inverse = V(1.0) / sum;
     reverse::Tape<V>& tape = reverse::Tape<V>::ThisThread();
-    tape.Reserve(s.size());
     bool any = false;
     for (Index i = 0; i < s.size(); ++i) {
       const T si = s(i);
@@ -141,45 +145,26 @@ auto Dot(const Eigen::MatrixBase<A>& a_in, const Eigen::MatrixBase<B>& b_in) {
   }
   if constexpr (reverse::IsVar<SA>::value || reverse::IsVar<SB>::value) {
     // One node: d/da_i = b_i, d/db_i = a_i.
-    using V = typename T::Value;
     const internal::Stored<A> a = a_in.derived();
     const internal::Stored<B> b = b_in.derived();
-    const Index n = a.size();
-    reverse::Tape<V>& tape = reverse::Tape<V>::ThisThread();
-    V value(0.0);
-    bool any = false;
-    if constexpr (reverse::IsVar<SA>::value != reverse::IsVar<SB>::value) {
-      // Numbers against variables: the partials are the numbers. When the
-      // variables are consecutive nodes (a block of x) the node is a run.
-      const auto& vars = internal::VarSide(a, b);
-      const auto& numbers = internal::NumberSide(a, b);
-      const std::int64_t first = n > 0 ? vars.coeff(0).index() : -1;
-      bool run = first >= 0;
-      for (Index i = 0; i < n; ++i) {
-        run = run && vars.coeff(i).index() == first + static_cast<std::int64_t>(i);
-        value += V(numbers.coeff(i)) * ValueOf(vars.coeff(i));
-      }
-      if (run) {
-        V* partial = tape.AddRun(first, n);
-        for (Index i = 0; i < n; ++i) partial[i] = V(numbers.coeff(i));
-        return T(value, tape.Close());
-      }
-      tape.Reserve(n);
-      for (Index i = 0; i < n; ++i) {
-        if (!vars.coeff(i).is_variable()) continue;
-        tape.AddOperand(vars.coeff(i).index(), V(numbers.coeff(i)));
-        any = true;
-      }
+    if constexpr (!reverse::IsVar<SA>::value) {
+      return internal::DotOfNumbersAndVars<T>(a, b);
+    } else if constexpr (!reverse::IsVar<SB>::value) {
+      return internal::DotOfNumbersAndVars<T>(b, a);
     } else {
+      using V = typename T::Value;
+      const Index n = a.size();
+      reverse::Tape<V>& tape = reverse::Tape<V>::ThisThread();
+      V value(0.0);
+      bool any = false;
       for (Index i = 0; i < n; ++i) value += ValueOf(a.coeff(i)) * ValueOf(b.coeff(i));
-      tape.Reserve(2 * n);
       for (Index i = 0; i < n; ++i) {
         if (a.coeff(i).is_variable()) tape.AddOperand(a.coeff(i).index(), ValueOf(b.coeff(i)));
         if (b.coeff(i).is_variable()) tape.AddOperand(b.coeff(i).index(), ValueOf(a.coeff(i)));
         any = any || a.coeff(i).is_variable() || b.coeff(i).is_variable();
       }
+      return any ? T(value, tape.Close()) : T(value);
     }
-    return any ? T(value, tape.Close()) : T(value);
   } else {
     const auto& a = a_in;
     const auto& b = b_in;

@@ -342,8 +342,9 @@ class AutoDiffEnergy : public Energy<Scalar> {
     return reverse::Gradient<V>(
         z.data(), num_variables(),
         [&](const Vector<reverse::Var<V>>& zv) {
-          return Call<reverse::Var<V>>(zv.head(dimension_), zv.segment(dimension_, input_dimension_),
-                                  zv.tail(parameters_.size()));
+          return Call<reverse::Var<V>>(zv.head(dimension_),
+                                       zv.segment(dimension_, input_dimension_),
+                                       zv.tail(parameters_.size()));
         },
         gradient->data());
   }

@@ -38,7 +38,6 @@
 
 #include <ceres/jet.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -73,8 +72,6 @@ class Tape {
   }
 
   Index size() const { return static_cast<Index>(ends_.size()); }
-  Index num_operands() const { return static_cast<Index>(operands_.size()); }
-  bool recording() const { return recording_; }
 
   // Clears the tape and marks it recording until EndRecording (throws
   // std::logic_error when it already is: nested recordings on one thread).
@@ -107,13 +104,6 @@ class Tape {
     return Close();
   }
   // A node of many operands: AddOperand for each, then Close.
-  void Reserve(Index operands) {
-    const std::size_t needed = operands_.size() + static_cast<std::size_t>(operands);
-    if (needed <= operands_.capacity()) return;
-    const std::size_t capacity = std::max(needed, 2 * operands_.capacity());
-    operands_.reserve(capacity);
-    partials_.reserve(capacity);
-  }
   void AddOperand(std::int64_t a, const V& da) {
     operands_.push_back(Node(a));
     partials_.push_back(da);
