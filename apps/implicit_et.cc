@@ -31,10 +31,16 @@
 // --unroll-steps steps of the same dynamics and backpropagates through all of
 // them (the model is then that truncated dynamics, also at test time).
 //
+// --device cuda (a CUDA build and a GPU) runs the equilibrium solve and the
+// IFT backward pass of the whole batch on the GPU (et/device_equilibrium.h:
+// device picard or anderson forward, device Anderson adjoint); the embeddings,
+// the decoder, the loss and Adam stay on the CPU, one process, one thread.
+//
 //   implicit-et                                 # default run, a few minutes on 2 cores
 //   implicit-et --steps 50 --json et.json --image et.png
 //   implicit-et --resume implicit-et.ckpt --steps 400
 //   mpirun -np 2 implicit-et --steps 50            # the same run over two processes
+//   implicit-et --device cuda --batch 1024 --solver anderson   # solves on the GPU
 #include "common/cli.h"
 #include "common/data_paths.h"
 #include "common/digit_patches.h"
@@ -47,6 +53,7 @@
 #include "common/solvers.h"
 #include "common/table.h"
 #include "common/threads.h"
+#include "et/device_equilibrium.h"
 #include "problems/problem.h"
 
 #include <implicit/core/checkpoint.h>
@@ -96,11 +103,19 @@ struct Config {
   double backward_tol = 1e-8;
   double lr = 0.02, energy_lr = 0.005, tol = 1e-6, step = 0.5;
   bool unroll = false, quiet = false;
+  std::string device = "cpu";
   std::string solver = "broyden", checkpoint = "implicit-et.ckpt", resume, image = "implicit-et.png",
               json, data;
   // What a checkpoint must match besides ConfigKey: the training digits
   // (count and a hash of their pixels), set once they are loaded.
   std::string data_key;
+};
+
+// What one training step reports.
+struct StepStats {
+  double loss = 0;
+  int forward_converged = 0, backward_failed = 0, forward_iterations = 0, backward_products = 0;
+  double equilibrium_seconds = 0;  // the forward solve and the IFT backward pass (wall clock)
 };
 
 // Per-token LayerNorm g = gamma (x - mean) / sqrt(var + eps) + delta and its
@@ -109,6 +124,7 @@ class EtModel {
  public:
   explicit EtModel(const Config& c) : config_(c), et_(EtOptions(c)), map_(et_, c.step) {
     et_.Initialize(static_cast<unsigned>(c.seed), 0.5 / std::sqrt(static_cast<double>(c.dim)));
+    if (c.device == "cuda") device_ = std::make_unique<DeviceEquilibrium>(et_, c.step);
     const Index D = c.dim;
     params_.Add("embed", D, kPatchSize * kPatches);  // one D x 4 embedding per patch position
     params_.Add("embed_bias", D, 1);
@@ -131,6 +147,8 @@ class EtModel {
   implicit::ParameterSet<double>& params() { return params_; }
   implicit::ParameterSet<double>& energy_params() { return *et_.parameters(); }
   const implicit::EnergyTransformerMap<double>& map() const { return map_; }
+  // The GPU's name with --device cuda, else "".
+  std::string device_name() const { return device_ ? device_->device_name() : std::string(); }
   Index dimension() const { return kTokens * config_.dim; }
 
   // Sets up the clamp for patches (64 x B) and a patch mask (16 x B, 1 =
@@ -162,6 +180,10 @@ class EtModel {
       }
     }
     map_.SetClamp(free_mask, c);
+    if (device_) {  // the energy's parameters may have changed since the last batch
+      device_->SyncParameters();
+      device_->SetClamp(free_mask, c);
+    }
     start_ = std::move(c);
     patches_ = patches;
     patch_mask_ = patch_mask;
@@ -180,7 +202,40 @@ class EtModel {
     // --max-iter 60), 5684 of 6400 training solves ended unconverged with the
     // guard and none without it (broyden; anderson and lbfgs alike).
     o.use_energy = false;
+    if (device_) return device_->Solve(c.solver, o, z);
     return MakeSolver(c.solver, o)->Solve(map_, *z);
+  }
+  // The IFT backward pass at the equilibrium z (Equilibrium's last result) for
+  // dL/dz = dz: the energy's parameter gradient into *ge (left unchanged when
+  // not finite) and dL/dstart, whose failed samples' columns are zero (they
+  // are dropped, and counted in *st).
+  Matrix<double> Backward(const Config& c, const Matrix<double>& z, const Matrix<double>& dz, StepStats* st,
+                          Vector<double>* ge) {
+    implicit::BackwardOptions bo;
+    bo.tolerance = c.backward_tol;
+    bo.max_iterations = 300;
+    bo.drop_failed_samples = true;
+    Matrix<double> dc;
+    Vector<double> dtheta;
+    if (device_) {
+      bo.linear_solver = "anderson";
+      DeviceEquilibrium::Gradients back = device_->Backward(dz, bo);
+      st->backward_products = back.summary.function_evaluations;
+      st->backward_failed = back.summary.num_samples() - back.summary.num_converged();
+      dc = std::move(back.inputs);
+      dtheta = std::move(back.parameters);
+    } else {
+      bo.linear_solver = "gmres";
+      implicit::BackwardResult<double> back = implicit::ImplicitBackward<double>(map_, z, dz, bo);
+      st->backward_products = back.summary.jacobian_products;
+      st->backward_failed = back.summary.num_samples() - back.summary.num_converged();
+      dc = std::move(back.input_gradient);
+      dtheta = std::move(back.parameter_gradient);
+    }
+    for (Index b = 0; b < dc.cols(); ++b)
+      if (!dc.col(b).allFinite()) dc.col(b).setZero();
+    if (dtheta.allFinite()) *ge = dtheta;
+    return dc;
   }
   // T steps of the same dynamics from the starting state; trajectory kept.
   void Unrolled(std::vector<Matrix<double>>* trajectory) const {
@@ -280,6 +335,7 @@ class EtModel {
   implicit::ParameterSet<double> params_;
   implicit::ColumnLayerNorm<double> ln_;
   Matrix<double> start_, patches_, patch_mask_;
+  std::unique_ptr<DeviceEquilibrium> device_;  // --device cuda
 };
 
 // 16 x B patch masks with exactly k ones per column.
@@ -300,11 +356,6 @@ Matrix<double> PixelMask(const Matrix<double>& patch_mask) {
   return m;
 }
 
-struct StepStats {
-  double loss = 0;
-  int forward_converged = 0, backward_failed = 0, forward_iterations = 0, backward_products = 0;
-};
-
 // One training step's gradients (model, energy) on a batch; returns the loss.
 StepStats Gradients(EtModel& model, const Config& c, const Matrix<double>& patches,
                     const Matrix<double>& patch_mask, Vector<double>* gm, Vector<double>* ge) {
@@ -316,24 +367,17 @@ StepStats Gradients(EtModel& model, const Config& c, const Matrix<double>& patch
   Matrix<double> dp;
   if (!c.unroll) {
     Matrix<double> z;
+    const auto t0 = std::chrono::steady_clock::now();
     const implicit::Summary fwd = model.Equilibrium(c, &z);
+    const auto t1 = std::chrono::steady_clock::now();
     st.forward_converged = fwd.num_converged();
     st.forward_iterations = fwd.iterations;
     const Matrix<double> pred = model.Decode(z);
     st.loss = implicit::MaskedMeanSquaredError<double>(pred, patches, pixel_mask, &dp);
     const Matrix<double> dz = model.DecodeBackward(z, dp, gm);
-    implicit::BackwardOptions bo;
-    bo.linear_solver = "gmres";
-    bo.tolerance = c.backward_tol;
-    bo.max_iterations = 300;
-    bo.drop_failed_samples = true;
-    implicit::BackwardResult<double> back = implicit::ImplicitBackward<double>(model.map(), z, dz, bo);
-    st.backward_products = back.summary.jacobian_products;
-    st.backward_failed = back.summary.num_samples() - back.summary.num_converged();
-    Matrix<double> dc = back.input_gradient;
-    for (Index b = 0; b < dc.cols(); ++b)
-      if (!dc.col(b).allFinite()) dc.col(b).setZero();
-    if (back.parameter_gradient.allFinite()) *ge = back.parameter_gradient;
+    const auto t2 = std::chrono::steady_clock::now();
+    const Matrix<double> dc = model.Backward(c, z, dz, &st, ge);
+    st.equilibrium_seconds = std::chrono::duration<double>(t1 - t0 + (std::chrono::steady_clock::now() - t2)).count();
     model.InputBackward(dc, gm);
   } else {
     std::vector<Matrix<double>> traj;
@@ -417,7 +461,7 @@ class Workers {
     // [w gm, w ge, w loss, w, forward converged, backward failed, backward products].
     const Index nm = main().params().size(), ne = main().energy_params().size();
     Vector<double> sums = Vector<double>::Zero(nm + ne + 5);
-    double forward_iterations = 0;
+    double forward_iterations = 0, equilibrium_seconds = 0;
     for (std::size_t i = 0; i < stats.size(); ++i) {
       sums.head(nm) += weight[i] * gms[i];
       sums.segment(nm, ne) += weight[i] * ges[i];
@@ -426,9 +470,11 @@ class Workers {
                                                   static_cast<double>(stats[i].backward_failed),
                                                   static_cast<double>(stats[i].backward_products));
       forward_iterations = std::max(forward_iterations, static_cast<double>(stats[i].forward_iterations));
+      equilibrium_seconds = std::max(equilibrium_seconds, stats[i].equilibrium_seconds);
     }
     implicit::SumOverRanks(comm, sums);
     comm.MaxInPlace(&forward_iterations, 1);
+    comm.MaxInPlace(&equilibrium_seconds, 1);
     const double total = sums(nm + ne + 1);
     *gm = sums.head(nm) / total;
     *ge = sums.segment(nm, ne) / total;
@@ -438,6 +484,7 @@ class Workers {
     st.backward_failed = static_cast<decltype(st.backward_failed)>(sums(nm + ne + 3));
     st.backward_products = static_cast<decltype(st.backward_products)>(sums(nm + ne + 4));
     st.forward_iterations = static_cast<decltype(st.forward_iterations)>(forward_iterations);
+    st.equilibrium_seconds = equilibrium_seconds;  // the slowest share's
     return st;
   }
 
@@ -570,7 +617,13 @@ bool ParseConfig(int argc, char** argv, Config* c) {
       ->check(IntIn(0, 511));
   app.add_option("--step", c->step, "step A of the ET dynamics z <- z - A dE/dg")
       ->check(RealCheck([](double a) { return a > 0 && a <= 1; }, "in (0, 1]"));
-  app.add_option("--solver", c->solver, "forward solver on the ET dynamics")->check(SolverNameCheck());
+  CLI::Option* solver_option =
+      app.add_option("--solver", c->solver, "forward solver on the ET dynamics (default anderson with --device cuda)")
+          ->check(SolverNameCheck());
+  app.add_option("--device", c->device,
+                 "cpu, or cuda: the equilibrium solves and IFT backward passes on the GPU\n"
+                 "(a CUDA build; --solver picard or anderson; one process, one thread)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--tol", c->tol, "forward tolerance |f(z) - z|")->check(Positive());
   app.add_option("--max-iter", c->max_iter, "forward iteration budget")->check(IntIn(1, 1000000));
   app.add_option("--holdout", c->holdout, "held-out digits, the last N of the file")->check(IntIn(1, 1000000));
@@ -600,6 +653,14 @@ bool ParseConfig(int argc, char** argv, Config* c) {
   Require(!(unroll_flag->count() > 0 && mode_option->count() > 0 && mode == "implicit"),
           "--unroll: contradicts --mode implicit");
   c->unroll = unroll_flag->count() > 0 || mode == "unroll";
+  if (c->device == "cuda") {
+    Require(!c->unroll, "--device cuda: --mode unroll is not on the device (only implicit gradients)");
+    Require(!c->threads_given || c->threads == 1, "--threads: --device cuda trains in one thread");
+    c->threads = 1;
+    if (solver_option->count() == 0) c->solver = "anderson";
+    Require(c->solver == "picard" || c->solver == "anderson",
+            "--solver: the device solvers (--device cuda) are picard and anderson, got " + c->solver);
+  }
   Require(c->pos_dim < c->dim, "--pos-dim: must be in 0..dim-1, got " + std::to_string(c->pos_dim));
   CheckModelSize(*c);
   if (c->check_gradients > 0) return true;  // writes no file
@@ -777,6 +838,8 @@ int CheckGradients(const Config& c, EtModel& model, const Matrix<double>& train)
 
 struct TrainStats {
   double first_loss = -1, last_loss = 0, seconds = 0;
+  double equilibrium_seconds = 0;  // of `seconds`: the slowest share's forward solves and IFT backward passes
+  long steps = 0;  // trained in this run
   long backward_failures = 0, forward_unconverged = 0;
   long saved_step = -1;  // the last checkpoint this run wrote (-1: none)
 };
@@ -829,6 +892,7 @@ TrainStats Train(const Config& c, const implicit::Communicator& comm, Workers& w
     adam.energy.Step(model.energy_params(), ge);
     workers.Sync();
     ts.backward_failures += st.backward_failed;
+    ts.equilibrium_seconds += st.equilibrium_seconds;
     ts.forward_unconverged += c.batch - st.forward_converged;
     if (ts.first_loss < 0) ts.first_loss = st.loss;
     ts.last_loss = st.loss;
@@ -843,6 +907,7 @@ TrainStats Train(const Config& c, const implicit::Communicator& comm, Workers& w
   }
   progress.Done();
   ts.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ts.steps = std::max(0L, c.steps - start_step);
   return ts;
 }
 
@@ -899,8 +964,11 @@ void PrintEvaluation(const Config& c, const TrainStats& ts, long start_step, con
   } else if (start_step >= c.steps) {
     std::cout << "nothing to do: --steps 0; trained 0 steps, evaluating the initial model\n";
   } else {
-    std::cout << "trained " << c.steps - start_step << " steps in " << FmtFixed(ts.seconds, 1)
-              << " s; training loss " << Fmt(ts.first_loss, 4) << " -> " << Fmt(ts.last_loss, 4) << "\n";
+    std::cout << "trained " << ts.steps << " steps in " << FmtFixed(ts.seconds, 1) << " s ("
+              << Fmt(ts.seconds / static_cast<double>(ts.steps), 3) << " s per step, "
+              << Fmt(ts.equilibrium_seconds / static_cast<double>(ts.steps), 3)
+              << " s of it in the equilibrium solve and IFT backward pass); training loss "
+              << Fmt(ts.first_loss, 4) << " -> " << Fmt(ts.last_loss, 4) << "\n";
   }
   if (!c.unroll) std::cout << "held-out forward: " << e.summary.BriefReport() << "\n";
   Table t({"held-out masked MSE", "value", "vs ET"}, {false, true, true});
@@ -948,6 +1016,10 @@ void WriteJson(const Config& c, const TrainStats& ts, const Evaluation& e, Index
   o["first_train_loss"] = ts.first_loss;
   o["last_train_loss"] = ts.last_loss;
   o["train_seconds"] = ts.seconds;
+  o["device"] = c.device;
+  o["seconds_per_step"] = ts.steps > 0 ? Json(ts.seconds / static_cast<double>(ts.steps)) : Json(nullptr);
+  o["equilibrium_seconds_per_step"] =
+      ts.steps > 0 ? Json(ts.equilibrium_seconds / static_cast<double>(ts.steps)) : Json(nullptr);
   o["backward_failures"] = ts.backward_failures;
   o["forward_unconverged"] = ts.forward_unconverged;
   o["heldout_forward_status"] =
@@ -959,13 +1031,16 @@ void WriteJson(const Config& c, const TrainStats& ts, const Evaluation& e, Index
   std::cout << "json: " << c.json << "\n";
 }
 
-void PrintHeader(const Config& c, int ranks, Index n_train, Index parameters) {
+void PrintHeader(const Config& c, int ranks, Index n_train, Index parameters, const std::string& device_name) {
   std::cout << "implicit-et: " << n_train << " training digits, " << c.holdout << " held out; " << c.masked
             << " of 16 patches masked; ET " << ConfigKey(c) << ", " << parameters << " parameters; "
             << (ranks > 1 ? std::to_string(ranks) + " MPI ranks x " : "") << c.threads
             << (c.threads == 1 ? " thread; " : " threads; ")
             << (c.unroll ? "backprop through " + std::to_string(c.unroll_steps) + " unrolled gradient steps"
-                         : "implicit gradients at the equilibrium (" + c.solver + " forward, GMRES adjoint)")
+                         : "implicit gradients at the equilibrium (" + c.solver + " forward, " +
+                               (c.device == "cuda" ? "Anderson adjoint, both on the GPU " + device_name
+                                                   : std::string("GMRES adjoint")) +
+                               ")")
             << "\n";
 }
 
@@ -988,6 +1063,7 @@ int Run(int argc, char** argv) {
   if (!ParseConfig(argc, argv, &c)) return 0;
   // Under mpirun the ranks share the machine's cores unless --threads says otherwise.
   if (!c.threads_given) c.threads = std::max(1L, c.threads / comm.size());
+  Require(c.device == "cpu" || comm.size() == 1, "--device cuda: runs in one process, not over MPI ranks");
   if (c.check_gradients == 0 && comm.is_root()) {
     // Temporary files of writers killed while saving this checkpoint.
     for (const std::string& f : implicit::RemoveStaleCheckpointTemporaries(c.checkpoint))
@@ -1007,7 +1083,7 @@ int Run(int argc, char** argv) {
   const long start_step = c.resume.empty() ? 0 : Resume(c, workers, adam);
   if (c.check_gradients > 0) return CheckGradients(c, model, train);
   const Index parameters = model.params().size() + model.energy_params().size();
-  PrintHeader(c, comm.size(), n_train, parameters);
+  PrintHeader(c, comm.size(), n_train, parameters, model.device_name());
   const TrainStats ts = Train(c, comm, workers, adam, train, start_step);
   const Evaluation e = Evaluate(c, workers, comm, train, test);
   if (!std::isfinite(e.et_mse))

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU checks of issue 20, for a GPU machine without the build
-# dependencies: runs the CUDA tests (also under compute-sanitizer's memcheck
+# dependencies: runs the CUDA tests and implicit-et's GPU test (also under compute-sanitizer's memcheck
 # when it is installed), `implicit-bench --device cuda` (float GEMMs in FP32
 # and in TF32), `implicit-hopfield retrieval --device cuda` and
 # `implicit-compare --device cuda` from
@@ -22,6 +22,14 @@ for t in "$dir"/bin/cuda_*test; do
   echo "== $t"
   "$t" --report_level=short || status=1
 done
+# implicit-et --device cuda against the CPU (apps_et_test's GPU case), with
+# implicit-et and the digits where the test was built to find them.
+build_dir=$(cat "$dir/build_dir") source_dir=$(cat "$dir/source_dir")
+mkdir -p "$build_dir/apps" "$source_dir/data"
+cp "$dir/bin/implicit-et" "$build_dir/apps/"
+[ -e "$source_dir/data/digits.csv.gz" ] || cp data/digits.csv.gz "$source_dir/data/"
+echo "== apps_et_test device_cuda_trains_like_the_cpu"
+"$dir"/bin/apps_et_test --report_level=short --run_test=device_cuda_trains_like_the_cpu || status=1
 [ -n "${TESTS_ONLY:-}" ] && exit $status
 echo "== implicit-compare --device cuda"
 "$dir"/bin/implicit-compare --device cuda --problem hopfield-digits,sparse-hopfield --alpha 2 --beta 2 \

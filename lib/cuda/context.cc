@@ -218,6 +218,11 @@ void DeviceMap<Scalar>::ParameterVectorJacobianProduct(Context&, const Scalar*, 
   throw std::logic_error("this device map has no parameter derivatives");
 }
 
+template <typename Scalar>
+void DeviceMap<Scalar>::InputVectorJacobianProduct(Context&, const Scalar*, const Scalar*, Index, Scalar*) const {
+  throw std::logic_error("this device map has no input");
+}
+
 template class DeviceMatrix<float>;
 template class DeviceMatrix<double>;
 template class DeviceMap<float>;

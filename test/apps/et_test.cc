@@ -4,11 +4,14 @@
 // hundred steps beat mean fill, the gradients of both training modes match
 // finite differences, and bad
 // input (options, checkpoints of another model, corrupt or truncated
-// checkpoints, malformed data) is a one-line error.
+// checkpoints, malformed data) is a one-line error; --device cuda refuses
+// what the device cannot do and, on a GPU, trains like the CPU.
 #define BOOST_TEST_MODULE et
 #include <boost/test/unit_test.hpp>
 
 #include "support/app_runner.h"
+
+#include "support/gpu.h"
 
 #include <cmath>
 #include <fstream>
@@ -166,6 +169,48 @@ BOOST_AUTO_TEST_CASE(bad_input_and_bad_checkpoints) {
   std::ofstream(dir.File("flip.ckpt"), std::ios::binary) << flipped;
   ExpectOneLineError(Small(dir) + " --resume " + dir.File("flip.ckpt"), "checksum mismatch");
   ExpectOneLineError(Small(dir) + " --resume " + dir.File("bad.csv"), "not a libimplicit checkpoint");
+}
+
+// --device cuda: what the device cannot do is refused before any work;
+// without a GPU the run is one line naming why.
+BOOST_AUTO_TEST_CASE(device_cuda_refuses_what_it_cannot_do) {
+  ScratchDir dir;
+  ExpectOneLineError(Small(dir) + " --device tpu", "--device");
+  ExpectOneLineError(Small(dir) + " --device cuda --mode unroll", "--mode unroll");
+  ExpectOneLineError(Small(dir) + " --device cuda --solver broyden", "picard and anderson");
+  ExpectOneLineError(Small(dir) + " --device cuda --threads 2", "--threads");
+  if (!implicit::cuda::Available()) ExpectOneLineError(Small(dir) + " --device cuda --steps 1", "CUDA");
+}
+
+// --device cuda on a GPU: the whole training gradient (embeddings, decoder,
+// W_K, W_Q, Xi) through the device equilibrium and device adjoint against
+// central differences, and a short training run that follows the CPU run with
+// the same solver (same rules, so the same iterations; the adjoints differ
+// only within their tolerance).
+BOOST_AUTO_TEST_CASE(device_cuda_trains_like_the_cpu, *boost::unit_test::precondition(implicit::testing::GpuPresent())) {
+  ScratchDir dir;
+  const auto check = RunCommand(Small(dir) + " --device cuda --check-gradients 10");
+  BOOST_TEST_INFO("stdout:\n" << check.out << "\nstderr:\n" << check.err);
+  BOOST_REQUIRE(check.exit_code == 0);
+  const std::size_t at = check.out.find("largest abs error ");
+  BOOST_REQUIRE(at != std::string::npos);
+  BOOST_TEST(std::stod(check.out.substr(at + 18)) < 1e-7);
+  std::vector<Json> runs;
+  for (const std::string device : {"cpu", "cuda"}) {
+    const std::string json = dir.File(device + ".json");
+    const auto r = RunCommand(Small(dir) + " --solver anderson --threads 1 --steps 5 --device " + device +
+                              " --json " + json);
+    BOOST_TEST_INFO("stderr:\n" << r.err);
+    BOOST_REQUIRE(r.exit_code == 0);
+    runs.push_back(implicit::testing::ReadJson(json));
+  }
+  BOOST_TEST(runs[1].at("device").get<std::string>() == "cuda");
+  BOOST_TEST(runs[1].at("first_train_loss").get<double>() == runs[0].at("first_train_loss").get<double>(),
+             boost::test_tools::tolerance(1e-9));
+  for (const char* k : {"last_train_loss", "heldout_mse"}) {
+    BOOST_TEST_INFO(k);
+    BOOST_TEST(runs[1].at(k).get<double>() == runs[0].at(k).get<double>(), boost::test_tools::tolerance(1e-5));
+  }
 }
 
 // mpirun -np 2: the same run as one process to rounding; checkpoints resume

@@ -1,7 +1,8 @@
 // The Energy Transformer's dynamics on the device against the CPU map:
 // f(x) = x - a dE/dg and E, with and without clamped tokens, ReLU and softmax
-// memories, with and without self-attention pairs, in double and float; and
-// device solves of the clamped dynamics against CPU solves. Reported as
+// memories, with and without self-attention pairs, in double and float; its
+// J^T u, parameter and input products; device solves of the clamped dynamics
+// and IFT gradients against the CPU's. Reported as
 // skipped without a device.
 #define BOOST_TEST_MODULE cuda_device_energy_transformer
 #include <boost/test/unit_test.hpp>
@@ -15,6 +16,7 @@
 #include "support/gpu.h"
 #include "support/test_problems.h"
 
+#include <limits>
 #include <string>
 
 namespace {
@@ -108,6 +110,17 @@ BOOST_AUTO_TEST_CASE(et_map_value_and_energy_match_the_cpu, *boost::unit_test::p
           BOOST_REQUIRE(gpu.num_parameters() == cpu.num_parameters());
           gpu.ParameterVectorJacobianProduct(context, xd.data(), ud.data(), B, dtheta.data());
           BOOST_TEST((dtheta.ToHost(context).col(0) - dtheta_cpu).norm() <= 1e-11 * (1 + dtheta_cpu.norm()));
+          // The product with the clamped values (the map's input).
+          BOOST_TEST(gpu.input_dimension() == cpu.input_dimension());
+          if (clamp) {
+            Matrix<double> dc_cpu(n, B);
+            cpu.InputVectorJacobianProduct(x, u, dc_cpu);
+            cuda::DeviceMatrix<double> dc(n, B);
+            gpu.InputVectorJacobianProduct(context, xd.data(), ud.data(), B, dc.data());
+            BOOST_TEST((dc.ToHost(context) - dc_cpu).norm() <= 1e-11 * (1 + dc_cpu.norm()));
+            BOOST_CHECK_THROW(gpu.InputVectorJacobianProduct(context, xd.data(), ud.data(), B - 1, dc.data()),
+                              std::invalid_argument);
+          }
 
           // Float: the same to float precision.
           EnergyTransformer<float> et_float(o);
@@ -172,6 +185,57 @@ BOOST_AUTO_TEST_CASE(device_ift_gradients_of_the_clamped_et_match_the_cpu,
   const BackwardResult<double> expected = ImplicitBackward(problem.cpu, z_star, grad, cpu_options);
   BOOST_REQUIRE(expected.ok());
   implicit::testing::CheckDeviceGradients(context, problem.gpu, z, grad_device, expected, /*compare_adjoint=*/false);
+}
+
+// A sample whose adjoint fails (a NaN in its loss gradient) on the device as
+// on the CPU: NaN parameter gradient by default; with drop_failed_samples the
+// other samples' sum; the failed sample's input-gradient column NaN, the
+// others' as on the CPU.
+BOOST_AUTO_TEST_CASE(a_failed_adjoint_sample_is_dropped_or_reported_as_on_the_cpu,
+                     *boost::unit_test::precondition(GpuPresent())) {
+  cuda::Context context;
+  const Index B = 8, bad = 3;
+  ClampedEt problem(context, B, 13, 17);
+  SolverOptions base;
+  base.absolute_tolerance = 1e-12;
+  base.max_iterations = 2000;
+  cuda::DeviceMatrix<double> z(context, problem.images);
+  BOOST_REQUIRE(cuda::MakeDeviceSolver<double>("anderson", {}, base)->Solve(context, problem.gpu, z).IsConverged());
+  const Matrix<double> z_star = z.ToHost(context);
+  Matrix<double> grad = RandomMatrix<double>(problem.n, B, 19);
+  grad(5, bad) = std::numeric_limits<double>::quiet_NaN();
+  cuda::DeviceMatrix<double> grad_device(context, grad);
+  for (bool drop : {false, true}) {
+    BOOST_TEST_CONTEXT("drop_failed_samples " << drop) {
+      BackwardOptions options;
+      options.tolerance = 1e-12;
+      options.max_iterations = 1000;
+      options.drop_failed_samples = drop;
+      const BackwardResult<double> expected = ImplicitBackward(problem.cpu, z_star, grad, options);
+      options.linear_solver = "anderson";
+      const auto g = cuda::ImplicitBackward(context, problem.gpu, z, grad_device, options);
+      BOOST_TEST(!g.ok());
+      for (Index b = 0; b < B; ++b) {
+        BOOST_TEST((g.summary.sample_status[b] == TerminationType::kConverged) == (b != bad));
+      }
+      const Vector<double> dtheta = g.parameter_gradient.ToHost(context).col(0);
+      if (drop) {
+        BOOST_REQUIRE(expected.parameter_gradient.allFinite());
+        BOOST_TEST((dtheta - expected.parameter_gradient).norm() <= 1e-8 * expected.parameter_gradient.norm());
+      } else {
+        BOOST_TEST(dtheta.array().isNaN().all());
+      }
+      const Matrix<double> dc = g.input_gradient.ToHost(context);
+      for (Index b = 0; b < B; ++b) {
+        if (b == bad) {
+          BOOST_TEST(dc.col(b).array().isNaN().all());
+        } else {
+          BOOST_TEST((dc.col(b) - expected.input_gradient.col(b)).norm() <=
+                     1e-8 * (1 + expected.input_gradient.col(b).norm()));
+        }
+      }
+    }
+  }
 }
 
 BOOST_AUTO_TEST_CASE(a_bad_clamp_or_step_is_refused, *boost::unit_test::precondition(GpuPresent())) {

@@ -1,8 +1,8 @@
 // The device IFT gradients against the CPU's (the device tests only; needs a
 // CUDA build): for each device adjoint solver (fixed_point, anderson),
 // cuda::ImplicitBackward at the device equilibrium z must converge and give
-// the CPU backward pass's parameter gradient (and adjoint, when asked) to
-// 1e-8 relative.
+// the CPU backward pass's parameter gradient, input gradient (for maps with
+// an input) and adjoint (when asked) to 1e-8 relative.
 #pragma once
 
 #include <implicit/diff/cuda_backward.h>
@@ -32,6 +32,11 @@ inline void CheckDeviceGradients(cuda::Context& context, const cuda::DeviceMap<d
       }
       const Matrix<double> dtheta = g.parameter_gradient.ToHost(context);
       BOOST_TEST((dtheta.col(0) - expected.parameter_gradient).norm() <= 1e-8 * expected.parameter_gradient.norm());
+      BOOST_TEST(g.input_gradient.rows() == expected.input_gradient.rows());
+      if (expected.input_gradient.size() > 0) {
+        const Matrix<double> dc = g.input_gradient.ToHost(context);
+        BOOST_TEST((dc - expected.input_gradient).norm() <= 1e-8 * expected.input_gradient.norm());
+      }
     }
   }
 }

@@ -262,8 +262,26 @@ void EnergyTransformerMap<Scalar>::Evaluate(Context& context, const Scalar* z, I
 template <typename Scalar>
 void EnergyTransformerMap<Scalar>::VectorJacobianProduct(Context& context, const Scalar* z, const Scalar* u,
                                                          Index count, const int* columns, Scalar* out) const {
+  TransposeProduct(context, z, u, count, columns, false, out);
+}
+
+template <typename Scalar>
+void EnergyTransformerMap<Scalar>::InputVectorJacobianProduct(Context& context, const Scalar* z, const Scalar* u,
+                                                              Index count, Scalar* out) const {
+  if (!clamped_) throw std::logic_error("cuda::EnergyTransformerMap: no input without a clamp (SetClamp)");
+  if (count != mask_.cols()) {
+    throw std::invalid_argument("cuda::EnergyTransformerMap::InputVectorJacobianProduct: count must be the clamp's "
+                                "batch " + std::to_string(mask_.cols()) + ", got " + std::to_string(count));
+  }
+  TransposeProduct(context, z, u, count, nullptr, true, out);
+}
+
+template <typename Scalar>
+void EnergyTransformerMap<Scalar>::TransposeProduct(Context& context, const Scalar* z, const Scalar* u, Index count,
+                                                    const int* columns, bool input, Scalar* out) const {
   if (count == 0) return;
-  // J^T u = m .* (w - a (M H_F w + w)), w = m .* u (no clamp: m = 1), at y.
+  // J^T u = m .* v and J_c^T u = (1 - m) .* (v + u), v = w - a (M H_F w + w),
+  // w = m .* u (no clamp: m = 1), at y.
   Forward(context, z, count, columns);
   const Shape sh = ShapeOf(count);
   const Scalar* w = MaskedDirection(context, u, count, columns);
@@ -273,7 +291,7 @@ void EnergyTransformerMap<Scalar>::VectorJacobianProduct(Context& context, const
   internal::EtLayerNormJacobian<Scalar>(context.stream(), xhat_.data(), s_.data(), et_.gamma(), hf_.data(), sh.D,
                                         sh.T, mh_.data());
   internal::EtVjpCombine<Scalar>(context.stream(), w, mh_.data(), step_, clamped_ ? mask_.data() : nullptr, sh.n,
-                                 columns, sh.c, out);
+                                 columns, sh.c, input ? u : nullptr, out);
 }
 
 template <typename Scalar>

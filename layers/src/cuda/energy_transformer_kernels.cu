@@ -166,13 +166,14 @@ __global__ void MaskColumnsKernel(const S* u, const S* mask, int n, const int* c
 
 template <typename S>
 __global__ void VjpCombineKernel(const S* w, const S* mh, S step, const S* mask, int n, const int* columns,
-                                 long long total, S* out) {
+                                 const S* u, long long total, S* out) {
   for (long long k = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; k < total;
        k += static_cast<long long>(gridDim.x) * blockDim.x) {
     S v = w[k] - step * (mh[k] + w[k]);
     if (mask != nullptr) {
       const long long j = k / n, i = k % n;
-      v *= mask[Column(columns, j) * n + i];
+      const S m = mask[Column(columns, j) * n + i];
+      v = u != nullptr ? (S(1) - m) * (v + u[k]) : v * m;
     }
     out[k] = v;
   }
@@ -204,10 +205,10 @@ void EtMaskColumns(cudaStream_t stream, const S* u, const S* mask, int n, const 
 
 template <typename S>
 void EtVjpCombine(cudaStream_t stream, const S* w, const S* mh, S step, const S* mask, int n, const int* columns,
-                  int count, S* out) {
+                  int count, const S* u, S* out) {
   const long long total = static_cast<long long>(n) * count;
   if (total == 0) return;
-  VjpCombineKernel<S><<<ElementBlocks(total), kThreads, 0, stream>>>(w, mh, step, mask, n, columns, total, out);
+  VjpCombineKernel<S><<<ElementBlocks(total), kThreads, 0, stream>>>(w, mh, step, mask, n, columns, u, total, out);
   CheckLaunch("EtVjpCombine");
 }
 
@@ -278,7 +279,8 @@ void EtEnergy(cudaStream_t stream, const EtEnergyTerms& terms, const S* s, const
   template void EtLayerNormJacobian<S>(cudaStream_t, const S*, const S*, S, const S*, int, int, S*);       \
   template void EtReluDerivative<S>(cudaStream_t, const S*, long long, S*);                                \
   template void EtMaskColumns<S>(cudaStream_t, const S*, const S*, int, const int*, int, S*);              \
-  template void EtVjpCombine<S>(cudaStream_t, const S*, const S*, S, const S*, int, const int*, int, S*);
+  template void EtVjpCombine<S>(cudaStream_t, const S*, const S*, S, const S*, int, const int*, int, const S*, \
+                                  S*);
 IMPLICIT_ET_KERNELS(float)
 IMPLICIT_ET_KERNELS(double)
 #undef IMPLICIT_ET_KERNELS

@@ -62,10 +62,11 @@ void EtReluDerivative(cudaStream_t stream, const S* r, long long size, S* ds);
 template <typename S>
 void EtMaskColumns(cudaStream_t stream, const S* u, const S* mask, int n, const int* columns, int count, S* w);
 
-// out = w - a (mh + w), then times m when a mask is given.
+// v = w - a (mh + w); out = m .* v when a mask is given (J^T u), or, with the
+// mask and u, out = (1 - m) .* (v + u) (the product with the clamped values).
 template <typename S>
 void EtVjpCombine(cudaStream_t stream, const S* w, const S* mh, S step, const S* mask, int n, const int* columns,
-                  int count, S* out);
+                  int count, const S* u, S* out);
 
 // energy[j] += 0.5 |(1 - m) .* (x_j - c)|^2 (ClampedEnergy's term; x compact,
 // m and c full n x B picked by `columns`).

@@ -22,8 +22,10 @@
 // products of the CPU map (energy_transformer_map.h): J^T u = m .* (w - a (M
 // H_F w + w)), w = m .* u, with H_F the G-Hessian of the attention and memory
 // terms (batched GEMMs along the direction, softmax and ReLU Jacobians) and M
-// the LayerNorm Jacobian per token; and the parameter product for W_K, W_Q
-// and Xi in the ET's ParameterSet layout (learnable_layer_norm is refused).
+// the LayerNorm Jacobian per token; the product with the clamped values (the
+// map's input, so gradients reach what the clamp was made from); and the
+// parameter product for W_K, W_Q and Xi in the ET's ParameterSet layout
+// (learnable_layer_norm is refused).
 // The parameters are copied from a host EnergyTransformer at construction
 // (SyncParameters() copies them again, e.g. after a host training step).
 //
@@ -67,6 +69,11 @@ class EnergyTransformerMap : public DeviceMap<Scalar> {
   // With a clamp, count must be the clamp's batch (the whole batch, in order).
   void ParameterVectorJacobianProduct(Context& context, const Scalar* z, const Scalar* u,
                                       Index count, Scalar* out) const override;
+  // With a clamp the map's input is the clamped values c (n x B): the product
+  // (1 - m) .* (u + (I - a dr/dy)^T (m .* u)); count must be the clamp's batch.
+  Index input_dimension() const override { return clamped_ ? et_.dimension() : 0; }
+  void InputVectorJacobianProduct(Context& context, const Scalar* z, const Scalar* u, Index count,
+                                  Scalar* out) const override;
 
  private:
   struct Shape {
@@ -88,6 +95,9 @@ class EnergyTransformerMap : public DeviceMap<Scalar> {
   const Scalar* Forward(Context& context, const Scalar* z, Index count, const int* columns) const;
   // out = H_F v (D x T) from Forward's caches; leaves dK, dQ, dP, ks, qs, dR.
   void ForcesHvp(Context& context, const Scalar* v, Index count, Scalar* out) const;
+  // out = J^T u (input false) or J_c^T u (input true) at z.
+  void TransposeProduct(Context& context, const Scalar* z, const Scalar* u, Index count, const int* columns,
+                        bool input, Scalar* out) const;
   // m .* u with a clamp, else u.
   const Scalar* MaskedDirection(Context& context, const Scalar* u, Index count, const int* columns) const;
 

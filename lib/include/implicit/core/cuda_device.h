@@ -163,6 +163,11 @@ class DeviceMap {
   // out = sum_j (df/dtheta)(z_j)^T u_j (num_parameters() numbers on the device).
   virtual void ParameterVectorJacobianProduct(Context& context, const Scalar* z, const Scalar* u,
                                               Index count, Scalar* out) const;
+  // The map's input c (e.g. clamped values), input_dimension() x B; 0 = none.
+  virtual Index input_dimension() const { return 0; }
+  // out = (df/dc)(z_j)^T u_j column by column (input_dimension() x count).
+  virtual void InputVectorJacobianProduct(Context& context, const Scalar* z, const Scalar* u, Index count,
+                                          Scalar* out) const;
 };
 
 extern template class DeviceMatrix<float>;

@@ -14,8 +14,10 @@
 // a sample has converged when it is <= absolute_tolerance or <= tolerance x
 // |J^T u + g|. Memory is the solver's (a few n x B device matrices),
 // independent of the number of forward iterations. A failed sample (not
-// converged, NaN) makes ok() false and the parameter gradient NaN, never a
-// silent zero.
+// converged, NaN) makes ok() false, its input-gradient column NaN and the
+// parameter gradient NaN (or, with drop_failed_samples, the converged
+// samples' sum), never a silent zero. Maps with an input (input_dimension() >
+// 0, e.g. the clamped values of cuda::EnergyTransformerMap) also get dL/dc.
 //
 //   implicit::cuda::Context context;
 //   implicit::cuda::HopfieldCccpMap<double> map(context, patterns, 2.0);
@@ -39,7 +41,12 @@ struct DeviceBackwardResult {
   // as function_evaluations).
   Summary summary;
   DeviceMatrix<Scalar> adjoint;             // u, n x B
-  DeviceMatrix<Scalar> parameter_gradient;  // num_parameters() x 1; NaN when !ok()
+  // num_parameters() x 1: the sum over the samples; NaN when !ok(), unless
+  // BackwardOptions::drop_failed_samples (then the converged samples' sum).
+  DeviceMatrix<Scalar> parameter_gradient;
+  // dL/dc, input_dimension() x B (empty when the map has no input); a failed
+  // sample's column is NaN.
+  DeviceMatrix<Scalar> input_gradient;
   bool ok() const { return summary.IsConverged(); }
 };
 

@@ -4,11 +4,14 @@
 #include <implicit/diff/cuda_backward.h>
 #include <implicit/solvers/cuda_solvers.h>
 
+#include <cuda_runtime.h>
+
 #include <algorithm>
 #include <limits>
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace implicit {
 namespace cuda {
@@ -40,6 +43,12 @@ class AdjointMap : public DeviceMap<S> {
 };
 
 void Refuse(const std::string& why) { throw std::invalid_argument("cuda::ImplicitBackward: " + why); }
+void Check(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) {
+    throw std::runtime_error(std::string("cuda::ImplicitBackward: CUDA error in ") + what + ": " +
+                             cudaGetErrorString(status));
+  }
+}
 
 }  // namespace
 
@@ -57,7 +66,6 @@ DeviceBackwardResult<Scalar> ImplicitBackward(Context& context, const DeviceMap<
   if (linear != "auto" && linear != "fixed_point" && linear != "anderson") {
     Refuse("linear_solver '" + linear + "' is not on the device yet (auto, fixed_point, anderson)");
   }
-  if (options.drop_failed_samples) Refuse("drop_failed_samples is not on the device yet");
   if (!map.HasJacobianProducts()) Refuse("the map has no vector-Jacobian products");
   const Index n = map.dimension(), batch = z_star.cols();
   if (z_star.rows() != n || batch < 1) Refuse("z_star must be dimension() x B with B >= 1");
@@ -80,16 +88,37 @@ DeviceBackwardResult<Scalar> ImplicitBackward(Context& context, const DeviceMap<
   }
   result.summary.solver = "device " + result.summary.solver + " (adjoint)";
 
+  // Gradients from the adjoint, as on the CPU: a failed sample's column adds
+  // nothing to the parameter sum (which is NaN unless drop_failed_samples) and
+  // its input-gradient column is NaN, never zero.
+  const Scalar nan = std::numeric_limits<Scalar>::quiet_NaN();
+  std::vector<Index> failed;
+  for (Index b = 0; b < batch; ++b)
+    if (result.summary.sample_status[b] != TerminationType::kConverged) failed.push_back(b);
+  const bool all_good = failed.empty(), some_good = static_cast<Index>(failed.size()) < batch;
+  DeviceMatrix<Scalar> dropped;
+  const Scalar* u = result.adjoint.data();
+  if (!all_good) {  // the adjoint with the failed columns zeroed
+    dropped.CopyFrom(context, result.adjoint);
+    for (Index b : failed) {
+      Check(cudaMemsetAsync(dropped.col(b), 0, sizeof(Scalar) * n, context.stream()), "zero a column");
+    }
+    u = dropped.data();
+  }
   const Index parameters = map.num_parameters();
   if (parameters > 0) {
     result.parameter_gradient.Resize(parameters, 1);
-    if (result.ok()) {
-      map.ParameterVectorJacobianProduct(context, z_star.data(), result.adjoint.data(), batch,
-                                         result.parameter_gradient.data());
+    if (all_good || (options.drop_failed_samples && some_good)) {
+      map.ParameterVectorJacobianProduct(context, z_star.data(), u, batch, result.parameter_gradient.data());
     } else {
-      internal::Fill<Scalar>(context.stream(), result.parameter_gradient.data(), parameters,
-                             std::numeric_limits<Scalar>::quiet_NaN());
+      internal::Fill<Scalar>(context.stream(), result.parameter_gradient.data(), parameters, nan);
     }
+  }
+  const Index inputs = map.input_dimension();
+  if (inputs > 0) {
+    result.input_gradient.Resize(inputs, batch);
+    if (some_good) map.InputVectorJacobianProduct(context, z_star.data(), u, batch, result.input_gradient.data());
+    for (Index b : failed) internal::Fill<Scalar>(context.stream(), result.input_gradient.col(b), inputs, nan);
   }
   context.Synchronize();
   return result;
