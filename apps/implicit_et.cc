@@ -836,10 +836,18 @@ int CheckGradients(const Config& c, EtModel& model, const Matrix<double>& train)
   return 0;
 }
 
+// The median of a non-empty list.
+double Median(std::vector<double> v) {
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+  return v[v.size() / 2];
+}
+
 struct TrainStats {
   double first_loss = -1, last_loss = 0, seconds = 0;
-  double equilibrium_seconds = 0;  // of `seconds`: the slowest share's forward solves and IFT backward passes
   long steps = 0;  // trained in this run
+  // Per step: its wall-clock time, and of it the forward solve and IFT
+  // backward pass (the slowest share's).
+  std::vector<double> step_seconds, equilibrium_seconds;
   long backward_failures = 0, forward_unconverged = 0;
   long saved_step = -1;  // the last checkpoint this run wrote (-1: none)
 };
@@ -868,6 +876,7 @@ TrainStats Train(const Config& c, const implicit::Communicator& comm, Workers& w
   double smooth = -1;
   Vector<double> gm, ge;
   for (long step = start_step; step < c.steps; ++step) {
+    const auto step_start = std::chrono::steady_clock::now();
     std::mt19937 gen(static_cast<unsigned>(c.seed) * 7919u + static_cast<unsigned>(step) * 104729u + 1u);
     std::uniform_int_distribution<Index> pick(0, train.cols() - 1);
     Matrix<double> batch(train.rows(), c.batch);
@@ -892,7 +901,8 @@ TrainStats Train(const Config& c, const implicit::Communicator& comm, Workers& w
     adam.energy.Step(model.energy_params(), ge);
     workers.Sync();
     ts.backward_failures += st.backward_failed;
-    ts.equilibrium_seconds += st.equilibrium_seconds;
+    ts.equilibrium_seconds.push_back(st.equilibrium_seconds);
+    ts.step_seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count());
     ts.forward_unconverged += c.batch - st.forward_converged;
     if (ts.first_loss < 0) ts.first_loss = st.loss;
     ts.last_loss = st.loss;
@@ -964,9 +974,8 @@ void PrintEvaluation(const Config& c, const TrainStats& ts, long start_step, con
   } else if (start_step >= c.steps) {
     std::cout << "nothing to do: --steps 0; trained 0 steps, evaluating the initial model\n";
   } else {
-    std::cout << "trained " << ts.steps << " steps in " << FmtFixed(ts.seconds, 1) << " s ("
-              << Fmt(ts.seconds / static_cast<double>(ts.steps), 3) << " s per step, "
-              << Fmt(ts.equilibrium_seconds / static_cast<double>(ts.steps), 3)
+    std::cout << "trained " << ts.steps << " steps in " << FmtFixed(ts.seconds, 1) << " s (median step "
+              << Fmt(Median(ts.step_seconds), 3) << " s, " << Fmt(Median(ts.equilibrium_seconds), 3)
               << " s of it in the equilibrium solve and IFT backward pass); training loss "
               << Fmt(ts.first_loss, 4) << " -> " << Fmt(ts.last_loss, 4) << "\n";
   }
@@ -1017,9 +1026,8 @@ void WriteJson(const Config& c, const TrainStats& ts, const Evaluation& e, Index
   o["last_train_loss"] = ts.last_loss;
   o["train_seconds"] = ts.seconds;
   o["device"] = c.device;
-  o["seconds_per_step"] = ts.steps > 0 ? Json(ts.seconds / static_cast<double>(ts.steps)) : Json(nullptr);
-  o["equilibrium_seconds_per_step"] =
-      ts.steps > 0 ? Json(ts.equilibrium_seconds / static_cast<double>(ts.steps)) : Json(nullptr);
+  o["median_step_seconds"] = ts.steps > 0 ? Json(Median(ts.step_seconds)) : Json(nullptr);
+  o["median_equilibrium_seconds"] = ts.steps > 0 ? Json(Median(ts.equilibrium_seconds)) : Json(nullptr);
   o["backward_failures"] = ts.backward_failures;
   o["forward_unconverged"] = ts.forward_unconverged;
   o["heldout_forward_status"] =

@@ -477,7 +477,7 @@ void CheckLaunch(const char* what) {
 template <typename S>
 void SoftmaxColumns(cudaStream_t stream, S* scores, int rows, int count, S beta, S* lse) {
   if (count == 0) return;
-  SoftmaxColumnsKernel<S><<<count, kThreads, 0, stream>>>(scores, rows, beta, lse);
+  SoftmaxColumnsKernel<S><<<count, ColumnThreads(rows), 0, stream>>>(scores, rows, beta, lse);
   CheckLaunch("SoftmaxColumns");
 }
 
@@ -505,7 +505,7 @@ void HopfieldEnergy(cudaStream_t stream, const S* z, int n, int count, const S* 
 template <typename S>
 void SoftmaxJacobianTranspose(cudaStream_t stream, const S* p, S* s, int rows, int count) {
   if (count == 0) return;
-  SoftmaxJacobianTransposeKernel<S><<<count, kThreads, 0, stream>>>(p, s, rows);
+  SoftmaxJacobianTransposeKernel<S><<<count, ColumnThreads(rows), 0, stream>>>(p, s, rows);
   CheckLaunch("SoftmaxJacobianTranspose");
 }
 

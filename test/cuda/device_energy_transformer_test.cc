@@ -68,71 +68,91 @@ struct ClampedEt {
   Matrix<double> images, mask;
 };
 
+// f, E, J^T u, the parameter and (clamped) input products of the device map
+// against the CPU map at random points, and f in float.
+void CompareWithCpu(cuda::Context& context, const EnergyTransformerOptions& o, bool clamp, Index B) {
+  EnergyTransformer<double> et(o);
+  et.Initialize(3, 0.5);
+  const Index n = et.dimension();
+  const Matrix<double> x = RandomMatrix<double>(n, B, 7), values = RandomMatrix<double>(n, B, 8);
+  EnergyTransformerMap<double> cpu(et, 0.5);
+  cuda::EnergyTransformerMap<double> gpu(context, et, 0.5);
+  if (clamp) {
+    cpu.SetClamp(FreeMask(o, B), values);
+    gpu.SetClamp(context, FreeMask(o, B), values);
+  }
+  Matrix<double> f_cpu(n, B);
+  Vector<double> e_cpu(B);
+  cpu.EvaluateWithEnergy(x, f_cpu, e_cpu);
+  cuda::DeviceMatrix<double> xd(context, x), fd(n, B), ed(1, B);
+  gpu.Evaluate(context, xd.data(), B, nullptr, fd.data(), ed.data());
+  const Matrix<double> f_gpu = fd.ToHost(context), e_gpu = ed.ToHost(context);
+  BOOST_TEST((f_gpu - f_cpu).norm() <= 1e-12 * (1 + f_cpu.norm()));
+  BOOST_TEST((e_gpu.transpose() - e_cpu).norm() <= 1e-12 * (1 + e_cpu.norm()));
+
+  // The products of the backward pass: J^T u and the parameter product.
+  const Matrix<double> u = RandomMatrix<double>(n, B, 9);
+  Matrix<double> vjp_cpu(n, B);
+  cpu.VectorJacobianProduct(x, u, vjp_cpu);
+  cuda::DeviceMatrix<double> ud(context, u), vjp(n, B), dtheta(gpu.num_parameters(), 1);
+  gpu.VectorJacobianProduct(context, xd.data(), ud.data(), B, nullptr, vjp.data());
+  BOOST_TEST((vjp.ToHost(context) - vjp_cpu).norm() <= 1e-11 * (1 + vjp_cpu.norm()));
+  Vector<double> dtheta_cpu(cpu.num_parameters());
+  cpu.ParameterVectorJacobianProduct(x, u, dtheta_cpu);
+  BOOST_REQUIRE(gpu.num_parameters() == cpu.num_parameters());
+  gpu.ParameterVectorJacobianProduct(context, xd.data(), ud.data(), B, dtheta.data());
+  BOOST_TEST((dtheta.ToHost(context).col(0) - dtheta_cpu).norm() <= 1e-11 * (1 + dtheta_cpu.norm()));
+  // The product with the clamped values (the map's input).
+  BOOST_TEST(gpu.input_dimension() == cpu.input_dimension());
+  if (clamp) {
+    Matrix<double> dc_cpu(n, B);
+    cpu.InputVectorJacobianProduct(x, u, dc_cpu);
+    cuda::DeviceMatrix<double> dc(n, B);
+    gpu.InputVectorJacobianProduct(context, xd.data(), ud.data(), B, dc.data());
+    BOOST_TEST((dc.ToHost(context) - dc_cpu).norm() <= 1e-11 * (1 + dc_cpu.norm()));
+    BOOST_CHECK_THROW(gpu.InputVectorJacobianProduct(context, xd.data(), ud.data(), B - 1, dc.data()),
+                      std::invalid_argument);
+  }
+
+  // Float: the same to float precision.
+  EnergyTransformer<float> et_float(o);
+  et_float.parameters()->values() = et.parameters()->values().cast<float>();
+  cuda::EnergyTransformerMap<float> gpu_float(context, et_float, 0.5f);
+  if (clamp) gpu_float.SetClamp(context, FreeMask(o, B).cast<float>(), values.cast<float>());
+  cuda::DeviceMatrix<float> xf(context, x.cast<float>()), ff(n, B);
+  gpu_float.Evaluate(context, xf.data(), B, nullptr, ff.data(), nullptr);
+  BOOST_TEST((ff.ToHost(context).cast<double>() - f_cpu).norm() <= 1e-4 * (1 + f_cpu.norm()));
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(et_map_value_and_energy_match_the_cpu, *boost::unit_test::precondition(GpuPresent())) {
   cuda::Context context;
-  const Index B = 13;
   for (auto memory : {EnergyTransformerMemory::kRelu, EnergyTransformerMemory::kSoftmax}) {
     for (bool exclude_self : {true, false}) {
       for (bool clamp : {false, true}) {
         BOOST_TEST_CONTEXT("relu " << (memory == EnergyTransformerMemory::kRelu) << ", exclude_self "
                                    << exclude_self << ", clamp " << clamp) {
-          const EnergyTransformerOptions o = SmallEt(memory, exclude_self);
-          EnergyTransformer<double> et(o);
-          et.Initialize(3, 0.5);
-          const Index n = et.dimension();
-          const Matrix<double> x = RandomMatrix<double>(n, B, 7), values = RandomMatrix<double>(n, B, 8);
-          EnergyTransformerMap<double> cpu(et, 0.5);
-          cuda::EnergyTransformerMap<double> gpu(context, et, 0.5);
-          if (clamp) {
-            cpu.SetClamp(FreeMask(o, B), values);
-            gpu.SetClamp(context, FreeMask(o, B), values);
-          }
-          Matrix<double> f_cpu(n, B);
-          Vector<double> e_cpu(B);
-          cpu.EvaluateWithEnergy(x, f_cpu, e_cpu);
-          cuda::DeviceMatrix<double> xd(context, x), fd(n, B), ed(1, B);
-          gpu.Evaluate(context, xd.data(), B, nullptr, fd.data(), ed.data());
-          const Matrix<double> f_gpu = fd.ToHost(context), e_gpu = ed.ToHost(context);
-          BOOST_TEST((f_gpu - f_cpu).norm() <= 1e-12 * (1 + f_cpu.norm()));
-          BOOST_TEST((e_gpu.transpose() - e_cpu).norm() <= 1e-12 * (1 + e_cpu.norm()));
-
-          // The products of the backward pass: J^T u and the parameter product.
-          const Matrix<double> u = RandomMatrix<double>(n, B, 9);
-          Matrix<double> vjp_cpu(n, B);
-          cpu.VectorJacobianProduct(x, u, vjp_cpu);
-          cuda::DeviceMatrix<double> ud(context, u), vjp(n, B), dtheta(gpu.num_parameters(), 1);
-          gpu.VectorJacobianProduct(context, xd.data(), ud.data(), B, nullptr, vjp.data());
-          BOOST_TEST((vjp.ToHost(context) - vjp_cpu).norm() <= 1e-11 * (1 + vjp_cpu.norm()));
-          Vector<double> dtheta_cpu(cpu.num_parameters());
-          cpu.ParameterVectorJacobianProduct(x, u, dtheta_cpu);
-          BOOST_REQUIRE(gpu.num_parameters() == cpu.num_parameters());
-          gpu.ParameterVectorJacobianProduct(context, xd.data(), ud.data(), B, dtheta.data());
-          BOOST_TEST((dtheta.ToHost(context).col(0) - dtheta_cpu).norm() <= 1e-11 * (1 + dtheta_cpu.norm()));
-          // The product with the clamped values (the map's input).
-          BOOST_TEST(gpu.input_dimension() == cpu.input_dimension());
-          if (clamp) {
-            Matrix<double> dc_cpu(n, B);
-            cpu.InputVectorJacobianProduct(x, u, dc_cpu);
-            cuda::DeviceMatrix<double> dc(n, B);
-            gpu.InputVectorJacobianProduct(context, xd.data(), ud.data(), B, dc.data());
-            BOOST_TEST((dc.ToHost(context) - dc_cpu).norm() <= 1e-11 * (1 + dc_cpu.norm()));
-            BOOST_CHECK_THROW(gpu.InputVectorJacobianProduct(context, xd.data(), ud.data(), B - 1, dc.data()),
-                              std::invalid_argument);
-          }
-
-          // Float: the same to float precision.
-          EnergyTransformer<float> et_float(o);
-          et_float.parameters()->values() = et.parameters()->values().cast<float>();
-          cuda::EnergyTransformerMap<float> gpu_float(context, et_float, 0.5f);
-          if (clamp) gpu_float.SetClamp(context, FreeMask(o, B).cast<float>(), values.cast<float>());
-          cuda::DeviceMatrix<float> xf(context, x.cast<float>()), ff(n, B);
-          gpu_float.Evaluate(context, xf.data(), B, nullptr, ff.data(), nullptr);
-          BOOST_TEST((ff.ToHost(context).cast<double>() - f_cpu).norm() <= 1e-4 * (1 + f_cpu.norm()));
+          CompareWithCpu(context, SmallEt(memory, exclude_self), clamp, 13);
         }
       }
     }
+  }
+}
+
+// Heads whose (head, sample) blocks do not fit one thread block's shared
+// memory in double (40 tokens, heads of 24) take the batched-GEMM path.
+BOOST_AUTO_TEST_CASE(large_heads_take_the_batched_path_and_match_the_cpu,
+                     *boost::unit_test::precondition(GpuPresent())) {
+  cuda::Context context;
+  EnergyTransformerOptions o = SmallEt(EnergyTransformerMemory::kSoftmax, true);
+  o.num_tokens = 40;
+  o.token_dim = 5;
+  o.num_heads = 2;
+  o.head_dim = 24;
+  o.num_memories = 3;
+  for (bool clamp : {false, true}) {
+    BOOST_TEST_CONTEXT("clamp " << clamp) { CompareWithCpu(context, o, clamp, 3); }
   }
 }
 

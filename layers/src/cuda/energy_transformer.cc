@@ -72,6 +72,68 @@ typename EnergyTransformerMap<Scalar>::Shape EnergyTransformerMap<Scalar>::Shape
 }
 
 template <typename Scalar>
+bool EnergyTransformerMap<Scalar>::FusedAttention() const {
+  const EnergyTransformerOptions& o = et_.options();
+  return internal::EtFusedAttentionFits(static_cast<int>(o.num_tokens), static_cast<int>(o.head_dim),
+                                        static_cast<int>(sizeof(Scalar)));
+}
+
+// Heads too large for the fused kernels: per head, strided-batched GEMMs over
+// the samples, and one softmax (Jacobian) kernel for all heads.
+template <typename Scalar>
+void EnergyTransformerMap<Scalar>::ForwardHeads(Context& context, const Shape& sh, Scalar beta) const {
+  const int N = sh.N, H = sh.H, Y = sh.Y, c = sh.c, HY = sh.HY;
+  const cudaStream_t stream = context.stream();
+  const cublasHandle_t blas = context.cublas();
+  for (int h = 0; h < H; ++h) {
+    // scores(B, C) = beta K_h^T Q_h, every sample.
+    Check(GemmBatched(blas, CUBLAS_OP_T, CUBLAS_OP_N, N, N, Y, beta, k_.data() + h * Y, HY, sh.sample(),
+                  q_.data() + h * Y, HY, sh.sample(), Scalar(0), Head(p_, h, sh), N, sh.block(), c),
+          "beta K_h^T Q_h");
+  }
+  internal::EtAttentionSoftmax<Scalar>(stream, p_.data(), N, H * c, et_.options().exclude_self, lse_.data());
+  for (int h = 0; h < H; ++h) {
+    Check(GemmBatched(blas, CUBLAS_OP_N, CUBLAS_OP_T, Y, N, N, Scalar(1), q_.data() + h * Y, HY, sh.sample(),
+                  Head(p_, h, sh), N, sh.block(), Scalar(0), qpt_.data() + h * Y, HY, sh.sample(), c),
+          "Q_h P_h^T");
+    Check(GemmBatched(blas, CUBLAS_OP_N, CUBLAS_OP_N, Y, N, N, Scalar(1), k_.data() + h * Y, HY, sh.sample(),
+                  Head(p_, h, sh), N, sh.block(), Scalar(0), kp_.data() + h * Y, HY, sh.sample(), c),
+          "K_h P_h");
+  }
+}
+
+template <typename Scalar>
+void EnergyTransformerMap<Scalar>::HvpHeads(Context& context, const Shape& sh, Scalar beta) const {
+  const int N = sh.N, H = sh.H, Y = sh.Y, c = sh.c, HY = sh.HY;
+  const cudaStream_t stream = context.stream();
+  const cublasHandle_t blas = context.cublas();
+  da_.Resize(static_cast<Index>(N) * N, static_cast<Index>(H) * c);
+  for (int h = 0; h < H; ++h) {
+    Check(GemmBatched(blas, CUBLAS_OP_T, CUBLAS_OP_N, N, N, Y, Scalar(1), dk_.data() + h * Y, HY, sh.sample(),
+                  q_.data() + h * Y, HY, sh.sample(), Scalar(0), Head(da_, h, sh), N, sh.block(), c),
+          "dK_h^T Q_h");
+    Check(GemmBatched(blas, CUBLAS_OP_T, CUBLAS_OP_N, N, N, Y, Scalar(1), k_.data() + h * Y, HY, sh.sample(),
+                  dq_.data() + h * Y, HY, sh.sample(), Scalar(1), Head(da_, h, sh), N, sh.block(), c),
+          "K_h^T dQ_h");
+  }
+  internal::SoftmaxJacobianTranspose<Scalar>(stream, p_.data(), da_.data(), N, N * H * c);
+  for (int h = 0; h < H; ++h) {
+    Check(GemmBatched(blas, CUBLAS_OP_N, CUBLAS_OP_T, Y, N, N, Scalar(1), dq_.data() + h * Y, HY, sh.sample(),
+                  Head(p_, h, sh), N, sh.block(), Scalar(0), ks_.data() + h * Y, HY, sh.sample(), c),
+          "dQ_h P_h^T");
+    Check(GemmBatched(blas, CUBLAS_OP_N, CUBLAS_OP_T, Y, N, N, beta, q_.data() + h * Y, HY, sh.sample(),
+                  Head(da_, h, sh), N, sh.block(), Scalar(1), ks_.data() + h * Y, HY, sh.sample(), c),
+          "beta Q_h dP_h^T");
+    Check(GemmBatched(blas, CUBLAS_OP_N, CUBLAS_OP_N, Y, N, N, Scalar(1), dk_.data() + h * Y, HY, sh.sample(),
+                  Head(p_, h, sh), N, sh.block(), Scalar(0), qs_.data() + h * Y, HY, sh.sample(), c),
+          "dK_h P_h");
+    Check(GemmBatched(blas, CUBLAS_OP_N, CUBLAS_OP_N, Y, N, N, beta, k_.data() + h * Y, HY, sh.sample(),
+                  Head(da_, h, sh), N, sh.block(), Scalar(1), qs_.data() + h * Y, HY, sh.sample(), c),
+          "beta K_h dP_h");
+  }
+}
+
+template <typename Scalar>
 const Scalar* EnergyTransformerMap<Scalar>::Forward(Context& context, const Scalar* z, Index count,
                                                     const int* columns) const {
   const EnergyTransformerOptions& o = et_.options();
@@ -111,20 +173,11 @@ const Scalar* EnergyTransformerMap<Scalar>::Forward(Context& context, const Scal
     Check(Gemm(blas, CUBLAS_OP_N, CUBLAS_OP_N, HY, T, D, Scalar(1), wq_.data(), HY, g_.data(), D, Scalar(0),
                q_.data(), HY),
           "Q = W_Q G");
-    for (int h = 0; h < H; ++h) {
-      // scores(B, C) = beta K_h^T Q_h, every sample.
-      Check(GemmBatched(blas, CUBLAS_OP_T, CUBLAS_OP_N, N, N, Y, beta, k_.data() + h * Y, HY, sh.sample(),
-                    q_.data() + h * Y, HY, sh.sample(), Scalar(0), Head(p_, h, sh), N, sh.block(), c),
-            "beta K_h^T Q_h");
-    }
-    internal::EtAttentionSoftmax<Scalar>(stream, p_.data(), N, H * c, o.exclude_self, lse_.data());
-    for (int h = 0; h < H; ++h) {
-      Check(GemmBatched(blas, CUBLAS_OP_N, CUBLAS_OP_T, Y, N, N, Scalar(1), q_.data() + h * Y, HY, sh.sample(),
-                    Head(p_, h, sh), N, sh.block(), Scalar(0), qpt_.data() + h * Y, HY, sh.sample(), c),
-            "Q_h P_h^T");
-      Check(GemmBatched(blas, CUBLAS_OP_N, CUBLAS_OP_N, Y, N, N, Scalar(1), k_.data() + h * Y, HY, sh.sample(),
-                    Head(p_, h, sh), N, sh.block(), Scalar(0), kp_.data() + h * Y, HY, sh.sample(), c),
-            "K_h P_h");
+    if (FusedAttention()) {
+      internal::EtAttentionForward<Scalar>(stream, k_.data(), q_.data(), N, Y, H, c, beta, o.exclude_self, p_.data(),
+                                           lse_.data(), qpt_.data(), kp_.data());
+    } else {
+      ForwardHeads(context, sh, beta);
     }
     // dF/dG = -(W_K^T Q P^T + W_Q^T K P) (all heads in one product each).
     Check(Gemm(blas, CUBLAS_OP_T, CUBLAS_OP_N, D, T, HY, Scalar(-1), wk_.data(), HY, qpt_.data(), HY, Scalar(0),
@@ -167,35 +220,17 @@ void EnergyTransformerMap<Scalar>::ForcesHvp(Context& context, const Scalar* v, 
     // (beta folded into the products below), ks = dQ P^T + beta Q dP^T, qs = dK P + beta K dP.
     dk_.Resize(HY, T);
     dq_.Resize(HY, T);
-    da_.Resize(static_cast<Index>(N) * N, static_cast<Index>(H) * c);
     ks_.Resize(HY, T);
     qs_.Resize(HY, T);
     Check(Gemm(blas, CUBLAS_OP_N, CUBLAS_OP_N, HY, T, D, Scalar(1), wk_.data(), HY, v, D, Scalar(0), dk_.data(), HY),
           "dK = W_K v");
     Check(Gemm(blas, CUBLAS_OP_N, CUBLAS_OP_N, HY, T, D, Scalar(1), wq_.data(), HY, v, D, Scalar(0), dq_.data(), HY),
           "dQ = W_Q v");
-    for (int h = 0; h < H; ++h) {
-      Check(GemmBatched(blas, CUBLAS_OP_T, CUBLAS_OP_N, N, N, Y, Scalar(1), dk_.data() + h * Y, HY, sh.sample(),
-                    q_.data() + h * Y, HY, sh.sample(), Scalar(0), Head(da_, h, sh), N, sh.block(), c),
-            "dK_h^T Q_h");
-      Check(GemmBatched(blas, CUBLAS_OP_T, CUBLAS_OP_N, N, N, Y, Scalar(1), k_.data() + h * Y, HY, sh.sample(),
-                    dq_.data() + h * Y, HY, sh.sample(), Scalar(1), Head(da_, h, sh), N, sh.block(), c),
-            "K_h^T dQ_h");
-    }
-    internal::SoftmaxJacobianTranspose<Scalar>(stream, p_.data(), da_.data(), N, N * H * c);
-    for (int h = 0; h < H; ++h) {
-      Check(GemmBatched(blas, CUBLAS_OP_N, CUBLAS_OP_T, Y, N, N, Scalar(1), dq_.data() + h * Y, HY, sh.sample(),
-                    Head(p_, h, sh), N, sh.block(), Scalar(0), ks_.data() + h * Y, HY, sh.sample(), c),
-            "dQ_h P_h^T");
-      Check(GemmBatched(blas, CUBLAS_OP_N, CUBLAS_OP_T, Y, N, N, beta, q_.data() + h * Y, HY, sh.sample(),
-                    Head(da_, h, sh), N, sh.block(), Scalar(1), ks_.data() + h * Y, HY, sh.sample(), c),
-            "beta Q_h dP_h^T");
-      Check(GemmBatched(blas, CUBLAS_OP_N, CUBLAS_OP_N, Y, N, N, Scalar(1), dk_.data() + h * Y, HY, sh.sample(),
-                    Head(p_, h, sh), N, sh.block(), Scalar(0), qs_.data() + h * Y, HY, sh.sample(), c),
-            "dK_h P_h");
-      Check(GemmBatched(blas, CUBLAS_OP_N, CUBLAS_OP_N, Y, N, N, beta, k_.data() + h * Y, HY, sh.sample(),
-                    Head(da_, h, sh), N, sh.block(), Scalar(1), qs_.data() + h * Y, HY, sh.sample(), c),
-            "beta K_h dP_h");
+    if (FusedAttention()) {
+      internal::EtAttentionHvp<Scalar>(stream, k_.data(), q_.data(), dk_.data(), dq_.data(), p_.data(), N, Y, H, c,
+                                       beta, ks_.data(), qs_.data());
+    } else {
+      HvpHeads(context, sh, beta);
     }
     Check(Gemm(blas, CUBLAS_OP_T, CUBLAS_OP_N, D, T, HY, Scalar(-1), wk_.data(), HY, ks_.data(), HY, Scalar(0), out,
                D),

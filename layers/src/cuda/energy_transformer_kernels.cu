@@ -6,6 +6,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <stdexcept>
 #include <string>
 
@@ -54,6 +55,122 @@ __global__ void AttentionSoftmaxKernel(S* scores, int N, long long columns, bool
   for (int i = lane; i < N; i += kWarp)
     col[i] = (exclude_self && i == c) ? S(0) : static_cast<S>(exp(double(col[i]) - m) / sum);
   if (lane == 0) lse[j] = static_cast<S>(m + log(sum));
+}
+
+// ---- fused attention: one (head, sample) pair per block ----
+
+constexpr int kPairThreads = 128;
+constexpr int kPairSharedBytes = 48 * 1024;  // without the opt-in to more
+
+// dst(y, i) = src(hY + y, sN + i) (a Y x N head block of a HY x T matrix), and back.
+template <typename S>
+__device__ void LoadHeadBlock(const S* src, int N, int Y, int HY, int h, long long s, S* dst) {
+  for (int e = threadIdx.x; e < Y * N; e += blockDim.x) dst[e] = src[(s * N + e / Y) * HY + h * Y + e % Y];
+}
+template <typename S>
+__device__ void StoreHeadBlock(const S* src, int N, int Y, int HY, int h, long long s, S* dst) {
+  for (int e = threadIdx.x; e < Y * N; e += blockDim.x) dst[(s * N + e / Y) * HY + h * Y + e % Y] = src[e];
+}
+
+template <typename S>
+__global__ void AttentionForwardKernel(const S* k, const S* q, int N, int Y, int HY, int count, S beta,
+                                       bool exclude_self, S* p, S* lse, S* qpt, S* kp) {
+  extern __shared__ unsigned char shared_bytes[];
+  S* K = reinterpret_cast<S*>(shared_bytes);
+  S* Q = K + Y * N;
+  S* P = Q + Y * N;
+  const int pair = blockIdx.x, h = pair / count;
+  const long long s = pair % count;
+  LoadHeadBlock(k, N, Y, HY, h, s, K);
+  LoadHeadBlock(q, N, Y, HY, h, s, Q);
+  __syncthreads();
+  for (int e = threadIdx.x; e < N * N; e += blockDim.x) {
+    const int b = e % N, c = e / N;
+    S v = 0;
+    for (int y = 0; y < Y; ++y) v += K[b * Y + y] * Q[c * Y + y];
+    P[e] = beta * v;
+  }
+  __syncthreads();
+  const int lane = threadIdx.x % kWarp;
+  for (int c = threadIdx.x / kWarp; c < N; c += blockDim.x / kWarp) {  // a warp per column
+    S* col = P + c * N;
+    double m = -INFINITY;
+    for (int i = lane; i < N; i += kWarp)
+      if (!(exclude_self && i == c)) m = fmax(m, double(col[i]));
+    m = __shfl_sync(0xffffffffu, WarpMax(m), 0);
+    double sum = 0;
+    for (int i = lane; i < N; i += kWarp)
+      if (!(exclude_self && i == c)) sum += exp(double(col[i]) - m);
+    sum = __shfl_sync(0xffffffffu, WarpSum(sum), 0);
+    for (int i = lane; i < N; i += kWarp)
+      col[i] = (exclude_self && i == c) ? S(0) : static_cast<S>(exp(double(col[i]) - m) / sum);
+    if (lane == 0) lse[static_cast<long long>(pair) * N + c] = static_cast<S>(m + log(sum));
+  }
+  __syncthreads();
+  S* pg = p + static_cast<long long>(pair) * N * N;
+  for (int e = threadIdx.x; e < N * N; e += blockDim.x) pg[e] = P[e];
+  for (int e = threadIdx.x; e < Y * N; e += blockDim.x) {
+    const int y = e % Y, i = e / Y;
+    S a = 0, b = 0;
+    for (int j = 0; j < N; ++j) {
+      a += Q[j * Y + y] * P[i + j * N];  // (Q P^T)(y, i)
+      b += K[j * Y + y] * P[j + i * N];  // (K P)(y, i)
+    }
+    const long long at = (s * N + i) * HY + h * Y + y;
+    qpt[at] = a;
+    kp[at] = b;
+  }
+}
+
+template <typename S>
+__global__ void AttentionHvpKernel(const S* k, const S* q, const S* dk, const S* dq, const S* p, int N, int Y, int HY,
+                                   int count, S beta, S* ks, S* qs) {
+  extern __shared__ unsigned char shared_bytes[];
+  S* K = reinterpret_cast<S*>(shared_bytes);
+  S* Q = K + Y * N;
+  S* dK = Q + Y * N;
+  S* dQ = dK + Y * N;
+  S* P = dQ + Y * N;
+  S* dP = P + N * N;
+  const int pair = blockIdx.x, h = pair / count;
+  const long long s = pair % count;
+  LoadHeadBlock(k, N, Y, HY, h, s, K);
+  LoadHeadBlock(q, N, Y, HY, h, s, Q);
+  LoadHeadBlock(dk, N, Y, HY, h, s, dK);
+  LoadHeadBlock(dq, N, Y, HY, h, s, dQ);
+  const S* pg = p + static_cast<long long>(pair) * N * N;
+  for (int e = threadIdx.x; e < N * N; e += blockDim.x) P[e] = pg[e];
+  __syncthreads();
+  for (int e = threadIdx.x; e < N * N; e += blockDim.x) {
+    const int b = e % N, c = e / N;
+    S v = 0;
+    for (int y = 0; y < Y; ++y) v += dK[b * Y + y] * Q[c * Y + y] + K[b * Y + y] * dQ[c * Y + y];
+    dP[e] = v;
+  }
+  __syncthreads();
+  const int lane = threadIdx.x % kWarp;
+  for (int c = threadIdx.x / kWarp; c < N; c += blockDim.x / kWarp) {  // dP = J_softmax(P) dA, a warp per column
+    double dot = 0;
+    for (int i = lane; i < N; i += kWarp) dot += double(P[c * N + i]) * double(dP[c * N + i]);
+    const S d = static_cast<S>(__shfl_sync(0xffffffffu, WarpSum(dot), 0));
+    for (int i = lane; i < N; i += kWarp) dP[c * N + i] = P[c * N + i] * (dP[c * N + i] - d);
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < Y * N; e += blockDim.x) {
+    const int y = e % Y, i = e / Y;
+    S a = 0, b = 0;
+    for (int j = 0; j < N; ++j) {
+      a += dQ[j * Y + y] * P[i + j * N] + beta * Q[j * Y + y] * dP[i + j * N];  // ks(y, i)
+      b += dK[j * Y + y] * P[j + i * N] + beta * K[j * Y + y] * dP[j + i * N];  // qs(y, i)
+    }
+    const long long at = (s * N + i) * HY + h * Y + y;
+    ks[at] = a;
+    qs[at] = b;
+  }
+}
+
+std::size_t HvpSharedBytes(int N, int Y, int scalar_bytes) {
+  return (4 * static_cast<std::size_t>(Y) * N + 2 * static_cast<std::size_t>(N) * N) * scalar_bytes;
 }
 
 template <typename S>
@@ -181,6 +298,29 @@ __global__ void VjpCombineKernel(const S* w, const S* mh, S step, const S* mask,
 
 }  // namespace
 
+bool EtFusedAttentionFits(int N, int Y, int scalar_bytes) {
+  return HvpSharedBytes(N, Y, scalar_bytes) <= static_cast<std::size_t>(kPairSharedBytes);
+}
+
+template <typename S>
+void EtAttentionForward(cudaStream_t stream, const S* k, const S* q, int N, int Y, int H, int count, S beta,
+                        bool exclude_self, S* p, S* lse, S* qpt, S* kp) {
+  if (H == 0 || count == 0) return;
+  const std::size_t bytes = (2 * static_cast<std::size_t>(Y) * N + static_cast<std::size_t>(N) * N) * sizeof(S);
+  AttentionForwardKernel<S><<<H * count, kPairThreads, bytes, stream>>>(k, q, N, Y, H * Y, count, beta, exclude_self,
+                                                                        p, lse, qpt, kp);
+  CheckLaunch("EtAttentionForward");
+}
+
+template <typename S>
+void EtAttentionHvp(cudaStream_t stream, const S* k, const S* q, const S* dk, const S* dq, const S* p, int N, int Y,
+                    int H, int count, S beta, S* ks, S* qs) {
+  if (H == 0 || count == 0) return;
+  AttentionHvpKernel<S><<<H * count, kPairThreads, HvpSharedBytes(N, Y, sizeof(S)), stream>>>(
+      k, q, dk, dq, p, N, Y, H * Y, count, beta, ks, qs);
+  CheckLaunch("EtAttentionHvp");
+}
+
 template <typename S>
 void EtLayerNormJacobian(cudaStream_t stream, const S* xhat, const S* s, S gamma, const S* v, int D, int T, S* out) {
   if (T == 0) return;
@@ -270,6 +410,10 @@ void EtEnergy(cudaStream_t stream, const EtEnergyTerms& terms, const S* s, const
 
 #define IMPLICIT_ET_KERNELS(S)                                                                               \
   template void EtLayerNorm<S>(cudaStream_t, const S*, int, int, S, S, S, S*, S*, S*);                       \
+  template void EtAttentionForward<S>(cudaStream_t, const S*, const S*, int, int, int, int, S, bool, S*, S*, S*,  \
+                                      S*);                                                                     \
+  template void EtAttentionHvp<S>(cudaStream_t, const S*, const S*, const S*, const S*, const S*, int, int, int,  \
+                                  int, S, S*, S*);                                                             \
   template void EtAttentionSoftmax<S>(cudaStream_t, S*, int, int, bool, S*);                                 \
   template void EtRelu<S>(cudaStream_t, const S*, long long, S*);                                            \
   template void EtMerge<S>(cudaStream_t, const S*, const S*, const S*, int, const int*, int, S*);            \

@@ -21,6 +21,24 @@ void EtLayerNorm(cudaStream_t stream, const S* x, int D, int T, S gamma, S delta
 template <typename S>
 void EtAttentionSoftmax(cudaStream_t stream, S* scores, int N, int blocks, bool exclude_self, S* lse);
 
+// Fused attention of one (head, sample) pair per thread block, in shared
+// memory, when the pair's blocks fit (EtFusedAttentionFits): K, Q (HY x T,
+// head h's rows hY..hY+Y-1, sample s's columns sN..sN+N-1) give
+//   forward: P = softmax(beta K_h^T Q_h) per column (diagonal excluded when
+//            exclude_self), stored as the N x N block (h count + s) of p, its
+//            log-sum-exps in lse, and qpt_h = Q_h P^T, kp_h = K_h P;
+//   HVP:     along dK, dQ: dA = dK_h^T Q_h + K_h^T dQ_h, dP = J_softmax(P) dA,
+//            ks_h = dQ_h P^T + beta Q_h dP^T, qs_h = dK_h P + beta K_h dP.
+// The same results as the strided-batched GEMMs per head with
+// EtAttentionSoftmax and SoftmaxJacobianTranspose, in one launch each.
+bool EtFusedAttentionFits(int N, int Y, int scalar_bytes);
+template <typename S>
+void EtAttentionForward(cudaStream_t stream, const S* k, const S* q, int N, int Y, int H, int count, S beta,
+                        bool exclude_self, S* p, S* lse, S* qpt, S* kp);
+template <typename S>
+void EtAttentionHvp(cudaStream_t stream, const S* k, const S* q, const S* dk, const S* dq, const S* p, int N, int Y,
+                    int H, int count, S beta, S* ks, S* qs);
+
 // R = ReLU(S) (M x T).
 template <typename S>
 void EtRelu(cudaStream_t stream, const S* scores, long long size, S* r);

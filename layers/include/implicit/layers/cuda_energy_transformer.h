@@ -13,8 +13,10 @@
 // One evaluation of B samples (N tokens of width D, H heads of width Y, M
 // memories), all on the context's stream: a LayerNorm kernel (one warp per
 // token), K = W_K G and Q = W_Q G (one GEMM each for all heads and samples),
-// per head the N x N scores of every sample and the products Q P^T, K P
-// (strided-batched GEMMs), a softmax kernel with the self-pairs excluded, the
+// the N x N scores of every head and sample, their softmax (self-pairs
+// excluded) and the products Q P^T, K P in one fused kernel (a thread block
+// per head and sample, in shared memory; strided-batched GEMMs per head when
+// a pair's blocks do not fit), the
 // memory scores Xi^T G with ReLU (or softmax), dF/dG by three more GEMMs, and
 // one kernel each for the update and the per-sample energy.
 //
@@ -91,6 +93,13 @@ class EnergyTransformerMap : public DeviceMap<Scalar> {
   Scalar MemoryScale() const {
     return relu_memory() ? Scalar(1) : static_cast<Scalar>(et_.options().memory_beta);
   }
+  // Whether a (head, sample) pair's attention fits one thread block's shared
+  // memory: then one fused kernel per evaluation (and per HVP) does all
+  // heads and samples, else ForwardHeads / HvpHeads, batched GEMMs per head.
+  bool FusedAttention() const;
+  // p, lse, qpt, kp from K and Q; ks, qs from K, Q, dK, dQ and p.
+  void ForwardHeads(Context& context, const Shape& sh, Scalar beta) const;
+  void HvpHeads(Context& context, const Shape& sh, Scalar beta) const;
   // Fills the caches at y (the merged state) and dF/dG; returns y.
   const Scalar* Forward(Context& context, const Scalar* z, Index count, const int* columns) const;
   // out = H_F v (D x T) from Forward's caches; leaves dK, dQ, dP, ks, qs, dR.

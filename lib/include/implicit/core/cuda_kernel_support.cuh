@@ -36,6 +36,13 @@ __device__ inline double BlockSum(double v, double* shared) {
 // The batch column of entry j of a column list (null: 0, 1, ...).
 __device__ inline long long Column(const int* columns, long long j) { return columns == nullptr ? j : columns[j]; }
 
+// Threads of a block that reduces one column of `rows` entries: whole warps,
+// at most kThreads (short columns leave no idle warps).
+inline int ColumnThreads(int rows) {
+  const int warps = (rows + kWarp - 1) / kWarp;
+  return warps < 1 ? kWarp : (warps * kWarp < kThreads ? warps * kWarp : kThreads);
+}
+
 // Blocks of kThreads for one warp per column, and for a grid-stride loop
 // over `total` elements (capped: the loop covers the rest).
 inline int WarpBlocks(long long count) { return static_cast<int>((count * kWarp + kThreads - 1) / kThreads); }
