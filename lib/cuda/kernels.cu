@@ -166,6 +166,43 @@ __global__ void SoftmaxJacobianTransposeKernel(const S* p, S* s, int rows) {
 }
 
 template <typename S>
+__global__ void BasisDotsKernel(const S* V, long long stride, int k, const S* w, int n, const int* columns,
+                                double* out) {
+  __shared__ double shared[kThreads / kWarp];
+  const int j = blockIdx.x;
+  const long long b = Column(columns, j);
+  const S* wb = w + b * n;
+  for (int i = 0; i < k; ++i) {
+    const S* vb = V + i * stride + b * n;
+    double dot = 0;
+    for (int r = threadIdx.x; r < n; r += blockDim.x) dot += double(vb[r]) * double(wb[r]);
+    dot = BlockSum(dot, shared);
+    if (threadIdx.x == 0) out[static_cast<long long>(j) * k + i] = dot;
+  }
+}
+
+template <typename S>
+__global__ void BasisCombineKernel(const S* V, long long stride, int k, const double* coef, int n,
+                                   const int* columns, long long total, bool accumulate, S* out) {
+  for (long long e = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; e < total;
+       e += static_cast<long long>(gridDim.x) * blockDim.x) {
+    const long long j = e / n, at = Column(columns, j) * n + e % n;
+    double v = accumulate ? double(out[at]) : 0.0;
+    for (int i = 0; i < k; ++i) v += coef[j * k + i] * double(V[i * stride + at]);
+    out[at] = static_cast<S>(v);
+  }
+}
+
+template <typename S>
+__global__ void SubtractColumnsKernel(const S* a, const S* c, int n, const int* columns, long long total, S* out) {
+  for (long long e = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; e < total;
+       e += static_cast<long long>(gridDim.x) * blockDim.x) {
+    const long long at = Column(columns, e / n) * n + e % n;
+    out[at] = a[at] - c[at];
+  }
+}
+
+template <typename S>
 __global__ void GatherKernel(const S* full, int n, const int* columns, long long total, S* compact) {
   for (long long k = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; k < total;
        k += static_cast<long long>(gridDim.x) * blockDim.x) {
@@ -510,6 +547,32 @@ void SoftmaxJacobianTranspose(cudaStream_t stream, const S* p, S* s, int rows, i
 }
 
 template <typename S>
+void BasisDots(cudaStream_t stream, const S* V, long long stride, int k, const S* w, int n, const int* columns,
+               int count, double* out) {
+  if (count == 0 || k == 0) return;
+  BasisDotsKernel<S><<<count, ColumnThreads(n), 0, stream>>>(V, stride, k, w, n, columns, out);
+  CheckLaunch("BasisDots");
+}
+
+template <typename S>
+void BasisCombine(cudaStream_t stream, const S* V, long long stride, int k, const double* coef, int n,
+                  const int* columns, int count, bool accumulate, S* out) {
+  const long long total = static_cast<long long>(n) * count;
+  if (total == 0) return;
+  BasisCombineKernel<S><<<ElementBlocks(total), kThreads, 0, stream>>>(V, stride, k, coef, n, columns, total,
+                                                                       accumulate, out);
+  CheckLaunch("BasisCombine");
+}
+
+template <typename S>
+void SubtractColumns(cudaStream_t stream, const S* a, const S* c, int n, const int* columns, int count, S* out) {
+  const long long total = static_cast<long long>(n) * count;
+  if (total == 0) return;
+  SubtractColumnsKernel<S><<<ElementBlocks(total), kThreads, 0, stream>>>(a, c, n, columns, total, out);
+  CheckLaunch("SubtractColumns");
+}
+
+template <typename S>
 void GatherColumns(cudaStream_t stream, const S* full, int n, const int* columns, int count, S* compact) {
   const long long total = static_cast<long long>(n) * count;
   if (total == 0) return;
@@ -626,6 +689,10 @@ void AndersonReset(cudaStream_t stream, const AndersonState& state, const int* c
                                 const int*, int, double*);                                             \
   template void ColumnDots<S>(cudaStream_t, const S*, const S*, int, int, double*);                    \
   template void AddColumns<S>(cudaStream_t, S*, const S*, int, const int*, int);                       \
+  template void BasisDots<S>(cudaStream_t, const S*, long long, int, const S*, int, const int*, int, double*); \
+  template void BasisCombine<S>(cudaStream_t, const S*, long long, int, const double*, int, const int*, int, bool, \
+                                S*);                                                                   \
+  template void SubtractColumns<S>(cudaStream_t, const S*, const S*, int, const int*, int, S*);        \
   template void Fill<S>(cudaStream_t, S*, long long, S);                                               \
   template void AndersonPropose<S>(cudaStream_t, const AndersonState&, const S*, const S*, S*, S*, S*, \
                                    S*, S*, int, const int*, int, double*);

@@ -298,8 +298,22 @@ BOOST_AUTO_TEST_CASE(device_ift_gradients_match_the_cpu, *boost::unit_test::prec
   BOOST_REQUIRE(expected.ok());
   implicit::testing::CheckDeviceGradients(context, gpu, z, grad_device, expected, /*compare_adjoint=*/true);
   BackwardOptions unsupported;
-  unsupported.linear_solver = "gmres";
+  unsupported.linear_solver = "minres";
   BOOST_CHECK_THROW(cuda::ImplicitBackward(context, gpu, z, grad_device, unsupported), std::invalid_argument);
+  // A budget too small for the tolerance: every adjoint solver reports it, and
+  // the parameter gradient is NaN, never a silent partial sum.
+  for (const std::string linear : {"fixed_point", "anderson", "gmres"}) {
+    BOOST_TEST_CONTEXT("adjoint solver " << linear) {
+      BackwardOptions tight;
+      tight.linear_solver = linear;
+      tight.tolerance = 1e-14;
+      tight.max_iterations = 2;
+      const auto g = cuda::ImplicitBackward(context, gpu, z, grad_device, tight);
+      BOOST_TEST(!g.ok());
+      BOOST_TEST(static_cast<int>(g.summary.termination_type) == static_cast<int>(TerminationType::kMaxIterations));
+      BOOST_TEST(g.parameter_gradient.ToHost(context).array().isNaN().all());
+    }
+  }
 }
 
 BOOST_AUTO_TEST_CASE(device_memory_does_not_grow_over_training_steps, *boost::unit_test::precondition(GpuPresent())) {
@@ -317,8 +331,11 @@ BOOST_AUTO_TEST_CASE(device_memory_does_not_grow_over_training_steps, *boost::un
     z.CopyFrom(context, queries);
     solver->Solve(context, map, z);
     grad.CopyFrom(context, z);  // d(0.5 |z*|^2)/dz*
-    const auto g = cuda::ImplicitBackward(context, map, z, grad, backward);
-    BOOST_REQUIRE(g.parameter_gradient.rows() == map.num_parameters());
+    for (const char* linear : {"anderson", "gmres"}) {
+      backward.linear_solver = linear;
+      const auto g = cuda::ImplicitBackward(context, map, z, grad, backward);
+      BOOST_REQUIRE(g.parameter_gradient.rows() == map.num_parameters());
+    }
   };
   step();
   std::size_t free_before = 0, free_after = 0, total = 0;

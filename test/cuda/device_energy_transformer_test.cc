@@ -225,33 +225,35 @@ BOOST_AUTO_TEST_CASE(a_failed_adjoint_sample_is_dropped_or_reported_as_on_the_cp
   Matrix<double> grad = RandomMatrix<double>(problem.n, B, 19);
   grad(5, bad) = std::numeric_limits<double>::quiet_NaN();
   cuda::DeviceMatrix<double> grad_device(context, grad);
-  for (bool drop : {false, true}) {
-    BOOST_TEST_CONTEXT("drop_failed_samples " << drop) {
-      BackwardOptions options;
-      options.tolerance = 1e-12;
-      options.max_iterations = 1000;
-      options.drop_failed_samples = drop;
-      const BackwardResult<double> expected = ImplicitBackward(problem.cpu, z_star, grad, options);
-      options.linear_solver = "anderson";
-      const auto g = cuda::ImplicitBackward(context, problem.gpu, z, grad_device, options);
-      BOOST_TEST(!g.ok());
-      for (Index b = 0; b < B; ++b) {
-        BOOST_TEST((g.summary.sample_status[b] == TerminationType::kConverged) == (b != bad));
-      }
-      const Vector<double> dtheta = g.parameter_gradient.ToHost(context).col(0);
-      if (drop) {
-        BOOST_REQUIRE(expected.parameter_gradient.allFinite());
-        BOOST_TEST((dtheta - expected.parameter_gradient).norm() <= 1e-8 * expected.parameter_gradient.norm());
-      } else {
-        BOOST_TEST(dtheta.array().isNaN().all());
-      }
-      const Matrix<double> dc = g.input_gradient.ToHost(context);
-      for (Index b = 0; b < B; ++b) {
-        if (b == bad) {
-          BOOST_TEST(dc.col(b).array().isNaN().all());
+  for (const std::string linear : {"anderson", "gmres"}) {
+    for (bool drop : {false, true}) {
+      BOOST_TEST_CONTEXT("adjoint solver " << linear << ", drop_failed_samples " << drop) {
+        BackwardOptions options;
+        options.tolerance = 1e-12;
+        options.max_iterations = 1000;
+        options.drop_failed_samples = drop;
+        const BackwardResult<double> expected = ImplicitBackward(problem.cpu, z_star, grad, options);
+        options.linear_solver = linear;
+        const auto g = cuda::ImplicitBackward(context, problem.gpu, z, grad_device, options);
+        BOOST_TEST(!g.ok());
+        for (Index b = 0; b < B; ++b) {
+          BOOST_TEST((g.summary.sample_status[b] == TerminationType::kConverged) == (b != bad));
+        }
+        const Vector<double> dtheta = g.parameter_gradient.ToHost(context).col(0);
+        if (drop) {
+          BOOST_REQUIRE(expected.parameter_gradient.allFinite());
+          BOOST_TEST((dtheta - expected.parameter_gradient).norm() <= 1e-8 * expected.parameter_gradient.norm());
         } else {
-          BOOST_TEST((dc.col(b) - expected.input_gradient.col(b)).norm() <=
-                     1e-8 * (1 + expected.input_gradient.col(b).norm()));
+          BOOST_TEST(dtheta.array().isNaN().all());
+        }
+        const Matrix<double> dc = g.input_gradient.ToHost(context);
+        for (Index b = 0; b < B; ++b) {
+          if (b == bad) {
+            BOOST_TEST(dc.col(b).array().isNaN().all());
+          } else {
+            BOOST_TEST((dc.col(b) - expected.input_gradient.col(b)).norm() <=
+                       1e-8 * (1 + expected.input_gradient.col(b).norm()));
+          }
         }
       }
     }

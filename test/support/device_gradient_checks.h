@@ -1,5 +1,5 @@
 // The device IFT gradients against the CPU's (the device tests only; needs a
-// CUDA build): for each device adjoint solver (fixed_point, anderson),
+// CUDA build): for each device adjoint solver (fixed_point, anderson, gmres),
 // cuda::ImplicitBackward at the device equilibrium z must converge and give
 // the CPU backward pass's parameter gradient, input gradient (for maps with
 // an input) and adjoint (when asked) to 1e-8 relative.
@@ -18,7 +18,7 @@ namespace testing {
 inline void CheckDeviceGradients(cuda::Context& context, const cuda::DeviceMap<double>& map,
                                  const cuda::DeviceMatrix<double>& z, const cuda::DeviceMatrix<double>& grad,
                                  const BackwardResult<double>& expected, bool compare_adjoint) {
-  for (const std::string linear : {"fixed_point", "anderson"}) {
+  for (const std::string linear : {"fixed_point", "anderson", "gmres"}) {
     BOOST_TEST_CONTEXT("adjoint solver " << linear) {
       BackwardOptions options;
       options.linear_solver = linear;

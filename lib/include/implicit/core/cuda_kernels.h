@@ -27,9 +27,10 @@ inline constexpr int kMaxAndersonKernelMemory = 32;
 enum WorkspaceSlot : int {
   kSlotF, kSlotE, kSlotKept, kSlotCompactIn, kSlotCompactOut, kSlotCompactE, kSlotUpload,
   kSlotDownload, kSlotQ, kSlotZPrev, kSlotGPrev, kSlotY, kSlotFY, kSlotEY, kSlotDZ, kSlotDG,
-  kSlotGram, kSlotCounters, kSlotAdjointZ
+  kSlotGram, kSlotCounters, kSlotAdjointZ, kSlotKrylov, kSlotKrylovW, kSlotKrylovR, kSlotKrylovJtv, kSlotKrylovCompactIn,
+  kSlotKrylovCompactOut, kSlotKrylovUpload, kSlotKrylovDownload
 };
-enum PinnedSlot : int { kPinnedUpload, kPinnedDownload };
+enum PinnedSlot : int { kPinnedUpload, kPinnedDownload, kPinnedKrylovUpload, kPinnedKrylovDownload };
 
 // Throws std::runtime_error naming `what` if the last launch failed.
 void CheckLaunch(const char* what);
@@ -100,6 +101,21 @@ void ColumnDots(cudaStream_t stream, const S* a, const S* b, int n, int count, d
 // (out, vjp compact n x count; g the full batch; columns may be null).
 template <typename S>
 void AddColumns(cudaStream_t stream, S* out, const S* g, int n, const int* columns, int count);
+
+// Krylov bases (the device GMRES): V holds k vectors of n x B, vector i at
+// V + i * stride. For each listed sample j (b = columns[j]; null: b = j),
+// reading and writing only the listed columns:
+//   BasisDots:    out[j k + i] = V_i(:, b) . w(:, b) in double, i < k;
+//   BasisCombine: out(:, b) = (accumulate ? out(:, b) : 0) + sum_i coef[j k + i] V_i(:, b).
+template <typename S>
+void BasisDots(cudaStream_t stream, const S* V, long long stride, int k, const S* w, int n, const int* columns,
+               int count, double* out);
+template <typename S>
+void BasisCombine(cudaStream_t stream, const S* V, long long stride, int k, const double* coef, int n,
+                  const int* columns, int count, bool accumulate, S* out);
+// out(:, b) = a(:, b) - c(:, b) for the listed columns (full n x B arrays).
+template <typename S>
+void SubtractColumns(cudaStream_t stream, const S* a, const S* c, int n, const int* columns, int count, S* out);
 
 // Fills n values with `value`.
 template <typename S>

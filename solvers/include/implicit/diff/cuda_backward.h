@@ -6,13 +6,16 @@
 //   u_b = (df/dz)(z*_b)^T u_b + g_b     (the adjoint, as a fixed point)
 //   dL/dtheta = sum_b (df/dtheta)(z*_b)^T u_b
 //
-// The adjoint fixed point is solved by a device solver (cuda_solvers.h) on the
-// linear map u -> J^T u + g, with the map's device vector-Jacobian products:
-// BackwardOptions::linear_solver "fixed_point" (Picard) or "anderson"
-// ("auto" = anderson; the other linear solvers are not on the device yet and
-// are refused). Its residual |g - (I - J)^T u| is the true adjoint residual;
-// a sample has converged when it is <= absolute_tolerance or <= tolerance x
-// |J^T u + g|. Memory is the solver's (a few n x B device matrices),
+// The adjoint is solved on the device with the map's device vector-Jacobian
+// products, by BackwardOptions::linear_solver
+//   "fixed_point" / "anderson" ("auto" = anderson): a device solver
+//       (cuda_solvers.h) on the linear map u -> J^T u + g; its residual
+//       |g - (I - J)^T u| is the true adjoint residual, and a sample has
+//       converged when it is <= absolute_tolerance or <= tolerance x |J^T u + g|;
+//   "gmres": restarted GMRES(restart) of (I - J)^T u = g, one Krylov basis
+//       per sample on the device; converged when the true residual is <=
+//       tolerance |g| + absolute_tolerance (as the CPU's GMRES).
+// The other linear solvers are not on the device yet and are refused. Memory is the solver's (a few n x B device matrices),
 // independent of the number of forward iterations. A failed sample (not
 // converged, NaN) makes ok() false, its input-gradient column NaN and the
 // parameter gradient NaN (or, with drop_failed_samples, the converged
@@ -51,7 +54,7 @@ struct DeviceBackwardResult {
 };
 
 // Throws std::invalid_argument for options the device cannot honour (method
-// other than kImplicit, a linear solver other than auto/fixed_point/anderson),
+// other than kImplicit, a linear solver other than auto/fixed_point/anderson/gmres),
 // mismatched shapes, or a map without Jacobian products.
 template <typename Scalar>
 DeviceBackwardResult<Scalar> ImplicitBackward(Context& context, const DeviceMap<Scalar>& map,

@@ -4,6 +4,8 @@
 #include <implicit/diff/cuda_backward.h>
 #include <implicit/solvers/cuda_solvers.h>
 
+#include "device_gmres.h"
+
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -63,8 +65,8 @@ DeviceBackwardResult<Scalar> ImplicitBackward(Context& context, const DeviceMap<
            " is not on the device yet (only implicit)");
   }
   const std::string& linear = options.linear_solver;
-  if (linear != "auto" && linear != "fixed_point" && linear != "anderson") {
-    Refuse("linear_solver '" + linear + "' is not on the device yet (auto, fixed_point, anderson)");
+  if (linear != "auto" && linear != "fixed_point" && linear != "anderson" && linear != "gmres") {
+    Refuse("linear_solver '" + linear + "' is not on the device yet (auto, fixed_point, anderson, gmres)");
   }
   if (!map.HasJacobianProducts()) Refuse("the map has no vector-Jacobian products");
   const Index n = map.dimension(), batch = z_star.cols();
@@ -76,7 +78,9 @@ DeviceBackwardResult<Scalar> ImplicitBackward(Context& context, const DeviceMap<
   DeviceBackwardResult<Scalar> result;
   result.adjoint.CopyFrom(context, grad_z);  // u0 = g
   AdjointMap<Scalar> adjoint(map, z_star, grad_z);
-  if (linear == "fixed_point") {
+  if (linear == "gmres") {
+    result.summary = internal::GmresAdjoint(context, map, z_star, grad_z, options, &result.adjoint);
+  } else if (linear == "fixed_point") {
     typename DevicePicardSolver<Scalar>::Options o;
     static_cast<SolverOptions&>(o) = base;
     result.summary = DevicePicardSolver<Scalar>(o).Solve(context, adjoint, result.adjoint);

@@ -211,6 +211,39 @@ class BatchMonitor {
   // The residual norm at which sample b of a linear solve has converged.
   double threshold(Index b) const { return judge_.Threshold(rhs_norm_[b]); }
 
+  // ---- linear solves whose vectors live elsewhere (the device GMRES) ----
+  // The constructor taking |rhs_b| (validates the options, starts the clock),
+  // then ResidualScalars() in place of Residual() with every sample's true
+  // residual |rhs_b - A u_b| and whether u_b is finite (finite[b] != 0); it
+  // also refreshes active_columns(). FinishScalars() completes the summary.
+  BatchMonitor(const char* name, std::vector<double> rhs_norm, const LinearSolverOptions& options)
+      : options_(AsSolverOptions(options)),
+        judge_(options_, SampleRules{/*add_tolerances=*/true, /*keep_best_iterate=*/false}) {
+    std::string error;
+    ThrowIfInvalid(name, options.IsValid(&error), error);
+    start_ = std::chrono::steady_clock::now();
+    summary_.solver = name;
+    Allocate(static_cast<Index>(rhs_norm.size()));
+    rhs_norm_ = std::move(rhs_norm);
+  }
+  bool ResidualScalars(const double* residual, const double* finite) {
+    const Index batch = static_cast<Index>(active_.size());
+    for (Index b = 0; b < batch; ++b) {
+      if (active(b)) {
+        bool kept = false;
+        Judge(b, residual[b], rhs_norm_[b], finite[b] != 0.0, nullptr, &kept);
+      } else {
+        summary_.sample_residual[b] = residual[b];
+        judge_.set_relative(b, judge_.Relative(residual[b], rhs_norm_[b]));
+      }
+    }
+    ++observations_;
+    active_columns_.clear();
+    for (Index b = 0; b < batch; ++b)
+      if (active(b)) active_columns_.push_back(b);
+    return num_active_ > 0;
+  }
+
   // Completes the LinearSolveSummary; the last Residual() call must describe
   // the final u.
   LinearSolveSummary FinishLinear() {
