@@ -67,6 +67,8 @@ class DeviceSolve {
     download_device_ = Slot<double>(context, k::kSlotDownload, Results(batch_));
     download_host_ =
         static_cast<double*>(context.PinnedWorkspace(k::kPinnedDownload, sizeof(double) * Results(batch_)));
+    active_device_ = Slot<int>(context, k::kSlotActive, b);
+    active_host_ = static_cast<int*>(context.PinnedWorkspace(k::kPinnedActive, sizeof(int) * b));
     residual_.resize(batch_);
     f_norm_.resize(batch_);
     finite_.resize(batch_);
@@ -107,9 +109,26 @@ class DeviceSolve {
   // nullptr when it is the whole batch (the kernels then index 0..B-1).
   const int* UploadColumns(const std::vector<Index>& columns) {
     if (static_cast<Index>(columns.size()) == batch_) return nullptr;
+    if (&columns == &monitor_.active_columns()) return ActiveColumns();
     columns_int_.assign(columns.begin(), columns.end());
     return Upload(columns_int_.data(), columns_int_.size());
   }
+  // The monitor's active list on the device, in its own buffer: uploaded
+  // only when it changed since the last call (the list only shrinks, so a new
+  // size is a new list, and it changes at most once between synchronisations).
+  const int* ActiveColumns() {
+    const std::vector<Index>& active = monitor_.active_columns();
+    if (static_cast<Index>(active.size()) == batch_) return nullptr;
+    if (active.size() != active_uploaded_) {
+      std::copy(active.begin(), active.end(), active_host_);
+      Check(cudaMemcpyAsync(active_device_, active_host_, sizeof(int) * active.size(), cudaMemcpyHostToDevice,
+                            stream()),
+            "upload of the active samples");
+      active_uploaded_ = active.size();
+    }
+    return active_device_;
+  }
+
   // The device array for per-sample results, and its download (which waits
   // for the stream and frees the upload staging).
   double* results() const { return download_device_; }
@@ -167,7 +186,7 @@ class DeviceSolve {
     const std::vector<Index>& active = monitor_.active_columns();
     const int count = static_cast<int>(active.size());
     if (observed != nullptr) *observed = active;
-    const int* d_active = UploadColumns(active);
+    const int* d_active = ActiveColumns();
     internal::ResidualScalars<S>(stream(), z, f_, energy_ ? e_ : nullptr,
                                  static_cast<int>(n_), d_active, count, results());
     const std::size_t more = with_scalars(d_active, count, results() + 4 * static_cast<std::size_t>(count));
@@ -183,7 +202,11 @@ class DeviceSolve {
     }
     const bool running = monitor_.ObserveScalars(batch_, residual_.data(), f_norm_.data(), finite_.data(),
                                                  energy_ ? energy_at_.data() : nullptr, &keep_);
-    CopyColumns(z, n_, keep_, kept_);
+    if (static_cast<int>(keep_.size()) == count) {  // every observed sample: their list is on the device
+      CopyColumns(z, n_, keep_, d_active, kept_);
+    } else {
+      CopyColumns(z, n_, keep_, kept_);
+    }
     return running;
   }
 
@@ -230,6 +253,9 @@ class DeviceSolve {
   S *f_ = nullptr, *e_ = nullptr, *kept_ = nullptr;
   S *compact_in_ = nullptr, *compact_out_ = nullptr, *compact_e_ = nullptr;
   std::vector<int> columns_int_;
+  int* active_device_ = nullptr;   // the active list (ActiveColumns)
+  int* active_host_ = nullptr;     // its pinned staging
+  std::size_t active_uploaded_ = 0;  // its length on the device (0: none yet)
   std::vector<double> residual_, f_norm_, finite_, energy_at_;  // per active sample
   std::vector<double> residual_of_, energy_of_;                 // per batch column
   std::vector<Index> keep_;

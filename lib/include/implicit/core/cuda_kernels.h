@@ -28,9 +28,9 @@ enum WorkspaceSlot : int {
   kSlotF, kSlotE, kSlotKept, kSlotCompactIn, kSlotCompactOut, kSlotCompactE, kSlotUpload,
   kSlotDownload, kSlotQ, kSlotZPrev, kSlotGPrev, kSlotY, kSlotFY, kSlotEY, kSlotDZ, kSlotDG,
   kSlotGram, kSlotCounters, kSlotAdjointZ, kSlotKrylov, kSlotKrylovW, kSlotKrylovR, kSlotKrylovJtv, kSlotKrylovCompactIn,
-  kSlotKrylovCompactOut, kSlotKrylovUpload, kSlotKrylovDownload
+  kSlotKrylovCompactOut, kSlotKrylovUpload, kSlotKrylovDownload, kSlotActive
 };
-enum PinnedSlot : int { kPinnedUpload, kPinnedDownload, kPinnedKrylovUpload, kPinnedKrylovDownload };
+enum PinnedSlot : int { kPinnedUpload, kPinnedDownload, kPinnedKrylovUpload, kPinnedKrylovDownload, kPinnedActive };
 
 // Throws std::runtime_error naming `what` if the last launch failed.
 void CheckLaunch(const char* what);
