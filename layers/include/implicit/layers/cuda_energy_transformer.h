@@ -16,9 +16,9 @@
 // the N x N scores of every head and sample, their softmax (self-pairs
 // excluded) and the products Q P^T, K P in one fused kernel (a thread block
 // per head and sample, in shared memory; strided-batched GEMMs per head when
-// a pair's blocks do not fit), the
-// memory scores Xi^T G with ReLU (or softmax), dF/dG by three more GEMMs, and
-// one kernel each for the update and the per-sample energy.
+// a pair's blocks do not fit), the memory scores Xi^T G with ReLU (or
+// softmax), dF/dG by three more GEMMs, and one kernel each for the update and
+// the per-sample energy.
 //
 // The implicit backward pass (cuda::ImplicitBackward) gets the exact
 // products of the CPU map (energy_transformer_map.h): J^T u = m .* (w - a (M
