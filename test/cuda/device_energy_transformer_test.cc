@@ -60,6 +60,15 @@ struct ClampedEt {
     cpu.SetClamp(mask, images);
     gpu.SetClamp(context, mask, images);
   }
+  // The equilibrium of the device map from the images (Anderson, 1e-12).
+  cuda::DeviceMatrix<double> Equilibrium(cuda::Context& context) {
+    SolverOptions base;
+    base.absolute_tolerance = 1e-12;
+    base.max_iterations = 2000;
+    cuda::DeviceMatrix<double> z(context, images);
+    BOOST_REQUIRE(cuda::MakeDeviceSolver<double>("anderson", {}, base)->Solve(context, gpu, z).IsConverged());
+    return z;
+  }
   EnergyTransformerOptions options;
   EnergyTransformer<double> et;
   EnergyTransformerMap<double> cpu;
@@ -191,11 +200,7 @@ BOOST_AUTO_TEST_CASE(device_ift_gradients_of_the_clamped_et_match_the_cpu,
   cuda::Context context;
   const Index B = 16;
   ClampedEt problem(context, B, 13, 17);
-  SolverOptions base;
-  base.absolute_tolerance = 1e-12;
-  base.max_iterations = 2000;
-  cuda::DeviceMatrix<double> z(context, problem.images);
-  BOOST_REQUIRE(cuda::MakeDeviceSolver<double>("anderson", {}, base)->Solve(context, problem.gpu, z).IsConverged());
+  cuda::DeviceMatrix<double> z = problem.Equilibrium(context);
   const Matrix<double> z_star = z.ToHost(context);
   const Matrix<double> grad = RandomMatrix<double>(problem.n, B, 19);
   cuda::DeviceMatrix<double> grad_device(context, grad);
@@ -216,11 +221,7 @@ BOOST_AUTO_TEST_CASE(a_failed_adjoint_sample_is_dropped_or_reported_as_on_the_cp
   cuda::Context context;
   const Index B = 8, bad = 3;
   ClampedEt problem(context, B, 13, 17);
-  SolverOptions base;
-  base.absolute_tolerance = 1e-12;
-  base.max_iterations = 2000;
-  cuda::DeviceMatrix<double> z(context, problem.images);
-  BOOST_REQUIRE(cuda::MakeDeviceSolver<double>("anderson", {}, base)->Solve(context, problem.gpu, z).IsConverged());
+  cuda::DeviceMatrix<double> z = problem.Equilibrium(context);
   const Matrix<double> z_star = z.ToHost(context);
   Matrix<double> grad = RandomMatrix<double>(problem.n, B, 19);
   grad(5, bad) = std::numeric_limits<double>::quiet_NaN();

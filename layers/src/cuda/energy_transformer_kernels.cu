@@ -36,14 +36,11 @@ __global__ void LayerNormKernel(const S* x, int D, int T, S gamma, S delta, S ep
   if (lane == 0) s[t] = static_cast<S>(st);
 }
 
-// One warp per column of an N x N block; row == column excluded when asked.
+// Softmax of column c (N entries) by one warp, in place, entry c excluded
+// when asked (set to 0); lane 0 writes its log-sum-exp to *lse.
 template <typename S>
-__global__ void AttentionSoftmaxKernel(S* scores, int N, long long columns, bool exclude_self, S* lse) {
-  const long long j = (blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x) / kWarp;
+__device__ void WarpSoftmaxColumn(S* col, int N, int c, bool exclude_self, S* lse) {
   const int lane = threadIdx.x % kWarp;
-  if (j >= columns) return;
-  const int c = static_cast<int>(j % N);
-  S* col = scores + j * N;
   double m = -INFINITY;
   for (int i = lane; i < N; i += kWarp)
     if (!(exclude_self && i == c)) m = fmax(m, double(col[i]));
@@ -54,7 +51,15 @@ __global__ void AttentionSoftmaxKernel(S* scores, int N, long long columns, bool
   sum = __shfl_sync(0xffffffffu, WarpSum(sum), 0);
   for (int i = lane; i < N; i += kWarp)
     col[i] = (exclude_self && i == c) ? S(0) : static_cast<S>(exp(double(col[i]) - m) / sum);
-  if (lane == 0) lse[j] = static_cast<S>(m + log(sum));
+  if (lane == 0) *lse = static_cast<S>(m + log(sum));
+}
+
+// One warp per column of an N x N block; row == column excluded when asked.
+template <typename S>
+__global__ void AttentionSoftmaxKernel(S* scores, int N, long long columns, bool exclude_self, S* lse) {
+  const long long j = (blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x) / kWarp;
+  if (j >= columns) return;
+  WarpSoftmaxColumn(scores + j * N, N, static_cast<int>(j % N), exclude_self, lse + j);
 }
 
 // ---- fused attention: one (head, sample) pair per block ----
@@ -91,20 +96,8 @@ __global__ void AttentionForwardKernel(const S* k, const S* q, int N, int Y, int
     P[e] = beta * v;
   }
   __syncthreads();
-  const int lane = threadIdx.x % kWarp;
   for (int c = threadIdx.x / kWarp; c < N; c += blockDim.x / kWarp) {  // a warp per column
-    S* col = P + c * N;
-    double m = -INFINITY;
-    for (int i = lane; i < N; i += kWarp)
-      if (!(exclude_self && i == c)) m = fmax(m, double(col[i]));
-    m = __shfl_sync(0xffffffffu, WarpMax(m), 0);
-    double sum = 0;
-    for (int i = lane; i < N; i += kWarp)
-      if (!(exclude_self && i == c)) sum += exp(double(col[i]) - m);
-    sum = __shfl_sync(0xffffffffu, WarpSum(sum), 0);
-    for (int i = lane; i < N; i += kWarp)
-      col[i] = (exclude_self && i == c) ? S(0) : static_cast<S>(exp(double(col[i]) - m) / sum);
-    if (lane == 0) lse[static_cast<long long>(pair) * N + c] = static_cast<S>(m + log(sum));
+    WarpSoftmaxColumn(P + c * N, N, c, exclude_self, lse + static_cast<long long>(pair) * N + c);
   }
   __syncthreads();
   S* pg = p + static_cast<long long>(pair) * N * N;

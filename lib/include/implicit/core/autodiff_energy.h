@@ -19,15 +19,9 @@
 //   };
 //   implicit::AutoDiffEnergy<SoftRetrieval, double> energy(SoftRetrieval{X, 2.0}, n);
 //
-// The functor is compiled for five scalar types: Scalar, ceres::Jet<Scalar, K>
-// and the nested ceres::Jet<internal::DirectionalJet<Scalar>, K> (forward
-// mode), reverse::Var<Scalar> and reverse::Var<internal::DirectionalJet<Scalar>>
-// (reverse mode; a functor that declares kForwardModeOnly skips them). Eigen matrix
-// products (A * x, A * B) work on all of them but instantiate Eigen's general
-// matrix-vector / matrix-matrix kernels for each dual type, which is slow to
-// compile (minutes for a few products, more in sanitizer or debug builds).
-// Element-wise operations, reductions and dot products are cheap; prefer them,
-// or plain loops, for the products that involve T (the states are small).
+// The functor is compiled for five scalar types (autodiff_mode.h): prefer
+// element-wise operations, reductions and ad::Dot to Eigen matrix products on
+// T, which are slow to compile for dual types.
 //
 // Parameters: pass a ParameterSet to the constructor; theta is its flat
 // values() vector (empty when there are none).
@@ -44,12 +38,10 @@
 // built-in layers do. Its samples carry their own input, so solvers evaluate
 // blocks of them with their input columns (Energy::GradientColumns).
 //
-// Two ways to differentiate, forward mode (dual numbers) and reverse mode (a
-// tape recorded at each evaluation): set_mode, AutoDiffMode and their costs in
-// autodiff_mode.h.
-// GradientAndValue costs what Gradient costs (E comes with the derivatives),
-// and SupportsSubsets() is true when E has no per-sample input (with one, the
-// active set evaluates blocks of samples with their inputs: GradientColumns).
+// Forward mode (dual numbers) or reverse mode (a tape): set_mode, AutoDiffMode
+// and their costs in autodiff_mode.h. GradientAndValue costs what Gradient
+// costs; with a per-sample input the active set evaluates blocks of samples
+// with their inputs (GradientColumns).
 #pragma once
 
 #include <implicit/core/ad_functions.h>
@@ -209,11 +201,11 @@ class AutoDiffEnergy : public Energy<Scalar> {
         });
       }
     }
-    const Vector<Dual2> theta = Lift<Dual2>(parameters_.values());
+    const Vector<Dual2> theta = internal::LiftConstants<Dual2>(parameters_.values());
     for (Index b = 0; b < x.cols(); ++b) {
-      Vector<Dual2> xd = LiftWithDirection(x.col(b), v.col(b));
+      Vector<Dual2> xd = internal::LiftWithDirection<kChunk>(x.col(b), v.col(b));
       const Vector<Dual2> input = InputOf<Dual2>(b);
-      ForEachChunk(dimension_, [&](Index c, Index len) {
+      internal::ForEachChunk<kChunk>(dimension_, [&](Index c, Index len) {
         for (Index k = 0; k < len; ++k) xd(c + k).v[k] = Inner(Scalar(1));
         const Dual2 e = Call(xd, input, theta);
         for (Index k = 0; k < len; ++k) {
@@ -241,7 +233,7 @@ class AutoDiffEnergy : public Energy<Scalar> {
         });
       }
     }
-    Vector<Dual2> theta = Lift<Dual2>(parameters_.values());
+    Vector<Dual2> theta = internal::LiftConstants<Dual2>(parameters_.values());
     for (Index b = 0; b < x.cols(); ++b) {
       MixedProducts(x, u, b, /*wrt_input=*/false, &theta,
                     [&](Index i, Scalar d) { out(i) += d; });
@@ -265,7 +257,7 @@ class AutoDiffEnergy : public Energy<Scalar> {
         });
       }
     }
-    Vector<Dual2> theta = Lift<Dual2>(parameters_.values());
+    Vector<Dual2> theta = internal::LiftConstants<Dual2>(parameters_.values());
     for (Index b = 0; b < x.cols(); ++b) {
       MixedProducts(x, u, b, /*wrt_input=*/true, &theta,
                     [&](Index i, Scalar d) { out(i, b) = d; });
@@ -283,11 +275,11 @@ class AutoDiffEnergy : public Energy<Scalar> {
     if constexpr (kCanReverse) {
       if (uses_reverse_mode()) return ReverseGradient(x, grad, values, sample);
     }
-    const Vector<Dual> theta = Lift<Dual>(parameters_.values());
+    const Vector<Dual> theta = internal::LiftConstants<Dual>(parameters_.values());
     for (Index b = 0; b < x.cols(); ++b) {
-      Vector<Dual> xd = Lift<Dual>(x.col(b));
+      Vector<Dual> xd = internal::LiftConstants<Dual>(x.col(b));
       const Vector<Dual> input = InputOf<Dual>(sample(b));
-      ForEachChunk(dimension_, [&](Index c, Index len) {
+      internal::ForEachChunk<kChunk>(dimension_, [&](Index c, Index len) {
         for (Index k = 0; k < len; ++k) xd(c + k).v[k] = Scalar(1);
         const Dual e = Call(xd, input, theta);
         if (c == 0 && values != nullptr) (*values)(b) = e.a;
@@ -307,9 +299,9 @@ class AutoDiffEnergy : public Energy<Scalar> {
   void MixedProducts(ConstMatrixRef<Scalar> x, ConstMatrixRef<Scalar> u, Index b,
                      bool wrt_input, Vector<Dual2>* theta, Sink&& sink) const {
     Vector<Dual2> input = InputOf<Dual2>(b);
-    const Vector<Dual2> xd = LiftWithDirection(x.col(b), u.col(b));
+    const Vector<Dual2> xd = internal::LiftWithDirection<kChunk>(x.col(b), u.col(b));
     Vector<Dual2>& w = wrt_input ? input : *theta;
-    ForEachChunk(w.size(), [&](Index c, Index len) {
+    internal::ForEachChunk<kChunk>(w.size(), [&](Index c, Index len) {
       for (Index k = 0; k < len; ++k) w(c + k).v[k] = Inner(Scalar(1));
       const Dual2 e = Call(xd, input, *theta);
       for (Index k = 0; k < len; ++k) {
@@ -391,7 +383,7 @@ class AutoDiffEnergy : public Energy<Scalar> {
   template <typename D>
   Vector<D> InputOf(Index b) const {
     if constexpr (kHasInput) {
-      return Lift<D>(input_.col(b));
+      return internal::LiftConstants<D>(input_.col(b));
     } else {
       (void)b;
       return Vector<D>();
@@ -405,39 +397,6 @@ class AutoDiffEnergy : public Energy<Scalar> {
           std::string(who) + ": the input has " + std::to_string(input_.cols()) +
           " columns (SetInput), the batch " + std::to_string(batch) + " samples");
     }
-  }
-
-  template <typename F>
-  static void ForEachChunk(Index n, F&& f) {
-    for (Index c = 0; c < n; c += kChunk) f(c, std::min<Index>(kChunk, n - c));
-  }
-
-  // Constants (all derivative parts zero) of dual type D.
-  template <typename D, typename Derived>
-  static Vector<D> Lift(const Eigen::MatrixBase<Derived>& values) {
-    Vector<D> out(values.size());
-    for (Index i = 0; i < values.size(); ++i) out(i) = D(LiftScalar<D>(values(i)));
-    return out;
-  }
-  template <typename D>
-  static auto LiftScalar(Scalar s) {
-    if constexpr (std::is_same<D, Dual2>::value) {
-      return Inner(s);
-    } else {
-      return s;
-    }
-  }
-  // x + eps * dir in the inner dual, derivative parts of the outer zero.
-  template <typename A, typename B>
-  static Vector<Dual2> LiftWithDirection(const Eigen::MatrixBase<A>& x,
-                                         const Eigen::MatrixBase<B>& dir) {
-    Vector<Dual2> out(x.size());
-    for (Index i = 0; i < x.size(); ++i) {
-      Inner inner(x(i));
-      inner.v[0] = dir(i);
-      out(i) = Dual2(inner);
-    }
-    return out;
   }
 
   Functor functor_;

@@ -23,11 +23,18 @@
 //    a max, a sort). ad::Dot and ad::LogSumExp (ad_functions.h) record a whole
 //    dot product or log-sum-exp as one node, which is what makes dense
 //    products cheap.
+// The functor is therefore compiled for five scalar types: Scalar,
+// ceres::Jet<Scalar, K> and the nested ceres::Jet<DirectionalJet<Scalar>, K>
+// (forward mode), reverse::Var<Scalar> and reverse::Var<DirectionalJet<Scalar>>
+// (reverse mode). Eigen matrix products (A * x, A * B) work on all of them but
+// instantiate Eigen's general matrix kernels for each dual type, which is slow
+// to compile (minutes for a few products, more in sanitizer or debug builds);
+// element-wise operations, reductions and ad::Dot are cheap.
 // A Var does not convert to its value, so a functor that computes with
 // extracted values (which would lose their derivatives) does not compile for
 // it; a functor that needs that (a bisection on values, say) declares
 //   static constexpr bool kForwardModeOnly = true;
-// and is used in forward mode only.
+// and is used in forward mode only (and not compiled for the reverse types).
 // The default, AutoDiffMode::kAutomatic, takes reverse mode when x, c and
 // theta have kReverseModeMinVariables or more variables together;
 // docs/energies.md has the measured costs of both.
@@ -37,6 +44,7 @@
 
 #include <ceres/jet.h>
 
+#include <algorithm>
 #include <type_traits>
 
 namespace implicit {
@@ -102,6 +110,50 @@ struct ForwardModeOnly : std::false_type {};
 template <typename Functor>
 struct ForwardModeOnly<Functor, std::void_t<decltype(Functor::kForwardModeOnly)>>
     : std::integral_constant<bool, Functor::kForwardModeOnly> {};
+
+// ---- forward mode's bookkeeping (AutoDiffEnergy) ----
+
+// f(c, len) for the chunks [c, c + len) of 0 .. n-1, K wide.
+template <int K, typename F>
+void ForEachChunk(Index n, F&& f) {
+  for (Index c = 0; c < n; c += K) f(c, std::min<Index>(K, n - c));
+}
+
+// The nested dual ceres::Jet<DirectionalJet<S>, K> (second derivatives).
+template <typename D>
+struct IsNestedDual : std::false_type {};
+template <typename S, int K>
+struct IsNestedDual<ceres::Jet<DirectionalJet<S>, K>> : std::true_type {};
+
+// Constants (every derivative part zero) of type D: the scalar itself,
+// ceres::Jet<S, K> or the nested dual.
+template <typename D, typename Derived>
+Vector<D> LiftConstants(const Eigen::MatrixBase<Derived>& values) {
+  using S = typename Derived::Scalar;
+  Vector<D> out(values.size());
+  for (Index i = 0; i < values.size(); ++i) {
+    if constexpr (IsNestedDual<D>::value) {
+      out(i) = D(DirectionalJet<S>(values(i)));
+    } else {
+      out(i) = D(values(i));
+    }
+  }
+  return out;
+}
+
+// x + eps * dir in the inner dual of ceres::Jet<DirectionalJet<S>, K>, the
+// outer derivative parts zero.
+template <int K, typename A, typename B>
+auto LiftWithDirection(const Eigen::MatrixBase<A>& x, const Eigen::MatrixBase<B>& dir) {
+  using Inner = DirectionalJet<typename A::Scalar>;
+  Vector<ceres::Jet<Inner, K>> out(x.size());
+  for (Index i = 0; i < x.size(); ++i) {
+    Inner inner(x(i));
+    inner.v[0] = dir(i);
+    out(i) = ceres::Jet<Inner, K>(inner);
+  }
+  return out;
+}
 }  // namespace internal
 
 }  // namespace implicit
