@@ -4,6 +4,10 @@
 # shared libraries they need apart from glibc, libstdc++ and CUDA's (which the
 # GPU machine brings), into DIR for scripts/device-check.sh.
 #   scripts/device-pack.sh BUILD_DIR DIR
+# The pack (about 75 MB) is also written as DIR.tar.xz (about 15 MB), which
+# is what travels to a GPU machine (the device tool carries at most 64 MiB; both
+# .devcarry and .devcarry.tar.xz are ignored by git, so name the archive in the
+# tool's `carry`), and scripts/device-check.sh unpacks it there.
 set -eu
 build=${1:?usage: scripts/device-pack.sh BUILD_DIR DIR}
 dir=${2:?usage: scripts/device-pack.sh BUILD_DIR DIR}
@@ -18,3 +22,6 @@ for b in "$dir"/bin/*; do ldd "$b" | awk '$3 ~ /^\// {print $3}'; done | sort -u
   grep -v -E '/(libc|libm|libstdc\+\+|libgcc_s|ld-linux|libdl|libpthread|librt)[.-]|cuda|cublas' |
   xargs -I{} cp -L {} "$dir/lib/"
 du -sh "$dir"
+rm -f "$dir.tar.xz"
+tar -I 'xz -T0 -6' -cf "$dir.tar.xz" "$dir"
+du -sh "$dir.tar.xz"
