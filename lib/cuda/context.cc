@@ -15,11 +15,7 @@ namespace implicit {
 namespace cuda {
 namespace {
 
-void Check(cudaError_t status, const char* what) {
-  if (status != cudaSuccess) {
-    throw std::runtime_error(std::string("CUDA error in ") + what + ": " + cudaGetErrorString(status));
-  }
-}
+void Check(cudaError_t status, const char* what) { internal::CheckCall(status, what); }
 void Check(cublasStatus_t status, const char* what) {
   if (status != CUBLAS_STATUS_SUCCESS) {
     std::ostringstream s;

@@ -511,6 +511,13 @@ void CheckLaunch(const char* what) {
   if (status != cudaSuccess) throw std::runtime_error(std::string("CUDA launch of ") + what + ": " + cudaGetErrorString(status));
 }
 
+void CheckCall(int status, const char* what) {
+  if (status != cudaSuccess) {
+    throw std::runtime_error(std::string("CUDA error in ") + what + ": " +
+                             cudaGetErrorString(static_cast<cudaError_t>(status)));
+  }
+}
+
 template <typename S>
 void SoftmaxColumns(cudaStream_t stream, S* scores, int rows, int count, S beta, S* lse) {
   if (count == 0) return;

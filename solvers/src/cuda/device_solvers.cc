@@ -6,13 +6,13 @@
 #include <implicit/core/cuda_kernels.h>
 #include <implicit/solvers/cuda_solvers.h>
 #include <implicit/solvers/internal/batch_monitor.h>
+#include <implicit/solvers/internal/device_staging.h>
 #include <implicit/solvers/internal/guarded_step.h>
 #include <implicit/solvers/registry.h>
 
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cstring>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -25,9 +25,6 @@ namespace {
 static_assert(kMaxDeviceAndersonMemory == internal::kMaxAndersonKernelMemory,
               "the solver's memory bound is the kernel's");
 
-void Check(cudaError_t status, const char* what) {
-  if (status != cudaSuccess) throw std::runtime_error(std::string("CUDA error in ") + what + ": " + cudaGetErrorString(status));
-}
 
 // A workspace slot of the context as rows x cols scalars.
 template <typename T>
@@ -48,7 +45,8 @@ class DeviceSolve {
         batch_(z.cols()),
         energy_(options.use_energy && map.has_energy()),
         monitor_(options, name),
-        upload_bytes_(Capacity(batch_)) {
+        staging_(context, {internal::kSlotUpload, internal::kPinnedUpload, Capacity(batch_)},
+                 {internal::kSlotDownload, internal::kPinnedDownload, Results(batch_)}) {
     if (z.rows() != n_ || z.cols() < 1) {
       throw std::invalid_argument(name + ": initial state z must be " + std::to_string(n_) +
                                   " x B with B >= 1 (the map's dimension), got " + std::to_string(z.rows()) +
@@ -62,11 +60,6 @@ class DeviceSolve {
     compact_in_ = Slot<S>(context, k::kSlotCompactIn, nb);
     compact_out_ = Slot<S>(context, k::kSlotCompactOut, nb);
     compact_e_ = Slot<S>(context, k::kSlotCompactE, b);
-    upload_device_ = Slot<unsigned char>(context, k::kSlotUpload, upload_bytes_);
-    upload_host_ = static_cast<unsigned char*>(context.PinnedWorkspace(k::kPinnedUpload, upload_bytes_));
-    download_device_ = Slot<double>(context, k::kSlotDownload, Results(batch_));
-    download_host_ =
-        static_cast<double*>(context.PinnedWorkspace(k::kPinnedDownload, sizeof(double) * Results(batch_)));
     active_device_ = Slot<int>(context, k::kSlotActive, b);
     active_host_ = static_cast<int*>(context.PinnedWorkspace(k::kPinnedActive, sizeof(int) * b));
     residual_.resize(batch_);
@@ -95,15 +88,7 @@ class DeviceSolve {
   // until the next Download()).
   template <typename T>
   T* Upload(const T* host, std::size_t count) {
-    const std::size_t bytes = sizeof(T) * count, at = upload_used_;
-    if (at + bytes > upload_bytes_) throw std::logic_error("DeviceSolve: upload staging exhausted");
-    upload_used_ += (bytes + 15) / 16 * 16;
-    void* device = upload_device_ + at;
-    if (bytes == 0) return static_cast<T*>(device);
-    std::memcpy(upload_host_ + at, host, bytes);
-    Check(cudaMemcpyAsync(device, upload_host_ + at, bytes, cudaMemcpyHostToDevice, stream()),
-          "upload of per-sample data");
-    return static_cast<T*>(device);
+    return staging_.Upload(host, count);
   }
   // The batch columns of a list (ascending, no repeats) for the kernels:
   // nullptr when it is the whole batch (the kernels then index 0..B-1).
@@ -121,9 +106,9 @@ class DeviceSolve {
     if (static_cast<Index>(active.size()) == batch_) return nullptr;
     if (active.size() != active_uploaded_) {
       std::copy(active.begin(), active.end(), active_host_);
-      Check(cudaMemcpyAsync(active_device_, active_host_, sizeof(int) * active.size(), cudaMemcpyHostToDevice,
-                            stream()),
-            "upload of the active samples");
+      internal::CheckCall(cudaMemcpyAsync(active_device_, active_host_, sizeof(int) * active.size(),
+                                          cudaMemcpyHostToDevice, stream()),
+                          "upload of the active samples");
       active_uploaded_ = active.size();
     }
     return active_device_;
@@ -131,14 +116,8 @@ class DeviceSolve {
 
   // The device array for per-sample results, and its download (which waits
   // for the stream and frees the upload staging).
-  double* results() const { return download_device_; }
-  const double* Download(std::size_t count) {
-    Check(cudaMemcpyAsync(download_host_, results(), sizeof(double) * count, cudaMemcpyDeviceToHost, stream()),
-          "download of per-sample scalars");
-    context_.Synchronize();
-    upload_used_ = 0;
-    return download_host_;
-  }
+  double* results() const { return staging_.results(); }
+  const double* Download(std::size_t count) { return staging_.Download(count); }
 
   // For every b in `columns` (ascending): f(:, b) = f(points(:, b)) and, with
   // the energy, e[b] = E(points(:, b)); other columns are left alone. The
@@ -242,13 +221,8 @@ class DeviceSolve {
   const Index n_, batch_;
   const bool energy_;
   implicit::internal::BatchMonitor<S> monitor_;
-  const std::size_t upload_bytes_;
-  std::size_t upload_used_ = 0;
   // Context workspace: per-sample staging (pinned host and device) ...
-  unsigned char* upload_host_ = nullptr;
-  unsigned char* upload_device_ = nullptr;
-  double* download_host_ = nullptr;
-  double* download_device_ = nullptr;
+  internal::DeviceStaging staging_;
   // ... f(z), E(z), the kept iterates, and the active set gathered.
   S *f_ = nullptr, *e_ = nullptr, *kept_ = nullptr;
   S *compact_in_ = nullptr, *compact_out_ = nullptr, *compact_e_ = nullptr;
@@ -337,8 +311,8 @@ Summary DeviceAndersonSolver<Scalar>::Solve(Context& context, const DeviceMap<Sc
   Scalar* dg = Slot<Scalar>(context, k::kSlotDG, nb * m);
   double* gram = Slot<double>(context, k::kSlotGram, b_count * m * m);
   int* counters = Slot<int>(context, k::kSlotCounters, 4 * b_count);
-  Check(cudaMemsetAsync(counters, 0, sizeof(int) * 4 * b_count, stream), "cudaMemset(anderson counters)");
-  Check(cudaMemsetAsync(y, 0, sizeof(Scalar) * nb, stream), "cudaMemset(trial points)");
+  internal::CheckCall(cudaMemsetAsync(counters, 0, sizeof(int) * 4 * b_count, stream), "cudaMemset(anderson counters)");
+  internal::CheckCall(cudaMemsetAsync(y, 0, sizeof(Scalar) * nb, stream), "cudaMemset(trial points)");
   internal::AndersonState state;
   state.memory = static_cast<int>(m);
   state.ridge = options_.ridge;
@@ -376,7 +350,8 @@ Summary DeviceAndersonSolver<Scalar>::Solve(Context& context, const DeviceMap<Sc
     }
     // The guarded step (internal::GuardedStepper::Step, with the state on the device).
     if (!solve.supports_subsets()) {
-      Check(cudaMemcpyAsync(y, z.data(), sizeof(Scalar) * nb, cudaMemcpyDeviceToDevice, stream), "copy z");
+      internal::CheckCall(cudaMemcpyAsync(y, z.data(), sizeof(Scalar) * nb, cudaMemcpyDeviceToDevice, stream),
+                          "copy z");
     }
     pending.clear();
     for (Index b : active) {

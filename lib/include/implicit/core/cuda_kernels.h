@@ -34,6 +34,9 @@ enum PinnedSlot : int { kPinnedUpload, kPinnedDownload, kPinnedKrylovUpload, kPi
 
 // Throws std::runtime_error naming `what` if the last launch failed.
 void CheckLaunch(const char* what);
+// Throws std::runtime_error "CUDA error in <what>: <the error's text>" when
+// `status`, a cudaError_t returned by a CUDA runtime call, is not cudaSuccess.
+void CheckCall(int status, const char* what);
 
 // Column softmax of beta * scores (rows x count), in place; lse[j] (when not
 // null) = log sum_i exp(beta scores_ij).

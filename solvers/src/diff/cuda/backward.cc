@@ -45,12 +45,6 @@ class AdjointMap : public DeviceMap<S> {
 };
 
 void Refuse(const std::string& why) { throw std::invalid_argument("cuda::ImplicitBackward: " + why); }
-void Check(cudaError_t status, const char* what) {
-  if (status != cudaSuccess) {
-    throw std::runtime_error(std::string("cuda::ImplicitBackward: CUDA error in ") + what + ": " +
-                             cudaGetErrorString(status));
-  }
-}
 
 }  // namespace
 
@@ -105,7 +99,8 @@ DeviceBackwardResult<Scalar> ImplicitBackward(Context& context, const DeviceMap<
   if (!all_good) {  // the adjoint with the failed columns zeroed
     dropped.CopyFrom(context, result.adjoint);
     for (Index b : failed) {
-      Check(cudaMemsetAsync(dropped.col(b), 0, sizeof(Scalar) * n, context.stream()), "zero a column");
+      internal::CheckCall(cudaMemsetAsync(dropped.col(b), 0, sizeof(Scalar) * n, context.stream()),
+                          "cuda::ImplicitBackward: zeroing a failed sample's adjoint");
     }
     u = dropped.data();
   }

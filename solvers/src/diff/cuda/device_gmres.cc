@@ -3,72 +3,15 @@
 
 #include <implicit/core/cuda_kernels.h>
 #include <implicit/solvers/internal/batch_monitor.h>
-
-#include <cuda_runtime.h>
+#include <implicit/solvers/internal/device_staging.h>
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
-#include <stdexcept>
-#include <string>
 #include <vector>
 
 namespace implicit {
 namespace cuda {
 namespace internal {
-namespace {
-
-void Check(cudaError_t status, const char* what) {
-  if (status != cudaSuccess) {
-    throw std::runtime_error(std::string("cuda::ImplicitBackward (gmres): CUDA error in ") + what + ": " +
-                             cudaGetErrorString(status));
-  }
-}
-
-// Small host arrays to the device and per-sample doubles back, staged in the
-// context's pinned memory; an upload stays valid until the next Download().
-class Staging {
- public:
-  Staging(Context& context, std::size_t upload_bytes, std::size_t download_doubles)
-      : context_(context), upload_bytes_(upload_bytes) {
-    upload_host_ = static_cast<unsigned char*>(context.PinnedWorkspace(kPinnedKrylovUpload, upload_bytes));
-    upload_device_ = static_cast<unsigned char*>(context.Workspace(kSlotKrylovUpload, upload_bytes));
-    download_host_ =
-        static_cast<double*>(context.PinnedWorkspace(kPinnedKrylovDownload, sizeof(double) * download_doubles));
-    download_device_ = static_cast<double*>(context.Workspace(kSlotKrylovDownload, sizeof(double) * download_doubles));
-  }
-  template <typename T>
-  const T* Upload(const std::vector<T>& host) {
-    const std::size_t bytes = sizeof(T) * host.size(), at = used_;
-    if (at + bytes > upload_bytes_) throw std::logic_error("GmresAdjoint: upload staging exhausted");
-    used_ += (bytes + 15) / 16 * 16;
-    if (bytes > 0) {
-      std::memcpy(upload_host_ + at, host.data(), bytes);
-      Check(cudaMemcpyAsync(upload_device_ + at, upload_host_ + at, bytes, cudaMemcpyHostToDevice, context_.stream()),
-            "upload");
-    }
-    return reinterpret_cast<const T*>(upload_device_ + at);
-  }
-  double* results() const { return download_device_; }
-  // Waits for the stream; the first `count` results on the host.
-  const double* Download(std::size_t count) {
-    Check(cudaMemcpyAsync(download_host_, download_device_, sizeof(double) * count, cudaMemcpyDeviceToHost,
-                          context_.stream()),
-          "download");
-    context_.Synchronize();
-    used_ = 0;
-    return download_host_;
-  }
-
- private:
-  Context& context_;
-  const std::size_t upload_bytes_;
-  std::size_t used_ = 0;
-  unsigned char *upload_host_ = nullptr, *upload_device_ = nullptr;
-  double *download_host_ = nullptr, *download_device_ = nullptr;
-};
-
-}  // namespace
 
 template <typename Scalar>
 Summary GmresAdjoint(Context& context, const DeviceMap<Scalar>& map, const DeviceMatrix<Scalar>& z_star,
@@ -90,14 +33,15 @@ Summary GmresAdjoint(Context& context, const DeviceMap<Scalar>& map, const Devic
   Scalar* compact_z = slot(kSlotAdjointZ, nb);
   // Uploads between two synchronisations: two column lists, m x B coefficients
   // and B scale factors.
-  Staging io(context, 2 * sizeof(int) * batch + sizeof(double) * (m + 1) * batch + 1024,
-             static_cast<std::size_t>(m + 1) * batch);
+  const std::size_t upload_bytes = 2 * sizeof(int) * batch + sizeof(double) * (m + 1) * batch + 1024;
+  DeviceStaging io(context, {kSlotKrylovUpload, kPinnedKrylovUpload, upload_bytes},
+                   {kSlotKrylovDownload, kPinnedKrylovDownload, static_cast<std::size_t>(m + 1) * batch});
 
   std::vector<int> listed;
   auto upload_columns = [&](const std::vector<Index>& columns) -> const int* {
     if (static_cast<Index>(columns.size()) == batch) return nullptr;
     listed.assign(columns.begin(), columns.end());
-    return io.Upload(listed);
+    return io.Upload(listed.data(), listed.size());
   };
   // out(:, b) = v(:, b) - (J^T v)(:, b) for the listed columns (one batch of products).
   auto apply = [&](const Scalar* v, const std::vector<Index>& columns, const int* d_columns, Scalar* out) {
@@ -159,8 +103,8 @@ Summary GmresAdjoint(Context& context, const DeviceMap<Scalar>& map, const Devic
     }
     const std::vector<Index> cycle = running;
     const int* d_cycle = upload_columns(cycle);
-    BasisCombine<Scalar>(stream, r, 0, 1, io.Upload(scale), ni, d_cycle, static_cast<int>(cycle.size()), false,
-                         V);  // V_0 = r / |r|
+    BasisCombine<Scalar>(stream, r, 0, 1, io.Upload(scale.data(), scale.size()), ni, d_cycle,
+                         static_cast<int>(cycle.size()), false, V);  // V_0 = r / |r|
     for (int j = 0; j < m && !running.empty() && monitor.budget_left(); ++j) {
       const int c = static_cast<int>(running.size());
       const int* d_run = upload_columns(running);
@@ -178,7 +122,8 @@ Summary GmresAdjoint(Context& context, const DeviceMap<Scalar>& map, const Devic
           hj[e] += minus[e];
           minus[e] = -minus[e];
         }
-        BasisCombine<Scalar>(stream, V, stride, j + 1, io.Upload(minus), ni, d_run, c, true, w);
+        BasisCombine<Scalar>(stream, V, stride, j + 1, io.Upload(minus.data(), minus.size()), ni, d_run, c, true,
+                             w);
       }
       const std::vector<double> hnext = norms(w, running, d_run);
       d_run = upload_columns(running);
@@ -209,7 +154,8 @@ Summary GmresAdjoint(Context& context, const DeviceMap<Scalar>& map, const Devic
           still.push_back(b);
         }
       }
-      BasisCombine<Scalar>(stream, w, 0, 1, io.Upload(inverse), ni, d_run, c, false, V + (j + 1) * stride);
+      BasisCombine<Scalar>(stream, w, 0, 1, io.Upload(inverse.data(), inverse.size()), ni, d_run, c, false,
+                           V + (j + 1) * stride);
       running.swap(still);
     }
     // u += V_k y, H_k y = gamma_k (upper triangular), per sample of the cycle.
@@ -223,7 +169,7 @@ Summary GmresAdjoint(Context& context, const DeviceMap<Scalar>& map, const Devic
         y[i] = std::abs(h(b, i, i)) > 0 ? sum / h(b, i, i) : 0.0;
       }
     }
-    BasisCombine<Scalar>(stream, V, stride, m, io.Upload(coef), ni, upload_columns(cycle),
+    BasisCombine<Scalar>(stream, V, stride, m, io.Upload(coef.data(), coef.size()), ni, upload_columns(cycle),
                          static_cast<int>(cycle.size()), true, u->data());
   }
   std::vector<Index> restore;  // none: a linear solve returns its final iterate
