@@ -53,6 +53,7 @@
 #include "common/solvers.h"
 #include "common/table.h"
 #include "common/threads.h"
+#include "common/timing.h"
 #include "et/device_equilibrium.h"
 #include "problems/problem.h"
 
@@ -836,17 +837,10 @@ int CheckGradients(const Config& c, EtModel& model, const Matrix<double>& train)
   return 0;
 }
 
-// The median of a non-empty list.
-double Median(std::vector<double> v) {
-  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
-  return v[v.size() / 2];
-}
-
 struct TrainStats {
   double first_loss = -1, last_loss = 0, seconds = 0;
-  long steps = 0;  // trained in this run
-  // Per step: its wall-clock time, and of it the forward solve and IFT
-  // backward pass (the slowest share's).
+  // Per step trained in this run: its wall-clock time, and of it the forward
+  // solve and IFT backward pass (the slowest share's).
   std::vector<double> step_seconds, equilibrium_seconds;
   long backward_failures = 0, forward_unconverged = 0;
   long saved_step = -1;  // the last checkpoint this run wrote (-1: none)
@@ -917,7 +911,6 @@ TrainStats Train(const Config& c, const implicit::Communicator& comm, Workers& w
   }
   progress.Done();
   ts.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  ts.steps = std::max(0L, c.steps - start_step);
   return ts;
 }
 
@@ -974,7 +967,7 @@ void PrintEvaluation(const Config& c, const TrainStats& ts, long start_step, con
   } else if (start_step >= c.steps) {
     std::cout << "nothing to do: --steps 0; trained 0 steps, evaluating the initial model\n";
   } else {
-    std::cout << "trained " << ts.steps << " steps in " << FmtFixed(ts.seconds, 1) << " s (median step "
+    std::cout << "trained " << ts.step_seconds.size() << " steps in " << FmtFixed(ts.seconds, 1) << " s (median step "
               << Fmt(Median(ts.step_seconds), 3) << " s, " << Fmt(Median(ts.equilibrium_seconds), 3)
               << " s of it in the equilibrium solve and IFT backward pass); training loss "
               << Fmt(ts.first_loss, 4) << " -> " << Fmt(ts.last_loss, 4) << "\n";
@@ -1026,8 +1019,9 @@ void WriteJson(const Config& c, const TrainStats& ts, const Evaluation& e, Index
   o["last_train_loss"] = ts.last_loss;
   o["train_seconds"] = ts.seconds;
   o["device"] = c.device;
-  o["median_step_seconds"] = ts.steps > 0 ? Json(Median(ts.step_seconds)) : Json(nullptr);
-  o["median_equilibrium_seconds"] = ts.steps > 0 ? Json(Median(ts.equilibrium_seconds)) : Json(nullptr);
+  const bool trained = !ts.step_seconds.empty();
+  o["median_step_seconds"] = trained ? Json(Median(ts.step_seconds)) : Json(nullptr);
+  o["median_equilibrium_seconds"] = trained ? Json(Median(ts.equilibrium_seconds)) : Json(nullptr);
   o["backward_failures"] = ts.backward_failures;
   o["forward_unconverged"] = ts.forward_unconverged;
   o["heldout_forward_status"] =

@@ -1,7 +1,7 @@
 // implicit-bench --autodiff (autodiff_bench.h).
 #include "bench/autodiff_bench.h"
 
-#include "bench/timing.h"
+#include "common/timing.h"
 
 #include "common/format.h"
 #include "common/table.h"

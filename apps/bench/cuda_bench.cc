@@ -3,6 +3,7 @@
 
 #include "common/format.h"
 #include "common/table.h"
+#include "common/timing.h"
 
 #include <stdexcept>
 
@@ -45,12 +46,6 @@ namespace {
 using implicit::Index;
 using implicit::Matrix;
 namespace cuda = implicit::cuda;
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t m = v.size();
-  return m % 2 == 1 ? v[m / 2] : 0.5 * (v[m / 2 - 1] + v[m / 2]);
-}
 
 void Check(cudaError_t status) {
   if (status != cudaSuccess) throw std::runtime_error(std::string("CUDA error: ") + cudaGetErrorString(status));
@@ -125,16 +120,6 @@ struct IterationMarks {
   }
 };
 
-template <typename Run>
-double MedianSeconds(int repeat, Run&& run) {
-  std::vector<double> samples;
-  for (int r = 0; r < std::max(1, repeat); ++r) {
-    const auto start = std::chrono::steady_clock::now();
-    run();
-    samples.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  }
-  return Median(samples);
-}
 
 void Fill(Row* row, const implicit::Summary& s) {
   row->converged = s.num_converged();
@@ -154,10 +139,12 @@ Row TimedRow(const std::string& problem, const std::string& precision, const std
              const implicit::Summary& summary, bool quiet, Solve&& solve) {
   if (warm_up) solve();
   Row row{problem, precision, where, solver};
-  row.seconds = MedianSeconds(repeat, [&] {
-    marks->marks.clear();
-    solve();
-  });
+  row.seconds = MedianSeconds(
+      [&] {
+        marks->marks.clear();
+        solve();
+      },
+      repeat);
   row.floor = floor;
   row.full_batch_iteration = marks->FullBatchIteration(batch);
   Fill(&row, summary);
@@ -269,7 +256,7 @@ void RunEt(const DeviceBenchOptions& o, cuda::Context& context, std::vector<Row>
     };
     train_step();
     Row row{problem, "double", "gpu", step_name};
-    row.seconds = MedianSeconds(static_cast<int>(o.repeat), train_step);
+    row.seconds = MedianSeconds(train_step, o.repeat);
     row.floor = std::nan("");
     row.full_batch_iteration = std::nan("");
     Fill(&row, summary);
@@ -285,11 +272,13 @@ void RunEt(const DeviceBenchOptions& o, cuda::Context& context, std::vector<Row>
     Matrix<double> z;
     implicit::LinearSolveSummary adjoint;
     Row row{problem, "double", CpuWhere(), step_name};
-    row.seconds = MedianSeconds(1, [&] {
-      z = values;
-      summary = solver->Solve(cpu_map, z);
-      adjoint = implicit::ImplicitBackward(cpu_map, z, z, backward).summary;
-    });
+    row.seconds = MedianSeconds(
+        [&] {
+          z = values;
+          summary = solver->Solve(cpu_map, z);
+          adjoint = implicit::ImplicitBackward(cpu_map, z, z, backward).summary;
+        },
+        1);
     row.floor = std::nan("");
     row.full_batch_iteration = std::nan("");
     Fill(&row, summary);

@@ -1,7 +1,7 @@
 // implicit-bench --graph-et (graph_bench.h).
 #include "bench/graph_bench.h"
 
-#include "bench/timing.h"
+#include "common/timing.h"
 #include "common/data_paths.h"
 #include "common/format.h"
 #include "common/table.h"

@@ -1,15 +1,26 @@
-// Timing for implicit-bench's measurements: the median wall time of repeated
-// calls (robust to a call that another process slowed down).
+// Timing for the programs' measurements (implicit-bench, implicit-et's step
+// times): the median of a list, and the median wall time of repeated calls
+// (robust to a call that another process slowed down).
 //
 //   double s = MedianSeconds([&] { map.Evaluate(x, out); }, 5);
+//   double m = Median(step_seconds);
 #pragma once
 
 #include <algorithm>
 #include <chrono>
+#include <cstddef>
 #include <functional>
+#include <utility>
 #include <vector>
 
 namespace implicit_apps {
+
+// The median of a non-empty list (the mean of the middle two for an even count).
+inline double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t m = v.size();
+  return m % 2 == 1 ? v[m / 2] : 0.5 * (v[m / 2 - 1] + v[m / 2]);
+}
 
 // The median of `repeat` (>= 1) timed calls, in seconds.
 inline double MedianSeconds(const std::function<void()>& call, long repeat) {
@@ -19,8 +30,7 @@ inline double MedianSeconds(const std::function<void()>& call, long repeat) {
     call();
     t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
-  std::nth_element(t.begin(), t.begin() + t.size() / 2, t.end());
-  return t[t.size() / 2];
+  return Median(std::move(t));
 }
 
 }  // namespace implicit_apps
