@@ -46,7 +46,12 @@ function(implicit_add_cuda_backend)
   if(NOT IMPLICIT_WITH_CUDA)
     return()
   endif()
-  target_link_libraries(implicit_cuda PUBLIC CUDA::cudart CUDA::cublas)
+  # cuBLAS is opened on first use (lib/cuda/cuda_blas.cc), not linked: its
+  # start-up work (about 0.1 s per process) is paid only by programs that use
+  # the GPU. The toolkit's library folder is where it is looked for when the
+  # dynamic loader does not find it.
+  target_link_libraries(implicit_cuda PUBLIC CUDA::cudart PRIVATE ${CMAKE_DL_LIBS})
+  target_compile_definitions(implicit_cuda PRIVATE IMPLICIT_CUDA_LIBRARY_DIR="${CUDAToolkit_LIBRARY_DIR}")
   target_compile_definitions(implicit_cuda PUBLIC IMPLICIT_WITH_CUDA=1)
   # Eigen's headers (seen through the Map interface) need relaxed constexpr.
   target_compile_options(implicit_cuda PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr>)

@@ -2,15 +2,17 @@
 # Installs the Debian packages libimplicit needs (idempotent: does nothing when
 # they are all present). CUDA is optional and not installed here: the build
 # uses nvcc from /usr/local/cuda when it exists. Two groups are optional:
-# the fuzzing toolchain (clang-14, libfuzzer-14-dev; scripts/fuzz.sh) and
+# Clang (clang-14, libfuzzer-14-dev, libomp-14-dev: the fuzzing harnesses of
+# scripts/fuzz.sh, and the compiler of scripts/test.sh's sanitizer pass) and
 # PyTorch (python3-torch; implicit.torch): when apt cannot install one, the
-# script says so, and fuzzing / the torch tests and example are skipped.
+# script says so, and fuzzing is skipped / the sanitizer pass uses g++ / the
+# torch tests and example are skipped.
 set -euo pipefail
 packages=(cmake ninja-build g++ ccache pkg-config libeigen3-dev libceres-dev
           libboost-test-dev zlib1g-dev gnuplot-nox libcli11-dev nlohmann-json3-dev lld
           python3-dev pybind11-dev python3-numpy python3-pytest
           libopenmpi-dev openmpi-bin)
-fuzzing=(clang-14 libfuzzer-14-dev)
+fuzzing=(clang-14 libfuzzer-14-dev libomp-14-dev)
 torch=(python3-torch)
 
 missing_from() {
@@ -41,6 +43,7 @@ install_optional() {  # <what it is for> <what is skipped without it> <packages.
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "$@" >/dev/null ||
     echo "install-deps: optional $* not installed: $skipped"
 }
-install_optional "fuzzing" "scripts/fuzz.sh will be skipped" "${missing_fuzzing[@]}"
+install_optional "fuzzing, the sanitizer pass" \
+  "scripts/fuzz.sh will be skipped, the sanitizer pass compiled by g++" "${missing_fuzzing[@]}"
 install_optional "implicit.torch" "the torch tests and example will be skipped" "${missing_torch[@]}"
 echo "install-deps: done"

@@ -85,7 +85,20 @@ if [ "${SKIP_SANITIZE:-0}" != "1" ]; then
   # read as leaks; the communicator tests run here in one process (the
   # single-process communicator, ShardedSolve and the data-parallel checks),
   # and under mpirun -np 2 in the Release pass.
-  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DIMPLICIT_SANITIZE=ON \
+  # Compiled by clang++-14 where it can link OpenMP (install-deps.sh installs
+  # it): at -O0 with the sanitizers it compiles this project about twice as
+  # fast as g++ (the whole pass's build: 11 min of CPU time against 24). g++
+  # otherwise.
+  sanitizer_compiler=()
+  probe=$(mktemp)
+  if command -v clang++-14 >/dev/null &&
+     echo 'int main() { return 0; }' | clang++-14 -x c++ -fopenmp - -o "$probe" 2>/dev/null; then
+    sanitizer_compiler=(-DCMAKE_CXX_COMPILER=clang++-14)
+  else
+    echo "sanitizer pass: compiled by g++ (clang++-14 with OpenMP not found: Debian clang-14, libomp-14-dev)"
+  fi
+  rm -f "$probe"
+  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DIMPLICIT_SANITIZE=ON "${sanitizer_compiler[@]}" \
         -DIMPLICIT_WITH_CUDA=OFF -DIMPLICIT_PYTHON=OFF -DIMPLICIT_WITH_MPI=OFF \
         -DIMPLICIT_GCC_FEWER_COLLECTIONS=$fewer_collections \
         -DCMAKE_CXX_FLAGS_DEBUG="-O0 -g1"

@@ -1,12 +1,11 @@
 // Device discovery, the solve context, device buffers and matrices (cuda.h,
 // cuda_device.h).
+#include <implicit/core/cuda_blas.h>
 #include <implicit/core/cuda_device.h>
 #include <implicit/core/cuda_kernels.h>
 
-#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
-#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -16,13 +15,6 @@ namespace cuda {
 namespace {
 
 void Check(cudaError_t status, const char* what) { internal::CheckCall(status, what); }
-void Check(cublasStatus_t status, const char* what) {
-  if (status != CUBLAS_STATUS_SUCCESS) {
-    std::ostringstream s;
-    s << "cuBLAS error " << static_cast<int>(status) << " in " << what;
-    throw std::runtime_error(s.str());
-  }
-}
 
 }  // namespace
 
@@ -86,12 +78,8 @@ Context::Context(int device, bool allow_tf32) : device_(device), allow_tf32_(all
   Check(cudaSetDevice(device), "cudaSetDevice");
   Check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
   try {
-    Check(cublasCreate(&cublas_), "cublasCreate");
-    Check(cublasSetStream(cublas_, stream_), "cublasSetStream");
-    Check(cublasSetMathMode(cublas_, allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH),
-          "cublasSetMathMode");
+    cublas_ = internal::CreateHandle(stream_, allow_tf32);
   } catch (...) {
-    if (cublas_ != nullptr) cublasDestroy(cublas_);
     cudaStreamDestroy(stream_);
     throw;
   }
@@ -102,7 +90,7 @@ Context::~Context() {
   for (Pinned& p : pinned_workspace_)
     if (p.data != nullptr) cudaFreeHost(p.data);
   workspace_.clear();
-  cublasDestroy(cublas_);
+  internal::DestroyHandle(cublas_);
   cudaStreamDestroy(stream_);
 }
 

@@ -126,11 +126,11 @@ Summary GatherShardSummaries(const Summary& local, Index batch, const Communicat
   return MergeShardSummaries(shards, "solved on " + std::to_string(comm.size()) + " ranks");
 }
 
+namespace {
+
 template <typename Scalar>
-Summary ShardedSolve(const Solver<Scalar>& solver,
-                     const FixedPointMap<typename internal::NonDeduced<Scalar>::type>& local_map,
-                     MatrixRef<typename internal::NonDeduced<Scalar>::type> z,
-                     const Communicator& comm) {
+Summary SolveShards(const Solver<Scalar>& solver, const FixedPointMap<Scalar>& local_map,
+                    MatrixRef<Scalar> z, const Communicator& comm) {
   const Shard mine = ShardOf(z.cols(), comm);
   Summary local;
   local.solver = solver.name();
@@ -156,9 +156,15 @@ Summary ShardedSolve(const Solver<Scalar>& solver,
   return GatherShardSummaries(local, z.cols(), comm);
 }
 
-template Summary ShardedSolve<float>(const Solver<float>&, const FixedPointMap<float>&,
-                                     MatrixRef<float>, const Communicator&);
-template Summary ShardedSolve<double>(const Solver<double>&, const FixedPointMap<double>&,
-                                      MatrixRef<double>, const Communicator&);
+}  // namespace
+
+Summary ShardedSolve(const Solver<float>& solver, const FixedPointMap<float>& local_map,
+                     MatrixRef<float> z, const Communicator& comm) {
+  return SolveShards(solver, local_map, z, comm);
+}
+Summary ShardedSolve(const Solver<double>& solver, const FixedPointMap<double>& local_map,
+                     MatrixRef<double> z, const Communicator& comm) {
+  return SolveShards(solver, local_map, z, comm);
+}
 
 }  // namespace implicit

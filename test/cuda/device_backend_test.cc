@@ -5,6 +5,7 @@
 #define BOOST_TEST_MODULE cuda_device_backend
 #include <boost/test/unit_test.hpp>
 
+#include <implicit/core/cuda_blas.h>
 #include <implicit/core/cuda_hopfield.h>
 #include <implicit/diff/cuda_backward.h>
 #include <implicit/diff/implicit_diff.h>
@@ -104,6 +105,14 @@ BOOST_AUTO_TEST_CASE(without_a_device_a_context_fails_clearly) {
   } catch (const std::runtime_error& e) {
     BOOST_TEST(std::string(e.what()).find("cuda::Context") != std::string::npos);
   }
+}
+
+// cuBLAS is opened on first use, not linked (cuda_blas.h): the library and
+// every function the backend calls are found, with or without a device, and
+// a second load is the first one.
+BOOST_AUTO_TEST_CASE(cublas_loads_on_demand_with_every_function) {
+  BOOST_CHECK_NO_THROW(cuda::internal::LoadCublas());
+  BOOST_CHECK_NO_THROW(cuda::internal::LoadCublas());
 }
 
 // ---- the device Hopfield map -------------------------------------------------------------

@@ -38,10 +38,12 @@
 namespace {
 std::atomic<bool> counting{false};
 std::atomic<long> large_allocations{0};
-constexpr std::size_t kWorkspaceBytes = 1024;
 }  // namespace
 
 #if IMPLICIT_COUNTS_MALLOC
+namespace {
+constexpr std::size_t kWorkspaceBytes = 1024;
+}  // namespace
 extern "C" void* __libc_malloc(std::size_t size);
 extern "C" void* malloc(std::size_t size) {
   if (size >= kWorkspaceBytes && counting.load(std::memory_order_relaxed))

@@ -28,7 +28,8 @@
 namespace implicit {
 
 template <typename Scalar>
-struct ColumnLayerNorm {
+class ColumnLayerNorm {
+ public:
   Scalar gamma = Scalar(1);
   Scalar delta = Scalar(0);
   Scalar epsilon = Scalar(1e-5);

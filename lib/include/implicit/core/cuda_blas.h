@@ -1,6 +1,15 @@
 // cuBLAS calls with the scalar type overloaded (internal): the GEMMs of the
 // GPU backend's maps and benchmarks, column-major as cuBLAS itself, with
 // errors turned into std::runtime_error naming what was computed.
+//
+// cuBLAS is loaded when the first cuda::Context is made (dlopen of
+// libcublas.so.<major>, found as the dynamic loader finds libraries, else in
+// the CUDA toolkit's library folder of the build), not when a program
+// starts: its start-up work (about 0.1 s per process) is then paid only by
+// programs that use the GPU, and programs link libcudart alone.
+//
+//   internal::CheckBlas(internal::Gemm(context.cublas(), CUBLAS_OP_N, CUBLAS_OP_N, m, n, k,
+//                                      1.0f, a, m, b, k, 0.0f, c, m), "scores");
 #pragma once
 
 #ifndef IMPLICIT_WITH_CUDA
@@ -8,6 +17,7 @@
 #endif
 
 #include <cublas_v2.h>
+#include <cuda_runtime.h>
 
 #include <stdexcept>
 #include <string>
@@ -22,29 +32,31 @@ inline void CheckBlas(cublasStatus_t status, const char* what) {
   }
 }
 
+// Loads cuBLAS if it is not loaded yet; std::runtime_error saying what is
+// missing when the library or one of its functions cannot be found.
+// Thread-safe; every function below calls it.
+void LoadCublas();
+
+// A handle working on `stream`, with TF32 tensor-core GEMMs when allow_tf32
+// (else cuBLAS's default math); DestroyHandle releases it.
+cublasHandle_t CreateHandle(cudaStream_t stream, bool allow_tf32);
+void DestroyHandle(cublasHandle_t handle);
+
 // C = alpha op(A) op(B) + beta C.
-inline cublasStatus_t Gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
-                           float alpha, const float* a, int lda, const float* b, int ldb, float beta, float* c,
-                           int ldc) {
-  return cublasSgemm(h, ta, tb, m, n, k, &alpha, a, lda, b, ldb, &beta, c, ldc);
-}
-inline cublasStatus_t Gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
-                           double alpha, const double* a, int lda, const double* b, int ldb, double beta, double* c,
-                           int ldc) {
-  return cublasDgemm(h, ta, tb, m, n, k, &alpha, a, lda, b, ldb, &beta, c, ldc);
-}
+cublasStatus_t Gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                    float alpha, const float* a, int lda, const float* b, int ldb, float beta, float* c,
+                    int ldc);
+cublasStatus_t Gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                    double alpha, const double* a, int lda, const double* b, int ldb, double beta, double* c,
+                    int ldc);
 
 // The same for `count` matrices, A, B and C advancing by sa, sb and sc elements.
-inline cublasStatus_t GemmBatched(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
-                                  float alpha, const float* a, int lda, long long sa, const float* b, int ldb,
-                                  long long sb, float beta, float* c, int ldc, long long sc, int count) {
-  return cublasSgemmStridedBatched(h, ta, tb, m, n, k, &alpha, a, lda, sa, b, ldb, sb, &beta, c, ldc, sc, count);
-}
-inline cublasStatus_t GemmBatched(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
-                                  double alpha, const double* a, int lda, long long sa, const double* b, int ldb,
-                                  long long sb, double beta, double* c, int ldc, long long sc, int count) {
-  return cublasDgemmStridedBatched(h, ta, tb, m, n, k, &alpha, a, lda, sa, b, ldb, sb, &beta, c, ldc, sc, count);
-}
+cublasStatus_t GemmBatched(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                           float alpha, const float* a, int lda, long long sa, const float* b, int ldb,
+                           long long sb, float beta, float* c, int ldc, long long sc, int count);
+cublasStatus_t GemmBatched(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                           double alpha, const double* a, int lda, long long sa, const double* b, int ldb,
+                           long long sb, double beta, double* c, int ldc, long long sc, int count);
 
 }  // namespace internal
 }  // namespace cuda

@@ -31,13 +31,12 @@
 
 namespace implicit {
 
-// (Scalar is deduced from the solver only, so that Eigen matrices and derived
-// maps convert.)
-template <typename Scalar>
-Summary ShardedSolve(const Solver<Scalar>& solver,
-                     const FixedPointMap<typename internal::NonDeduced<Scalar>::type>& local_map,
-                     MatrixRef<typename internal::NonDeduced<Scalar>::type> z,
-                     const Communicator& comm);
+// (Overloads rather than a template, so that Eigen matrices and derived maps
+// convert.)
+Summary ShardedSolve(const Solver<float>& solver, const FixedPointMap<float>& local_map,
+                     MatrixRef<float> z, const Communicator& comm);
+Summary ShardedSolve(const Solver<double>& solver, const FixedPointMap<double>& local_map,
+                     MatrixRef<double> z, const Communicator& comm);
 
 // The Summary of one batch from the Summaries of its consecutive shards, in
 // sample order, merged as ShardedSolve merges the ranks' (above); `message`
@@ -49,10 +48,5 @@ Summary MergeShardSummaries(const std::vector<Summary>& shards, const std::strin
 // rank's `local` does not hold its shard's sample count, every rank throws
 // std::invalid_argument naming that rank.
 Summary GatherShardSummaries(const Summary& local, Index batch, const Communicator& comm);
-
-extern template Summary ShardedSolve<float>(const Solver<float>&, const FixedPointMap<float>&,
-                                            MatrixRef<float>, const Communicator&);
-extern template Summary ShardedSolve<double>(const Solver<double>&, const FixedPointMap<double>&,
-                                             MatrixRef<double>, const Communicator&);
 
 }  // namespace implicit
