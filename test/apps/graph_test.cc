@@ -124,7 +124,7 @@ BOOST_AUTO_TEST_CASE(et_beats_a_random_scorer) {
 // seed extended to three from its checkpoint, equal the plain run.
 BOOST_AUTO_TEST_CASE(threads_and_resumed_runs_give_the_same_results) {
   ScratchDir dir;
-  const std::string args = "--models gcn,lr-raw --epochs 40";
+  const std::string args = "--models gcn,lr-raw --epochs 10";
   const Json plain = RunJson(args + " --seeds 3", dir, "plain.json");
   const Json threads = RunJson(args + " --seeds 3 --threads 2", dir, "threads.json");
   RunJson(args + " --seeds 1 --checkpoint " + dir.File("runs.ckpt"), dir, "first.json");
@@ -145,17 +145,20 @@ BOOST_AUTO_TEST_CASE(threads_and_resumed_runs_give_the_same_results) {
     BOOST_TEST(other->at("paired") == plain.at("paired"));
   }
   // A checkpoint of other settings is refused, naming the first difference.
-  implicit::testing::ExpectOneLineError(kApp + " --models gcn,lr-raw --quiet --epochs 41 --resume " + dir.File("runs.ckpt"),
-                                        "/epochs 40 there, 41 here", 1, "implicit-graph");
+  implicit::testing::ExpectOneLineError(kApp + " --models gcn,lr-raw --quiet --epochs 11 --resume " + dir.File("runs.ckpt"),
+                                        "/epochs 10 there, 11 here", 1, "implicit-graph");
 }
 
 // A solve that fails after the first epoch ends the ET's training there, with
 // the best parameters before it (reported per seed and in a line); in the
-// first epoch it is an error naming the solve.
+// first epoch it is an error naming the solve. The small ET of the test
+// above: with 6 forward iterations its solves stop converging after a few
+// epochs (at epoch 10 here), with one in the first.
 BOOST_AUTO_TEST_CASE(et_training_stops_where_a_solve_fails) {
   ScratchDir dir;
-  const std::string args = "--models et --seeds 1 --et-epochs 30 --patience 100 --max-iter ";
-  const auto r = RunCommand(kApp + " " + args + "15 --quiet --json " + dir.File("g.json"));
+  const std::string args = "--models et --seeds 1 --et-epochs 30 --patience 100 --et-dim 4 --et-heads 1 "
+                           "--et-head-dim 2 --et-memories 4 --max-iter ";
+  const auto r = RunCommand(kApp + " " + args + "6 --quiet --json " + dir.File("g.json"));
   BOOST_TEST_INFO(r.out << r.err);
   BOOST_REQUIRE(r.exit_code == 0);
   const Json seed = implicit::testing::ReadJson(dir.File("g.json")).at("detectors")[0].at("per_seed")[0];

@@ -62,6 +62,15 @@ template <typename E>
 using Stored = std::conditional_t<Eigen::internal::has_direct_access<E>::ret, const E&,
                                   const Vector<typename E::Scalar>>;
 
+// Whether a vector expression exposes its storage (data(), innerStride()):
+// plain vectors, blocks, maps (Eigen's strided IndexedView has no data()).
+template <typename E, typename = void>
+struct ExposesStorage : std::false_type {};
+template <typename E>
+struct ExposesStorage<E, std::void_t<decltype(std::declval<const E&>().data()),
+                                     decltype(std::declval<const E&>().innerStride())>>
+    : std::true_type {};
+
 // sum_i numbers_i vars_i as one node whose partials are the numbers; a run
 // when the variables are consecutive nodes (a block of x).
 template <typename T, typename Numbers, typename Vars>
@@ -69,6 +78,23 @@ T DotOfNumbersAndVars(const Numbers& numbers, const Vars& vars) {
   using V = typename T::Value;
   const Index n = vars.size();
   reverse::Tape<V>& tape = reverse::Tape<V>::ThisThread();
+  if constexpr (ExposesStorage<std::decay_t<Vars>>::value) {
+    // A stretch of a known run (the functor's x, input or theta): values read
+    // contiguously, the numbers appended as the run's partials, no per-Var check.
+    std::int64_t known_first = -1;
+    const V* values = nullptr;
+    if (n > 0 && vars.innerStride() == 1 && tape.FindKnownRun(vars.data(), n, &known_first, &values)) {
+      const Eigen::Map<const Vector<V>> x(values, n);
+      V value(0.0);
+      if constexpr (std::is_arithmetic<V>::value) {
+        value = numbers.template cast<V>().dot(x);
+      } else {
+        using Number = std::decay_t<decltype(x(0).a)>;
+        for (Index i = 0; i < n; ++i) value += x(i) * static_cast<Number>(numbers.coeff(i));
+      }
+      return T(value, tape.PushRun(known_first, numbers));
+    }
+  }
   const std::int64_t first = n > 0 ? vars.coeff(0).index() : -1;
   bool run = first >= 0;
   V value(0.0);
@@ -76,11 +102,7 @@ T DotOfNumbersAndVars(const Numbers& numbers, const Vars& vars) {
     run = run && vars.coeff(i).index() == first + static_cast<std::int64_t>(i);
     value += V(numbers.coeff(i)) * ValueOf(vars.coeff(i));
   }
-  if (run) {
-    V* partial = tape.AddRun(first, n);
-    for (Index i = 0; i < n; ++i) partial[i] = V(numbers.coeff(i));
-    return T(value, tape.Close());
-  }
+  if (run) return T(value, tape.PushRun(first, numbers));
   bool any = false;
   for (Index i = 0; i < n; ++i) {
     if (!vars.coeff(i).is_variable()) continue;

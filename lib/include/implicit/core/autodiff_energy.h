@@ -334,9 +334,16 @@ class AutoDiffEnergy : public Energy<Scalar> {
     return reverse::Gradient<V>(
         z.data(), num_variables(),
         [&](const Vector<reverse::Var<V>>& zv) {
-          return Call<reverse::Var<V>>(zv.head(dimension_),
-                                       zv.segment(dimension_, input_dimension_),
-                                       zv.tail(parameters_.size()));
+          // x, c and theta as the functor's vectors, known runs of the tape
+          // (their values are z's), so that ad::Dot reads them as vectors.
+          const Vector<reverse::Var<V>> x = zv.head(dimension_);
+          const Vector<reverse::Var<V>> c = zv.segment(dimension_, input_dimension_);
+          const Vector<reverse::Var<V>> theta = zv.tail(parameters_.size());
+          reverse::Tape<V>& tape = reverse::Tape<V>::ThisThread();
+          tape.AddKnownRun(x.data(), x.size(), z.data());
+          tape.AddKnownRun(c.data(), c.size(), z.data() + dimension_);
+          tape.AddKnownRun(theta.data(), theta.size(), z.data() + dimension_ + input_dimension_);
+          return Call<reverse::Var<V>>(x, c, theta);
         },
         gradient->data());
   }

@@ -41,6 +41,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <stdexcept>
 #include <type_traits>
@@ -53,11 +54,12 @@ template <typename V>
 class Var;
 
 // The nodes recorded on one thread for values of type V. Node i has the
-// partial derivatives partials_[ends_[i-1] .. ends_[i]) in its operands,
-// which are either listed at the same places of operands_ or, for a run (a
-// vector node over consecutive nodes, such as the independent variables), the
-// nodes first, first + 1, ... with operands_[ends_[i-1]] = ~first < 0 (the
-// run's other places unused). Independent variables are nodes without
+// partial derivatives partials_[ends_[i-1] .. ends_[i]) in the operands listed
+// at the same places of operands_, or is a run: a vector node over the
+// consecutive nodes first, first + 1, ... (a dot product of numbers with a
+// block of variables) whose partials are numbers (constants even when V is a
+// dual: their tangents are zero), stored once in numbers_; such a node has one
+// operand, ~(its index in runs_) < 0. Independent variables are nodes without
 // operands. A Var knows its node by an id, the recording's number times 2^32
 // plus the node: an id of another recording (a Var kept from an earlier
 // evaluation, or from another thread) is refused with std::logic_error, never
@@ -84,6 +86,9 @@ class Tape {
     ends_.clear();
     operands_.clear();
     partials_.clear();
+    runs_.clear();
+    numbers_.clear();
+    known_runs_.clear();
     recording_ = true;
     recording_number_ = (recording_number_ + 1) & 0x7fffffff;
   }
@@ -108,21 +113,34 @@ class Tape {
     operands_.push_back(Node(a));
     partials_.push_back(da);
   }
-  // A node whose operands are the `count` consecutive nodes of ids first,
-  // first + 1, ...: returns where to write their partials, then Close. The
-  // node must have no other operands.
-  V* AddRun(std::int64_t first, Index count) {
-    const std::size_t begin = operands_.size();
-    if (begin != (ends_.empty() ? 0 : ends_.back())) {
-      throw std::logic_error("reverse::Tape::AddRun: the node already has operands");
+  // A node whose operands are the numbers.size() consecutive nodes of ids
+  // first, first + 1, ..., with the partials `numbers` (a vector of numbers:
+  // double or float); returns its id. The node must have no other operands.
+  template <typename Numbers>
+  std::int64_t PushRun(std::int64_t first, const Numbers& numbers) {
+    if (operands_.size() != (ends_.empty() ? 0 : ends_.back())) {
+      throw std::logic_error("reverse::Tape::PushRun: the node already has operands");
     }
-    if (count <= 0) return partials_.data() + begin;
+    const Index count = numbers.size();
+    if (count <= 0) return Close();
     const std::int32_t node = Node(first);
     Node(first + count - 1);  // the last one is of this recording too
-    operands_.resize(begin + static_cast<std::size_t>(count));
-    partials_.resize(begin + static_cast<std::size_t>(count));
-    operands_[begin] = ~node;
-    return partials_.data() + begin;
+    if (runs_.size() >= static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max())) {
+      throw std::length_error("reverse::Tape: more than 2^31 runs in one recording");
+    }
+    runs_.push_back({node, numbers_.size(), static_cast<std::size_t>(count)});
+    operands_.push_back(~static_cast<std::int32_t>(runs_.size() - 1));
+    partials_.push_back(V(0.0));  // unused
+    // Appended as a range (no zero-filling first) when stored contiguously.
+    using Stored = typename Numbers::Scalar;
+    if constexpr (std::is_same<Stored, Number>::value && HasContiguousData<Numbers>::value) {
+      if (numbers.innerStride() == 1) {
+        numbers_.insert(numbers_.end(), numbers.data(), numbers.data() + count);
+        return Close();
+      }
+    }
+    for (Index i = 0; i < count; ++i) numbers_.push_back(static_cast<Number>(numbers.coeff(i)));
+    return Close();
   }
   std::int64_t Close() {
     if (ends_.size() >= static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max())) {
@@ -144,6 +162,36 @@ class Tape {
     return static_cast<std::int32_t>(node);
   }
 
+  // Declares vars[0 .. size) a known run: Vars of consecutive nodes (checked;
+  // std::logic_error otherwise) whose values are also stored contiguously at
+  // values[0 .. size), both unchanged until the recording ends (the caller's
+  // promise). A vector operation on a stretch of it (ad::Dot) then finds its
+  // nodes and values by one lookup instead of reading every Var.
+  void AddKnownRun(const Var<V>* vars, Index size, const V* values) {
+    if (size <= 0) return;
+    const std::int64_t first = vars[0].index();
+    for (Index i = 0; i < size; ++i) {
+      if (first < 0 || vars[i].index() != first + static_cast<std::int64_t>(i)) {
+        throw std::logic_error("reverse::Tape::AddKnownRun: the Vars are not consecutive nodes");
+      }
+    }
+    Node(first + size - 1);  // of this recording
+    known_runs_.push_back({vars, size, first, values});
+  }
+  // When vars[0 .. size) lies within a known run: true, with the id of its
+  // first node and where its values are.
+  bool FindKnownRun(const Var<V>* vars, Index size, std::int64_t* first, const V** values) const {
+    const std::less<const Var<V>*> before;
+    for (const KnownRun& run : known_runs_) {
+      if (before(vars, run.vars) || before(run.vars + run.size, vars + size)) continue;
+      const Index offset = static_cast<Index>(vars - run.vars);
+      *first = run.first + offset;
+      *values = run.values + offset;
+      return true;
+    }
+    return false;
+  }
+
   // The adjoints d(node of id output)/d(node i) of the first `count` nodes
   // (the independent variables when they were recorded first) into
   // adjoints[i].
@@ -157,9 +205,10 @@ class Tape {
       const std::size_t begin = i == 0 ? 0 : ends_[i - 1], end = ends_[i];
       if (begin == end) continue;
       if (operands_[begin] < 0) {  // a run
-        V* adjoint = adjoints_.data() + ~operands_[begin];
-        const V* partial = partials_.data() + begin;
-        for (std::size_t k = 0; k < end - begin; ++k) adjoint[k] += partial[k] * g;
+        const Run& run = runs_[static_cast<std::size_t>(~operands_[begin])];
+        V* adjoint = adjoints_.data() + run.first;
+        const Number* partial = numbers_.data() + run.begin;
+        for (std::size_t k = 0; k < run.count; ++k) adjoint[k] += g * partial[k];
         continue;
       }
       for (std::size_t k = begin; k < end; ++k) {
@@ -183,9 +232,41 @@ class Tape {
     return true;
   }
 
+  // The number type under V (V itself, or a dual's value part's).
+  template <typename S, typename = void>
+  struct NumberType {
+    using type = S;
+  };
+  template <typename S>
+  struct NumberType<S, std::enable_if_t<!std::is_arithmetic<S>::value>> {
+    using type = typename NumberType<std::decay_t<decltype(std::declval<const S&>().a)>>::type;
+  };
+  using Number = typename NumberType<V>::type;
+  template <typename E, typename = void>
+  struct HasContiguousData : std::false_type {};
+  template <typename E>
+  struct HasContiguousData<E, std::void_t<decltype(std::declval<const E&>().data()),
+                                          decltype(std::declval<const E&>().innerStride())>>
+      : std::true_type {};
+
+  struct Run {
+    std::int32_t first;  // the first operand's node
+    std::size_t begin;   // its partials: numbers_[begin .. begin + count)
+    std::size_t count;
+  };
+  struct KnownRun {
+    const Var<V>* vars;
+    Index size;
+    std::int64_t first;
+    const V* values;
+  };
+
   std::vector<std::size_t> ends_;
+  std::vector<KnownRun> known_runs_;
   std::vector<std::int32_t> operands_;
   std::vector<V> partials_;
+  std::vector<Run> runs_;
+  std::vector<Number> numbers_;
   mutable std::vector<V> adjoints_;
   bool recording_ = false;
   std::int64_t recording_number_ = 0;  // < 2^31
@@ -303,6 +384,7 @@ V Gradient(const V* z, Index size, F&& f, V* gradient) {
   } end_at_exit{tape};
   Vector<Var<V>> vars(size);
   for (Index i = 0; i < size; ++i) vars(i) = Var<V>::Independent(z[i]);
+  tape.AddKnownRun(vars.data(), size, z);
   const Var<V> out = f(static_cast<const Vector<Var<V>>&>(vars));
   if (out.is_variable()) {
     tape.Adjoints(out.index(), size, gradient);
