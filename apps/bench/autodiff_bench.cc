@@ -39,7 +39,8 @@ struct Retrieval {
   template <typename T>
   T operator()(const Vector<T>& x, const Vector<T>&) const {
     Vector<T> s(P.cols());
-    for (Index i = 0; i < P.cols(); ++i) s(i) = T(beta) * implicit::ad::Dot(P.col(i), x);
+    // P is the functor's own: the tape may point to its columns (ad::Persistent).
+    for (Index i = 0; i < P.cols(); ++i) s(i) = T(beta) * implicit::ad::Dot(implicit::ad::Persistent(P.col(i)), x);
     return T(0.5) * x.squaredNorm() - implicit::ad::LogSumExp(s) / T(beta);
   }
 };

@@ -453,49 +453,61 @@ BOOST_AUTO_TEST_CASE(a_nested_recording_or_a_stale_var_is_refused_and_the_tape_s
 }
 
 // ad::Dot on a stretch of the recording's variables (a known run: values and
-// nodes found by one lookup) records what it records on a copy of them, which
-// it must check Var by Var: the same value and gradient, in values and in
-// first-order duals (the tangents: H v). A stretch read backwards or with a
-// stride is no run, and Vars that are not consecutive nodes are refused as one.
-BOOST_AUTO_TEST_CASE(dot_on_a_known_run_equals_dot_on_a_copy) {
+// nodes found by one lookup), and with ad::Persistent numbers (pointed to, not
+// copied), records what it records on a copy of the variables, which it must
+// check Var by Var: the same value and gradient, in values and in first-order
+// duals (the tangents: H v). A stretch read backwards or with a stride is no
+// run, and Vars that are not consecutive nodes are refused as one.
+BOOST_AUTO_TEST_CASE(dot_on_a_known_run_and_persistent_numbers_equals_dot_on_copies) {
   namespace reverse = implicit::reverse;
+  namespace ad = implicit::ad;
   using Inner = implicit::internal::DirectionalJet<double>;
   const Matrix<double> P = implicit::testing::RandomMatrix<double>(7, 4, 11);
   const Vector<double> z = implicit::testing::RandomMatrix<double>(9, 1, 12);
   const Vector<double> v = implicit::testing::RandomMatrix<double>(9, 1, 13);
-  const auto energy = [&](const auto& x) {
+  const auto energy = [&](const auto& x, bool persistent) {
     using T = typename std::decay_t<decltype(x)>::Scalar;
-    T e = implicit::ad::Dot(P.col(0), x.head(7)) * implicit::ad::Dot(P.col(1), x.tail(7)) +
-          implicit::ad::Dot(P.col(2).head(5), x.segment(2, 5)) * x(8);
-    e += implicit::ad::Dot(P.col(3).head(4), x.head(8).reverse().head(4)) *
-         implicit::ad::Dot(P.col(3).head(4), x(Eigen::seqN(0, 4, 2)));
+    const T d0 = persistent ? ad::Dot(ad::Persistent(P.col(0)), x.head(7)) : ad::Dot(P.col(0), x.head(7));
+    const T d1 = persistent ? ad::Dot(x.tail(7), ad::Persistent(P.col(1))) : ad::Dot(x.tail(7), P.col(1));
+    T e = d0 * d1 + ad::Dot(P.col(2).head(5), x.segment(2, 5)) * x(8);
+    e += ad::Dot(P.col(3).head(4), x.head(8).reverse().head(4)) * ad::Dot(P.col(3).head(4), x(Eigen::seqN(0, 4, 2)));
     return e;
   };
   const auto check = [&](auto value_type) {
     using V = decltype(value_type);
-    std::vector<V> zv(9), known(9), copied(9);
+    using VarVector = Vector<reverse::Var<V>>;
+    std::vector<V> zv(9), expected(9), g(9);
     for (Index i = 0; i < 9; ++i) {
       zv[static_cast<std::size_t>(i)] = V(z(i));
       if constexpr (!std::is_same<V, double>::value) zv[static_cast<std::size_t>(i)].v[0] = v(i);
     }
-    using VarVector = Vector<reverse::Var<V>>;
-    const V e_known = reverse::Gradient<V>(
-        zv.data(), 9, [&](const VarVector& x) { return energy(x); }, known.data());
     const V e_copied = reverse::Gradient<V>(
-        zv.data(), 9, [&](const VarVector& x) { return energy(VarVector(x)); }, copied.data());
-    const double value = implicit::ad::internal::NumberOf(e_copied);
-    BOOST_TEST(std::abs(implicit::ad::internal::NumberOf(e_known) - value) <= 1e-14 * (1 + std::abs(value)));
-    for (std::size_t i = 0; i < 9; ++i) {
-      if constexpr (std::is_same<V, double>::value) {
-        BOOST_TEST(std::abs(known[i] - copied[i]) <= 1e-14 * (1 + std::abs(copied[i])));
-      } else {
-        BOOST_TEST(std::abs(known[i].a - copied[i].a) <= 1e-14 * (1 + std::abs(copied[i].a)));
-        BOOST_TEST(std::abs(known[i].v[0] - copied[i].v[0]) <= 1e-14 * (1 + std::abs(copied[i].v[0])));
+        zv.data(), 9, [&](const VarVector& x) { return energy(VarVector(x), false); }, expected.data());
+    const double value = ad::internal::NumberOf(e_copied);
+    for (bool known : {true, false}) {
+      for (bool persistent : {true, false}) {
+        const V e = reverse::Gradient<V>(
+            zv.data(), 9,
+            [&](const VarVector& x) { return known ? energy(x, persistent) : energy(VarVector(x), persistent); },
+            g.data());
+        BOOST_TEST_CONTEXT("known run " << known << ", persistent " << persistent) {
+          BOOST_TEST(std::abs(ad::internal::NumberOf(e) - value) <= 1e-14 * (1 + std::abs(value)));
+          for (std::size_t i = 0; i < 9; ++i) {
+            if constexpr (std::is_same<V, double>::value) {
+              BOOST_TEST(std::abs(g[i] - expected[i]) <= 1e-14 * (1 + std::abs(expected[i])));
+            } else {
+              BOOST_TEST(std::abs(g[i].a - expected[i].a) <= 1e-14 * (1 + std::abs(expected[i].a)));
+              BOOST_TEST(std::abs(g[i].v[0] - expected[i].v[0]) <= 1e-14 * (1 + std::abs(expected[i].v[0])));
+            }
+          }
+        }
       }
     }
   };
   check(double());
   check(Inner());
+  // In the other scalar types ad::Persistent is the plain product.
+  BOOST_TEST(ad::Dot(ad::Persistent(P.col(0)), z.head(7)) == ad::Dot(P.col(0), z.head(7)));
   Vector<double> g(9);
   BOOST_CHECK_THROW(reverse::Gradient<double>(
                         z.data(), 9,

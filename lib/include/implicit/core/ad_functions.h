@@ -62,23 +62,14 @@ template <typename E>
 using Stored = std::conditional_t<Eigen::internal::has_direct_access<E>::ret, const E&,
                                   const Vector<typename E::Scalar>>;
 
-// Whether a vector expression exposes its storage (data(), innerStride()):
-// plain vectors, blocks, maps (Eigen's strided IndexedView has no data()).
-template <typename E, typename = void>
-struct ExposesStorage : std::false_type {};
-template <typename E>
-struct ExposesStorage<E, std::void_t<decltype(std::declval<const E&>().data()),
-                                     decltype(std::declval<const E&>().innerStride())>>
-    : std::true_type {};
-
 // sum_i numbers_i vars_i as one node whose partials are the numbers; a run
 // when the variables are consecutive nodes (a block of x).
 template <typename T, typename Numbers, typename Vars>
-T DotOfNumbersAndVars(const Numbers& numbers, const Vars& vars) {
+T DotOfNumbersAndVars(const Numbers& numbers, const Vars& vars, bool persistent = false) {
   using V = typename T::Value;
   const Index n = vars.size();
   reverse::Tape<V>& tape = reverse::Tape<V>::ThisThread();
-  if constexpr (ExposesStorage<std::decay_t<Vars>>::value) {
+  if constexpr (::implicit::internal::ExposesStorage<std::decay_t<Vars>>::value) {
     // A stretch of a known run (the functor's x, input or theta): values read
     // contiguously, the numbers appended as the run's partials, no per-Var check.
     std::int64_t known_first = -1;
@@ -86,13 +77,19 @@ T DotOfNumbersAndVars(const Numbers& numbers, const Vars& vars) {
     if (n > 0 && vars.innerStride() == 1 && tape.FindKnownRun(vars.data(), n, &known_first, &values)) {
       const Eigen::Map<const Vector<V>> x(values, n);
       V value(0.0);
-      if constexpr (std::is_arithmetic<V>::value) {
-        value = numbers.template cast<V>().dot(x);
+      if constexpr (std::is_arithmetic<V>::value && ::implicit::internal::ExposesStorage<Numbers>::value) {
+        if (numbers.innerStride() == 1) {
+          value = numbers.template cast<V>().dot(x);  // vectorised
+        } else {
+          for (Index i = 0; i < n; ++i) value += static_cast<V>(numbers.coeff(i)) * x(i);
+        }
+      } else if constexpr (std::is_arithmetic<V>::value) {
+        for (Index i = 0; i < n; ++i) value += static_cast<V>(numbers.coeff(i)) * x(i);
       } else {
         using Number = std::decay_t<decltype(x(0).a)>;
         for (Index i = 0; i < n; ++i) value += x(i) * static_cast<Number>(numbers.coeff(i));
       }
-      return T(value, tape.PushRun(known_first, numbers));
+      return T(value, tape.PushRun(known_first, numbers, persistent));
     }
   }
   const std::int64_t first = n > 0 ? vars.coeff(0).index() : -1;
@@ -102,7 +99,7 @@ T DotOfNumbersAndVars(const Numbers& numbers, const Vars& vars) {
     run = run && vars.coeff(i).index() == first + static_cast<std::int64_t>(i);
     value += V(numbers.coeff(i)) * ValueOf(vars.coeff(i));
   }
-  if (run) return T(value, tape.PushRun(first, numbers));
+  if (run) return T(value, tape.PushRun(first, numbers, persistent));
   bool any = false;
   for (Index i = 0; i < n; ++i) {
     if (!vars.coeff(i).is_variable()) continue;
@@ -198,6 +195,49 @@ auto Dot(const Eigen::MatrixBase<A>& a_in, const Eigen::MatrixBase<B>& b_in) {
       return acc;
     }
   }
+}
+
+// Numbers whose storage outlives the derivative computation: data the functor
+// holds, such as a column of a member matrix. ad::Dot(ad::Persistent(P.col(i)), x)
+// is ad::Dot(P.col(i), x), except that in reverse mode the tape points to
+// P.col(i) instead of copying it (the copy is about a third of a retrieval
+// energy's gradient time). A promise the compiler cannot check: a temporary
+// (a local vector, an expression such as 2 * P.col(i)) or data changed during
+// an evaluation would be read after the fact, so mark only data that lives in
+// the functor and is not changed while the energy is in use. Stored numbers
+// only (a matrix, a block or column of one, a map); numbers of another type
+// than the energy's (float data in a double energy) are copied.
+template <typename Derived>
+struct PersistentNumbers {
+  const Derived& numbers;  // used within the full expression of the Dot call
+};
+template <typename Derived>
+PersistentNumbers<Derived> Persistent(const Eigen::MatrixBase<Derived>& numbers) {
+  static_assert(::implicit::internal::ExposesStorage<Derived>::value,
+                "ad::Persistent: the numbers must be stored (a matrix, a block or column of "
+                "one, a map), not an expression");
+  static_assert(std::is_arithmetic<typename Derived::Scalar>::value,
+                "ad::Persistent: numbers (data), not the energy's scalars");
+  return {numbers.derived()};
+}
+
+template <typename A, typename B>
+auto Dot(const PersistentNumbers<A>& a, const Eigen::MatrixBase<B>& b_in) {
+  using SB = typename B::Scalar;
+  if constexpr (reverse::IsVar<SB>::value) {
+    if (a.numbers.size() != b_in.size()) {
+      throw std::invalid_argument("ad::Dot: vectors of lengths " + std::to_string(a.numbers.size()) +
+                                  " and " + std::to_string(b_in.size()));
+    }
+    const internal::Stored<B> b = b_in.derived();
+    return internal::DotOfNumbersAndVars<SB>(a.numbers, b, /*persistent=*/true);
+  } else {
+    return Dot(a.numbers, b_in);
+  }
+}
+template <typename A, typename B>
+auto Dot(const Eigen::MatrixBase<A>& a, const PersistentNumbers<B>& b) {
+  return Dot(b, a);
 }
 
 }  // namespace ad

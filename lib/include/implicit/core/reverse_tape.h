@@ -48,6 +48,17 @@
 #include <vector>
 
 namespace implicit {
+namespace internal {
+// Whether a vector expression exposes its storage (data(), innerStride()):
+// plain vectors, blocks, maps (Eigen's strided IndexedView has no data()).
+template <typename E, typename = void>
+struct ExposesStorage : std::false_type {};
+template <typename E>
+struct ExposesStorage<E, std::void_t<decltype(std::declval<const E&>().data()),
+                                     decltype(std::declval<const E&>().innerStride())>>
+    : std::true_type {};
+}  // namespace internal
+
 namespace reverse {
 
 template <typename V>
@@ -116,8 +127,12 @@ class Tape {
   // A node whose operands are the numbers.size() consecutive nodes of ids
   // first, first + 1, ..., with the partials `numbers` (a vector of numbers:
   // double or float); returns its id. The node must have no other operands.
+  // With `persistent` the caller promises that the numbers' storage stays
+  // unchanged until the sweeps of this recording are done (ad::Persistent):
+  // the node then points to it (when it is contiguous, of the tape's number
+  // type) instead of copying it.
   template <typename Numbers>
-  std::int64_t PushRun(std::int64_t first, const Numbers& numbers) {
+  std::int64_t PushRun(std::int64_t first, const Numbers& numbers, bool persistent = false) {
     if (operands_.size() != (ends_.empty() ? 0 : ends_.back())) {
       throw std::logic_error("reverse::Tape::PushRun: the node already has operands");
     }
@@ -128,18 +143,26 @@ class Tape {
     if (runs_.size() >= static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max())) {
       throw std::length_error("reverse::Tape: more than 2^31 runs in one recording");
     }
-    runs_.push_back({node, numbers_.size(), static_cast<std::size_t>(count)});
+    runs_.push_back({node, numbers_.size(), static_cast<std::size_t>(count), nullptr});
     operands_.push_back(~static_cast<std::int32_t>(runs_.size() - 1));
     partials_.push_back(V(0.0));  // unused
-    // Appended as a range (no zero-filling first) when stored contiguously.
+    // Pointed to, or appended as a range (no zero-filling first), when stored
+    // contiguously.
     using Stored = typename Numbers::Scalar;
-    if constexpr (std::is_same<Stored, Number>::value && HasContiguousData<Numbers>::value) {
+    if constexpr (std::is_same<Stored, Number>::value && internal::ExposesStorage<Numbers>::value) {
       if (numbers.innerStride() == 1) {
-        numbers_.insert(numbers_.end(), numbers.data(), numbers.data() + count);
+        if (persistent) {
+          runs_.back().held = numbers.data();
+        } else {
+          numbers_.insert(numbers_.end(), numbers.data(), numbers.data() + count);
+        }
         return Close();
       }
     }
-    for (Index i = 0; i < count; ++i) numbers_.push_back(static_cast<Number>(numbers.coeff(i)));
+    const std::size_t begin = numbers_.size();
+    numbers_.resize(begin + static_cast<std::size_t>(count));
+    Number* out = numbers_.data() + begin;
+    for (Index i = 0; i < count; ++i) out[i] = static_cast<Number>(numbers.coeff(i));
     return Close();
   }
   std::int64_t Close() {
@@ -207,7 +230,7 @@ class Tape {
       if (operands_[begin] < 0) {  // a run
         const Run& run = runs_[static_cast<std::size_t>(~operands_[begin])];
         V* adjoint = adjoints_.data() + run.first;
-        const Number* partial = numbers_.data() + run.begin;
+        const Number* partial = run.held != nullptr ? run.held : numbers_.data() + run.begin;
         for (std::size_t k = 0; k < run.count; ++k) adjoint[k] += g * partial[k];
         continue;
       }
@@ -242,17 +265,12 @@ class Tape {
     using type = typename NumberType<std::decay_t<decltype(std::declval<const S&>().a)>>::type;
   };
   using Number = typename NumberType<V>::type;
-  template <typename E, typename = void>
-  struct HasContiguousData : std::false_type {};
-  template <typename E>
-  struct HasContiguousData<E, std::void_t<decltype(std::declval<const E&>().data()),
-                                          decltype(std::declval<const E&>().innerStride())>>
-      : std::true_type {};
 
   struct Run {
     std::int32_t first;  // the first operand's node
-    std::size_t begin;   // its partials: numbers_[begin .. begin + count)
+    std::size_t begin;   // its partials: numbers_[begin .. begin + count),
     std::size_t count;
+    const Number* held;  // or held[0 .. count) (the caller's, persistent)
   };
   struct KnownRun {
     const Var<V>* vars;
