@@ -6,14 +6,18 @@
 // records one tape node per scalar operation. LogSumExp and Dot below record
 // one node for a whole vector: a retrieval energy's N dot products of length
 // n then cost N nodes instead of 2 n N, which is most of what makes its
-// reverse-mode gradient cheap. Max and Where are plain selections (the tape is
-// recorded at every point, so the branch taken there is the one
-// differentiated); they are kept for functors written against them.
+// reverse-mode gradient cheap. On a block of the functor's own x (or input, or
+// theta) Dot reads the variables as a vector; Persistent(P.col(i)) lets the
+// tape point to data the functor holds instead of copying it. Max and Where
+// are plain selections (the tape is recorded at every point, so the branch
+// taken there is the one differentiated); they are kept for functors written
+// against them.
 //
 //   template <typename T>
 //   T operator()(const implicit::Vector<T>& x, const implicit::Vector<T>& theta) const {
-//     implicit::Vector<T> s(P.cols());
-//     for (implicit::Index i = 0; i < P.cols(); ++i) s(i) = implicit::ad::Dot(P.col(i), x);
+//     implicit::Vector<T> s(P.cols());   // P: the functor's member
+//     for (implicit::Index i = 0; i < P.cols(); ++i)
+//       s(i) = implicit::ad::Dot(implicit::ad::Persistent(P.col(i)), x);
 //     T relu = implicit::ad::Max(x(0), T(0.0));     // max(x0, 0)
 //     return implicit::ad::LogSumExp(s) + relu;    // max-shifted, stable
 //   }

@@ -2,7 +2,7 @@
 // the engine behind AutoDiffEnergy's reverse mode (autodiff_energy.h), usable
 // on its own for any f: R^n -> R written as a template on T.
 //
-// reverse::Var<V> is a value of type V together with its place on this
+// reverse::Var<V> (reverse_var.h) is a value of type V together with its place on this
 // thread's reverse::Tape<V>: every operation on Vars (and each function of
 // reverse_functions.h) appends one node holding its operands and the partial
 // derivatives there. One reverse sweep over the tape then
@@ -34,6 +34,7 @@
 // next recording (about 12 bytes per operand for double values).
 #pragma once
 
+#include <implicit/core/reverse_var.h>
 #include <implicit/core/types.h>
 
 #include <ceres/jet.h>
@@ -46,6 +47,14 @@
 #include <stdexcept>
 #include <type_traits>
 #include <vector>
+
+// A function kept out of the callers' code (its errors), so that the hot
+// paths of the tape stay small enough for the compiler to inline them.
+#if defined(__GNUC__)
+#define IMPLICIT_REVERSE_COLD __attribute__((noinline, cold))
+#else
+#define IMPLICIT_REVERSE_COLD
+#endif
 
 namespace implicit {
 namespace internal {
@@ -60,9 +69,6 @@ struct ExposesStorage<E, std::void_t<decltype(std::declval<const E&>().data()),
 }  // namespace internal
 
 namespace reverse {
-
-template <typename V>
-class Var;
 
 // The nodes recorded on one thread for values of type V. Node i has the
 // partial derivatives partials_[ends_[i-1] .. ends_[i]) in the operands listed
@@ -167,7 +173,7 @@ class Tape {
   }
   std::int64_t Close() {
     if (ends_.size() >= static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max())) {
-      throw std::length_error("reverse::Tape: more than 2^31 nodes in one recording");
+      ThrowTooManyNodes();
     }
     ends_.push_back(operands_.size());
     return (static_cast<std::int64_t>(recording_number_) << 32) |
@@ -178,9 +184,7 @@ class Tape {
     const std::int64_t node = id & 0xffffffff;
     if (!recording_ || (id >> 32) != recording_number_ ||
         node >= static_cast<std::int64_t>(ends_.size())) {
-      throw std::logic_error(
-          "reverse::Var: a variable of another recording (kept from an earlier evaluation or "
-          "made on another thread) used in this one");
+      ThrowForeignVar();
     }
     return static_cast<std::int32_t>(node);
   }
@@ -255,6 +259,15 @@ class Tape {
     return true;
   }
 
+  [[noreturn]] IMPLICIT_REVERSE_COLD static void ThrowTooManyNodes() {
+    throw std::length_error("reverse::Tape: more than 2^31 nodes in one recording");
+  }
+  [[noreturn]] IMPLICIT_REVERSE_COLD static void ThrowForeignVar() {
+    throw std::logic_error(
+        "reverse::Var: a variable of another recording (kept from an earlier evaluation or "
+        "made on another thread) used in this one");
+  }
+
   // The number type under V (V itself, or a dual's value part's).
   template <typename S, typename = void>
   struct NumberType {
@@ -290,105 +303,6 @@ class Tape {
   std::int64_t recording_number_ = 0;  // < 2^31
 };
 
-// A scalar recorded on this thread's Tape<V> (index() >= 0: its node's id),
-// or a constant (index() < 0, nothing recorded). Constructs from numbers as a
-// constant.
-template <typename V>
-class Var {
- public:
-  using Value = V;
-  Var() : value_(0.0) {}
-  Var(const V& value) : value_(value) {}  // NOLINT: constants convert implicitly
-  template <typename A, typename = std::enable_if_t<std::is_arithmetic<A>::value &&
-                                                    !std::is_same<A, V>::value>>
-  Var(A value) : value_(static_cast<V>(value)) {}  // NOLINT
-
-  // A new independent variable of value `value` on this thread's tape.
-  static Var Independent(const V& value) { return Var(value, Tape<V>::ThisThread().Push0()); }
-  // A node on this thread's tape with one or two operands (constants among
-  // them are left out).
-  static Var Node(const V& value, const Var& a, const V& da) {
-    if (a.index_ < 0) return Var(value);
-    return Var(value, Tape<V>::ThisThread().Push1(a.index_, da));
-  }
-  static Var Node(const V& value, const Var& a, const V& da, const Var& b, const V& db) {
-    if (a.index_ < 0) return Node(value, b, db);
-    if (b.index_ < 0) return Node(value, a, da);
-    return Var(value, Tape<V>::ThisThread().Push2(a.index_, da, b.index_, db));
-  }
-  // A Var of node id `index` (the library's recorded operations).
-  Var(const V& value, std::int64_t index) : value_(value), index_(index) {}
-
-  std::int64_t index() const { return index_; }
-  bool is_variable() const { return index_ >= 0; }
-
-  Var& operator+=(const Var& b) { return *this = *this + b; }
-  Var& operator-=(const Var& b) { return *this = *this - b; }
-  Var& operator*=(const Var& b) { return *this = *this * b; }
-  Var& operator/=(const Var& b) { return *this = *this / b; }
-
-  // The value. Not a conversion: computing with it would lose derivatives
-  // (the library's own recorded operations use it).
-  friend const V& ValueOf(const Var& a) { return a.value_; }
-
-  friend Var operator+(const Var& a) { return a; }
-  friend Var operator-(const Var& a) { return Node(-a.value_, a, V(-1.0)); }
-  friend Var operator+(const Var& a, const Var& b) {
-    return Node(a.value_ + b.value_, a, V(1.0), b, V(1.0));
-  }
-  friend Var operator-(const Var& a, const Var& b) {
-    return Node(a.value_ - b.value_, a, V(1.0), b, V(-1.0));
-  }
-  friend Var operator*(const Var& a, const Var& b) {
-    return Node(a.value_ * b.value_, a, b.value_, b, a.value_);
-  }
-  friend Var operator/(const Var& a, const Var& b) {
-    const V inverse = V(1.0) / b.value_;
-    const V q = a.value_ * inverse;
-    return Node(q, a, inverse, b, -q * inverse);
-  }
-#define IMPLICIT_VAR_COMPARISON(op)                                            \
-  friend bool operator op(const Var& a, const Var& b) { return a.value_ op b.value_; }
-  IMPLICIT_VAR_COMPARISON(<)
-  IMPLICIT_VAR_COMPARISON(<=)
-  IMPLICIT_VAR_COMPARISON(>)
-  IMPLICIT_VAR_COMPARISON(>=)
-  IMPLICIT_VAR_COMPARISON(==)
-  IMPLICIT_VAR_COMPARISON(!=)
-#undef IMPLICIT_VAR_COMPARISON
-
- private:
-  V value_;
-  std::int64_t index_ = -1;
-};
-
-// Mixed operations with numbers: the number as a constant.
-#define IMPLICIT_VAR_MIXED(op)                                                              \
-  template <typename V, typename A, typename = std::enable_if_t<std::is_arithmetic<A>::value>> \
-  auto operator op(const Var<V>& a, A b) {                                                   \
-    return a op Var<V>(b);                                                                   \
-  }                                                                                          \
-  template <typename V, typename A, typename = std::enable_if_t<std::is_arithmetic<A>::value>> \
-  auto operator op(A a, const Var<V>& b) {                                                   \
-    return Var<V>(a) op b;                                                                   \
-  }
-IMPLICIT_VAR_MIXED(+)
-IMPLICIT_VAR_MIXED(-)
-IMPLICIT_VAR_MIXED(*)
-IMPLICIT_VAR_MIXED(/)
-IMPLICIT_VAR_MIXED(<)
-IMPLICIT_VAR_MIXED(<=)
-IMPLICIT_VAR_MIXED(>)
-IMPLICIT_VAR_MIXED(>=)
-IMPLICIT_VAR_MIXED(==)
-IMPLICIT_VAR_MIXED(!=)
-#undef IMPLICIT_VAR_MIXED
-
-template <typename T>
-struct IsVar : std::false_type {};
-template <typename V>
-struct IsVar<Var<V>> : std::true_type {};
-
 // f(z) (f: Vector<Var<V>> -> Var<V>, z of `size` values) and its gradient in
 // z into gradient[0 .. size). With V a DirectionalJet the values' tangents
 // are the direction: gradient[i].v[0] is then (H v)_i.
@@ -414,26 +328,6 @@ V Gradient(const V* z, Index size, F&& f, V* gradient) {
 
 }  // namespace reverse
 }  // namespace implicit
-
-namespace Eigen {
-// ad::Var as an Eigen scalar (element-wise operations, reductions, products).
-template <typename V>
-struct NumTraits<implicit::reverse::Var<V>> : NumTraits<double> {
-  typedef implicit::reverse::Var<V> Real;
-  typedef implicit::reverse::Var<V> NonInteger;
-  typedef implicit::reverse::Var<V> Nested;
-  typedef implicit::reverse::Var<V> Literal;
-  enum {
-    IsComplex = 0,
-    IsInteger = 0,
-    IsSigned = 1,
-    RequireInitialization = 1,
-    ReadCost = 1,
-    AddCost = 3,
-    MulCost = 3
-  };
-};
-}  // namespace Eigen
 
 // exp, log, sqrt, tanh, ... of Vars (found by argument-dependent lookup).
 #include <implicit/core/reverse_functions.h>

@@ -1,0 +1,141 @@
+// reverse::Var<V>: a scalar recorded on this thread's reverse::Tape<V> (or a
+// constant), the type a user energy's functor is compiled for in reverse mode:
+// arithmetic, comparisons and mixed operations with numbers, and Var as an
+// Eigen scalar. Included by reverse_tape.h (the tape, reverse::Gradient and the
+// elementary functions of reverse_functions.h), which is what to include.
+//
+//   implicit::reverse::Var<double> y = x(0) * x(1) + 2.0;   // x: Vector<Var<double>>
+#pragma once
+
+#include <Eigen/Core>
+
+#include <cstdint>
+#include <type_traits>
+
+namespace implicit {
+namespace reverse {
+
+template <typename V>
+class Tape;
+
+// A scalar recorded on this thread's Tape<V> (index() >= 0: its node's id),
+// or a constant (index() < 0, nothing recorded). Constructs from numbers as a
+// constant.
+template <typename V>
+class Var {
+ public:
+  using Value = V;
+  Var() : value_(0.0) {}
+  Var(const V& value) : value_(value) {}  // NOLINT: constants convert implicitly
+  template <typename A, typename = std::enable_if_t<std::is_arithmetic<A>::value &&
+                                                    !std::is_same<A, V>::value>>
+  Var(A value) : value_(static_cast<V>(value)) {}  // NOLINT
+
+  // A new independent variable of value `value` on this thread's tape.
+  static Var Independent(const V& value) { return Var(value, Tape<V>::ThisThread().Push0()); }
+  // A node on this thread's tape with one or two operands (constants among
+  // them are left out).
+  static Var Node(const V& value, const Var& a, const V& da) {
+    if (a.index_ < 0) return Var(value);
+    return Var(value, Tape<V>::ThisThread().Push1(a.index_, da));
+  }
+  static Var Node(const V& value, const Var& a, const V& da, const Var& b, const V& db) {
+    if (a.index_ < 0) return Node(value, b, db);
+    if (b.index_ < 0) return Node(value, a, da);
+    return Var(value, Tape<V>::ThisThread().Push2(a.index_, da, b.index_, db));
+  }
+  // A Var of node id `index` (the library's recorded operations).
+  Var(const V& value, std::int64_t index) : value_(value), index_(index) {}
+
+  std::int64_t index() const { return index_; }
+  bool is_variable() const { return index_ >= 0; }
+
+  Var& operator+=(const Var& b) { return *this = *this + b; }
+  Var& operator-=(const Var& b) { return *this = *this - b; }
+  Var& operator*=(const Var& b) { return *this = *this * b; }
+  Var& operator/=(const Var& b) { return *this = *this / b; }
+
+  // The value. Not a conversion: computing with it would lose derivatives
+  // (the library's own recorded operations use it).
+  friend const V& ValueOf(const Var& a) { return a.value_; }
+
+  friend Var operator+(const Var& a) { return a; }
+  friend Var operator-(const Var& a) { return Node(-a.value_, a, V(-1.0)); }
+  friend Var operator+(const Var& a, const Var& b) {
+    return Node(a.value_ + b.value_, a, V(1.0), b, V(1.0));
+  }
+  friend Var operator-(const Var& a, const Var& b) {
+    return Node(a.value_ - b.value_, a, V(1.0), b, V(-1.0));
+  }
+  friend Var operator*(const Var& a, const Var& b) {
+    return Node(a.value_ * b.value_, a, b.value_, b, a.value_);
+  }
+  friend Var operator/(const Var& a, const Var& b) {
+    const V inverse = V(1.0) / b.value_;
+    const V q = a.value_ * inverse;
+    return Node(q, a, inverse, b, -q * inverse);
+  }
+#define IMPLICIT_VAR_COMPARISON(op)                                            \
+  friend bool operator op(const Var& a, const Var& b) { return a.value_ op b.value_; }
+  IMPLICIT_VAR_COMPARISON(<)
+  IMPLICIT_VAR_COMPARISON(<=)
+  IMPLICIT_VAR_COMPARISON(>)
+  IMPLICIT_VAR_COMPARISON(>=)
+  IMPLICIT_VAR_COMPARISON(==)
+  IMPLICIT_VAR_COMPARISON(!=)
+#undef IMPLICIT_VAR_COMPARISON
+
+ private:
+  V value_;
+  std::int64_t index_ = -1;
+};
+
+// Mixed operations with numbers: the number as a constant.
+#define IMPLICIT_VAR_MIXED(op)                                                              \
+  template <typename V, typename A, typename = std::enable_if_t<std::is_arithmetic<A>::value>> \
+  auto operator op(const Var<V>& a, A b) {                                                   \
+    return a op Var<V>(b);                                                                   \
+  }                                                                                          \
+  template <typename V, typename A, typename = std::enable_if_t<std::is_arithmetic<A>::value>> \
+  auto operator op(A a, const Var<V>& b) {                                                   \
+    return Var<V>(a) op b;                                                                   \
+  }
+IMPLICIT_VAR_MIXED(+)
+IMPLICIT_VAR_MIXED(-)
+IMPLICIT_VAR_MIXED(*)
+IMPLICIT_VAR_MIXED(/)
+IMPLICIT_VAR_MIXED(<)
+IMPLICIT_VAR_MIXED(<=)
+IMPLICIT_VAR_MIXED(>)
+IMPLICIT_VAR_MIXED(>=)
+IMPLICIT_VAR_MIXED(==)
+IMPLICIT_VAR_MIXED(!=)
+#undef IMPLICIT_VAR_MIXED
+
+template <typename T>
+struct IsVar : std::false_type {};
+template <typename V>
+struct IsVar<Var<V>> : std::true_type {};
+
+}  // namespace reverse
+}  // namespace implicit
+
+namespace Eigen {
+// ad::Var as an Eigen scalar (element-wise operations, reductions, products).
+template <typename V>
+struct NumTraits<implicit::reverse::Var<V>> : NumTraits<double> {
+  typedef implicit::reverse::Var<V> Real;
+  typedef implicit::reverse::Var<V> NonInteger;
+  typedef implicit::reverse::Var<V> Nested;
+  typedef implicit::reverse::Var<V> Literal;
+  enum {
+    IsComplex = 0,
+    IsInteger = 0,
+    IsSigned = 1,
+    RequireInitialization = 1,
+    ReadCost = 1,
+    AddCost = 3,
+    MulCost = 3
+  };
+};
+}  // namespace Eigen
