@@ -66,6 +66,13 @@ template <typename E>
 using Stored = std::conditional_t<Eigen::internal::has_direct_access<E>::ret, const E&,
                                   const Vector<typename E::Scalar>>;
 
+inline void CheckDotLengths(Index a, Index b) {
+  if (a != b) {
+    throw std::invalid_argument("ad::Dot: vectors of lengths " + std::to_string(a) + " and " +
+                                std::to_string(b));
+  }
+}
+
 // sum_i numbers_i vars_i as one node whose partials are the numbers; a run
 // when the variables are consecutive nodes (a block of x).
 template <typename T, typename Numbers, typename Vars>
@@ -80,17 +87,15 @@ T DotOfNumbersAndVars(const Numbers& numbers, const Vars& vars, bool persistent 
     const V* values = nullptr;
     if (n > 0 && vars.innerStride() == 1 && tape.FindKnownRun(vars.data(), n, &known_first, &values)) {
       const Eigen::Map<const Vector<V>> x(values, n);
-      V value(0.0);
+      bool contiguous = false;  // numbers and values: one vectorised dot product
       if constexpr (std::is_arithmetic<V>::value && ::implicit::internal::ExposesStorage<Numbers>::value) {
-        if (numbers.innerStride() == 1) {
-          value = numbers.template cast<V>().dot(x);  // vectorised
-        } else {
-          for (Index i = 0; i < n; ++i) value += static_cast<V>(numbers.coeff(i)) * x(i);
-        }
-      } else if constexpr (std::is_arithmetic<V>::value) {
-        for (Index i = 0; i < n; ++i) value += static_cast<V>(numbers.coeff(i)) * x(i);
+        contiguous = numbers.innerStride() == 1;
+      }
+      V value(0.0);
+      if (contiguous) {
+        if constexpr (std::is_arithmetic<V>::value) value = numbers.template cast<V>().dot(x);
       } else {
-        using Number = std::decay_t<decltype(x(0).a)>;
+        using Number = decltype(NumberOf(std::declval<V>()));  // dual * number
         for (Index i = 0; i < n; ++i) value += x(i) * static_cast<Number>(numbers.coeff(i));
       }
       return T(value, tape.PushRun(known_first, numbers, persistent));
@@ -162,10 +167,7 @@ auto Dot(const Eigen::MatrixBase<A>& a_in, const Eigen::MatrixBase<B>& b_in) {
   using SA = typename A::Scalar;
   using SB = typename B::Scalar;
   using T = std::conditional_t<reverse::IsVar<SA>::value || !std::is_arithmetic<SA>::value, SA, SB>;
-  if (a_in.size() != b_in.size()) {
-    throw std::invalid_argument("ad::Dot: vectors of lengths " + std::to_string(a_in.size()) +
-                                " and " + std::to_string(b_in.size()));
-  }
+  internal::CheckDotLengths(a_in.size(), b_in.size());
   if constexpr (reverse::IsVar<SA>::value || reverse::IsVar<SB>::value) {
     // One node: d/da_i = b_i, d/db_i = a_i.
     const internal::Stored<A> a = a_in.derived();
@@ -229,10 +231,7 @@ template <typename A, typename B>
 auto Dot(const PersistentNumbers<A>& a, const Eigen::MatrixBase<B>& b_in) {
   using SB = typename B::Scalar;
   if constexpr (reverse::IsVar<SB>::value) {
-    if (a.numbers.size() != b_in.size()) {
-      throw std::invalid_argument("ad::Dot: vectors of lengths " + std::to_string(a.numbers.size()) +
-                                  " and " + std::to_string(b_in.size()));
-    }
+    internal::CheckDotLengths(a.numbers.size(), b_in.size());
     const internal::Stored<B> b = b_in.derived();
     return internal::DotOfNumbersAndVars<SB>(a.numbers, b, /*persistent=*/true);
   } else {
