@@ -28,10 +28,11 @@ struct Cublas {
   decltype(&cublasDgemmStridedBatched) dgemm_batched = nullptr;
 };
 
-const std::string kSoname = "libcublas.so." IMPLICIT_CUBLAS_MAJOR_TEXT(CUBLAS_VER_MAJOR);
+// A literal: no constructor run at every program start.
+constexpr char kSoname[] = "libcublas.so." IMPLICIT_CUBLAS_MAJOR_TEXT(CUBLAS_VER_MAJOR);
 
 void* OpenLibrary() {
-  void* handle = dlopen(kSoname.c_str(), RTLD_NOW | RTLD_LOCAL);
+  void* handle = dlopen(kSoname, RTLD_NOW | RTLD_LOCAL);
   std::string error = handle == nullptr ? dlerror() : "";
 #ifdef IMPLICIT_CUDA_LIBRARY_DIR
   if (handle == nullptr) {
@@ -51,7 +52,7 @@ template <typename Function>
 void Resolve(void* library, const char* name, Function* function) {
   *function = reinterpret_cast<Function>(dlsym(library, name));
   if (*function == nullptr) {
-    throw std::runtime_error("cuBLAS: " + kSoname + " has no function " + name);
+    throw std::runtime_error(std::string("cuBLAS: ") + kSoname + " has no function " + name);
   }
 }
 
