@@ -45,30 +45,25 @@ struct Retrieval {
   }
 };
 
+// Attention over tokens of width `width` (x = the width x tokens matrix X):
+// K = W_K X, Q = W_Q X, E = 0.5|x|^2 - sum_t lse_s(beta K_s . Q_t) / beta -
+// 0.5 sum relu(Xi^T X)^2, every product one ad::Product.
 struct Attention {
   Index tokens, width;
   Matrix<double> WK, WQ, Xi;  // key width x width, key width x width, width x memories
   double beta;
   template <typename T>
   T operator()(const Vector<T>& x, const Vector<T>&) const {
-    const Index Y = WK.rows();
-    Matrix<T> K(Y, tokens), Q(Y, tokens);
+    namespace ad = implicit::ad;
+    const Eigen::Map<const Matrix<T>> X(x.data(), width, tokens);
+    const Matrix<T> K = ad::Product(WK, X), Q = ad::Product(WQ, X);
+    const Matrix<T> S = ad::Product(K.transpose(), Q);  // S(s, t) = K_s . Q_t
+    const Matrix<T> H = ad::Product(Xi.transpose(), X);
     T e = T(0.5) * x.squaredNorm();
-    for (Index t = 0; t < tokens; ++t) {
-      const auto xt = x.segment(t * width, width);
-      for (Index y = 0; y < Y; ++y) {
-        K(y, t) = implicit::ad::Dot(WK.row(y), xt);
-        Q(y, t) = implicit::ad::Dot(WQ.row(y), xt);
-      }
-      for (Index mu = 0; mu < Xi.cols(); ++mu) {
-        const T h = implicit::ad::Max(implicit::ad::Dot(Xi.col(mu), xt), T(0.0));
-        e -= T(0.5) * h * h;
-      }
-    }
-    Vector<T> scores(tokens);
-    for (Index t = 0; t < tokens; ++t) {
-      for (Index s = 0; s < tokens; ++s) scores(s) = T(beta) * implicit::ad::Dot(K.col(s), Q.col(t));
-      e -= implicit::ad::LogSumExp(scores) / T(beta);
+    for (Index t = 0; t < tokens; ++t) e -= ad::LogSumExp(Vector<T>(T(beta) * S.col(t))) / T(beta);
+    for (Index i = 0; i < H.size(); ++i) {
+      const T h = ad::Max(H(i), T(0.0));
+      e -= T(0.5) * h * h;
     }
     return e;
   }
@@ -77,12 +72,13 @@ struct Attention {
 // The Energy Transformer's energy (energy_transformer_energy.h: LayerNorm
 // with gamma = 1, delta = 0; attention over the other tokens; ReLU memory)
 // written as a user energy with trainable theta = (W_K, W_Q, Xi) in the
-// closed form's parameter order, each product an ad::Dot.
+// closed form's parameter order, each matrix product an ad::Product.
 struct UserEnergyTransformer {
   Index N, D, H, Y, M;
   double beta, eps;
   template <typename T>
   T operator()(const Vector<T>& x, const Vector<T>& theta) const {
+    namespace ad = implicit::ad;
     using std::sqrt;
     const Eigen::Map<const Matrix<T>> WK(theta.data(), H * Y, D);
     const Eigen::Map<const Matrix<T>> WQ(theta.data() + H * Y * D, H * Y, D);
@@ -95,29 +91,24 @@ struct UserEnergyTransformer {
       const Vector<T> centred = xa.array() - mean;
       const T s = sqrt(centred.squaredNorm() / T(static_cast<double>(D)) + T(eps));
       G.col(a) = centred / s;
-      e += implicit::ad::Dot(G.col(a), xa) - T(static_cast<double>(D)) * s;
+      e += ad::Dot(G.col(a), xa) - T(static_cast<double>(D)) * s;
     }
-    Matrix<T> K(Y, N), Q(Y, N);
     Vector<T> scores(N - 1);
     for (Index h = 0; h < H; ++h) {
-      for (Index b = 0; b < N; ++b) {
-        for (Index y = 0; y < Y; ++y) {
-          K(y, b) = implicit::ad::Dot(WK.row(h * Y + y), G.col(b));
-          Q(y, b) = implicit::ad::Dot(WQ.row(h * Y + y), G.col(b));
-        }
-      }
+      const Matrix<T> K = ad::Product(WK.middleRows(h * Y, Y), G);
+      const Matrix<T> Q = ad::Product(WQ.middleRows(h * Y, Y), G);
+      const Matrix<T> S = ad::Product(Matrix<T>(T(beta) * K).transpose(), Q);  // beta K_b . Q_c
       for (Index c = 0; c < N; ++c) {
         for (Index b = 0, k = 0; b < N; ++b) {
-          if (b != c) scores(k++) = T(beta) * implicit::ad::Dot(K.col(b), Q.col(c));
+          if (b != c) scores(k++) = S(b, c);
         }
-        e -= implicit::ad::LogSumExp(scores) / T(beta);
+        e -= ad::LogSumExp(scores) / T(beta);
       }
     }
-    for (Index b = 0; b < N; ++b) {
-      for (Index mu = 0; mu < M; ++mu) {
-        const T t = implicit::ad::Max(implicit::ad::Dot(Xi.col(mu), G.col(b)), T(0.0));
-        e -= T(0.5) * t * t;
-      }
+    const Matrix<T> overlaps = ad::Product(Xi.transpose(), G);
+    for (Index i = 0; i < overlaps.size(); ++i) {
+      const T t = ad::Max(overlaps(i), T(0.0));
+      e -= T(0.5) * t * t;
     }
     return e;
   }
@@ -242,7 +233,7 @@ Json RunAutodiffBench(const AutodiffBenchOptions& o) {
   }
 
   std::cout << "User energies (AutoDiffEnergy): time per sample as a multiple of the value's\n"
-            << "(reverse mode: libimplicit's tape, ad::Dot and ad::LogSumExp one node each"
+            << "(reverse mode: libimplicit's tape, ad::Dot and ad::LogSumExp one node each, ad::Product one block"
             << "; closed form: ModernHopfieldEnergy; * forward mode timed on one sample, once)\n";
   Table table({"energy", "n", "value us", "grad fwd", "grad rev", "grad closed", "hvp fwd", "hvp rev",
                "hvp closed", "vjp rev", "vjp closed"},

@@ -91,6 +91,49 @@ struct Piecewise {
   }
 };
 
+// An attention energy on x = N tokens of width D (the D x N matrix X) with
+// theta = (W_K, W_Q), each Y x D, and fixed memories Xi (D x M):
+//   E = 0.5|x|^2 - sum_c lse_b(beta (K^T Q)_bc) / beta - 0.5 sum relu(Xi^T X)^2,
+// K = W_K X, Q = W_Q X: products of variables by variables (two of them of
+// products' results) and of numbers by variables, written with ad::Product
+// or, without `product`, as scalar loops.
+struct ProductAttention {
+  Index N, D, Y;
+  Matrix<double> Xi;
+  double beta;
+  bool product;
+  template <typename A, typename B>
+  auto Multiply(const Eigen::MatrixBase<A>& a, const Eigen::MatrixBase<B>& b) const {
+    using T = std::conditional_t<std::is_same<typename A::Scalar, double>::value, typename B::Scalar,
+                                 typename A::Scalar>;
+    if (product) return implicit::ad::Product(a, b);
+    Matrix<T> out(a.rows(), b.cols());
+    for (Index i = 0; i < a.rows(); ++i) {
+      for (Index j = 0; j < b.cols(); ++j) {
+        T sum = T(0.0);
+        for (Index k = 0; k < a.cols(); ++k) sum += T(a(i, k)) * T(b(k, j));
+        out(i, j) = sum;
+      }
+    }
+    return out;
+  }
+  template <typename T>
+  T operator()(const Vector<T>& x, const Vector<T>& theta) const {
+    const Eigen::Map<const Matrix<T>> X(x.data(), D, N);
+    const Eigen::Map<const Matrix<T>> WK(theta.data(), Y, D), WQ(theta.data() + Y * D, Y, D);
+    const Matrix<T> K = Multiply(WK, X), Q = Multiply(WQ, X);
+    const Matrix<T> S = Multiply(K.transpose(), Q);
+    const Matrix<T> H = Multiply(Xi.transpose(), X);
+    T e = T(0.5) * x.squaredNorm();
+    for (Index c = 0; c < N; ++c) e -= implicit::ad::LogSumExp(Vector<T>(T(beta) * S.col(c))) / T(beta);
+    for (Index i = 0; i < H.size(); ++i) {
+      const T r = implicit::ad::Max(H(i), T(0.0));
+      e -= T(0.5) * r * r;
+    }
+    return e;
+  }
+};
+
 template <typename Scalar>
 implicit::ParameterSet<Scalar> OneParameter(double value) {
   implicit::ParameterSet<Scalar> params;
@@ -219,6 +262,93 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(branches_on_both_sides_match_forward_mode, Scalar,
     const Matrix<Scalar> flipped = x.rowwise().reverse();
     CheckAllProducts(pair.forward, pair.reverse, flipped, v, name + ", samples reversed");
   }
+}
+
+// ad::Product (one tape block; in forward mode Eigen's product) gives the
+// derivatives of the scalar loops it replaces, in both modes: gradient, HVP
+// and parameter VJP of an attention energy whose products chain (K^T Q of
+// K = W_K X) and mix data with variables, at points where the ReLU memory
+// term is on both sides of its kink.
+BOOST_AUTO_TEST_CASE_TEMPLATE(product_blocks_match_scalar_loops, Scalar, Scalars) {
+  const Index N = 5, D = 4, Y = 3, M = 6, B = 4;
+  implicit::ParameterSet<Scalar> params;
+  params.Add("w_k", Y, D);
+  params.Add("w_q", Y, D);
+  params.Block("w_k") = implicit::testing::RandomMatrix<Scalar>(Y, D, 31, 0.5);
+  params.Block("w_q") = implicit::testing::RandomMatrix<Scalar>(Y, D, 32, 0.5);
+  const Matrix<double> Xi = implicit::testing::RandomMatrix<double>(D, M, 33);
+  const auto make = [&](bool product, AutoDiffMode mode) {
+    AutoDiffEnergy<ProductAttention, Scalar> energy(ProductAttention{N, D, Y, Xi, 1.5, product}, N * D,
+                                                    params);
+    energy.set_mode(mode);
+    return energy;
+  };
+  const Matrix<Scalar> x = implicit::testing::RandomMatrix<Scalar>(N * D, B, 34);
+  const Matrix<Scalar> v = implicit::testing::RandomMatrix<Scalar>(N * D, B, 35);
+  const Matrix<double> overlaps = Xi.transpose() * Eigen::Map<const Matrix<Scalar>>(x.data(), D, N * B).template cast<double>();
+  BOOST_REQUIRE((overlaps.array() > 0).count() > 0 && (overlaps.array() < 0).count() > 0);
+  CheckAllProducts(make(false, AutoDiffMode::kForward), make(true, AutoDiffMode::kReverse), x, v,
+                   "ad::Product in reverse mode");
+  CheckAllProducts(make(true, AutoDiffMode::kForward), make(false, AutoDiffMode::kReverse), x, v,
+                   "ad::Product in forward mode");
+}
+
+// On the tape directly: a function of one entry of a product (the rest of the
+// block unused), of a product with constant entries among its variables, and
+// of a product of constants; its gradient and H v (first-order duals) equal
+// those of the same function written with ad::Dot. Factors of mismatched
+// shapes are refused.
+BOOST_AUTO_TEST_CASE(product_entries_constants_and_shapes) {
+  namespace reverse = implicit::reverse;
+  namespace ad = implicit::ad;
+  const Matrix<double> A = implicit::testing::RandomMatrix<double>(2, 3, 41);
+  const Vector<double> z = implicit::testing::RandomMatrix<double>(6, 1, 42);
+  const Vector<double> v = implicit::testing::RandomMatrix<double>(6, 1, 43);
+  const auto f = [&](const auto& x, bool product) {
+    using T = typename std::decay_t<decltype(x)>::Scalar;
+    Matrix<T> Bm(3, 3);
+    Bm << x(0), x(1), T(0.5), x(2), x(3), x(4), x(5), T(-1.0), x(0);  // constants among the variables
+    if (!product) {
+      const T s10 = ad::Dot(A.row(1).transpose(), Bm.col(0).eval()), s01 = ad::Dot(A.row(0).transpose(), Bm.col(1).eval());
+      return s10 * s01 + x(2);
+    }
+    const Matrix<T> S = ad::Product(A, Bm);
+    const Matrix<T> C = ad::Product(Matrix<double>::Ones(2, 2).eval(), Matrix<double>::Ones(2, 2).eval()).template cast<T>();
+    return S(1, 0) * S(0, 1) + x(2) * C(0, 0) / T(2.0);  // C(0, 0) = 2, a constant
+  };
+  const auto check = [&](auto value_type) {
+    using V = decltype(value_type);
+    using VarVector = Vector<reverse::Var<V>>;
+    std::vector<V> zv(6), with_dot(6), with_product(6);
+    for (Index i = 0; i < 6; ++i) {
+      zv[static_cast<std::size_t>(i)] = V(z(i));
+      if constexpr (!std::is_same<V, double>::value) zv[static_cast<std::size_t>(i)].v[0] = v(i);
+    }
+    const V e_dot = reverse::Gradient<V>(zv.data(), 6, [&](const VarVector& x) { return f(x, false); }, with_dot.data());
+    const V e_product =
+        reverse::Gradient<V>(zv.data(), 6, [&](const VarVector& x) { return f(x, true); }, with_product.data());
+    const auto close = [](const V& a, const V& b) {
+      const double tolerance = 1e-13 * (1 + std::abs(ad::internal::NumberOf(b)));
+      if constexpr (std::is_same<V, double>::value) {
+        return std::abs(a - b) <= tolerance;
+      } else {
+        return std::abs(a.a - b.a) <= tolerance && std::abs(a.v[0] - b.v[0]) <= 1e-13 * (1 + std::abs(b.v[0]));
+      }
+    };
+    BOOST_TEST(close(e_product, e_dot));
+    for (std::size_t i = 0; i < 6; ++i) BOOST_TEST(close(with_product[i], with_dot[i]), "entry " << i);
+  };
+  check(double());
+  check(implicit::internal::DirectionalJet<double>());
+  BOOST_CHECK_THROW(ad::Product(Matrix<double>(2, 3), Matrix<double>(2, 2)), std::invalid_argument);
+  Vector<double> g(6);
+  BOOST_CHECK_THROW(reverse::Gradient<double>(
+                        z.data(), 6,
+                        [&](const Vector<reverse::Var<double>>& x) {
+                          return ad::Product(x.head(2).transpose(), x.tail(3))(0, 0);
+                        },
+                        g.data()),
+                    std::invalid_argument);
 }
 
 BOOST_AUTO_TEST_CASE(reverse_gradient_matches_central_differences) {

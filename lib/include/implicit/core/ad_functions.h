@@ -6,7 +6,8 @@
 // records one tape node per scalar operation. LogSumExp and Dot below record
 // one node for a whole vector: a retrieval energy's N dot products of length
 // n then cost N nodes instead of 2 n N, which is most of what makes its
-// reverse-mode gradient cheap. On a block of the functor's own x (or input, or
+// reverse-mode gradient cheap; Product records a matrix product as one block
+// (its reverse: two matrix products). On a block of the functor's own x (or input, or
 // theta) Dot reads the variables as a vector; Persistent(P.col(i)) lets the
 // tape point to data the functor holds instead of copying it. Max and Where
 // are plain selections (the tape is recorded at every point, so the branch
@@ -200,6 +201,70 @@ auto Dot(const Eigen::MatrixBase<A>& a_in, const Eigen::MatrixBase<B>& b_in) {
       for (Index i = 0; i < a.size(); ++i) acc += T(a(i)) * T(b(i));
       return acc;
     }
+  }
+}
+
+// The matrix product a b (a m x k, b k x n), as a Matrix of the energy's
+// scalar T; either factor may hold numbers (data) and the other T, or both T.
+// In reverse mode the whole product is one block on the tape, and its reverse
+// is two matrix products (dA = dS B^T, dB = A^T dS) instead of m n dot-product
+// nodes of up to 2 k operands each: write attention scores (K^T Q),
+// projections (W X) and memory overlaps (Xi^T G) with it.
+//   implicit::Matrix<T> scores = implicit::ad::Product(K.transpose(), Q);
+template <typename A, typename B>
+auto Product(const Eigen::MatrixBase<A>& a_in, const Eigen::MatrixBase<B>& b_in) {
+  using SA = typename A::Scalar;
+  using SB = typename B::Scalar;
+  using T = std::conditional_t<reverse::IsVar<SA>::value || !std::is_arithmetic<SA>::value, SA, SB>;
+  if (a_in.cols() != b_in.rows()) {
+    throw std::invalid_argument("ad::Product: a " + std::to_string(a_in.rows()) + "x" +
+                                std::to_string(a_in.cols()) + " times b " + std::to_string(b_in.rows()) +
+                                "x" + std::to_string(b_in.cols()));
+  }
+  if constexpr (reverse::IsVar<SA>::value || reverse::IsVar<SB>::value) {
+    using V = typename T::Value;
+    const Index m = a_in.rows(), k = a_in.cols(), n = b_in.cols();
+    // Each entry read once (an expression of Vars records its nodes once).
+    const auto split = [](const auto& in, Matrix<V>* values, std::vector<std::int64_t>* ids) {
+      using S = typename std::decay_t<decltype(in)>::Scalar;
+      values->resize(in.rows(), in.cols());
+      ids->resize(static_cast<std::size_t>(in.size()));
+      bool any = false;
+      for (Index c = 0, i = 0; c < in.cols(); ++c) {
+        for (Index r = 0; r < in.rows(); ++r, ++i) {
+          const S x = in.coeff(r, c);
+          if constexpr (reverse::IsVar<S>::value) {
+            (*values)(r, c) = ValueOf(x);
+            (*ids)[static_cast<std::size_t>(i)] = x.index();
+            any = any || x.is_variable();
+          } else {
+            (*values)(r, c) = V(x);
+            (*ids)[static_cast<std::size_t>(i)] = -1;
+          }
+        }
+      }
+      return any;
+    };
+    Matrix<V> a, b;
+    std::vector<std::int64_t> a_ids, b_ids;
+    const bool a_variable = split(a_in.derived(), &a, &a_ids);
+    const bool b_variable = split(b_in.derived(), &b, &b_ids);
+    const bool variable = a_variable || b_variable;
+    Matrix<V> s;
+    ::implicit::internal::MatrixProduct(a, b, &s);
+    Matrix<T> out(m, n);
+    if (!variable || m * n == 0) {
+      for (Index i = 0; i < m * n; ++i) out(i) = T(s(i));
+      return out;
+    }
+    const std::int64_t first =
+        reverse::Tape<V>::ThisThread().PushProduct(m, k, n, a.data(), a_ids.data(), b.data(), b_ids.data());
+    for (Index i = 0; i < m * n; ++i) out(i) = T(s(i), first + i);
+    return out;
+  } else {
+    Matrix<T> out;
+    ::implicit::internal::MatrixProduct(a_in.derived().template cast<T>(), b_in.derived().template cast<T>(), &out);
+    return out;
   }
 }
 

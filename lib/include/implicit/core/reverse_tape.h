@@ -23,8 +23,10 @@
 // not convert to its value: code that computes with extracted values would
 // get derivatives that miss their dependence, so it does not compile.
 // Several operations on whole vectors are recorded as one node each
-// (ad::LogSumExp, ad::Dot in ad_functions.h): far fewer nodes than their
-// scalar loops, which is what makes dense products cheap to differentiate.
+// (ad::LogSumExp, ad::Dot in ad_functions.h), and a matrix product as one
+// block whose reverse is two matrix products (ad::Product): far fewer nodes
+// than their scalar loops, which is what makes dense products cheap to
+// differentiate.
 //
 // Tapes are per thread (thread_local): threads differentiate at the same time
 // without locks. One recording per thread and value type at a time (a nested
@@ -34,6 +36,7 @@
 // next recording (about 12 bytes per operand for double values).
 #pragma once
 
+#include <implicit/core/dual_matrix_product.h>
 #include <implicit/core/reverse_var.h>
 #include <implicit/core/types.h>
 
@@ -66,6 +69,7 @@ template <typename E>
 struct ExposesStorage<E, std::void_t<decltype(std::declval<const E&>().data()),
                                      decltype(std::declval<const E&>().innerStride())>>
     : std::true_type {};
+
 }  // namespace internal
 
 namespace reverse {
@@ -106,6 +110,9 @@ class Tape {
     runs_.clear();
     numbers_.clear();
     known_runs_.clear();
+    products_.clear();
+    product_values_.clear();
+    product_nodes_.clear();
     recording_ = true;
     recording_number_ = (recording_number_ + 1) & 0x7fffffff;
   }
@@ -189,6 +196,44 @@ class Tape {
     return static_cast<std::int32_t>(node);
   }
 
+  // The matrix product S = A B (A m x k, B k x n, each given column-major by
+  // its values and its entries' ids, an id < 0 for a constant) as a block of
+  // m n new nodes without operands, S's entries column-major; returns the
+  // first one's id. The reverse sweep differentiates the block at once when
+  // it reaches that first node: dA += dS B^T, dB += A^T dS.
+  std::int64_t PushProduct(Index m, Index k, Index n, const V* a_values, const std::int64_t* a_ids,
+                           const V* b_values, const std::int64_t* b_ids) {
+    if (operands_.size() != (ends_.empty() ? 0 : ends_.back())) {
+      throw std::logic_error("reverse::Tape::PushProduct: a node is open");
+    }
+    const std::size_t outputs = static_cast<std::size_t>(m * n);
+    if (outputs == 0) return -1;
+    if (ends_.size() + outputs >= static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max())) {
+      ThrowTooManyNodes();
+    }
+    Product p;
+    p.first = static_cast<std::int32_t>(ends_.size());
+    p.m = m;
+    p.k = k;
+    p.n = n;
+    p.values = product_values_.size();
+    p.nodes = product_nodes_.size();
+    const Index a_size = m * k, b_size = k * n;
+    product_values_.insert(product_values_.end(), a_values, a_values + a_size);
+    product_values_.insert(product_values_.end(), b_values, b_values + b_size);
+    const auto add_nodes = [&](const std::int64_t* ids, Index size, bool* variable) {
+      for (Index i = 0; i < size; ++i) {
+        product_nodes_.push_back(ids[i] < 0 ? -1 : Node(ids[i]));
+        *variable = *variable || ids[i] >= 0;
+      }
+    };
+    add_nodes(a_ids, a_size, &p.a_variable);
+    add_nodes(b_ids, b_size, &p.b_variable);
+    products_.push_back(p);
+    ends_.insert(ends_.end(), outputs, operands_.size());
+    return (static_cast<std::int64_t>(recording_number_) << 32) | static_cast<std::int64_t>(p.first);
+  }
+
   // Declares vars[0 .. size) a known run: Vars of consecutive nodes (checked;
   // std::logic_error otherwise) whose values are also stored contiguously at
   // values[0 .. size), both unchanged until the recording ends (the caller's
@@ -226,7 +271,20 @@ class Tape {
     const std::size_t out = static_cast<std::size_t>(Node(output));
     adjoints_.assign(ends_.size(), V(0.0));
     adjoints_[out] = V(1.0);
+    // The products whose first node is at or below the output, the last one's
+    // first node (where its block is differentiated) next.
+    std::size_t products = products_.size();
+    while (products > 0 && static_cast<std::size_t>(products_[products - 1].first) > out) --products;
+    const auto first_of_last = [&] {
+      return products > 0 ? static_cast<std::size_t>(products_[products - 1].first) : ends_.size();
+    };
+    std::size_t next_product = first_of_last();
     for (std::size_t i = out + 1; i-- > 0;) {
+      if (i == next_product) {  // a product's nodes have no operands of their own
+        BackwardProduct(products_[--products]);
+        next_product = first_of_last();
+        continue;
+      }
       const V g = adjoints_[i];
       if (IsZero(g)) continue;
       const std::size_t begin = i == 0 ? 0 : ends_[i - 1], end = ends_[i];
@@ -246,6 +304,36 @@ class Tape {
   }
 
  private:
+  struct Product {
+    std::int32_t first;  // its first node
+    Index m, k, n;
+    std::size_t values;  // A's and B's values: product_values_[values ..)
+    std::size_t nodes;   // their entries' nodes (-1: constant): product_nodes_[nodes ..)
+    bool a_variable = false, b_variable = false;
+  };
+
+  // dA += dS B^T and dB += A^T dS into the adjoints of A's and B's nodes.
+  void BackwardProduct(const Product& p) const {
+    const Eigen::Map<const Matrix<V>> dS(adjoints_.data() + p.first, p.m, p.n);
+    const V* values = product_values_.data() + p.values;
+    const Eigen::Map<const Matrix<V>> A(values, p.m, p.k), B(values + p.m * p.k, p.k, p.n);
+    const std::int32_t* nodes = product_nodes_.data() + p.nodes;
+    const auto scatter = [&](const std::int32_t* to) {
+      const V* d = product_scratch_.data();
+      for (Index i = 0; i < product_scratch_.size(); ++i) {
+        if (to[i] >= 0) adjoints_[static_cast<std::size_t>(to[i])] += d[i];
+      }
+    };
+    if (p.a_variable) {
+      internal::MatrixProduct(dS, B.transpose(), &product_scratch_);
+      scatter(nodes);
+    }
+    if (p.b_variable) {
+      internal::MatrixProduct(A.transpose(), dS, &product_scratch_);
+      scatter(nodes + p.m * p.k);
+    }
+  }
+
   template <typename S, typename = std::enable_if_t<std::is_arithmetic<S>::value>>
   static bool IsZero(S s) {
     return s == S(0);
@@ -298,7 +386,11 @@ class Tape {
   std::vector<V> partials_;
   std::vector<Run> runs_;
   std::vector<Number> numbers_;
+  std::vector<Product> products_;
+  std::vector<V> product_values_;
+  std::vector<std::int32_t> product_nodes_;
   mutable std::vector<V> adjoints_;
+  mutable Matrix<V> product_scratch_;
   bool recording_ = false;
   std::int64_t recording_number_ = 0;  // < 2^31
 };
