@@ -9,14 +9,18 @@
 
 #include <implicit/core/ad_functions.h>
 #include <implicit/core/autodiff_energy.h>
+#include <implicit/core/energy_maps.h>
+#include <implicit/diff/implicit_diff.h>
 #include <implicit/layers/energy_transformer_energy.h>
 #include <implicit/layers/modern_hopfield_energy.h>
+#include <implicit/solvers/picard.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <functional>
 #include <iostream>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -72,7 +76,9 @@ struct Attention {
 // The Energy Transformer's energy (energy_transformer_energy.h: LayerNorm
 // with gamma = 1, delta = 0; attention over the other tokens; ReLU memory)
 // written as a user energy with trainable theta = (W_K, W_Q, Xi) in the
-// closed form's parameter order, each matrix product an ad::Product.
+// closed form's parameter order, as docs/energies.md advises: every matrix
+// product one ad::Product (all heads' keys and queries at once, beta folded
+// into the keys' input), sums and squared norms as ad::Dot, one node each.
 struct UserEnergyTransformer {
   Index N, D, H, Y, M;
   double beta, eps;
@@ -83,21 +89,23 @@ struct UserEnergyTransformer {
     const Eigen::Map<const Matrix<T>> WK(theta.data(), H * Y, D);
     const Eigen::Map<const Matrix<T>> WQ(theta.data() + H * Y * D, H * Y, D);
     const Eigen::Map<const Matrix<T>> Xi(theta.data() + 2 * H * Y * D, D, M);
+    const Vector<double> ones = Vector<double>::Ones(D);
     Matrix<T> G(D, N);
     T e = T(0.0);
     for (Index a = 0; a < N; ++a) {  // E_LN = sum_A g_A . x_A - D s_A
       const auto xa = x.segment(a * D, D);
-      const T mean = xa.sum() / T(static_cast<double>(D));
+      const T mean = ad::Dot(ones, xa) / T(static_cast<double>(D));
       const Vector<T> centred = xa.array() - mean;
-      const T s = sqrt(centred.squaredNorm() / T(static_cast<double>(D)) + T(eps));
+      const T s = sqrt(ad::Dot(centred, centred) / T(static_cast<double>(D)) + T(eps));
       G.col(a) = centred / s;
       e += ad::Dot(G.col(a), xa) - T(static_cast<double>(D)) * s;
     }
+    // Every head's keys (times beta) and queries, (H Y) x N each.
+    const Matrix<T> K = ad::Product(WK, Matrix<T>(T(beta) * G)), Q = ad::Product(WQ, G);
     Vector<T> scores(N - 1);
     for (Index h = 0; h < H; ++h) {
-      const Matrix<T> K = ad::Product(WK.middleRows(h * Y, Y), G);
-      const Matrix<T> Q = ad::Product(WQ.middleRows(h * Y, Y), G);
-      const Matrix<T> S = ad::Product(Matrix<T>(T(beta) * K).transpose(), Q);  // beta K_b . Q_c
+      // S(b, c) = beta K_b . Q_c in head h.
+      const Matrix<T> S = ad::Product(K.middleRows(h * Y, Y).transpose(), Q.middleRows(h * Y, Y));
       for (Index c = 0; c < N; ++c) {
         for (Index b = 0, k = 0; b < N; ++b) {
           if (b != c) scores(k++) = S(b, c);
@@ -105,11 +113,9 @@ struct UserEnergyTransformer {
         e -= ad::LogSumExp(scores) / T(beta);
       }
     }
-    const Matrix<T> overlaps = ad::Product(Xi.transpose(), G);
-    for (Index i = 0; i < overlaps.size(); ++i) {
-      const T t = ad::Max(overlaps(i), T(0.0));
-      e -= T(0.5) * t * t;
-    }
+    const Matrix<T> overlaps = ad::Product(Xi.transpose(), G);  // E_mem = -1/2 sum relu(Xi^T G)^2
+    const Vector<T> relu = overlaps.reshaped().unaryExpr([](const T& o) { return ad::Max(o, T(0.0)); });
+    e -= T(0.5) * ad::Dot(relu, relu);
     return e;
   }
 };
@@ -188,12 +194,50 @@ Row Measure(const std::string& name, implicit::AutoDiffEnergy<Functor, double> e
   return row;
 }
 
+// One training step of fixed work through an equilibrium of `energy`: 30
+// Picard iterations on the gradient-step map z - 0.1 grad E from z0
+// (residuals only, as implicit-et's forward), then 100 GMRES iterations of the
+// IFT backward of L = 0.5 |z* - target|^2 (tolerances too small to stop
+// earlier: x-space gradient steps on the ET energy do not reach its
+// equilibrium in such budgets, and equal work makes the two times comparable).
+struct TrainingStep {
+  double seconds = 0;  // per sample, the median of `repeat` steps
+  int forward_iterations = 0, backward_iterations = 0;
+};
+TrainingStep MeasureTrainingStep(const implicit::Energy<double>& energy, const Matrix<double>& z0,
+                                 const Matrix<double>& target, long repeat) {
+  const implicit::GradientStepMap<double> map(energy, 0.1);
+  implicit::PicardSolver<double>::Options options;
+  options.max_iterations = 30;
+  options.absolute_tolerance = 1e-14;
+  options.use_energy = false;
+  const implicit::PicardSolver<double> solver(options);
+  implicit::BackwardOptions backward;
+  backward.linear_solver = "gmres";
+  backward.tolerance = 1e-14;
+  backward.max_iterations = 100;
+  implicit::ImplicitLayer<double> layer(map, solver, backward);
+  TrainingStep step;
+  Matrix<double> z = z0;
+  step.seconds = SecondsPerSample(
+      [&] {
+        z = z0;
+        const implicit::Summary forward = layer.Forward(z);
+        const implicit::BackwardResult<double> back = layer.Backward(z - target);
+        step.forward_iterations = forward.iterations;
+        step.backward_iterations = back.summary.iterations;
+      },
+      repeat, z0.cols());
+  return step;
+}
+
 std::string Ratio(double r) { return r < 0 ? "-" : FmtFixed(r, r < 10 ? 1 : 0); }
 
 }  // namespace
 
 Json RunAutodiffBench(const AutodiffBenchOptions& o) {
   std::vector<Row> rows;
+  std::optional<TrainingStep> user_step, closed_step;  // the et row's
   const auto wanted = [&](const char* energy) {
     return std::find(o.energies.begin(), o.energies.end(), energy) != o.energies.end();
   };
@@ -227,9 +271,16 @@ Json RunAutodiffBench(const AutodiffBenchOptions& o) {
     implicit::EnergyTransformer<double> closed(eo);
     const UserEnergyTransformer f{eo.num_tokens, eo.token_dim, eo.num_heads, eo.head_dim,
                                   eo.num_memories, closed.beta(), eo.eps};
-    rows.push_back(Measure("et", implicit::AutoDiffEnergy<UserEnergyTransformer, double>(
-                                     f, eo.num_tokens * eo.token_dim, *closed.parameters()),
-                           &closed, o, 41));
+    implicit::AutoDiffEnergy<UserEnergyTransformer, double> user(f, eo.num_tokens * eo.token_dim,
+                                                                 *closed.parameters());
+    rows.push_back(Measure("et", user, &closed, o, 41));
+    // A whole training step of each, on the same batch (the same iterates).
+    const Index n = user.dimension();
+    const Matrix<double> z0 = Gaussian(n, o.samples, 1.0 / std::sqrt(static_cast<double>(n)), 51);
+    const Matrix<double> target = Gaussian(n, o.samples, 1.0 / std::sqrt(static_cast<double>(n)), 52);
+    user.set_mode(implicit::AutoDiffMode::kReverse);
+    user_step = MeasureTrainingStep(user, z0, target, o.repeat);
+    closed_step = MeasureTrainingStep(closed, z0, target, o.repeat);
   }
 
   std::cout << "User energies (AutoDiffEnergy): time per sample as a multiple of the value's\n"
@@ -246,6 +297,14 @@ Json RunAutodiffBench(const AutodiffBenchOptions& o) {
                   Ratio(r.vjp_reverse), Ratio(r.vjp_closed)});
   }
   table.Print(std::cout);
+  if (user_step && closed_step) {
+    std::cout << "et training step of fixed work (30 Picard iterations on z - 0.1 grad E, 100 GMRES iterations "
+              << "of the IFT backward), per sample: user energy " << FmtFixed(user_step->seconds * 1e3, 2) << " ms ("
+              << user_step->forward_iterations << " + " << user_step->backward_iterations << " iterations), "
+              << "closed form " << FmtFixed(closed_step->seconds * 1e3, 2) << " ms ("
+              << closed_step->forward_iterations << " + " << closed_step->backward_iterations << "): "
+              << Ratio(user_step->seconds / closed_step->seconds) << "x\n";
+  }
   Json root;
   root["settings"] = {{"patterns", o.patterns}, {"samples", o.samples}, {"repeat", o.repeat},
                       {"forward_budget", o.forward_budget}, {"reverse_mode", implicit::kHaveReverseMode}};
@@ -262,6 +321,15 @@ Json RunAutodiffBench(const AutodiffBenchOptions& o) {
                                {"parameter_vjp_reverse", ratio(r.vjp_reverse)},
                                {"parameter_vjp_closed_form", ratio(r.vjp_closed)},
                                {"forward_one_sample", r.forward_one_sample}});
+  }
+  if (user_step && closed_step) {
+    const auto step = [](const TrainingStep& t) {
+      return Json{{"seconds", t.seconds}, {"forward_iterations", t.forward_iterations},
+                  {"backward_iterations", t.backward_iterations}};
+    };
+    root["et_training_step"] = {{"user_energy", step(*user_step)},
+                                {"closed_form", step(*closed_step)},
+                                {"ratio", user_step->seconds / closed_step->seconds}};
   }
   return root;
 }

@@ -214,7 +214,8 @@ BOOST_AUTO_TEST_CASE(autodiff_run_reports_every_ratio) {
 
 // --autodiff-energies et: the user-written Energy Transformer equals the
 // closed form in value (the bench checks it and fails otherwise) and has
-// every product timed, the parameter VJP included. Its forward mode costs
+// every product timed, the parameter VJP included, and a training step of
+// each timed. Its forward mode costs
 // thousands of evaluations at n = 544, minutes at -O0: run where optimised.
 BOOST_AUTO_TEST_CASE(autodiff_energy_transformer_row_matches_its_closed_form) {
 #ifndef NDEBUG
@@ -236,6 +237,14 @@ BOOST_AUTO_TEST_CASE(autodiff_energy_transformer_row_matches_its_closed_form) {
                             "parameter_vjp_reverse", "parameter_vjp_closed_form"}) {
     BOOST_TEST(PositiveFinite(row.at(field)), field);
   }
+  // The training step of fixed work: both energies do the same iterations.
+  const Json& step = j.at("et_training_step");
+  for (const char* energy : {"user_energy", "closed_form"}) {
+    BOOST_TEST(PositiveFinite(step.at(energy).at("seconds")), energy);
+    BOOST_TEST(step.at(energy).at("forward_iterations").get<int>() == 30, energy);
+    BOOST_TEST(step.at(energy).at("backward_iterations").get<int>() == 100, energy);
+  }
+  BOOST_TEST(PositiveFinite(step.at("ratio")));
 #endif
 }
 

@@ -351,6 +351,71 @@ BOOST_AUTO_TEST_CASE(product_entries_constants_and_shapes) {
                     std::invalid_argument);
 }
 
+// internal::MatrixProduct (products of duals as products of numbers) equals
+// Eigen's product of the duals, entry by entry in every part: one tangent
+// with tangents on both factors, on one of them or on neither; several
+// tangents; duals of duals.
+BOOST_AUTO_TEST_CASE(dual_matrix_products_equal_products_of_duals) {
+  using implicit::internal::MatrixProduct;
+  const Index m = 3, k = 4, n = 5;
+  const auto check = [&](auto dual, bool a_tangent, bool b_tangent) {
+    using V = decltype(dual);
+    int seed = 60;
+    const auto fill = [&](Matrix<V>* x, bool tangent) {
+      const Matrix<double> values = implicit::testing::RandomMatrix<double>(x->rows(), x->cols() * 9, seed++);
+      for (Index i = 0; i < x->size(); ++i) {
+        const double* r = values.data() + 9 * i;
+        V& y = (*x)(i);
+        y = V(r[0]);
+        for (int t = 0; t < V::DIMENSION; ++t) y.v[t] = tangent ? decltype(y.a)(r[1 + t]) : decltype(y.a)(0.0);
+        if constexpr (implicit::internal::IsDual<decltype(y.a)>::value) {
+          y.a.v[0] = r[8];  // the inner tangents
+          for (int t = 0; t < V::DIMENSION; ++t) y.v[t].v[0] = tangent ? r[7 - t] : 0.0;
+        }
+      }
+    };
+    Matrix<V> a(m, k), b(k, n), split;
+    fill(&a, a_tangent);
+    fill(&b, b_tangent);
+    const Matrix<V> expected = a.lazyProduct(b);  // element by element, in duals
+    MatrixProduct(a, b, &split);
+    Matrix<V> transposed;
+    MatrixProduct(b.transpose(), a.transpose(), &transposed);
+    double error = 0;
+    for (Index i = 0; i < expected.size(); ++i) {
+      const auto parts = [](const V& x) {
+        std::vector<double> p;
+        if constexpr (implicit::internal::IsDual<decltype(x.a)>::value) {
+          p.push_back(x.a.a);
+          p.push_back(x.a.v[0]);
+          for (int t = 0; t < V::DIMENSION; ++t) {
+            p.push_back(x.v[t].a);
+            p.push_back(x.v[t].v[0]);
+          }
+        } else {
+          p.push_back(x.a);
+          for (int t = 0; t < V::DIMENSION; ++t) p.push_back(x.v[t]);
+        }
+        return p;
+      };
+      const std::vector<double> e = parts(expected(i)), s1 = parts(split(i)),
+                                s2 = parts(transposed((i / m) + n * (i % m)));  // (c, r) of b^T a^T
+      for (std::size_t q = 0; q < e.size(); ++q) {
+        error = std::max(error, std::abs(e[q] - s1[q]));
+        error = std::max(error, std::abs(e[q] - s2[q]));
+      }
+    }
+    BOOST_TEST(error <= 1e-13, "tangents on a " << a_tangent << ", on b " << b_tangent << ": " << error);
+  };
+  for (bool a_tangent : {true, false}) {
+    for (bool b_tangent : {true, false}) {
+      check(implicit::internal::DirectionalJet<double>(), a_tangent, b_tangent);
+      check(ceres::Jet<double, 3>(), a_tangent, b_tangent);
+      check(ceres::Jet<implicit::internal::DirectionalJet<double>, 3>(), a_tangent, b_tangent);
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(reverse_gradient_matches_central_differences) {
   const Index n = 70, B = 3;
   AutoDiffEnergy<Retrieval, double> energy = MakeRetrieval<double>(n, 11, false);

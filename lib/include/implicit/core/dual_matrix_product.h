@@ -22,24 +22,95 @@ struct IsDual : std::false_type {};
 template <typename V>
 struct IsDual<V, std::void_t<decltype(V::DIMENSION), decltype(V::a)>> : std::true_type {};
 
-// *out = a b for matrices of numbers (Eigen's product) or of duals: then the
-// value parts' product and, per tangent k, a.v_k b.a + a.a b.v_k, down to
-// products of numbers, which Eigen vectorises (a product of Jets it computes
-// element by element, several times slower).
+// Whether every part of x (its value and tangents, nested or not) is zero.
+template <typename V>
+bool IsAllZero(const V& x) {
+  if constexpr (IsDual<V>::value) {
+    if (!IsAllZero(x.a)) return false;
+    for (int t = 0; t < V::DIMENSION; ++t) {
+      if (!IsAllZero(x.v[t])) return false;
+    }
+    return true;
+  } else {
+    return x == V(0);
+  }
+}
+
+// *out = a b for matrices of numbers (Eigen's product) or of duals: then
+// products of their parts, down to products of numbers, which Eigen
+// vectorises (a product of Jets it computes element by element, several times
+// slower). The values are a.a b.a; the tangents a.v_k b.a + a.a b.v_k, for
+// one tangent one product [a.v | a.a] [b.a; b.v], for several two: the a.v_k
+// stacked as rows times b.a, and a.a times the b.v_k side by side.
 template <typename V, typename A, typename B>
 void MatrixProduct(const A& a, const B& b, Matrix<V>* out) {
   if constexpr (IsDual<V>::value) {
     using Part = std::decay_t<decltype(V::a)>;
-    const Matrix<Part> a_value = a.unaryExpr([](const V& x) { return Part(x.a); });
-    const Matrix<Part> b_value = b.unaryExpr([](const V& x) { return Part(x.a); });
-    Matrix<Part> value, left, right;
-    MatrixProduct(a_value, b_value, &value);
-    out->resize(a.rows(), b.cols());
-    for (Index i = 0; i < value.size(); ++i) (*out)(i).a = value(i);
-    for (int k = 0; k < V::DIMENSION; ++k) {
-      MatrixProduct(Matrix<Part>(a.unaryExpr([k](const V& x) { return Part(x.v[k]); })), b_value, &left);
-      MatrixProduct(a_value, Matrix<Part>(b.unaryExpr([k](const V& x) { return Part(x.v[k]); })), &right);
-      for (Index i = 0; i < left.size(); ++i) (*out)(i).v[k] = left(i) + right(i);
+    constexpr int K = V::DIMENSION;
+    const Index m = a.rows(), k = a.cols(), n = b.cols();
+    out->resize(m, n);
+    Matrix<Part> value;
+    if constexpr (K == 1) {
+      // A factor whose tangents are all zero (data, or parameters in a
+      // recording along x) leaves its half out of the tangent's product.
+      Matrix<Part> a_parts(m, 2 * k), b_parts(2 * k, n), tangent;  // [a.v | a.a], [b.a; b.v]
+      bool a_tangent = false, b_tangent = false;
+      for (Index j = 0; j < k; ++j) {
+        for (Index i = 0; i < m; ++i) {
+          const V x = a(i, j);
+          a_parts(i, j) = x.v[0];
+          a_parts(i, k + j) = x.a;
+          a_tangent = a_tangent || !IsAllZero(x.v[0]);
+        }
+      }
+      for (Index j = 0; j < n; ++j) {
+        for (Index i = 0; i < k; ++i) {
+          const V x = b(i, j);
+          b_parts(i, j) = x.a;
+          b_parts(k + i, j) = x.v[0];
+          b_tangent = b_tangent || !IsAllZero(x.v[0]);
+        }
+      }
+      MatrixProduct(a_parts.rightCols(k), b_parts.topRows(k), &value);
+      if (a_tangent && b_tangent) {
+        MatrixProduct(a_parts, b_parts, &tangent);
+      } else if (a_tangent) {
+        MatrixProduct(a_parts.leftCols(k), b_parts.topRows(k), &tangent);
+      } else if (b_tangent) {
+        MatrixProduct(a_parts.rightCols(k), b_parts.bottomRows(k), &tangent);
+      } else {
+        tangent.setZero(m, n);
+      }
+      for (Index i = 0; i < m * n; ++i) {
+        (*out)(i).a = value(i);
+        (*out)(i).v[0] = tangent(i);
+      }
+    } else {
+      Matrix<Part> a_value(m, k), a_tangents(K * m, k), b_value(k, n), b_tangents(k, K * n), left, right;
+      for (Index j = 0; j < k; ++j) {
+        for (Index i = 0; i < m; ++i) {
+          const V x = a(i, j);
+          a_value(i, j) = x.a;
+          for (int t = 0; t < K; ++t) a_tangents(t * m + i, j) = x.v[t];
+        }
+      }
+      for (Index j = 0; j < n; ++j) {
+        for (Index i = 0; i < k; ++i) {
+          const V x = b(i, j);
+          b_value(i, j) = x.a;
+          for (int t = 0; t < K; ++t) b_tangents(i, t * n + j) = x.v[t];
+        }
+      }
+      MatrixProduct(a_value, b_value, &value);
+      MatrixProduct(a_tangents, b_value, &left);   // K m x n
+      MatrixProduct(a_value, b_tangents, &right);  // m x K n
+      for (Index j = 0; j < n; ++j) {
+        for (Index i = 0; i < m; ++i) {
+          V& y = (*out)(i, j);
+          y.a = value(i, j);
+          for (int t = 0; t < K; ++t) y.v[t] = left(t * m + i, j) + right(i, t * n + j);
+        }
+      }
     }
   } else {
     out->noalias() = a * b;

@@ -221,9 +221,11 @@ class Tape {
     const Index a_size = m * k, b_size = k * n;
     product_values_.insert(product_values_.end(), a_values, a_values + a_size);
     product_values_.insert(product_values_.end(), b_values, b_values + b_size);
+    product_nodes_.resize(p.nodes + static_cast<std::size_t>(a_size + b_size));
+    std::int32_t* nodes = product_nodes_.data() + p.nodes;
     const auto add_nodes = [&](const std::int64_t* ids, Index size, bool* variable) {
       for (Index i = 0; i < size; ++i) {
-        product_nodes_.push_back(ids[i] < 0 ? -1 : Node(ids[i]));
+        *nodes++ = ids[i] < 0 ? -1 : Node(ids[i]);
         *variable = *variable || ids[i] >= 0;
       }
     };
@@ -286,7 +288,7 @@ class Tape {
         continue;
       }
       const V g = adjoints_[i];
-      if (IsZero(g)) continue;
+      if (internal::IsAllZero(g)) continue;
       const std::size_t begin = i == 0 ? 0 : ends_[i - 1], end = ends_[i];
       if (begin == end) continue;
       if (operands_[begin] < 0) {  // a run
@@ -332,19 +334,6 @@ class Tape {
       internal::MatrixProduct(A.transpose(), dS, &product_scratch_);
       scatter(nodes + p.m * p.k);
     }
-  }
-
-  template <typename S, typename = std::enable_if_t<std::is_arithmetic<S>::value>>
-  static bool IsZero(S s) {
-    return s == S(0);
-  }
-  template <typename S, int N>
-  static bool IsZero(const ceres::Jet<S, N>& s) {
-    if (s.a != S(0)) return false;
-    for (int k = 0; k < N; ++k) {
-      if (s.v[k] != S(0)) return false;
-    }
-    return true;
   }
 
   [[noreturn]] IMPLICIT_REVERSE_COLD static void ThrowTooManyNodes() {
