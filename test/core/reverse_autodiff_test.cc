@@ -134,6 +134,17 @@ struct ProductAttention {
   }
 };
 
+// z as values of type V: numbers, or first-order duals whose tangents are v.
+template <typename V>
+std::vector<V> PointWithTangents(const Vector<double>& z, const Vector<double>& v) {
+  std::vector<V> point(static_cast<std::size_t>(z.size()));
+  for (Index i = 0; i < z.size(); ++i) {
+    point[static_cast<std::size_t>(i)] = V(z(i));
+    if constexpr (!std::is_same<V, double>::value) point[static_cast<std::size_t>(i)].v[0] = v(i);
+  }
+  return point;
+}
+
 template <typename Scalar>
 implicit::ParameterSet<Scalar> OneParameter(double value) {
   implicit::ParameterSet<Scalar> params;
@@ -319,11 +330,8 @@ BOOST_AUTO_TEST_CASE(product_entries_constants_and_shapes) {
   const auto check = [&](auto value_type) {
     using V = decltype(value_type);
     using VarVector = Vector<reverse::Var<V>>;
-    std::vector<V> zv(6), with_dot(6), with_product(6);
-    for (Index i = 0; i < 6; ++i) {
-      zv[static_cast<std::size_t>(i)] = V(z(i));
-      if constexpr (!std::is_same<V, double>::value) zv[static_cast<std::size_t>(i)].v[0] = v(i);
-    }
+    const std::vector<V> zv = PointWithTangents<V>(z, v);
+    std::vector<V> with_dot(6), with_product(6);
     const V e_dot = reverse::Gradient<V>(zv.data(), 6, [&](const VarVector& x) { return f(x, false); }, with_dot.data());
     const V e_product =
         reverse::Gradient<V>(zv.data(), 6, [&](const VarVector& x) { return f(x, true); }, with_product.data());
@@ -671,11 +679,8 @@ BOOST_AUTO_TEST_CASE(dot_on_a_known_run_and_persistent_numbers_equals_dot_on_cop
   const auto check = [&](auto value_type) {
     using V = decltype(value_type);
     using VarVector = Vector<reverse::Var<V>>;
-    std::vector<V> zv(9), expected(9), g(9);
-    for (Index i = 0; i < 9; ++i) {
-      zv[static_cast<std::size_t>(i)] = V(z(i));
-      if constexpr (!std::is_same<V, double>::value) zv[static_cast<std::size_t>(i)].v[0] = v(i);
-    }
+    const std::vector<V> zv = PointWithTangents<V>(z, v);
+    std::vector<V> expected(9), g(9);
     const V e_copied = reverse::Gradient<V>(
         zv.data(), 9, [&](const VarVector& x) { return energy(VarVector(x), false); }, expected.data());
     const double value = ad::internal::NumberOf(e_copied);

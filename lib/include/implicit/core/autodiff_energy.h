@@ -19,9 +19,10 @@
 //   };
 //   implicit::AutoDiffEnergy<SoftRetrieval, double> energy(SoftRetrieval{X, 2.0}, n);
 //
-// The functor is compiled for five scalar types (autodiff_mode.h): prefer
-// element-wise operations, reductions and ad::Dot to Eigen matrix products on
-// T, which are slow to compile for dual types.
+// The functor is compiled for five scalar types (autodiff_mode.h): write dot
+// products with ad::Dot and matrix products with ad::Product (one tape node or
+// block, products of numbers in every type), not Eigen's products on T, which
+// are slow to compile for dual types and record one node per operation.
 //
 // Parameters: pass a ParameterSet to the constructor; theta is its flat
 // values() vector (empty when there are none).
