@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer harnesses of the parsers (test/fuzz) with clang-14 and
-# runs each for SECONDS (default 60) starting from its corpus in the repository.
+# runs each for SECONDS (default 60), JOBS (default: the cores) side by side,
+# starting from its corpus in the repository.
 #   scripts/fuzz.sh [SECONDS] [TARGET...]     TARGET: digits_csv graph_csv checkpoint solver_options
 # New interesting inputs go to build-fuzz/corpus/<target> (not the repository);
 # a crash stops with a non-zero exit status and leaves the input in
@@ -34,18 +35,31 @@ cmake -S . -B build-fuzz -G Ninja -DCMAKE_CXX_COMPILER=clang++-14 -DCMAKE_BUILD_
       -DIMPLICIT_BUILD_APPS=OFF -DIMPLICIT_WITH_CUDA=OFF -DIMPLICIT_WITH_OPENMP=OFF >/dev/null
 cmake --build build-fuzz -j "$jobs" --target "${targets[@]/#/fuzz_}"
 mkdir -p build-fuzz/crashes
-for t in "${targets[@]}"; do
+# JOBS targets run side by side, each for SECONDS on its own core.
+fuzz_one() {
+  local t=$1
   mkdir -p "build-fuzz/corpus/$t"
-  echo "-- fuzz_$t"
-  # The repository corpus is read (every input in it is replayed first); new
-  # inputs are written to the build's corpus only.
   build-fuzz/test/fuzz/fuzz_$t -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
       -print_final_stats=1 -artifact_prefix="build-fuzz/crashes/$t-" \
-      "build-fuzz/corpus/$t" "test/fuzz/corpus/$t" 2>"build-fuzz/fuzz_$t.log" || {
-    tail -n 40 "build-fuzz/fuzz_$t.log"
-    echo "fuzz: fuzz_$t FAILED; the input is in build-fuzz/crashes/"
-    exit 1
-  }
-  grep -E "^(#[0-9]+ +DONE|stat::number_of_executed_units|stat::peak_rss_mb)" "build-fuzz/fuzz_$t.log" || true
+      "build-fuzz/corpus/$t" "test/fuzz/corpus/$t" 2>"build-fuzz/fuzz_$t.log"
+}
+for ((first = 0; first < ${#targets[@]}; first += jobs)); do
+  batch=("${targets[@]:first:jobs}")
+  pids=()
+  for t in "${batch[@]}"; do
+    fuzz_one "$t" &
+    pids+=($!)
+  done
+  for i in "${!batch[@]}"; do
+    t=${batch[$i]}
+    echo "-- fuzz_$t"
+    wait "${pids[$i]}" || {
+      tail -n 40 "build-fuzz/fuzz_$t.log"
+      echo "fuzz: fuzz_$t FAILED; the input is in build-fuzz/crashes/"
+      wait
+      exit 1
+    }
+    grep -E "^(#[0-9]+ +DONE|stat::number_of_executed_units|stat::peak_rss_mb)" "build-fuzz/fuzz_$t.log" || true
+  done
 done
 echo "== fuzzing: no crash"
