@@ -66,6 +66,11 @@ S NumberOf(const ceres::Jet<S, N>& s) {
 template <typename E>
 using Stored = std::conditional_t<Eigen::internal::has_direct_access<E>::ret, const E&,
                                   const Vector<typename E::Scalar>>;
+// The energy's scalar type of an operation on a vector of SA and one of SB:
+// the one that is not a plain number (a Var, a dual), else SB.
+template <typename SA, typename SB>
+using EnergyScalar =
+    std::conditional_t<reverse::IsVar<SA>::value || !std::is_arithmetic<SA>::value, SA, SB>;
 
 inline void CheckDotLengths(Index a, Index b) {
   if (a != b) {
@@ -167,7 +172,7 @@ template <typename A, typename B>
 auto Dot(const Eigen::MatrixBase<A>& a_in, const Eigen::MatrixBase<B>& b_in) {
   using SA = typename A::Scalar;
   using SB = typename B::Scalar;
-  using T = std::conditional_t<reverse::IsVar<SA>::value || !std::is_arithmetic<SA>::value, SA, SB>;
+  using T = internal::EnergyScalar<SA, SB>;
   internal::CheckDotLengths(a_in.size(), b_in.size());
   if constexpr (reverse::IsVar<SA>::value || reverse::IsVar<SB>::value) {
     // One node: d/da_i = b_i, d/db_i = a_i.
@@ -215,7 +220,7 @@ template <typename A, typename B>
 auto Product(const Eigen::MatrixBase<A>& a_in, const Eigen::MatrixBase<B>& b_in) {
   using SA = typename A::Scalar;
   using SB = typename B::Scalar;
-  using T = std::conditional_t<reverse::IsVar<SA>::value || !std::is_arithmetic<SA>::value, SA, SB>;
+  using T = internal::EnergyScalar<SA, SB>;
   if (a_in.cols() != b_in.rows()) {
     throw std::invalid_argument("ad::Product: a " + std::to_string(a_in.rows()) + "x" +
                                 std::to_string(a_in.cols()) + " times b " + std::to_string(b_in.rows()) +

@@ -87,23 +87,39 @@ void MatrixProduct(const A& a, const B& b, Matrix<V>* out) {
       }
     } else {
       Matrix<Part> a_value(m, k), a_tangents(K * m, k), b_value(k, n), b_tangents(k, K * n), left, right;
+      bool a_tangent = false, b_tangent = false;
       for (Index j = 0; j < k; ++j) {
         for (Index i = 0; i < m; ++i) {
           const V x = a(i, j);
           a_value(i, j) = x.a;
-          for (int t = 0; t < K; ++t) a_tangents(t * m + i, j) = x.v[t];
+          for (int t = 0; t < K; ++t) {
+            a_tangents(t * m + i, j) = x.v[t];
+            a_tangent = a_tangent || !IsAllZero(x.v[t]);
+          }
         }
       }
       for (Index j = 0; j < n; ++j) {
         for (Index i = 0; i < k; ++i) {
           const V x = b(i, j);
           b_value(i, j) = x.a;
-          for (int t = 0; t < K; ++t) b_tangents(i, t * n + j) = x.v[t];
+          for (int t = 0; t < K; ++t) {
+            b_tangents(i, t * n + j) = x.v[t];
+            b_tangent = b_tangent || !IsAllZero(x.v[t]);
+          }
         }
       }
+      // As above, a factor without tangents leaves its product out.
       MatrixProduct(a_value, b_value, &value);
-      MatrixProduct(a_tangents, b_value, &left);   // K m x n
-      MatrixProduct(a_value, b_tangents, &right);  // m x K n
+      if (a_tangent) {
+        MatrixProduct(a_tangents, b_value, &left);  // K m x n
+      } else {
+        left.setZero(K * m, n);
+      }
+      if (b_tangent) {
+        MatrixProduct(a_value, b_tangents, &right);  // m x K n
+      } else {
+        right.setZero(m, K * n);
+      }
       for (Index j = 0; j < n; ++j) {
         for (Index i = 0; i < m; ++i) {
           V& y = (*out)(i, j);

@@ -194,16 +194,8 @@ class BatchMonitor {
   bool Residual(ConstMatrixRef<Scalar> u, MatrixRef<Scalar> r) {
     Apply(u, r);
     r = *rhs_ - r;
-    for (Index b = 0; b < r.cols(); ++b) {
-      const double rn = static_cast<double>(r.col(b).norm());
-      if (active(b)) {
-        bool kept = false;
-        Judge(b, rn, rhs_norm_[b], u.col(b).allFinite(), nullptr, &kept);
-      } else {
-        summary_.sample_residual[b] = rn;
-        judge_.set_relative(b, judge_.Relative(rn, rhs_norm_[b]));
-      }
-    }
+    for (Index b = 0; b < r.cols(); ++b)
+      JudgeLinear(b, static_cast<double>(r.col(b).norm()), !active(b) || u.col(b).allFinite());
     ++observations_;
     return num_active_ > 0;
   }
@@ -228,19 +220,9 @@ class BatchMonitor {
   }
   bool ResidualScalars(const double* residual, const double* finite) {
     const Index batch = static_cast<Index>(active_.size());
-    for (Index b = 0; b < batch; ++b) {
-      if (active(b)) {
-        bool kept = false;
-        Judge(b, residual[b], rhs_norm_[b], finite[b] != 0.0, nullptr, &kept);
-      } else {
-        summary_.sample_residual[b] = residual[b];
-        judge_.set_relative(b, judge_.Relative(residual[b], rhs_norm_[b]));
-      }
-    }
+    for (Index b = 0; b < batch; ++b) JudgeLinear(b, residual[b], finite[b] != 0.0);
     ++observations_;
-    active_columns_.clear();
-    for (Index b = 0; b < batch; ++b)
-      if (active(b)) active_columns_.push_back(b);
+    RefreshActiveColumns(batch);
     return num_active_ > 0;
   }
 
@@ -347,11 +329,15 @@ class BatchMonitor {
         loop_end_ = TerminationType::kUserAbort;
       }
     }
-    // Refresh the active list in place (never grows: no allocation).
+    RefreshActiveColumns(batch);
+    return num_active_ > 0;
+  }
+
+  // Refreshes the active list in place (it never grows: no allocation).
+  void RefreshActiveColumns(Index batch) {
     active_columns_.clear();
     for (Index b = 0; b < batch; ++b)
       if (active(b)) active_columns_.push_back(b);
-    return num_active_ > 0;
   }
 
   // Judges active sample b at this observation (SampleJudge::Judge) and stops
@@ -361,6 +347,18 @@ class BatchMonitor {
     const std::optional<TerminationType> stop = judge_.Judge(b, r, scale, finite, energy, observations_ == 0, kept);
     if (stop) StopSample(b, *stop);
     return stop != TerminationType::kNonFinite;
+  }
+
+  // Judges sample b of a linear solve at its true residual norm rn: an active
+  // sample may stop, a stopped one records rn and its relative residual.
+  void JudgeLinear(Index b, double rn, bool finite) {
+    if (!active(b)) {
+      summary_.sample_residual[b] = rn;
+      judge_.set_relative(b, judge_.Relative(rn, rhs_norm_[b]));
+      return;
+    }
+    bool kept = false;
+    Judge(b, rn, rhs_norm_[b], finite, nullptr, &kept);
   }
 
   // Stops the samples still active (kMaxIterations), returns the kept
