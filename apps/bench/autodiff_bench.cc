@@ -54,21 +54,20 @@ struct Retrieval {
 // 0.5 sum relu(Xi^T X)^2, every product one ad::Product.
 struct Attention {
   Index tokens, width;
-  Matrix<double> WK, WQ, Xi;  // key width x width, key width x width, width x memories
+  Matrix<double> beta_WK, WQ, Xi;  // beta W_K and W_Q (key width x width), Xi (width x memories)
   double beta;
   template <typename T>
   T operator()(const Vector<T>& x, const Vector<T>&) const {
     namespace ad = implicit::ad;
     const Eigen::Map<const Matrix<T>> X(x.data(), width, tokens);
-    const Matrix<T> K = ad::Product(WK, X), Q = ad::Product(WQ, X);
-    const Matrix<T> S = ad::Product(K.transpose(), Q);  // S(s, t) = K_s . Q_t
+    // beta on the keys' data projection, so the scores come out scaled.
+    const Matrix<T> K = ad::Product(beta_WK, X), Q = ad::Product(WQ, X);
+    const Matrix<T> S = ad::Product(K.transpose(), Q);  // S(s, t) = beta K_s . Q_t
     const Matrix<T> H = ad::Product(Xi.transpose(), X);
-    T e = T(0.5) * x.squaredNorm();
-    for (Index t = 0; t < tokens; ++t) e -= ad::LogSumExp(Vector<T>(T(beta) * S.col(t))) / T(beta);
-    for (Index i = 0; i < H.size(); ++i) {
-      const T h = ad::Max(H(i), T(0.0));
-      e -= T(0.5) * h * h;
-    }
+    Vector<T> relu(H.size());
+    for (Index i = 0; i < H.size(); ++i) relu(i) = ad::Max(H(i), T(0.0));
+    T e = T(0.5) * ad::Dot(x, x) - T(0.5) * ad::Dot(relu, relu);
+    for (Index t = 0; t < tokens; ++t) e -= ad::LogSumExp(S.col(t)) / T(beta);
     return e;
   }
 };
@@ -253,8 +252,9 @@ Json RunAutodiffBench(const AutodiffBenchOptions& o) {
                              &closed, o, 11));
     }
     const Index width = 16, tokens = std::max<long>(1, n / width);
-    Attention a{tokens, width, Gaussian(16, width, 0.25, 21), Gaussian(16, width, 0.25, 22),
-                Gaussian(width, 32, 0.25, 23), 1.0};
+    const double beta = 1.0;
+    Attention a{tokens, width, beta * Gaussian(16, width, 0.25, 21), Gaussian(16, width, 0.25, 22),
+                Gaussian(width, 32, 0.25, 23), beta};
     if (wanted("attention")) {
       rows.push_back(
           Measure("attention", implicit::AutoDiffEnergy<Attention, double>(a, tokens * width), nullptr, o, 31));
