@@ -209,6 +209,8 @@ Trained TrainModel(const std::string& model, const implicit::GraphDataset& g, co
     t.info.forward_iterations = r.forward_iterations;
     t.info.backward_iterations = r.backward_iterations;
     t.info.stopped_at_epoch = r.stopped_at_epoch;
+    if (r.stopped_at_epoch > 0)  // the summary's line says where; this says why
+      std::cerr << "et, seed " << seed << ", epoch " << r.stopped_at_epoch << ": " << r.stop_reason << "\n";
     return t;
   }
   if (model == "gcn") {
