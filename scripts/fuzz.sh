@@ -39,6 +39,8 @@ mkdir -p build-fuzz/crashes
 fuzz_one() {
   local t=$1
   mkdir -p "build-fuzz/corpus/$t"
+  # The repository corpus is read (every input in it is replayed first); new
+  # inputs are written to the build's corpus only.
   build-fuzz/test/fuzz/fuzz_$t -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
       -print_final_stats=1 -artifact_prefix="build-fuzz/crashes/$t-" \
       "build-fuzz/corpus/$t" "test/fuzz/corpus/$t" 2>"build-fuzz/fuzz_$t.log"
