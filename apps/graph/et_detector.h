@@ -53,7 +53,7 @@ class EtDetector {
   struct Options {
     implicit::GraphEnergyTransformerOptions energy = DefaultEnergy();
     double step = 0.5;               // the ET map x <- x - step dE/dg
-    std::string solver = "anderson"; // forward solver (registry name)
+    std::string solver = "broyden";  // forward solver (registry name): Anderson stagnates on larger ETs (README)
     double tolerance = 1e-6;         // forward and adjoint tolerance
     int max_iterations = 1000;
     LogisticDetector::Options training;  // epochs, learning rate, weight decay, patience

@@ -153,7 +153,7 @@ BOOST_AUTO_TEST_CASE(threads_and_resumed_runs_give_the_same_results) {
 // the best parameters before it (reported per seed and in a line); in the
 // first epoch it is an error naming the solve. The small ET of the test
 // above: with 6 forward iterations its solves stop converging after a few
-// epochs (at epoch 10 here), with one in the first.
+// epochs (at epoch 9 here, with the default Broyden), with one in the first.
 BOOST_AUTO_TEST_CASE(et_training_stops_where_a_solve_fails) {
   ScratchDir dir;
   const std::string args = "--models et --seeds 1 --et-epochs 30 --patience 100 --et-dim 4 --et-heads 1 "
