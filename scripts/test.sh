@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# The test command: installs dependencies, builds libimplicit with its tests
-# and its Python module, runs them (ctest; the Python tests through pytest,
-# label `python`), installs the package, builds a consumer project against it
-# and runs the Python example against the installed module,
-# then builds and runs the whole suite again under AddressSanitizer + UBSan,
-# and runs the parsers' libFuzzer harnesses briefly (scripts/fuzz.sh).
+# The test command: installs dependencies, builds libimplicit in Release with
+# its programs, Python module and the tests of the programs and backends, runs
+# them (ctest; the Python tests through pytest, label `python`), installs the
+# package, builds a consumer project against it and runs the Python example
+# against the installed module, then builds and runs the unit, backend and
+# robustness tests under AddressSanitizer + UBSan, and runs the parsers'
+# libFuzzer harnesses briefly (scripts/fuzz.sh).
 #   scripts/test.sh            everything
-#   SKIP_SANITIZE=1 scripts/test.sh   skip the sanitizer pass
+#   SKIP_SANITIZE=1 scripts/test.sh   skip the sanitizer pass (the unit tests then run in Release)
 #   SKIP_FUZZ=1 scripts/test.sh       skip the fuzzing pass (FUZZ_SECONDS per target, default 15)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,12 +33,24 @@ if [ "$(awk '/^MemTotal:/ {print $2}' /proc/meminfo 2>/dev/null || echo 0)" -ge 
   fewer_collections=ON
 fi
 
-echo "== Release build and tests"
+# Each test compiles in one of the two builds (IMPLICIT_TEST_SUITES): the unit
+# tests of the library in the sanitizer build only (they run there against the
+# -O0 instrumented library), the programs' end-to-end runs in the Release build
+# only (they train models, minutes under the sanitizers); the backends' tests
+# (MPI under mpirun -np 2, CUDA) and the robustness suite in both. With
+# SKIP_SANITIZE=1 the Release build compiles and runs every suite.
+release_suites="backends;programs;robustness"
+if [ "${SKIP_SANITIZE:-0}" = "1" ]; then
+  release_suites="unit;backends;programs;robustness"
+fi
+
+echo "== Release build and tests (suites: $release_suites)"
 # Debian's interpreter: the one python3-numpy and python3-pytest are installed for
 # (a python3 earlier in PATH, e.g. pyenv's, may lack them).
 python=$(command -v /usr/bin/python3 || command -v python3)
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DIMPLICIT_BUILD_TESTS=ON \
-      -DPython_EXECUTABLE="$python" -DIMPLICIT_GCC_FEWER_COLLECTIONS=$fewer_collections
+      -DPython_EXECUTABLE="$python" -DIMPLICIT_GCC_FEWER_COLLECTIONS=$fewer_collections \
+      -DIMPLICIT_TEST_SUITES="$release_suites"
 cmake --build build -j "$jobs"
 (cd build && ctest -j "$jobs" --output-on-failure)
 stage "Release build and tests"
@@ -72,8 +85,9 @@ fi
 stage "install and consumer project"
 
 if [ "${SKIP_SANITIZE:-0}" != "1" ]; then
-  echo "== AddressSanitizer + UBSan build and tests"
-  # Every target (library, apps, all tests; the apps tests run the apps). -O0:
+  echo "== AddressSanitizer + UBSan build and tests (suites: unit;backends;robustness)"
+  # Every target (library, apps, the tests of those suites; the robustness
+  # suite runs the apps). -O0:
   # the sanitizers check every access at any level (optimization only removes
   # accesses), and -O0 compiles about a third faster than -O1, which is far
   # more than the slower test run costs. -g1: the line tables the sanitizer
@@ -100,7 +114,7 @@ if [ "${SKIP_SANITIZE:-0}" != "1" ]; then
   rm -f "$probe"
   cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DIMPLICIT_SANITIZE=ON "${sanitizer_compiler[@]}" \
         -DIMPLICIT_WITH_CUDA=OFF -DIMPLICIT_PYTHON=OFF -DIMPLICIT_WITH_MPI=OFF \
-        -DIMPLICIT_GCC_FEWER_COLLECTIONS=$fewer_collections \
+        -DIMPLICIT_GCC_FEWER_COLLECTIONS=$fewer_collections -DIMPLICIT_TEST_SUITES="unit;backends;robustness" \
         -DCMAKE_CXX_FLAGS_DEBUG="-O0 -g1"
   cmake --build build-asan -j "$jobs"
   (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
