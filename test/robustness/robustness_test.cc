@@ -15,8 +15,9 @@
 // from that works), a checkpoint already at --steps, stale temporary files.
 //
 // Every case fails at argument or file validation, or runs a tiny problem, and
-// the cases run two at a time, so that the suite takes seconds (it runs in the
-// Release and sanitizer builds).
+// the cases run two at a time, so that the suite takes seconds (scripts/test.sh
+// runs it in the Release build; SANITIZE_SUITES="unit;backends;robustness"
+// runs it under the sanitizers too, about 50 s there).
 #define BOOST_TEST_MODULE robustness
 #include <boost/test/data/monomorphic.hpp>
 #include <boost/test/data/test_case.hpp>
