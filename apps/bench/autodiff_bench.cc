@@ -45,7 +45,7 @@ struct Retrieval {
     Vector<T> s(P.cols());
     // P is the functor's own: the tape may point to its columns (ad::Persistent).
     for (Index i = 0; i < P.cols(); ++i) s(i) = T(beta) * implicit::ad::Dot(implicit::ad::Persistent(P.col(i)), x);
-    return T(0.5) * x.squaredNorm() - implicit::ad::LogSumExp(s) / T(beta);
+    return T(0.5) * implicit::ad::Dot(x, x) - implicit::ad::LogSumExp(s) / T(beta);
   }
 };
 
