@@ -37,7 +37,7 @@ fi
 # tests of the library in the sanitizer build only (they run there against the
 # -O0 instrumented library), the programs' end-to-end runs and the robustness
 # suite in the Release build only (they run the programs, which the sanitizer
-# build then need not compile: 10 minutes of CPU time less in all); the
+# build then need not compile: about 9 minutes of compile CPU less in all); the
 # backends' tests (MPI under mpirun -np 2, CUDA) in both. With SKIP_SANITIZE=1
 # the Release build compiles and runs every suite; SANITIZE_SUITES picks the
 # sanitizer build's suites (e.g. "unit;backends;programs;robustness": all).
