@@ -26,6 +26,15 @@ stage() {
 scripts/install-deps.sh
 stage "install-deps"
 
+# The two builds need several GiB of disk (see need_gib); a full disk shows up
+# later as a compiler's "No space left on device", so say it up front.
+need_gib=6
+free_gib=$(df -Pk . | awk 'NR == 2 {print int($4 / 1048576)}')
+if [ "${free_gib:-0}" -lt "$need_gib" ]; then
+  echo "scripts/test.sh: warning: $free_gib GiB free on the disk of $root;" \
+       "the Release and sanitizer builds need about $need_gib GiB" >&2
+fi
+
 # GCC's garbage collector tuned for speed (IMPLICIT_GCC_FEWER_COLLECTIONS,
 # about 10% less compile time) when the machine has 3 GiB of memory per job.
 fewer_collections=OFF
