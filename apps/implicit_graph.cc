@@ -143,6 +143,9 @@ bool Parse(int argc, char** argv, Settings* s) {
                  "et: the linear score reads each node's energy terms at the equilibrium (attention per head, "
                  "memories), its state, or both")
       ->check(CLI::IsMember({"energies", "states", "states+energies"}));
+  app.add_option("--et-hidden", s->et.readout_hidden,
+                 "et: hidden ReLU units between what the readout reads and the score (0: linear score)")
+      ->check(IntIn(0, 4096));
   app.add_option("--solver", s->et.solver, "et: forward solver")->check(SolverNameCheck());
   app.add_option("--tol", s->et.tolerance, "et: forward and adjoint tolerance")->check(Positive());
   app.add_option("--max-iter", s->max_iter, "et: forward iteration budget")->check(IntIn(1, 1000000));
@@ -282,7 +285,8 @@ Json SettingsJson(const Settings& s) {
           {"weight_decay", s.detector.weight_decay}, {"gcn_hidden", s.gcn_hidden},
           {"et", {{"dim", s.et_dim}, {"heads", s.et_heads}, {"head_dim", s.et_head_dim},
                   {"memories", s.et_memories}, {"step", s.et.step}, {"init", s.et.init_scale}, {"solver", s.et.solver},
-                  {"tolerance", s.et.tolerance}, {"max_iterations", s.max_iter}, {"readout", s.et_readout}}}};
+                  {"tolerance", s.et.tolerance}, {"max_iterations", s.max_iter}, {"readout", s.et_readout},
+                  {"readout_hidden", s.et.readout_hidden}}}};
 }
 
 // Finished runs by "<detector>@<seed>": what a checkpoint holds.

@@ -6,11 +6,14 @@
 // attention and memory energy terms at the equilibrium t_i
 // (GraphEnergyTransformer::NodeEnergies: one attention term per head,
 // -(1/beta) lse of its scores against its neighbours, which holds log deg_i,
-// then the memory terms), its state x*_i, or both: score_i = u . t_i +
-// w . x*_i + b. Training minimises the same
-// class-weighted logistic loss as the logistic baseline (detector_training.h)
-// over the training nodes, full batch, with Adam on W_in, w, u, b and the ET's
-// W_K, W_Q, Xi; the gradients of W_K, W_Q, Xi and of the input c (hence W_in)
+// then the memory terms), its state x*_i, or both; r_i denotes what is read.
+// The score is linear in it, score_i = w . r_i + b, or, with
+// Options::readout_hidden = H > 0, passes one hidden layer of H ReLU units (as
+// the GCN baseline's does): score_i = w . relu(W1 r_i + b1) + b. Training
+// minimises the same class-weighted logistic loss as the logistic baseline
+// (detector_training.h) over the training nodes, full batch, with Adam on W_in,
+// the readout's weights and the ET's W_K, W_Q, Xi; the gradients of W_K, W_Q,
+// Xi and of the input c (hence W_in)
 // come from the implicit-function-theorem backward pass, never from unrolling
 // (the terms' own dependence on x* and theta enters through their
 // vector-Jacobian product).
@@ -60,6 +63,7 @@ class EtDetector {
     unsigned seed = 1;               // initial weights
     double init_scale = 0.1;         // W_K, W_Q, Xi ~ N(0, (init_scale / sqrt(D))^2): a weak start keeps the map contractive
     EtReadout readout = EtReadout::kEnergies;
+    int readout_hidden = 0;          // 0: linear score; H > 0: one hidden layer of H ReLU units
   };
   struct Result : TrainingResult {
     double forward_iterations = 0;   // mean per epoch
@@ -84,6 +88,117 @@ class EtDetector {
     return e;
   }
 
+  // What the score reads of each node (its state, its energy terms, or both:
+  // R values, node i's in column i of an R x N matrix) and the map from them to
+  // the score: linear (hidden = 0) or through one hidden ReLU layer.
+  class Readout {
+   public:
+    using Index = implicit::Index;
+    using Matrix = implicit::Matrix<double>;
+
+    Readout(EtReadout what, const implicit::GraphEnergyTransformer<double>& et, Index hidden)
+        : node_dim_(et.node_dim()),
+          num_terms_(et.num_node_terms()),
+          first_term_(et.kFirstHeadTerm),
+          states_(what != EtReadout::kEnergies ? node_dim_ : 0),
+          terms_(what != EtReadout::kStates ? num_terms_ - first_term_ : 0),
+          hidden_(hidden) {
+      if (hidden < 0) throw std::invalid_argument("EtDetector: readout_hidden must be >= 0");
+    }
+    Index terms() const { return terms_; }
+
+    // Linear: w (R x 1), b. Hidden: W1 (H x R), b1 (H x 1), w (H x 1), b.
+    void AddParameters(implicit::ParameterSet<double>* head) const {
+      if (hidden_ > 0) {
+        head->Add("W1", hidden_, states_ + terms_);
+        head->Add("b1", hidden_, 1);
+      }
+      head->Add("w", hidden_ > 0 ? hidden_ : states_ + terms_, 1);
+      head->Add("b", 1, 1);
+    }
+    // Linear: the state weights ~ N(0, 1/scale^2), the term weights zero.
+    // Hidden: W1 and w ~ N(0, 1/fan_in), biases zero.
+    void Initialize(implicit::ParameterSet<double>* head, std::mt19937* random,
+                    std::normal_distribution<double>* normal, double scale) const {
+      const auto fill = [&](auto block, double s) {
+        for (Index k = 0; k < block.size(); ++k) block.data()[k] = (*normal)(*random) / s;
+      };
+      if (hidden_ == 0) {
+        fill(head->Block("w").topRows(states_), scale);
+        return;
+      }
+      fill(head->Block("W1"), std::sqrt(static_cast<double>(states_ + terms_)));
+      fill(head->Block("w"), std::sqrt(static_cast<double>(hidden_)));
+    }
+    // R x N: node i's state, then its terms.
+    Matrix Gather(const Matrix& state, const Matrix& terms) const {
+      const Index n = state.rows() / node_dim_;
+      Matrix read(states_ + terms_, n);
+      for (Index i = 0; i < n; ++i) {
+        if (states_ > 0) read.col(i).head(states_) = state.col(0).segment(i * node_dim_, node_dim_);
+        if (terms_ > 0) read.col(i).tail(terms_) = terms.col(0).segment(i * num_terms_ + first_term_, terms_);
+      }
+      return read;
+    }
+    // The inverse of Gather's layout: adds column i's parts to node i's rows.
+    void Scatter(const Matrix& grad_read, Matrix* grad_state, Matrix* grad_terms) const {
+      for (Index i = 0; i < grad_read.cols(); ++i) {
+        if (states_ > 0) grad_state->col(0).segment(i * node_dim_, node_dim_) += grad_read.col(i).head(states_);
+        if (terms_ > 0)
+          grad_terms->col(0).segment(i * num_terms_ + first_term_, terms_) += grad_read.col(i).tail(terms_);
+      }
+    }
+    std::vector<double> Scores(const implicit::ParameterSet<double>& head, const Matrix& read) const {
+      const auto w = head.Block("w");
+      const double b = head.Block("b")(0, 0);
+      std::vector<double> scores(static_cast<std::size_t>(read.cols()));
+      for (Index i = 0; i < read.cols(); ++i) {
+        if (hidden_ > 0) {
+          scores[i] = w.col(0).dot(Hidden(head, read.col(i)).cwiseMax(0.0)) + b;
+        } else {  // (the state and term parts summed apart, as before the hidden layer existed)
+          scores[i] = (states_ > 0 ? w.col(0).head(states_).dot(read.col(i).head(states_)) : 0.0) +
+                      (terms_ > 0 ? w.col(0).tail(terms_).dot(read.col(i).tail(terms_)) : 0.0) + b;
+        }
+      }
+      return scores;
+    }
+    // Adds dL/d(readout weights) to grad_head for grad_scores[k] = dL/dscore of
+    // node nodes[k]; returns dL/dread (R x N, zero in the other columns).
+    Matrix Backward(const implicit::ParameterSet<double>& head, const Matrix& read, const std::vector<Index>& nodes,
+                    const std::vector<double>& grad_scores, implicit::Vector<double>* grad_head) const {
+      const auto w = head.Block("w");
+      auto grad_w = head.BlockOf(*grad_head, "w");
+      double& grad_b = head.BlockOf(*grad_head, "b")(0, 0);
+      Matrix grad_read = Matrix::Zero(read.rows(), read.cols());
+      for (std::size_t k = 0; k < nodes.size(); ++k) {
+        const Index i = nodes[k];
+        const double g = grad_scores[k];
+        grad_b += g;
+        if (hidden_ == 0) {
+          grad_w += g * read.col(i);
+          grad_read.col(i) = g * w;
+          continue;
+        }
+        const implicit::Vector<double> pre = Hidden(head, read.col(i));
+        grad_w += g * pre.cwiseMax(0.0);
+        const implicit::Vector<double> grad_pre = (g * w).cwiseProduct((pre.array() > 0.0).cast<double>().matrix());
+        head.BlockOf(*grad_head, "W1") += grad_pre * read.col(i).transpose();
+        head.BlockOf(*grad_head, "b1") += grad_pre;
+        grad_read.col(i) = head.Block("W1").transpose() * grad_pre;
+      }
+      return grad_read;
+    }
+
+   private:
+    // W1 r + b1 for one node's r, before the ReLU.
+    implicit::Vector<double> Hidden(const implicit::ParameterSet<double>& head,
+                                    const Eigen::Ref<const implicit::Vector<double>>& r) const {
+      return head.Block("W1") * r + head.Block("b1").col(0);
+    }
+
+    Index node_dim_, num_terms_, first_term_, states_, terms_, hidden_;
+  };
+
   explicit EtDetector(const Options& options) : options_(options) {}
 
   // x: F x N standardised node features; anomalous: N labels 0/1.
@@ -103,19 +218,15 @@ class EtDetector {
     backward.tolerance = options_.tolerance;
     implicit::ImplicitLayer<double> layer(map, *solver, backward);
 
-    const bool states = options_.readout != EtReadout::kEnergies;
-    // The terms read: the forces' (attention and memory) rows [first, T) of each node.
-    const Index T = et.num_node_terms(), first = et.kFirstHeadTerm;
-    const Index read = options_.readout != EtReadout::kStates ? T - first : 0;
-    implicit::ParameterSet<double> head;  // W_in, w, u, b (w or u empty when not read)
+    const Index T = et.num_node_terms();
+    const Readout readout(options_.readout, et, options_.readout_hidden);
+    implicit::ParameterSet<double> head;  // W_in, then the readout's weights
     head.Add("W_in", D, F);
-    head.Add("w", states ? D : 0, 1);
-    head.Add("u", read, 1);
-    head.Add("b", 1, 1);
+    readout.AddParameters(&head);
     std::mt19937 random(options_.seed + 1);
     std::normal_distribution<double> normal(0.0, 1.0);
-    for (Index k = 0; k < D * F + (states ? D : 0); ++k)
-      head.values()(k) = normal(random) / std::sqrt(static_cast<double>(F));
+    for (Index k = 0; k < D * F; ++k) head.values()(k) = normal(random) / std::sqrt(static_cast<double>(F));
+    readout.Initialize(&head, &random, &normal, std::sqrt(static_cast<double>(F)));
     implicit::AdamOptimizer<double>::Options adam_options;
     adam_options.learning_rate = options_.training.learning_rate;
     adam_options.weight_decay = options_.training.weight_decay;
@@ -125,7 +236,7 @@ class EtDetector {
 
     Result result;
     implicit::Vector<double> best_head = head.values(), best_et = et.parameters()->values();
-    Matrix<double> state, terms;
+    Matrix<double> state, terms, read;
     const auto start = std::chrono::steady_clock::now();
     for (int epoch = 1; epoch <= options_.training.epochs; ++epoch) {
       // Epoch e scores the parameters after e - 1 steps, then takes step e.
@@ -133,36 +244,25 @@ class EtDetector {
       implicit::Vector<double> grad_head = implicit::Vector<double>::Zero(head.size());
       implicit::Vector<double> grad_et;
       try {
-        scores = Forward(head, x, &et, &layer, &state, &terms, &result.forward_iterations);
+        scores = Forward(head, readout, x, &et, &layer, &state, &terms, &read, &result.forward_iterations);
         if (stopping.Improved(epoch, ValidationAuroc(scores, anomalous, split))) {
           best_head = head.values();
           best_et = et.parameters()->values();
         } else if (stopping.ShouldStop(epoch)) {
           break;
         }
-        // Loss gradient: dL/dscore_i on the training nodes.
+        // Loss gradient: dL/dscore_i on the training nodes, then through the readout.
+        std::vector<double> grad_scores(split.train.size());
+        for (std::size_t k = 0; k < split.train.size(); ++k)
+          grad_scores[k] = loss.Derivative(k, scores[split.train[k]]) / loss.total_weight();
+        const Matrix<double> grad_read = readout.Backward(head, read, split.train, grad_scores, &grad_head);
         Matrix<double> grad_state = Matrix<double>::Zero(n * D, 1);
-        Matrix<double> grad_terms = Matrix<double>::Zero(read > 0 ? n * T : 0, 1);
-        const auto w = head.Block("w"), u = head.Block("u");
-        auto grad_w = head.BlockOf(grad_head, "w"), grad_u = head.BlockOf(grad_head, "u");
-        double& grad_b = head.BlockOf(grad_head, "b")(0, 0);
-        for (std::size_t k = 0; k < split.train.size(); ++k) {
-          const Index i = split.train[k];
-          const double g_score = loss.Derivative(k, scores[i]) / loss.total_weight();
-          if (states) {
-            grad_state.col(0).segment(i * D, D) += g_score * w;
-            grad_w += g_score * state.col(0).segment(i * D, D);
-          }
-          if (read > 0) {  // (an empty segment past the end of an empty matrix is an Eigen assertion)
-            grad_terms.col(0).segment(i * T + first, read) += g_score * u;
-            grad_u += g_score * terms.col(0).segment(i * T + first, read);
-          }
-          grad_b += g_score;
-        }
+        Matrix<double> grad_terms = Matrix<double>::Zero(readout.terms() > 0 ? n * T : 0, 1);
+        readout.Scatter(grad_read, &grad_state, &grad_terms);
         // The terms' own derivatives: dL/dx*, and dL/dtheta, dL/dc beside the IFT's.
         implicit::Vector<double> grad_et_direct = implicit::Vector<double>::Zero(et.num_parameters());
         Matrix<double> grad_c = Matrix<double>::Zero(n * D, 1);
-        if (read > 0) {
+        if (readout.terms() > 0) {
           Matrix<double> dx(n * D, 1);
           et.NodeEnergiesVectorJacobianProduct(state, grad_terms, dx, grad_et_direct, &grad_c);
           grad_state += dx;
@@ -192,22 +292,22 @@ class EtDetector {
     head.values() = best_head;
     et.parameters()->values() = best_et;
     double final_iterations = 0;
-    result.scores = Forward(head, x, &et, &layer, &state, &terms, &final_iterations);
+    result.scores = Forward(head, readout, x, &et, &layer, &state, &terms, &read, &final_iterations);
     return result;
   }
 
  private:
   // Solves for the equilibrium with input c = W_in x, fills its node terms
-  // (when the head reads them) and returns every node's score.
-  std::vector<double> Forward(const implicit::ParameterSet<double>& head, const implicit::Matrix<double>& x,
-                              implicit::GraphEnergyTransformer<double>* et,
+  // (when the readout reads them) and what the readout reads, and returns
+  // every node's score.
+  std::vector<double> Forward(const implicit::ParameterSet<double>& head, const Readout& readout,
+                              const implicit::Matrix<double>& x, implicit::GraphEnergyTransformer<double>* et,
                               implicit::ImplicitLayer<double>* layer, implicit::Matrix<double>* state,
-                              implicit::Matrix<double>* terms, double* iterations) const {
+                              implicit::Matrix<double>* terms, implicit::Matrix<double>* read,
+                              double* iterations) const {
     using implicit::Index;
     using implicit::Matrix;
-    const Index n = x.cols(), D = et->node_dim(), T = et->num_node_terms(), first = et->kFirstHeadTerm,
-                read = head.Block("u").rows();
-    const bool states = head.Block("w").rows() > 0;
+    const Index n = x.cols(), D = et->node_dim(), T = et->num_node_terms();
     Matrix<double> c = head.Block("W_in") * x;  // D x N, node i = column i
     c.resize(n * D, 1);           // column-major: node i at rows i*D .. i*D+D-1
     et->SetInput(c);
@@ -219,15 +319,10 @@ class EtDetector {
                                std::to_string(summary.iterations) + " iterations, residual " +
                                std::to_string(summary.absolute_residual) + " (try --solver, --et-step, --max-iter)");
     *iterations += summary.iterations;
-    terms->resize(read > 0 ? n * T : 0, 1);
-    if (read > 0) et->NodeEnergies(*state, *terms);
-    const auto w = head.Block("w"), u = head.Block("u");
-    const double b = head.Block("b")(0, 0);
-    std::vector<double> scores(static_cast<std::size_t>(n));
-    for (Index i = 0; i < n; ++i)
-      scores[i] = (states ? w.col(0).dot(state->col(0).segment(i * D, D)) : 0.0) +
-                  (read > 0 ? u.col(0).dot(terms->col(0).segment(i * T + first, read)) : 0.0) + b;
-    return scores;
+    terms->resize(readout.terms() > 0 ? n * T : 0, 1);
+    if (readout.terms() > 0) et->NodeEnergies(*state, *terms);
+    *read = readout.Gather(*state, *terms);
+    return readout.Scores(head, *read);
   }
 
   Options options_;

@@ -8,7 +8,7 @@
 // baseline (logistic_detector.h): class-weighted logistic loss on the training
 // nodes, full-batch Adam from the library, early stopping on validation
 // AUROC. Gcn holds the network and its exact gradient (tested against finite
-// differences in test/apps/gcn_detector_test.cc); GcnDetector trains it.
+// differences in test/apps/graph_detectors_test.cc); GcnDetector trains it.
 //
 //   GcnDetector::Options o;        // hidden 16, the logistic baseline's training options
 //   GcnDetector::Result r = GcnDetector(o).Train(graph, x, anomalous, split);
