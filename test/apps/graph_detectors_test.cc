@@ -115,12 +115,10 @@ BOOST_AUTO_TEST_CASE(trained_on_gen_1000_beats_chance) {
 
 namespace {
 
+// The detector's ET made small: D 4, its two heads of 2, three memories.
 implicit::GraphEnergyTransformerOptions SmallEnergy() {
-  implicit::GraphEnergyTransformerOptions e;
-  e.node_dim = 4;
-  e.num_heads = 2;
-  e.head_dim = 2;
-  e.num_memories = 3;
+  implicit::GraphEnergyTransformerOptions e = implicit_apps::EtDetector::DefaultEnergy();
+  e.node_dim = 4, e.head_dim = 2, e.num_memories = 3;
   return e;
 }
 
