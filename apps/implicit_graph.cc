@@ -140,7 +140,7 @@ bool Parse(int argc, char** argv, Settings* s) {
   app.add_option("--et-init", s->et.init_scale, "et: W_K, W_Q, Xi start at N(0, (init / sqrt(D))^2)")
       ->check(RealCheck([](double v) { return v >= 0 && v <= 100; }, "in [0, 100]"));
   app.add_option("--et-readout", s->et_readout,
-                 "et: the linear score reads each node's energy terms at the equilibrium (attention per head, "
+                 "et: the score reads each node's energy terms at the equilibrium (attention per head, "
                  "memories), its state, or both")
       ->check(CLI::IsMember({"energies", "states", "states+energies"}));
   app.add_option("--et-hidden", s->et.readout_hidden,

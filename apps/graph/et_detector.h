@@ -44,7 +44,7 @@
 
 namespace implicit_apps {
 
-// What the ET detector's linear score reads of node i at the equilibrium.
+// What the ET detector's score reads of node i at the equilibrium.
 enum class EtReadout {
   kEnergies,        // its attention and memory energy terms t_i (default: see the README)
   kStates,          // its state x*_i
@@ -152,14 +152,14 @@ class EtDetector {
       const auto w = head.Block("w");
       const double b = head.Block("b")(0, 0);
       std::vector<double> scores(static_cast<std::size_t>(read.cols()));
-      for (Index i = 0; i < read.cols(); ++i) {
-        if (hidden_ > 0) {
-          scores[i] = w.col(0).dot(Hidden(head, read.col(i)).cwiseMax(0.0)) + b;
-        } else {  // (the state and term parts summed apart, as before the hidden layer existed)
-          scores[i] = (states_ > 0 ? w.col(0).head(states_).dot(read.col(i).head(states_)) : 0.0) +
-                      (terms_ > 0 ? w.col(0).tail(terms_).dot(read.col(i).tail(terms_)) : 0.0) + b;
-        }
+      if (hidden_ > 0) {
+        const auto W1 = head.Block("W1"), b1 = head.Block("b1");
+        for (Index i = 0; i < read.cols(); ++i) scores[i] = w.col(0).dot(Hidden(W1, b1, read.col(i)).cwiseMax(0.0)) + b;
+        return scores;
       }
+      for (Index i = 0; i < read.cols(); ++i)  // (the state and term parts summed apart, as before the hidden layer existed)
+        scores[i] = (states_ > 0 ? w.col(0).head(states_).dot(read.col(i).head(states_)) : 0.0) +
+                    (terms_ > 0 ? w.col(0).tail(terms_).dot(read.col(i).tail(terms_)) : 0.0) + b;
       return scores;
     }
     // Adds dL/d(readout weights) to grad_head for grad_scores[k] = dL/dscore of
@@ -170,30 +170,39 @@ class EtDetector {
       auto grad_w = head.BlockOf(*grad_head, "w");
       double& grad_b = head.BlockOf(*grad_head, "b")(0, 0);
       Matrix grad_read = Matrix::Zero(read.rows(), read.cols());
+      if (hidden_ == 0) {
+        for (std::size_t k = 0; k < nodes.size(); ++k) {
+          const Index i = nodes[k];
+          const double g = grad_scores[k];
+          grad_b += g;
+          grad_w += g * read.col(i);
+          grad_read.col(i) = g * w;
+        }
+        return grad_read;
+      }
+      // (the pre-activations again, as Scores had them: cheap next to a solve)
+      const auto W1 = head.Block("W1"), b1 = head.Block("b1");
+      auto grad_W1 = head.BlockOf(*grad_head, "W1"), grad_b1 = head.BlockOf(*grad_head, "b1");
       for (std::size_t k = 0; k < nodes.size(); ++k) {
         const Index i = nodes[k];
         const double g = grad_scores[k];
         grad_b += g;
-        if (hidden_ == 0) {
-          grad_w += g * read.col(i);
-          grad_read.col(i) = g * w;
-          continue;
-        }
-        const implicit::Vector<double> pre = Hidden(head, read.col(i));
+        const implicit::Vector<double> pre = Hidden(W1, b1, read.col(i));
         grad_w += g * pre.cwiseMax(0.0);
         const implicit::Vector<double> grad_pre = (g * w).cwiseProduct((pre.array() > 0.0).cast<double>().matrix());
-        head.BlockOf(*grad_head, "W1") += grad_pre * read.col(i).transpose();
-        head.BlockOf(*grad_head, "b1") += grad_pre;
-        grad_read.col(i) = head.Block("W1").transpose() * grad_pre;
+        grad_W1 += grad_pre * read.col(i).transpose();
+        grad_b1 += grad_pre;
+        grad_read.col(i) = W1.transpose() * grad_pre;
       }
       return grad_read;
     }
 
    private:
+    using ConstBlock = implicit::ParameterSet<double>::ConstBlockMap;
     // W1 r + b1 for one node's r, before the ReLU.
-    implicit::Vector<double> Hidden(const implicit::ParameterSet<double>& head,
-                                    const Eigen::Ref<const implicit::Vector<double>>& r) const {
-      return head.Block("W1") * r + head.Block("b1").col(0);
+    static implicit::Vector<double> Hidden(const ConstBlock& W1, const ConstBlock& b1,
+                                           const Eigen::Ref<const implicit::Vector<double>>& r) {
+      return W1 * r + b1.col(0);
     }
 
     Index node_dim_, num_terms_, first_term_, states_, terms_, hidden_;
