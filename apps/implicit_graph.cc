@@ -146,6 +146,10 @@ bool Parse(int argc, char** argv, Settings* s) {
   app.add_option("--et-hidden", s->et.readout_hidden,
                  "et: hidden ReLU units between what the readout reads and the score (0: linear score)")
       ->check(IntIn(0, 4096));
+  app.add_option("--et-hops", s->et.input_hops,
+                 "et: W_in also projects the features after 1..K rounds of the GCN's propagation "
+                 "D^-1/2 (A + I) D^-1/2 (0: the features only)")
+      ->check(IntIn(0, 8));
   app.add_option("--solver", s->et.solver, "et: forward solver")->check(SolverNameCheck());
   app.add_option("--tol", s->et.tolerance, "et: forward and adjoint tolerance")->check(Positive());
   app.add_option("--max-iter", s->max_iter, "et: forward iteration budget")->check(IntIn(1, 1000000));
@@ -286,7 +290,7 @@ Json SettingsJson(const Settings& s) {
           {"et", {{"dim", s.et_dim}, {"heads", s.et_heads}, {"head_dim", s.et_head_dim},
                   {"memories", s.et_memories}, {"step", s.et.step}, {"init", s.et.init_scale}, {"solver", s.et.solver},
                   {"tolerance", s.et.tolerance}, {"max_iterations", s.max_iter}, {"readout", s.et_readout},
-                  {"readout_hidden", s.et.readout_hidden}}}};
+                  {"readout_hidden", s.et.readout_hidden}, {"input_hops", s.et.input_hops}}}};
 }
 
 // Finished runs by "<detector>@<seed>": what a checkpoint holds.

@@ -1,5 +1,7 @@
 // The graph Energy Transformer as a node anomaly detector (implicit-graph's
-// "et"): node features f_i are projected to c_i = W_in f_i in R^D, the input of
+// "et"): node features f_i (with Options::input_hops = K > 0, f_i and its K
+// rounds of the GCN's propagation, node_features.h) are projected to
+// c_i = W_in f_i in R^D, the input of
 // a GraphEnergyTransformer on the graph (layers/graph_energy_transformer.h);
 // the node states x* are its equilibrium, found by a forward solver through
 // ImplicitLayer; the score is linear in what the readout reads: node i's
@@ -26,6 +28,7 @@
 #pragma once
 
 #include "graph/logistic_detector.h"
+#include "graph/node_features.h"
 
 #include <implicit/core/classification_metrics.h>
 #include <implicit/core/graph_data.h>
@@ -64,6 +67,9 @@ class EtDetector {
     double init_scale = 0.1;         // W_K, W_Q, Xi ~ N(0, (init_scale / sqrt(D))^2): a weak start keeps the map contractive
     EtReadout readout = EtReadout::kEnergies;
     int readout_hidden = 0;          // 0: linear score; H > 0: one hidden layer of H ReLU units
+    // K > 0: W_in projects [f_i, (S f)_i, ..., (S^K f)_i], the features with
+    // K rounds of the GCN's propagation (node_features.h), instead of f_i.
+    int input_hops = 0;
   };
   struct Result : TrainingResult {
     double forward_iterations = 0;   // mean per epoch
@@ -210,11 +216,12 @@ class EtDetector {
 
   explicit EtDetector(const Options& options) : options_(options) {}
 
-  // x: F x N standardised node features; anomalous: N labels 0/1.
-  Result Train(const implicit::GraphDataset& g, const implicit::Matrix<double>& x,
+  // features: standardised node features (one column per node); anomalous: N labels 0/1.
+  Result Train(const implicit::GraphDataset& g, const implicit::Matrix<double>& features,
                const std::vector<int>& anomalous, const implicit::DataSplit& split) const {
     using implicit::Index;
     using implicit::Matrix;
+    const Matrix<double> x = WithPropagated(g, features, options_.input_hops);  // F x N: what W_in projects
     const Index n = g.num_nodes(), D = options_.energy.node_dim, F = x.rows();
     implicit::GraphEnergyTransformer<double> et(options_.energy, g.row_offsets, g.neighbors);
     et.Initialize(options_.seed, options_.init_scale / std::sqrt(static_cast<double>(D)));

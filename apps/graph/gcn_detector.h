@@ -17,6 +17,7 @@
 
 #include "graph/detector_training.h"
 #include "graph/logistic_detector.h"
+#include "graph/node_features.h"
 
 #include <implicit/core/classification_metrics.h>
 #include <implicit/core/graph_data.h>
@@ -42,21 +43,7 @@ class Gcn {
   // x: F x N node features of graph g (its CSR lists; a stored self-loop adds
   // to the one A + I has).
   Gcn(const implicit::GraphDataset& g, const Matrix& x, Index hidden) {
-    const Index n = g.num_nodes();
-    std::vector<Eigen::Triplet<double>> entries;
-    entries.reserve(g.neighbors.size() + static_cast<std::size_t>(n));
-    Vector degree = Vector::Ones(n);
-    for (Index i = 0; i < n; ++i) {
-      entries.emplace_back(i, i, 1.0);
-      for (Index k = g.row_offsets[i]; k < g.row_offsets[i + 1]; ++k) {
-        entries.emplace_back(i, g.neighbors[k], 1.0);
-        degree(i) += 1.0;
-      }
-    }
-    for (auto& e : entries)
-      e = Eigen::Triplet<double>(e.row(), e.col(), e.value() / std::sqrt(degree(e.row()) * degree(e.col())));
-    adjacency_.resize(n, n);
-    adjacency_.setFromTriplets(entries.begin(), entries.end());
+    adjacency_ = NormalizedAdjacency(g);
     aggregated_ = x * adjacency_.transpose();
     params_.Add("W1", hidden, x.rows());
     params_.Add("b1", hidden, 1);

@@ -4,7 +4,8 @@
 // another way (a dense matrix from the edge list), on a graph with an isolated
 // node, a stored self-loop and a one-directional edge row; its gradient
 // matches central differences; and trained on gen_1000 it ranks the held-out
-// anomalies better than chance. The ET detector's readout (et_detector.h):
+// anomalies better than chance. The ET's propagated input (node_features.h's
+// WithPropagated) equals the same dense S applied hop by hop. The ET detector's readout (et_detector.h):
 // Gather and Scatter are adjoint, and the readout's gradient, linear or through
 // its hidden layer, matches central differences.
 #define BOOST_TEST_MODULE graph_detectors
@@ -42,6 +43,16 @@ implicit::GraphDataset SmallGraph() {
   return implicit::ParseGraphCsv(kNodes, kEdges, "nodes", "edges", options);
 }
 
+// S = D^-1/2 (A + I) D^-1/2 of SmallGraph, dense, from kRows.
+Matrix DenseNormalizedAdjacency(Index n) {
+  Matrix s = Matrix::Identity(n, n);
+  for (const auto& [i, j] : kRows) s(i, j) += 1.0;
+  const Vector degree = s.rowwise().sum();
+  for (Index i = 0; i < n; ++i)
+    for (Index j = 0; j < n; ++j) s(i, j) /= std::sqrt(degree(i) * degree(j));
+  return s;
+}
+
 void RandomParameters(Gcn* gcn, unsigned seed) {
   gcn->parameters().values() = RandomMatrix<double>(gcn->parameters().size(), 1, seed);
 }
@@ -54,11 +65,7 @@ BOOST_AUTO_TEST_CASE(scores_equal_the_dense_formula) {
   const Matrix x = RandomMatrix<double>(3, n, 1);
   Gcn gcn(g, x, 4);
   RandomParameters(&gcn, 2);
-  Matrix s = Matrix::Identity(n, n);
-  for (const auto& [i, j] : kRows) s(i, j) += 1.0;
-  const Vector degree = s.rowwise().sum();
-  for (Index i = 0; i < n; ++i)
-    for (Index j = 0; j < n; ++j) s(i, j) /= std::sqrt(degree(i) * degree(j));
+  const Matrix s = DenseNormalizedAdjacency(n);
   BOOST_TEST(s(4, 4) == 1.0);  // the isolated node averages itself only
   auto& p = gcn.parameters();
   Matrix hidden = p.Block("W1") * x * s.transpose();
@@ -67,6 +74,21 @@ BOOST_AUTO_TEST_CASE(scores_equal_the_dense_formula) {
       (hidden.cwiseMax(0.0) * s.transpose()).transpose() * Vector(p.Block("w2")) +
       Vector::Constant(n, p.Block("b2")(0, 0));
   BOOST_TEST((gcn.Forward() - expected).norm() <= 1e-12 * expected.norm());
+}
+
+// The ET's propagated input (--et-hops): [x; x S^T; x S^T S^T] with the same
+// dense S; no hops is x itself, negative hops are refused.
+BOOST_AUTO_TEST_CASE(propagated_features_equal_the_dense_formula) {
+  const implicit::GraphDataset g = SmallGraph();
+  const Index n = g.num_nodes();
+  const Matrix x = RandomMatrix<double>(3, n, 3);
+  const Matrix s = DenseNormalizedAdjacency(n);
+  Matrix expected(9, n);
+  expected << x, x * s.transpose(), x * s.transpose() * s.transpose();
+  const Matrix propagated = implicit_apps::WithPropagated(g, x, 2);
+  BOOST_TEST((propagated - expected).norm() <= 1e-12 * expected.norm());
+  BOOST_TEST((implicit_apps::WithPropagated(g, x, 0) - x).norm() == 0.0);
+  BOOST_CHECK_THROW(implicit_apps::WithPropagated(g, x, -1), std::invalid_argument);
 }
 
 BOOST_AUTO_TEST_CASE(gradient_matches_central_differences) {

@@ -540,7 +540,8 @@ std::vector<Case> AllCases() {
                 {"--et-memories", 'i', {"-1", "100001"}},  {"--et-step", 'r', {"0", "-1"}},
                 {"--tol", 'r', {"0"}},                     {"--max-iter", 'i', {"0", "1000001"}},
                 {"--gcn-hidden", 'i', {"0", "4097"}},      {"--threads", 'i', {"0", "65"}},
-                {"--et-init", 'r', {"-1", "101"}},       {"--et-hidden", 'i', {"-1", "4097"}}});
+                {"--et-init", 'r', {"-1", "101"}},       {"--et-hidden", 'i', {"-1", "4097"}},
+                {"--et-hops", 'i', {"-1", "9"}}});
   const std::string graph_tiny = "--quiet" + Join(graph_base);
   AddOutputCases(&cases, kGraph, graph_tiny, "--checkpoint", "", false, false);
   cases.push_back(Make(kGraph, "--checkpoint = --json", graph_tiny + " --checkpoint @D/out/g.json --json @D/out/g.json",
