@@ -1,6 +1,6 @@
 // The graph Energy Transformer as a node anomaly detector (implicit-graph's
-// "et"): node features f_i (with Options::input_hops = K > 0, f_i and its K
-// rounds of the GCN's propagation, node_features.h) are projected to
+// "et"): node features f_i (with Options::input_hops = K > 0, by default 2, f_i
+// and its K rounds of the GCN's propagation, node_features.h) are projected to
 // c_i = W_in f_i in R^D, the input of
 // a GraphEnergyTransformer on the graph (layers/graph_energy_transformer.h);
 // the node states x* are its equilibrium, found by a forward solver through
@@ -68,8 +68,9 @@ class EtDetector {
     EtReadout readout = EtReadout::kEnergies;
     int readout_hidden = 0;          // 0: linear score; H > 0: one hidden layer of H ReLU units
     // K > 0: W_in projects [f_i, (S f)_i, ..., (S^K f)_i], the features with
-    // K rounds of the GCN's propagation (node_features.h), instead of f_i.
-    int input_hops = 0;
+    // K rounds of the GCN's propagation (node_features.h); 0: f_i alone.
+    // 2, what the GCN baseline aggregates, by default (README: inj_cora).
+    int input_hops = 2;
   };
   struct Result : TrainingResult {
     double forward_iterations = 0;   // mean per epoch
