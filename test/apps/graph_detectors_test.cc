@@ -5,9 +5,10 @@
 // node, a stored self-loop and a one-directional edge row; its gradient
 // matches central differences; and trained on gen_1000 it ranks the held-out
 // anomalies better than chance. The ET's propagated input (node_features.h's
-// WithPropagated) equals the same dense S applied hop by hop. The ET detector's readout (et_detector.h):
-// Gather and Scatter are adjoint, and the readout's gradient, linear or through
-// its hidden layer, matches central differences.
+// WithPropagated) equals the same dense S applied hop by hop. The ET
+// detector's readout (et_detector.h): Gather and Scatter are adjoint, and the
+// readout's gradient, linear or through its hidden layer, matches central
+// differences.
 #define BOOST_TEST_MODULE graph_detectors
 #include <boost/test/unit_test.hpp>
 
