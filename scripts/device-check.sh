@@ -22,7 +22,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=c
 status=0
 for t in "$dir"/bin/cuda_*test; do
   echo "== $t"
-  "$t" --report_level=short || status=1
+  timeout "${TEST_TIMEOUT:-300}" "$t" --report_level=short || status=1  # (a hung kernel must not eat the device time)
 done
 # implicit-et --device cuda against the CPU (apps_et_test's GPU case), with
 # implicit-et and the digits where the test was built to find them.
@@ -31,15 +31,15 @@ mkdir -p "$build_dir/apps" "$source_dir/data"
 cp "$dir/bin/implicit-et" "$build_dir/apps/"
 [ -e "$source_dir/data/digits.csv.gz" ] || cp data/digits.csv.gz "$source_dir/data/"
 echo "== apps_et_test device_cuda_trains_like_the_cpu"
-"$dir"/bin/apps_et_test --report_level=short --run_test=device_cuda_trains_like_the_cpu || status=1
+timeout "${TEST_TIMEOUT:-300}" "$dir"/bin/apps_et_test --report_level=short --run_test=device_cuda_trains_like_the_cpu || status=1
 [ -n "${TESTS_ONLY:-}" ] && exit $status
 echo "== implicit-compare --device cuda"
-"$dir"/bin/implicit-compare --device cuda --problem hopfield-digits,sparse-hopfield --alpha 2 --beta 2 \
+timeout 120 "$dir"/bin/implicit-compare --device cuda --problem hopfield-digits,sparse-hopfield --alpha 2 --beta 2 \
   --patterns 1797 --solvers picard,anderson,broyden --data data --quiet || status=1
 [ -n "${COMPARE_ONLY:-}" ] && exit $status
 if [ -n "${BENCH_ARGS:-}" ]; then
   # shellcheck disable=SC2086
-  "$dir"/bin/implicit-bench --device cuda $BENCH_ARGS --data data --json "$out/device-bench.json" \
+  timeout "${TEST_TIMEOUT:-300}" "$dir"/bin/implicit-bench --device cuda $BENCH_ARGS --data data --json "$out/device-bench.json" \
     --threads "$(nproc)" || status=1
   exit $status
 fi

@@ -284,6 +284,106 @@ BOOST_AUTO_TEST_CASE(float_solves_converge_to_float_tolerance, *boost::unit_test
   BOOST_TEST(MaxColumnResidual(cpu.map, z.cast<double>()) <= 1e-4);
 }
 
+// ---- the fused Picard loop ----------------------------------------------------------------
+
+// One device Picard solve of a copy of `start` with the given loop; the
+// solution in *z.
+template <typename S>
+Summary DevicePicard(cuda::Context& context, const cuda::HopfieldCccpMap<S>& map, const Matrix<S>& start,
+                     const typename PicardSolver<S>::Options& options, cuda::DeviceLoop loop, Matrix<S>* z) {
+  *z = start;
+  return cuda::DevicePicardSolver<S>(options, loop).Solve(context, map, *z);
+}
+
+bool RanFused(const Summary& s) { return s.message.find(cuda::kFusedLoopNote) != std::string::npos; }
+
+// The fused loop (one kernel, every sample judged on the device) against the
+// host-judged loop on the same device map: the same status for every sample,
+// iteration counts within one, the same returned iterates (the kept one for a
+// sample that did not converge). n = 40 leaves lanes with two coordinates and
+// idle ones, N = 700 patterns spread over several chunks, B = 300 samples over
+// several sample groups.
+template <typename S>
+void CheckFusedAgainstHostJudged(const PicardSolver<double>::Options& base, bool poison, double agree) {
+  const Index n = 40, N = 700, B = 300;
+  const Retrieval r = MakeRetrieval(n, N, B, 31);
+  cuda::Context context;
+  const cuda::HopfieldCccpMap<S> map(context, r.patterns.cast<S>(), static_cast<S>(r.beta));
+  typename PicardSolver<S>::Options o;
+  static_cast<SolverOptions&>(o) = base;
+  o.damping = base.damping;
+  Matrix<S> start = r.queries.cast<S>(), z_fused, z_host;
+  if (poison) start(5, 17) = std::numeric_limits<S>::quiet_NaN();
+  const Summary fused = DevicePicard(context, map, start, o, cuda::DeviceLoop::kFusedWhenPossible, &z_fused);
+  const Summary host = DevicePicard(context, map, start, o, cuda::DeviceLoop::kHostJudged, &z_host);
+  BOOST_TEST(RanFused(fused));
+  BOOST_TEST(!RanFused(host));
+  BOOST_TEST(fused.solver == "picard");
+  BOOST_TEST(TerminationTypeToString(fused.termination_type) == TerminationTypeToString(host.termination_type));
+  BOOST_TEST(std::abs(fused.iterations - host.iterations) <= 1);
+  BOOST_TEST(fused.function_evaluations == fused.iterations + 1);
+  BOOST_TEST(fused.num_samples() == static_cast<int>(B));
+  for (Index b = 0; b < B; ++b) {
+    BOOST_TEST_CONTEXT("sample " << b) {
+      BOOST_TEST(TerminationTypeToString(fused.sample_status[b]) == TerminationTypeToString(host.sample_status[b]));
+      BOOST_TEST(std::abs(fused.sample_iterations[b] - host.sample_iterations[b]) <= 1);
+      BOOST_TEST(fused.sample_evaluations[b] == fused.sample_iterations[b] + 1);
+      if (poison && b == 17) continue;
+      const double scale = 1 + z_host.col(b).template cast<double>().norm();
+      BOOST_TEST((z_fused.col(b) - z_host.col(b)).template cast<double>().norm() <= agree * scale);
+      BOOST_TEST(std::abs(fused.sample_residual[b] - host.sample_residual[b]) <= agree * scale);
+    }
+  }
+  if (poison) {
+    BOOST_TEST(TerminationTypeToString(fused.sample_status[17]) == std::string("non_finite"));
+    BOOST_TEST(std::isinf(fused.absolute_residual));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(the_fused_picard_loop_follows_the_host_judged_loop, *boost::unit_test::precondition(GpuPresent())) {
+  PicardSolver<double>::Options o;
+  o.absolute_tolerance = 1e-10;
+  o.max_iterations = 300;
+  BOOST_TEST_CONTEXT("converged, double") { CheckFusedAgainstHostJudged<double>(o, false, 1e-9); }
+  BOOST_TEST_CONTEXT("a NaN in sample 17") { CheckFusedAgainstHostJudged<double>(o, true, 1e-9); }
+  PicardSolver<double>::Options damped = o;
+  damped.damping = 0.5;
+  damped.use_energy = false;
+  damped.relative_tolerance = 1e-7;
+  BOOST_TEST_CONTEXT("damped, no energy, relative tolerance") { CheckFusedAgainstHostJudged<double>(damped, false, 1e-8); }
+  // The iteration budget ends every sample: each is returned at its kept
+  // (lowest-energy) iterate, the same in both loops.
+  PicardSolver<double>::Options budget = o;
+  budget.absolute_tolerance = 1e-14;
+  budget.max_iterations = 4;
+  BOOST_TEST_CONTEXT("budget") { CheckFusedAgainstHostJudged<double>(budget, false, 1e-12); }
+  PicardSolver<double>::Options single = o;
+  single.absolute_tolerance = 1e-5;
+  BOOST_TEST_CONTEXT("float") { CheckFusedAgainstHostJudged<float>(single, false, 1e-5); }
+}
+
+// Trace and callbacks need the host in the loop: the fused loop is not used then.
+BOOST_AUTO_TEST_CASE(a_callback_keeps_the_host_judged_loop, *boost::unit_test::precondition(GpuPresent())) {
+  const Retrieval r = MakeRetrieval(16, 100, 10, 37);
+  cuda::Context context;
+  const cuda::HopfieldCccpMap<double> map(context, r.patterns, r.beta);
+  PicardSolver<double>::Options o;
+  int calls = 0;
+  o.callback = [&calls](const IterationSummary&) {
+    ++calls;
+    return CallbackReturnType::kContinue;
+  };
+  Matrix<double> z;
+  const Summary s = DevicePicard(context, map, r.queries, o, cuda::DeviceLoop::kFusedWhenPossible, &z);
+  BOOST_TEST(!RanFused(s));
+  BOOST_TEST(calls == s.iterations + 1);
+  o.callback = nullptr;
+  o.record_trace = true;
+  const Summary traced = DevicePicard(context, map, r.queries, o, cuda::DeviceLoop::kFusedWhenPossible, &z);
+  BOOST_TEST(!RanFused(traced));
+  BOOST_TEST(traced.trace.size() == static_cast<std::size_t>(traced.iterations + 1));
+}
+
 // ---- the device backward pass ------------------------------------------------------------
 
 BOOST_AUTO_TEST_CASE(device_ift_gradients_match_the_cpu, *boost::unit_test::precondition(GpuPresent())) {

@@ -3,6 +3,7 @@
 // host receives the active samples' scalars, judges them with the CPU
 // solvers' BatchMonitor and GuardRules, and sends back index lists and
 // per-sample coefficients.
+#include <implicit/core/cuda_hopfield.h>
 #include <implicit/core/cuda_kernels.h>
 #include <implicit/solvers/cuda_solvers.h>
 #include <implicit/solvers/internal/batch_monitor.h>
@@ -13,7 +14,10 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <limits>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -235,6 +239,84 @@ class DeviceSolve {
   std::vector<Index> keep_;
 };
 
+// ---- the fused loop (DeviceLoop::kFusedWhenPossible) ------------------------------------
+
+// The Summary of a fused solve from its per-sample results (FusedHopfieldPicard),
+// completed as BatchMonitor completes a host-judged one.
+Summary FusedSummary(const std::string& name, const double* results, int batch,
+                     std::chrono::steady_clock::time_point start) {
+  namespace k = internal;
+  Summary s;
+  s.solver = name;
+  s.sample_status.resize(batch);
+  s.sample_residual.resize(batch);
+  s.sample_iterations.resize(batch);
+  s.sample_evaluations.resize(batch);
+  s.sample_accelerated_steps.assign(batch, 0);
+  s.sample_backtracks.assign(batch, 0);
+  s.sample_fallbacks.assign(batch, 0);
+  const double inf = std::numeric_limits<double>::infinity();
+  double max_abs = 0, max_rel = 0;
+  bool budget_spent = false;
+  for (int b = 0; b < batch; ++b) {
+    const double* r = results + 4 * static_cast<std::size_t>(b);
+    switch (static_cast<int>(r[0])) {
+      case k::kFusedConverged: s.sample_status[b] = TerminationType::kConverged; break;
+      case k::kFusedDiverged: s.sample_status[b] = TerminationType::kDiverged; break;
+      case k::kFusedStalled: s.sample_status[b] = TerminationType::kStalled; break;
+      case k::kFusedNonFinite: s.sample_status[b] = TerminationType::kNonFinite; break;
+      case k::kFusedMaxIterations: s.sample_status[b] = TerminationType::kMaxIterations; budget_spent = true; break;
+      default: throw std::logic_error("the fused Picard kernel left a sample without a status");
+    }
+    s.sample_iterations[b] = static_cast<int>(r[1]);
+    s.sample_evaluations[b] = s.sample_iterations[b] + 1;
+    s.sample_residual[b] = r[2];
+    s.iterations = std::max(s.iterations, s.sample_iterations[b]);
+    max_abs = std::isfinite(r[2]) ? std::max(max_abs, r[2]) : inf;
+    max_rel = std::isfinite(r[3]) ? std::max(max_rel, r[3]) : inf;
+  }
+  s.function_evaluations = s.iterations + 1;
+  s.absolute_residual = max_abs;
+  s.relative_residual = max_rel;
+  s.termination_type = implicit::internal::BatchTermination(
+      s, budget_spent ? TerminationType::kMaxIterations : TerminationType::kConverged);
+  s.message = implicit::internal::BatchMessage(s, /*keep_best_iterate=*/true) + "; " + kFusedLoopNote;
+  s.wall_time_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return s;
+}
+
+// The whole Picard solve in one kernel, when the map and options allow it
+// (DeviceLoop); nothing otherwise.
+template <typename S>
+std::optional<Summary> SolveFused(Context& context, const DeviceMap<S>& map, DeviceMatrix<S>& z,
+                                  const typename PicardSolver<S>::Options& options, const std::string& name) {
+  const auto* hopfield = dynamic_cast<const HopfieldCccpMap<S>*>(&map);
+  if (hopfield == nullptr || hopfield->attention() != Attention::kSoftmax || options.record_trace ||
+      options.callback || z.rows() != map.dimension() || z.cols() < 1) {
+    return std::nullopt;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  const int n = static_cast<int>(map.dimension()), N = static_cast<int>(hopfield->num_patterns());
+  const int batch = static_cast<int>(z.cols());
+  internal::FusedPicardPlan plan;
+  if (!internal::PlanFusedHopfieldPicard<S>(n, N, batch, &plan, nullptr)) return std::nullopt;
+  internal::FusedPicardRules rules;
+  rules.max_iterations = options.max_iterations;
+  rules.absolute_tolerance = options.absolute_tolerance;
+  rules.relative_tolerance = options.relative_tolerance;
+  rules.divergence_threshold = options.divergence_threshold;
+  rules.max_stall_iterations = options.max_stall_iterations;
+  rules.use_energy = options.use_energy;
+  rules.damping = options.damping;
+  internal::DeviceStaging staging(context, {internal::kSlotUpload, internal::kPinnedUpload, 16},
+                                  {internal::kSlotDownload, internal::kPinnedDownload, 4 * static_cast<std::size_t>(batch)});
+  internal::FusedHopfieldPicard<S>(context.stream(), plan, hopfield->patterns().data(), n, N, hopfield->beta(),
+                                   z.data(), batch, rules,
+                                   context.Workspace(internal::kSlotFusedPicard, plan.workspace_bytes),
+                                   staging.results());
+  return FusedSummary(name, staging.Download(4 * static_cast<std::size_t>(batch)), batch, start);
+}
+
 }  // namespace
 
 // ---- DeviceSolver ---------------------------------------------------------------
@@ -250,7 +332,8 @@ Summary DeviceSolver<Scalar>::Solve(Context& context, const DeviceMap<Scalar>& m
 // ---- Picard -------------------------------------------------------------------------
 
 template <typename Scalar>
-DevicePicardSolver<Scalar>::DevicePicardSolver(const Options& options) : options_(options) {
+DevicePicardSolver<Scalar>::DevicePicardSolver(const Options& options, DeviceLoop loop)
+    : options_(options), loop_(loop) {
   std::string error;
   implicit::internal::ThrowIfInvalid("cuda picard", options_.IsValid(&error), error);
 }
@@ -258,6 +341,9 @@ DevicePicardSolver<Scalar>::DevicePicardSolver(const Options& options) : options
 template <typename Scalar>
 Summary DevicePicardSolver<Scalar>::Solve(Context& context, const DeviceMap<Scalar>& map,
                                           DeviceMatrix<Scalar>& z) const {
+  if (loop_ == DeviceLoop::kFusedWhenPossible) {
+    if (std::optional<Summary> fused = SolveFused(context, map, z, options_, name())) return *std::move(fused);
+  }
   DeviceSolve<Scalar> solve(context, map, z, options_, name());
   const Scalar damping = static_cast<Scalar>(options_.damping);
   auto& monitor = solve.monitor();

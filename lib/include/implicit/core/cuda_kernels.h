@@ -9,6 +9,8 @@
 #error "implicit/core/cuda_kernels.h needs libimplicit built with CUDA"
 #endif
 
+#include <cstddef>
+
 // The CUDA runtime's stream type, declared as it declares it (no Eigen, no
 // CUDA include path needed here: kernels.cu compiles without Eigen).
 struct CUstream_st;
@@ -28,7 +30,7 @@ enum WorkspaceSlot : int {
   kSlotF, kSlotE, kSlotKept, kSlotCompactIn, kSlotCompactOut, kSlotCompactE, kSlotUpload,
   kSlotDownload, kSlotQ, kSlotZPrev, kSlotGPrev, kSlotY, kSlotFY, kSlotEY, kSlotDZ, kSlotDG,
   kSlotGram, kSlotCounters, kSlotAdjointZ, kSlotKrylov, kSlotKrylovW, kSlotKrylovR, kSlotKrylovJtv, kSlotKrylovCompactIn,
-  kSlotKrylovCompactOut, kSlotKrylovUpload, kSlotKrylovDownload, kSlotActive
+  kSlotKrylovCompactOut, kSlotKrylovUpload, kSlotKrylovDownload, kSlotActive, kSlotFusedPicard
 };
 enum PinnedSlot : int { kPinnedUpload, kPinnedDownload, kPinnedKrylovUpload, kPinnedKrylovDownload, kPinnedActive };
 
@@ -148,6 +150,47 @@ void AndersonPropose(cudaStream_t stream, const AndersonState& state, const S* z
                      int count, double* out);
 // Clears the history of the listed samples (count = next = 0).
 void AndersonReset(cudaStream_t stream, const AndersonState& state, const int* columns, int count);
+
+// ---- the fused Picard loop of the softmax Hopfield map (lib/cuda/fused_picard.cu) ----
+// One cooperative kernel runs a whole damped Picard solve
+// z_b <- z_b + damping (X softmax(beta X^T z_b) - z_b) of every sample and
+// judges each sample on the device after each evaluation by the forward rules
+// of the host monitor (solvers/internal/sample_judge.h: non-finite values,
+// absolute or relative tolerance, divergence against the first residual,
+// the stall rule with or without the energy, the kept lowest-energy iterate,
+// max_iterations). No host round trip per iteration: the loop stays on the
+// device. Each block keeps one chunk of the patterns in shared memory; the
+// softmax is split over the chunks (running max and sum per chunk, merged
+// per sample), and the active samples are compacted after each iteration.
+
+// How a sample ended (kFusedRunning: not yet).
+enum FusedStop : int {
+  kFusedRunning = 0, kFusedConverged, kFusedDiverged, kFusedStalled, kFusedNonFinite, kFusedMaxIterations
+};
+struct FusedPicardRules {
+  int max_iterations = 100;
+  double absolute_tolerance = 0, relative_tolerance = 0, divergence_threshold = 1e8;
+  int max_stall_iterations = 0;
+  bool use_energy = true;
+  double damping = 1;
+};
+// The launch shape on the current device (PlanFusedHopfieldPicard).
+struct FusedPicardPlan {
+  int pattern_chunks = 0, sample_groups = 0, chunk = 0;
+  std::size_t shared_bytes = 0, workspace_bytes = 0;
+};
+// Plans the fused loop for n x N patterns and a batch of B; false (with the
+// reason in *why_not) when it does not apply: n > 256, a chunk of patterns
+// that does not fit in shared memory, or no cooperative launch.
+template <typename S>
+bool PlanFusedHopfieldPicard(int n, int N, int batch, FusedPicardPlan* plan, const char** why_not);
+// Solves in place (z: n x batch). workspace: plan.workspace_bytes of device
+// memory. results (device, 4 x batch doubles): per sample its FusedStop,
+// iterations, final residual (at its kept iterate when it did not converge,
+// where z is then returned) and relative residual.
+template <typename S>
+void FusedHopfieldPicard(cudaStream_t stream, const FusedPicardPlan& plan, const S* patterns, int n, int N, S beta,
+                         S* z, int batch, const FusedPicardRules& rules, void* workspace, double* results);
 
 }  // namespace internal
 }  // namespace cuda

@@ -59,12 +59,23 @@ class DeviceSolver {
   Summary Solve(Context& context, const DeviceMap<Scalar>& map, MatrixRef<Scalar> z) const;
 };
 
+// Which loop DevicePicardSolver runs. kFusedWhenPossible: for a
+// cuda::HopfieldCccpMap with softmax attention (n <= 256, a chunk of the
+// patterns fitting in shared memory), without record_trace or a callback, the
+// whole solve is one cooperative kernel that judges every sample on the
+// device by the same rules (no host round trip per iteration; Summary::message
+// then ends with kFusedLoopNote, and trace and per-iteration callbacks are
+// not available); otherwise, and with kHostJudged, the loop described above.
+enum class DeviceLoop { kFusedWhenPossible, kHostJudged };
+inline constexpr const char* kFusedLoopNote = "fused device loop";
+
 template <typename Scalar>
 class DevicePicardSolver : public DeviceSolver<Scalar> {
  public:
   using Options = typename PicardSolver<Scalar>::Options;
-  explicit DevicePicardSolver(const Options& options = Options());
+  explicit DevicePicardSolver(const Options& options = Options(), DeviceLoop loop = DeviceLoop::kFusedWhenPossible);
   const Options& options() const { return options_; }
+  DeviceLoop loop() const { return loop_; }
   std::string name() const override { return "picard"; }
   using DeviceSolver<Scalar>::Solve;
   Summary Solve(Context& context, const DeviceMap<Scalar>& map,
@@ -72,6 +83,7 @@ class DevicePicardSolver : public DeviceSolver<Scalar> {
 
  private:
   Options options_;
+  DeviceLoop loop_;
 };
 
 template <typename Scalar>

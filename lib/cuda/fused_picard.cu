@@ -1,0 +1,456 @@
+// The fused Picard loop of the softmax Hopfield map (cuda_kernels.h): one
+// cooperative kernel for the whole solve.
+//
+// Block (c, g) of the grid owns the patterns of chunk c (in shared memory,
+// pattern-major with a padded stride so that both a lane per pattern and a
+// lane per coordinate read without bank conflicts) and the active samples
+// k = g W + w, g W + w + G W, ... (W warps per block, G sample groups). Each
+// iteration has three phases separated by grid-wide barriers:
+//   A. per (chunk, active sample), one warp: the scores of the chunk's
+//      patterns (a lane per pattern), their running max m and sum l of
+//      exp(s - m), and y = sum exp(s - m) x (a lane per coordinate);
+//   B. per active sample, one warp: f = sum_c y_c e^(m_c - M) / L, the
+//      log-sum-exp M + log L, the energy, |f - z|, |f|, finiteness; the
+//      judge's verdict; the damped step for the samples that go on;
+//   C. block 0 compacts the list of active samples.
+// Data written during the kernel is read with __ldcg (through L2, never a
+// stale L1 line of another multiprocessor).
+#include <implicit/core/cuda_kernel_support.cuh>
+#include <implicit/core/cuda_kernels.h>
+
+#include <cooperative_groups.h>
+#include <cuda_runtime.h>
+
+#include <cfloat>
+#include <cmath>
+#include <limits>
+
+namespace implicit {
+namespace cuda {
+namespace internal {
+namespace {
+
+namespace cg = cooperative_groups;
+
+constexpr int kFusedThreads = 512;
+constexpr int kFusedWarps = kFusedThreads / kWarp;
+constexpr int kMaxPerLane = 8;       // coordinates per lane: n <= 256
+constexpr int kTargetChunk = 128;    // patterns per block, before the grid is filled
+constexpr unsigned kFull = 0xffffffffu;
+
+// Per-sample judge state (indexed by batch column) and the active lists.
+struct JudgeState {
+  double *record_residual, *record_energy, *kept_residual, *relative, *initial_residual;
+  int *stall, *flags, *count;  // count[2]: the two lists' lengths
+  int* list[2];
+};
+
+template <typename S>
+struct FusedArgs {
+  const S* patterns;
+  int n, N, batch;
+  S beta;
+  S* z;
+  S* kept;      // n x batch: each sample's kept iterate
+  S* partials;  // chunks x batch x (n + 2): m, l, y of (chunk, active position)
+  FusedPicardRules rules;
+  double epsilon;  // of S (the energy's rounding slack)
+  JudgeState st;
+  double* results;
+  int chunks, groups, chunk;
+};
+
+// The workspace carved into the arrays (base == nullptr: only the size).
+template <typename S>
+std::size_t Carve(unsigned char* base, int n, int batch, int chunks, FusedArgs<S>* a) {
+  std::size_t at = 0;
+  auto take = [&](std::size_t bytes) {
+    unsigned char* p = base == nullptr ? nullptr : base + at;
+    at += (bytes + 255) / 256 * 256;
+    return p;
+  };
+  const std::size_t b = static_cast<std::size_t>(batch);
+  a->kept = reinterpret_cast<S*>(take(sizeof(S) * n * b));
+  a->partials = reinterpret_cast<S*>(take(sizeof(S) * chunks * b * (n + 2)));
+  a->st.record_residual = reinterpret_cast<double*>(take(sizeof(double) * b));
+  a->st.record_energy = reinterpret_cast<double*>(take(sizeof(double) * b));
+  a->st.kept_residual = reinterpret_cast<double*>(take(sizeof(double) * b));
+  a->st.relative = reinterpret_cast<double*>(take(sizeof(double) * b));
+  a->st.initial_residual = reinterpret_cast<double*>(take(sizeof(double) * b));
+  a->st.stall = reinterpret_cast<int*>(take(sizeof(int) * b));
+  a->st.flags = reinterpret_cast<int*>(take(sizeof(int) * b));
+  a->st.list[0] = reinterpret_cast<int*>(take(sizeof(int) * b));
+  a->st.list[1] = reinterpret_cast<int*>(take(sizeof(int) * b));
+  a->st.count = reinterpret_cast<int*>(take(sizeof(int) * 2));
+  return at;
+}
+
+template <typename S>
+__device__ inline S WarpAllMax(S v) {  // the same value in every lane (NaN ignored)
+  for (int o = kWarp / 2; o > 0; o /= 2) {
+    const S other = __shfl_xor_sync(kFull, v, o);
+    v = other > v ? other : v;
+  }
+  return v;
+}
+template <typename T>
+__device__ inline T WarpAllSum(T v) {  // butterfly: bitwise the same in every lane
+  for (int o = kWarp / 2; o > 0; o /= 2) v += __shfl_xor_sync(kFull, v, o);
+  return v;
+}
+
+// Phase A for active position k (batch column `column`) and chunk [c0, c1).
+template <typename S>
+__device__ void PartialAttention(const FusedArgs<S>& a, const S* xs, S* zbuf, int c0, int c1, int c, int k,
+                                 int column) {
+  const int lane = threadIdx.x % kWarp, n = a.n, stride = n + 1;
+  const S* zc = a.z + static_cast<std::size_t>(column) * n;
+  for (int i = lane; i < n; i += kWarp) zbuf[i] = __ldcg(zc + i);
+  __syncwarp();
+  S m = S(-INFINITY), l = 0, y[kMaxPerLane];
+#pragma unroll
+  for (int r = 0; r < kMaxPerLane; ++r) y[r] = 0;
+  bool nan = false;
+  for (int t0 = c0; t0 < c1; t0 += kWarp) {
+    const int q = t0 + lane;
+    S s = S(-INFINITY);
+    if (q < c1) {
+      const S* x = xs + static_cast<std::size_t>(q - c0) * stride;
+      S acc[4] = {0, 0, 0, 0};  // four chains: the FMA latency overlaps
+      int i = 0;
+      for (; i + 3 < n; i += 4) {
+#pragma unroll
+        for (int u = 0; u < 4; ++u) acc[u] += x[i + u] * zbuf[i + u];
+      }
+      for (; i < n; ++i) acc[0] += x[i] * zbuf[i];
+      s = a.beta * ((acc[0] + acc[1]) + (acc[2] + acc[3]));
+      if (s != s) {
+        nan = true;
+        s = S(-INFINITY);
+      }
+    }
+    const S tile_max = WarpAllMax(s);
+    const S m_new = tile_max > m ? tile_max : m;
+    if (m_new == S(-INFINITY)) continue;  // no finite score yet (the same in every lane)
+    const S scale = m == S(-INFINITY) ? S(0) : exp(m - m_new);
+    const S w = exp(s - m_new);
+    l = l * scale + WarpAllSum(w);
+#pragma unroll
+    for (int r = 0; r < kMaxPerLane; ++r) y[r] *= scale;
+    const int tile = c1 - t0 < kWarp ? c1 - t0 : kWarp;
+    S y2[kMaxPerLane];  // a second chain: even and odd patterns
+#pragma unroll
+    for (int r = 0; r < kMaxPerLane; ++r) y2[r] = 0;
+    int j = 0;
+    for (; j + 1 < tile; j += 2) {
+      const S w0 = __shfl_sync(kFull, w, j), w1 = __shfl_sync(kFull, w, j + 1);
+      const S* x0 = xs + static_cast<std::size_t>(t0 + j - c0) * stride;
+      const S* x1 = x0 + stride;
+#pragma unroll
+      for (int r = 0; r < kMaxPerLane; ++r) {
+        const int i = lane + r * kWarp;
+        if (i < n) {
+          y[r] += w0 * x0[i];
+          y2[r] += w1 * x1[i];
+        }
+      }
+    }
+    if (j < tile) {
+      const S w0 = __shfl_sync(kFull, w, j);
+      const S* x0 = xs + static_cast<std::size_t>(t0 + j - c0) * stride;
+#pragma unroll
+      for (int r = 0; r < kMaxPerLane; ++r) {
+        const int i = lane + r * kWarp;
+        if (i < n) y[r] += w0 * x0[i];
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < kMaxPerLane; ++r) y[r] += y2[r];
+    m = m_new;
+  }
+  nan = __any_sync(kFull, nan);
+  S* out = a.partials + (static_cast<std::size_t>(c) * a.batch + k) * (n + 2);
+  if (lane == 0) {
+    out[0] = nan ? S(NAN) : m;
+    out[1] = l;
+  }
+#pragma unroll
+  for (int r = 0; r < kMaxPerLane; ++r) {
+    const int i = lane + r * kWarp;
+    if (i < n) out[2 + i] = y[r];
+  }
+  __syncwarp();  // zbuf is the next sample's
+}
+
+// Phase B for active position k (batch column `column`) at observation t:
+// merges the chunks, judges the sample (SampleJudge::Judge's forward rules,
+// then the iteration budget), steps or stops it. Sets flags[k] = goes on.
+template <typename S>
+__device__ void JudgeSample(const FusedArgs<S>& a, int k, int column, int t) {
+  const int lane = threadIdx.x % kWarp, n = a.n;
+  const std::size_t part = static_cast<std::size_t>(a.batch) * (n + 2);
+  const S* p0 = a.partials + static_cast<std::size_t>(k) * (n + 2);
+  S M = S(-INFINITY);
+  bool nan = false;
+  for (int c = lane; c < a.chunks; c += kWarp) {
+    const S mc = __ldcg(p0 + c * part);
+    if (mc != mc) nan = true;
+    else if (mc > M) M = mc;
+  }
+  M = WarpAllMax(M);
+  nan = __any_sync(kFull, nan);
+  S L = 0, f[kMaxPerLane];
+#pragma unroll
+  for (int r = 0; r < kMaxPerLane; ++r) f[r] = 0;
+  for (int c = 0; c < a.chunks; ++c) {
+    const S* pc = p0 + c * part;
+    const S mc = __ldcg(pc);
+    if (!(mc > S(-INFINITY))) continue;  // an empty or NaN chunk
+    const S w = exp(mc - M);
+    L += w * __ldcg(pc + 1);
+#pragma unroll
+    for (int r = 0; r < kMaxPerLane; ++r) {
+      const int i = lane + r * kWarp;
+      if (i < n) f[r] += w * __ldcg(pc + 2 + i);
+    }
+  }
+  S* zc = a.z + static_cast<std::size_t>(column) * n;
+  S zv[kMaxPerLane];
+  double r2 = 0, f2 = 0, z2 = 0;
+  int finite = 1;
+#pragma unroll
+  for (int r = 0; r < kMaxPerLane; ++r) {
+    const int i = lane + r * kWarp;
+    zv[r] = 0;
+    if (i >= n) continue;
+    f[r] = nan ? S(NAN) : f[r] / L;
+    zv[r] = __ldcg(zc + i);
+    const double d = double(f[r]) - double(zv[r]);
+    r2 += d * d;
+    f2 += double(f[r]) * double(f[r]);
+    z2 += double(zv[r]) * double(zv[r]);
+    if (!isfinite(zv[r]) || !isfinite(f[r])) finite = 0;
+  }
+  r2 = WarpAllSum(r2);
+  f2 = WarpAllSum(f2);
+  z2 = WarpAllSum(z2);
+  finite = __all_sync(kFull, finite);
+  const double r = sqrt(r2), scale = sqrt(f2);
+  const S lse = nan ? S(NAN) : static_cast<S>(M + log(L));
+  const double e = static_cast<S>(0.5 * z2 - double(lse) / double(a.beta));
+
+  // The judge (every lane alike; lane 0 writes the state).
+  const FusedPicardRules& rules = a.rules;
+  const JudgeState& st = a.st;
+  const bool first = t == 0;
+  const double relative = scale > 0 ? r / scale : r;
+  double kept_residual = __ldcg(st.kept_residual + column), relative_out = __ldcg(st.relative + column);
+  int stop = kFusedRunning;
+  bool keep = false;
+  if (!isfinite(r) || !isfinite(scale) || !finite || (rules.use_energy && !isfinite(e))) {
+    stop = kFusedNonFinite;
+  } else {
+    const double initial = first ? r : __ldcg(st.initial_residual + column);
+    const double record_residual = __ldcg(st.record_residual + column);
+    const bool residual_record = r < record_residual;
+    keep = residual_record;
+    bool progress = residual_record;
+    double record_energy = __ldcg(st.record_energy + column);
+    if (rules.use_energy) {
+      const double slack = 16.0 * a.epsilon * (1.0 + fabs(e));
+      progress = progress || e < record_energy - slack;
+      keep = e <= record_energy;
+      if (keep) record_energy = e;
+    }
+    if (keep) {
+      kept_residual = r;
+      relative_out = relative;
+    }
+    const int stall = progress ? 0 : __ldcg(st.stall + column) + 1;
+    if (r <= rules.absolute_tolerance || r <= rules.relative_tolerance * scale) {
+      relative_out = relative;
+      stop = kFusedConverged;
+    } else if (!first && r > rules.divergence_threshold * fmax(initial, DBL_MIN)) {
+      stop = kFusedDiverged;
+    } else if (rules.max_stall_iterations > 0 && stall >= rules.max_stall_iterations) {
+      stop = kFusedStalled;
+    } else if (t >= rules.max_iterations) {
+      stop = kFusedMaxIterations;
+    }
+    if (lane == 0) {
+      st.initial_residual[column] = initial;
+      st.record_residual[column] = residual_record ? r : record_residual;
+      st.record_energy[column] = record_energy;
+      st.kept_residual[column] = kept_residual;
+      st.relative[column] = relative_out;
+      st.stall[column] = stall;
+    }
+  }
+  S* kc = a.kept + static_cast<std::size_t>(column) * n;
+  const bool restore = stop != kFusedRunning && stop != kFusedConverged && isfinite(kept_residual);
+#pragma unroll
+  for (int r = 0; r < kMaxPerLane; ++r) {
+    const int i = lane + r * kWarp;
+    if (i >= n) continue;
+    if (keep) kc[i] = zv[r];
+    if (stop == kFusedRunning) {
+      zc[i] = zv[r] + static_cast<S>(rules.damping) * (f[r] - zv[r]);
+    } else if (restore && !keep) {
+      zc[i] = __ldcg(kc + i);  // the kept iterate (written by this lane, or at an earlier observation)
+    }
+  }
+  if (lane == 0) {
+    st.flags[k] = stop == kFusedRunning;
+    if (stop != kFusedRunning) {
+      double* out = a.results + 4 * static_cast<std::size_t>(column);
+      out[0] = stop;
+      out[1] = t;
+      out[2] = restore ? kept_residual : r;
+      out[3] = relative_out;
+    }
+  }
+}
+
+// Phase C (one block): next = the entries of list whose flag is set, in order.
+__device__ void Compact(const int* flags, const int* list, int count, int* next, int* next_count) {
+  __shared__ int sums[kFusedThreads];
+  const int tid = threadIdx.x, per = (count + kFusedThreads - 1) / kFusedThreads;
+  const int lo = tid * per < count ? tid * per : count, hi = lo + per < count ? lo + per : count;
+  int mine = 0;
+  for (int k = lo; k < hi; ++k) mine += __ldcg(flags + k);
+  sums[tid] = mine;
+  __syncthreads();
+  for (int offset = 1; offset < kFusedThreads; offset *= 2) {  // inclusive scan
+    const int v = tid >= offset ? sums[tid - offset] : 0;
+    __syncthreads();
+    sums[tid] += v;
+    __syncthreads();
+  }
+  int at = sums[tid] - mine;
+  for (int k = lo; k < hi; ++k)
+    if (__ldcg(flags + k)) next[at++] = __ldcg(list + k);
+  if (tid == kFusedThreads - 1) *next_count = sums[tid];
+}
+
+template <typename S>
+__global__ void __launch_bounds__(kFusedThreads, 1) FusedPicardKernel(FusedArgs<S> a) {
+  cg::grid_group grid = cg::this_grid();
+  extern __shared__ double shared_raw[];
+  const int n = a.n, warp = threadIdx.x / kWarp;
+  const int c = blockIdx.x % a.chunks, g = blockIdx.x / a.chunks;
+  const int c0 = c * a.chunk, c1 = c0 + a.chunk < a.N ? c0 + a.chunk : a.N;
+  S* xs = reinterpret_cast<S*>(shared_raw);
+  S* zbuf = xs + static_cast<std::size_t>(a.chunk) * (n + 1) + static_cast<std::size_t>(warp) * n;
+  for (int idx = threadIdx.x; idx < (c1 - c0) * n; idx += blockDim.x) {
+    const int q = idx / n, i = idx % n;
+    xs[q * (n + 1) + i] = a.patterns[static_cast<std::size_t>(c0 + q) * n + i];
+  }
+  const int global = blockIdx.x * blockDim.x + threadIdx.x, threads = gridDim.x * blockDim.x;
+  for (int b = global; b < a.batch; b += threads) {
+    a.st.list[0][b] = b;
+    a.st.record_residual[b] = a.st.record_energy[b] = a.st.kept_residual[b] = a.st.relative[b] = INFINITY;
+    a.st.initial_residual[b] = 0;
+    a.st.stall[b] = 0;
+  }
+  if (global == 0) a.st.count[0] = a.batch;
+  __syncthreads();
+  grid.sync();
+  const int group_warp = g * kFusedWarps + warp, group_stride = a.groups * kFusedWarps;
+  const int grid_warp = blockIdx.x * kFusedWarps + warp, grid_warps = gridDim.x * kFusedWarps;
+  for (int t = 0;; ++t) {
+    const int* list = a.st.list[t & 1];
+    const int count = __ldcg(a.st.count + (t & 1));
+    if (count == 0) break;
+    for (int k = group_warp; k < count; k += group_stride) PartialAttention(a, xs, zbuf, c0, c1, c, k, __ldcg(list + k));
+    grid.sync();
+    for (int k = grid_warp; k < count; k += grid_warps) JudgeSample(a, k, __ldcg(list + k), t);
+    grid.sync();
+    if (blockIdx.x == 0) Compact(a.st.flags, list, count, a.st.list[(t + 1) & 1], a.st.count + ((t + 1) & 1));
+    grid.sync();
+  }
+}
+
+}  // namespace
+
+template <typename S>
+bool PlanFusedHopfieldPicard(int n, int N, int batch, FusedPicardPlan* plan, const char** why_not) {
+  auto no = [&](const char* why) {
+    if (why_not != nullptr) *why_not = why;
+    return false;
+  };
+  if (n < 1 || N < 1 || batch < 1) return no("an empty problem");
+  if (n > kWarp * kMaxPerLane) return no("the dimension is above 256");
+  int device = 0, cooperative = 0, sms = 0, shared_limit = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&shared_limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) {
+    cudaGetLastError();
+    return no("the device's attributes could not be read");
+  }
+  if (!cooperative) return no("the device has no cooperative launch");
+  int chunks = (N + kTargetChunk - 1) / kTargetChunk;
+  if (chunks > sms) chunks = sms;
+  const int chunk = (N + chunks - 1) / chunks;
+  chunks = (N + chunk - 1) / chunk;
+  const std::size_t shared =
+      sizeof(S) * (static_cast<std::size_t>(chunk) * (n + 1) + static_cast<std::size_t>(kFusedWarps) * n);
+  if (shared + sizeof(int) * kFusedThreads > static_cast<std::size_t>(shared_limit))  // + Compact's
+    return no("a chunk of the patterns does not fit in shared memory");
+  int per_sm = 0;
+  if (cudaFuncSetAttribute(FusedPicardKernel<S>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(shared)) != cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, FusedPicardKernel<S>, kFusedThreads, shared) !=
+          cudaSuccess ||
+      per_sm < 1) {
+    cudaGetLastError();
+    return no("the kernel cannot be resident with its shared memory");
+  }
+  int groups = per_sm * sms / chunks;
+  const int useful = (batch + kFusedWarps - 1) / kFusedWarps;
+  if (groups > useful) groups = useful;
+  if (groups < 1) groups = 1;
+  FusedArgs<S> a{};
+  plan->pattern_chunks = chunks;
+  plan->sample_groups = groups;
+  plan->chunk = chunk;
+  plan->shared_bytes = shared;
+  plan->workspace_bytes = Carve<S>(nullptr, n, batch, chunks, &a);
+  return true;
+}
+
+template <typename S>
+void FusedHopfieldPicard(cudaStream_t stream, const FusedPicardPlan& plan, const S* patterns, int n, int N, S beta,
+                         S* z, int batch, const FusedPicardRules& rules, void* workspace, double* results) {
+  FusedArgs<S> a{};
+  a.patterns = patterns;
+  a.n = n;
+  a.N = N;
+  a.batch = batch;
+  a.beta = beta;
+  a.z = z;
+  a.rules = rules;
+  a.epsilon = std::numeric_limits<S>::epsilon();
+  a.results = results;
+  a.chunks = plan.pattern_chunks;
+  a.groups = plan.sample_groups;
+  a.chunk = plan.chunk;
+  Carve<S>(static_cast<unsigned char*>(workspace), n, batch, plan.pattern_chunks, &a);
+  void* args[] = {&a};
+  CheckCall(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(FusedPicardKernel<S>),
+                                        dim3(plan.pattern_chunks * plan.sample_groups), dim3(kFusedThreads), args,
+                                        plan.shared_bytes, stream),
+            "the fused Picard kernel");
+}
+
+#define IMPLICIT_FUSED_PICARD(S)                                                                           \
+  template bool PlanFusedHopfieldPicard<S>(int, int, int, FusedPicardPlan*, const char**);                \
+  template void FusedHopfieldPicard<S>(cudaStream_t, const FusedPicardPlan&, const S*, int, int, S, S*, int, \
+                                       const FusedPicardRules&, void*, double*);
+IMPLICIT_FUSED_PICARD(float)
+IMPLICIT_FUSED_PICARD(double)
+#undef IMPLICIT_FUSED_PICARD
+
+}  // namespace internal
+}  // namespace cuda
+}  // namespace implicit
