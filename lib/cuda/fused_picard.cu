@@ -35,14 +35,15 @@ namespace cg = cooperative_groups;
 constexpr int kFusedThreads = 512;
 constexpr int kFusedWarps = kFusedThreads / kWarp;
 constexpr int kMaxPerLane = 8;       // coordinates per lane: n <= 256
-constexpr int kTargetChunk = 128;    // patterns per block, before the grid is filled
+constexpr int kSamplesPerWarp = 4;   // samples a warp takes at once in phase A
+constexpr int kTargetChunk = 64;     // patterns per block, before the grid is filled (measured: 32, 64, 128)
 constexpr unsigned kFull = 0xffffffffu;
 
 // Per-sample judge state (indexed by batch column) and the active lists.
 struct JudgeState {
   double *record_residual, *record_energy, *kept_residual, *relative, *initial_residual;
-  int *stall, *flags, *count;  // count[2]: the two lists' lengths
-  int* list[2];
+  int *stall, *flags;  // flags[k]: active position k goes on
+  int* lists;          // per block, two lists of B (its own copy of the active list)
 };
 
 template <typename S>
@@ -62,7 +63,7 @@ struct FusedArgs {
 
 // The workspace carved into the arrays (base == nullptr: only the size).
 template <typename S>
-std::size_t Carve(unsigned char* base, int n, int batch, int chunks, FusedArgs<S>* a) {
+std::size_t Carve(unsigned char* base, int n, int batch, int chunks, int blocks, FusedArgs<S>* a) {
   std::size_t at = 0;
   auto take = [&](std::size_t bytes) {
     unsigned char* p = base == nullptr ? nullptr : base + at;
@@ -79,9 +80,7 @@ std::size_t Carve(unsigned char* base, int n, int batch, int chunks, FusedArgs<S
   a->st.initial_residual = reinterpret_cast<double*>(take(sizeof(double) * b));
   a->st.stall = reinterpret_cast<int*>(take(sizeof(int) * b));
   a->st.flags = reinterpret_cast<int*>(take(sizeof(int) * b));
-  a->st.list[0] = reinterpret_cast<int*>(take(sizeof(int) * b));
-  a->st.list[1] = reinterpret_cast<int*>(take(sizeof(int) * b));
-  a->st.count = reinterpret_cast<int*>(take(sizeof(int) * 2));
+  a->st.lists = reinterpret_cast<int*>(take(sizeof(int) * 2 * b * blocks));
   return at;
 }
 
@@ -99,132 +98,170 @@ __device__ inline T WarpAllSum(T v) {  // butterfly: bitwise the same in every l
   return v;
 }
 
-// Phase A for active position k (batch column `column`) and chunk [c0, c1).
-template <typename S>
-__device__ void PartialAttention(const FusedArgs<S>& a, const S* xs, S* zbuf, int c0, int c1, int c, int k,
-                                 int column) {
+// Phase A for up to kSamplesPerWarp active positions ks[0..count) (batch
+// columns cols[]) and the chunk [c0, c1): a lane per pattern for the scores,
+// a lane per coordinate for y, the samples side by side (independent chains).
+template <typename S, int R>
+__device__ void PartialAttention(const FusedArgs<S>& a, const S* xs, S* zbuf, S* wbuf, int c0, int c1, int c,
+                                 const int* ks, const int* cols, int count) {
+  constexpr int K = kSamplesPerWarp;
   const int lane = threadIdx.x % kWarp, n = a.n, stride = n + 1;
-  const S* zc = a.z + static_cast<std::size_t>(column) * n;
-  for (int i = lane; i < n; i += kWarp) zbuf[i] = __ldcg(zc + i);
+  for (int idx = lane; idx < n * K; idx += kWarp) {  // zbuf[i K + s] = z_s[i]
+    const int i = idx / K, s = idx % K;
+    zbuf[idx] = s < count ? __ldcg(a.z + static_cast<std::size_t>(cols[s]) * n + i) : S(0);
+  }
   __syncwarp();
-  S m = S(-INFINITY), l = 0, y[kMaxPerLane];
+  S m[K], l[K], y[K][R];
+  bool nan[K];
 #pragma unroll
-  for (int r = 0; r < kMaxPerLane; ++r) y[r] = 0;
-  bool nan = false;
+  for (int s = 0; s < K; ++s) {
+    m[s] = S(-INFINITY);
+    l[s] = 0;
+    nan[s] = false;
+#pragma unroll
+    for (int r = 0; r < R; ++r) y[s][r] = 0;
+  }
   for (int t0 = c0; t0 < c1; t0 += kWarp) {
     const int q = t0 + lane;
-    S s = S(-INFINITY);
-    if (q < c1) {
+    const bool valid = q < c1;
+    S acc[K];
+#pragma unroll
+    for (int s = 0; s < K; ++s) acc[s] = 0;
+    if (valid) {
       const S* x = xs + static_cast<std::size_t>(q - c0) * stride;
-      S acc[4] = {0, 0, 0, 0};  // four chains: the FMA latency overlaps
-      int i = 0;
-      for (; i + 3 < n; i += 4) {
+#pragma unroll 4
+      for (int i = 0; i < n; ++i) {  // (unrolled: the shared-memory loads of later steps are issued early)
+        const S xv = x[i];
+        const S* zi = zbuf + i * K;
 #pragma unroll
-        for (int u = 0; u < 4; ++u) acc[u] += x[i + u] * zbuf[i + u];
-      }
-      for (; i < n; ++i) acc[0] += x[i] * zbuf[i];
-      s = a.beta * ((acc[0] + acc[1]) + (acc[2] + acc[3]));
-      if (s != s) {
-        nan = true;
-        s = S(-INFINITY);
+        for (int s = 0; s < K; ++s) acc[s] += xv * zi[s];
       }
     }
-    const S tile_max = WarpAllMax(s);
-    const S m_new = tile_max > m ? tile_max : m;
-    if (m_new == S(-INFINITY)) continue;  // no finite score yet (the same in every lane)
-    const S scale = m == S(-INFINITY) ? S(0) : exp(m - m_new);
-    const S w = exp(s - m_new);
-    l = l * scale + WarpAllSum(w);
+    S w[K];
 #pragma unroll
-    for (int r = 0; r < kMaxPerLane; ++r) y[r] *= scale;
+    for (int s = 0; s < K; ++s) {
+      S v = valid ? a.beta * acc[s] : S(-INFINITY);
+      if (v != v) {
+        nan[s] = true;
+        v = S(-INFINITY);
+      }
+      const S tile_max = WarpAllMax(v);
+      const S m_new = tile_max > m[s] ? tile_max : m[s];
+      w[s] = 0;
+      if (m_new == S(-INFINITY)) continue;  // no finite score yet (the same in every lane)
+      const S scale = m[s] == S(-INFINITY) ? S(0) : exp(m[s] - m_new);
+      w[s] = exp(v - m_new);
+      l[s] = l[s] * scale + WarpAllSum(w[s]);
+#pragma unroll
+      for (int r = 0; r < R; ++r) y[s][r] *= scale;
+      m[s] = m_new;
+    }
+#pragma unroll
+    for (int s = 0; s < K; ++s) wbuf[lane * K + s] = w[s];
+    __syncwarp();
     const int tile = c1 - t0 < kWarp ? c1 - t0 : kWarp;
-    S y2[kMaxPerLane];  // a second chain: even and odd patterns
+#pragma unroll 4
+    for (int j = 0; j < tile; ++j) {
+      const S* x = xs + static_cast<std::size_t>(t0 + j - c0) * stride;
+      S xv[R];
 #pragma unroll
-    for (int r = 0; r < kMaxPerLane; ++r) y2[r] = 0;
-    int j = 0;
-    for (; j + 1 < tile; j += 2) {
-      const S w0 = __shfl_sync(kFull, w, j), w1 = __shfl_sync(kFull, w, j + 1);
-      const S* x0 = xs + static_cast<std::size_t>(t0 + j - c0) * stride;
-      const S* x1 = x0 + stride;
-#pragma unroll
-      for (int r = 0; r < kMaxPerLane; ++r) {
+      for (int r = 0; r < R; ++r) {
         const int i = lane + r * kWarp;
-        if (i < n) {
-          y[r] += w0 * x0[i];
-          y2[r] += w1 * x1[i];
-        }
+        xv[r] = i < n ? x[i] : S(0);
+      }
+      const S* wj = wbuf + j * K;
+#pragma unroll
+      for (int s = 0; s < K; ++s) {
+        const S ws = wj[s];
+#pragma unroll
+        for (int r = 0; r < R; ++r) y[s][r] += ws * xv[r];
       }
     }
-    if (j < tile) {
-      const S w0 = __shfl_sync(kFull, w, j);
-      const S* x0 = xs + static_cast<std::size_t>(t0 + j - c0) * stride;
+    __syncwarp();  // wbuf is the next tile's
+  }
 #pragma unroll
-      for (int r = 0; r < kMaxPerLane; ++r) {
-        const int i = lane + r * kWarp;
-        if (i < n) y[r] += w0 * x0[i];
-      }
+  for (int s = 0; s < K; ++s) {
+    const bool any_nan = __any_sync(kFull, nan[s]);
+    if (s >= count) continue;
+    S* out = a.partials + (static_cast<std::size_t>(c) * a.batch + ks[s]) * (n + 2);
+    if (lane == 0) {
+      out[0] = any_nan ? S(NAN) : m[s];
+      out[1] = l[s];
     }
 #pragma unroll
-    for (int r = 0; r < kMaxPerLane; ++r) y[r] += y2[r];
-    m = m_new;
+    for (int r = 0; r < R; ++r) {
+      const int i = lane + r * kWarp;
+      if (i < n) out[2 + i] = y[s][r];
+    }
   }
-  nan = __any_sync(kFull, nan);
-  S* out = a.partials + (static_cast<std::size_t>(c) * a.batch + k) * (n + 2);
-  if (lane == 0) {
-    out[0] = nan ? S(NAN) : m;
-    out[1] = l;
-  }
-#pragma unroll
-  for (int r = 0; r < kMaxPerLane; ++r) {
-    const int i = lane + r * kWarp;
-    if (i < n) out[2 + i] = y[r];
-  }
-  __syncwarp();  // zbuf is the next sample's
+  __syncwarp();  // zbuf is the next samples'
 }
 
 // Phase B for active position k (batch column `column`) at observation t:
-// merges the chunks, judges the sample (SampleJudge::Judge's forward rules,
-// then the iteration budget), steps or stops it. Sets flags[k] = goes on.
-template <typename S>
+// merges the chunks (a lane per chunk for their max and sum), judges the
+// sample (SampleJudge::Judge's forward rules, then the iteration budget),
+// steps or stops it. Sets flags[k] = goes on.
+template <typename S, int R>
 __device__ void JudgeSample(const FusedArgs<S>& a, int k, int column, int t) {
-  const int lane = threadIdx.x % kWarp, n = a.n;
+  const int lane = threadIdx.x % kWarp, n = a.n, chunks = a.chunks;
   const std::size_t part = static_cast<std::size_t>(a.batch) * (n + 2);
   const S* p0 = a.partials + static_cast<std::size_t>(k) * (n + 2);
+  // The sample's state and z first: their loads overlap the merge's.
+  const JudgeState& st = a.st;
+  const double initial_before = __ldcg(st.initial_residual + column);
+  const double record_residual = __ldcg(st.record_residual + column);
+  double record_energy = __ldcg(st.record_energy + column);
+  const int stall_before = __ldcg(st.stall + column);
+  double kept_residual = __ldcg(st.kept_residual + column), relative_out = __ldcg(st.relative + column);
+  S* zc = a.z + static_cast<std::size_t>(column) * n;
+  S zv[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int i = lane + r * kWarp;
+    zv[r] = i < n ? __ldcg(zc + i) : S(0);
+  }
   S M = S(-INFINITY);
   bool nan = false;
-  for (int c = lane; c < a.chunks; c += kWarp) {
+  for (int c = lane; c < chunks; c += kWarp) {
     const S mc = __ldcg(p0 + c * part);
     if (mc != mc) nan = true;
     else if (mc > M) M = mc;
   }
   M = WarpAllMax(M);
   nan = __any_sync(kFull, nan);
-  S L = 0, f[kMaxPerLane];
+  S L = 0, f[R];
 #pragma unroll
-  for (int r = 0; r < kMaxPerLane; ++r) f[r] = 0;
-  for (int c = 0; c < a.chunks; ++c) {
-    const S* pc = p0 + c * part;
-    const S mc = __ldcg(pc);
-    if (!(mc > S(-INFINITY))) continue;  // an empty or NaN chunk
-    const S w = exp(mc - M);
-    L += w * __ldcg(pc + 1);
+  for (int r = 0; r < R; ++r) f[r] = 0;
+  for (int base = 0; base < chunks; base += kWarp) {
+    S w = 0;  // lane c's chunk weight e^(m_c - M) (0: empty or NaN)
+    if (base + lane < chunks) {
+      const S* pc = p0 + (base + lane) * part;
+      const S mc = __ldcg(pc);
+      if (mc > S(-INFINITY)) {
+        w = exp(mc - M);
+        L += w * __ldcg(pc + 1);
+      }
+    }
+    const int span = chunks - base < kWarp ? chunks - base : kWarp;
+#pragma unroll 8
+    for (int j = 0; j < span; ++j) {  // (unrolled: several chunks' loads in flight)
+      const S wj = __shfl_sync(kFull, w, j);
+      const S* yc = p0 + (base + j) * part + 2;
 #pragma unroll
-    for (int r = 0; r < kMaxPerLane; ++r) {
-      const int i = lane + r * kWarp;
-      if (i < n) f[r] += w * __ldcg(pc + 2 + i);
+      for (int r = 0; r < R; ++r) {
+        const int i = lane + r * kWarp;
+        if (i < n) f[r] += wj * __ldcg(yc + i);
+      }
     }
   }
-  S* zc = a.z + static_cast<std::size_t>(column) * n;
-  S zv[kMaxPerLane];
+  L = WarpAllSum(L);
   double r2 = 0, f2 = 0, z2 = 0;
   int finite = 1;
 #pragma unroll
-  for (int r = 0; r < kMaxPerLane; ++r) {
+  for (int r = 0; r < R; ++r) {
     const int i = lane + r * kWarp;
-    zv[r] = 0;
     if (i >= n) continue;
     f[r] = nan ? S(NAN) : f[r] / L;
-    zv[r] = __ldcg(zc + i);
     const double d = double(f[r]) - double(zv[r]);
     r2 += d * d;
     f2 += double(f[r]) * double(f[r]);
@@ -241,21 +278,17 @@ __device__ void JudgeSample(const FusedArgs<S>& a, int k, int column, int t) {
 
   // The judge (every lane alike; lane 0 writes the state).
   const FusedPicardRules& rules = a.rules;
-  const JudgeState& st = a.st;
   const bool first = t == 0;
   const double relative = scale > 0 ? r / scale : r;
-  double kept_residual = __ldcg(st.kept_residual + column), relative_out = __ldcg(st.relative + column);
   int stop = kFusedRunning;
   bool keep = false;
   if (!isfinite(r) || !isfinite(scale) || !finite || (rules.use_energy && !isfinite(e))) {
     stop = kFusedNonFinite;
   } else {
-    const double initial = first ? r : __ldcg(st.initial_residual + column);
-    const double record_residual = __ldcg(st.record_residual + column);
+    const double initial = first ? r : initial_before;
     const bool residual_record = r < record_residual;
     keep = residual_record;
     bool progress = residual_record;
-    double record_energy = __ldcg(st.record_energy + column);
     if (rules.use_energy) {
       const double slack = 16.0 * a.epsilon * (1.0 + fabs(e));
       progress = progress || e < record_energy - slack;
@@ -266,7 +299,7 @@ __device__ void JudgeSample(const FusedArgs<S>& a, int k, int column, int t) {
       kept_residual = r;
       relative_out = relative;
     }
-    const int stall = progress ? 0 : __ldcg(st.stall + column) + 1;
+    const int stall = progress ? 0 : stall_before + 1;
     if (r <= rules.absolute_tolerance || r <= rules.relative_tolerance * scale) {
       relative_out = relative;
       stop = kFusedConverged;
@@ -289,7 +322,7 @@ __device__ void JudgeSample(const FusedArgs<S>& a, int k, int column, int t) {
   S* kc = a.kept + static_cast<std::size_t>(column) * n;
   const bool restore = stop != kFusedRunning && stop != kFusedConverged && isfinite(kept_residual);
 #pragma unroll
-  for (int r = 0; r < kMaxPerLane; ++r) {
+  for (int r = 0; r < R; ++r) {
     const int i = lane + r * kWarp;
     if (i >= n) continue;
     if (keep) kc[i] = zv[r];
@@ -311,8 +344,9 @@ __device__ void JudgeSample(const FusedArgs<S>& a, int k, int column, int t) {
   }
 }
 
-// Phase C (one block): next = the entries of list whose flag is set, in order.
-__device__ void Compact(const int* flags, const int* list, int count, int* next, int* next_count) {
+// Phase C, in every block alike (the block's own copy of the list): next =
+// the entries of list whose flag is set, in order. Returns their number.
+__device__ int Compact(const int* flags, const int* list, int count, int* next) {
   __shared__ int sums[kFusedThreads];
   const int tid = threadIdx.x, per = (count + kFusedThreads - 1) / kFusedThreads;
   const int lo = tid * per < count ? tid * per : count, hi = lo + per < count ? lo + per : count;
@@ -329,44 +363,75 @@ __device__ void Compact(const int* flags, const int* list, int count, int* next,
   int at = sums[tid] - mine;
   for (int k = lo; k < hi; ++k)
     if (__ldcg(flags + k)) next[at++] = __ldcg(list + k);
-  if (tid == kFusedThreads - 1) *next_count = sums[tid];
+  const int total = sums[kFusedThreads - 1];
+  __syncthreads();  // the list is complete, and sums free, before anyone goes on
+  return total;
 }
 
-template <typename S>
+// The whole solve. Shared memory: the chunk's patterns, then per warp the
+// z of its samples and their weights of one tile.
+template <typename S, int R>
 __global__ void __launch_bounds__(kFusedThreads, 1) FusedPicardKernel(FusedArgs<S> a) {
+  constexpr int K = kSamplesPerWarp;
   cg::grid_group grid = cg::this_grid();
   extern __shared__ double shared_raw[];
   const int n = a.n, warp = threadIdx.x / kWarp;
   const int c = blockIdx.x % a.chunks, g = blockIdx.x / a.chunks;
   const int c0 = c * a.chunk, c1 = c0 + a.chunk < a.N ? c0 + a.chunk : a.N;
   S* xs = reinterpret_cast<S*>(shared_raw);
-  S* zbuf = xs + static_cast<std::size_t>(a.chunk) * (n + 1) + static_cast<std::size_t>(warp) * n;
+  S* zbuf = xs + static_cast<std::size_t>(a.chunk) * (n + 1) + static_cast<std::size_t>(warp) * K * (n + kWarp);
+  S* wbuf = zbuf + static_cast<std::size_t>(K) * n;
   for (int idx = threadIdx.x; idx < (c1 - c0) * n; idx += blockDim.x) {
     const int q = idx / n, i = idx % n;
     xs[q * (n + 1) + i] = a.patterns[static_cast<std::size_t>(c0 + q) * n + i];
   }
+  int* lists = a.st.lists + static_cast<std::size_t>(blockIdx.x) * 2 * a.batch;  // this block's two
+  for (int b = threadIdx.x; b < a.batch; b += blockDim.x) lists[b] = b;
   const int global = blockIdx.x * blockDim.x + threadIdx.x, threads = gridDim.x * blockDim.x;
   for (int b = global; b < a.batch; b += threads) {
-    a.st.list[0][b] = b;
     a.st.record_residual[b] = a.st.record_energy[b] = a.st.kept_residual[b] = a.st.relative[b] = INFINITY;
     a.st.initial_residual[b] = 0;
     a.st.stall[b] = 0;
   }
-  if (global == 0) a.st.count[0] = a.batch;
   __syncthreads();
   grid.sync();
   const int group_warp = g * kFusedWarps + warp, group_stride = a.groups * kFusedWarps;
   const int grid_warp = blockIdx.x * kFusedWarps + warp, grid_warps = gridDim.x * kFusedWarps;
-  for (int t = 0;; ++t) {
-    const int* list = a.st.list[t & 1];
-    const int count = __ldcg(a.st.count + (t & 1));
-    if (count == 0) break;
-    for (int k = group_warp; k < count; k += group_stride) PartialAttention(a, xs, zbuf, c0, c1, c, k, __ldcg(list + k));
+  int count = a.batch;
+  for (int t = 0; count > 0; ++t) {
+    const int* list = lists + (t & 1) * a.batch;
+    for (int k0 = group_warp; k0 < count; k0 += K * group_stride) {
+      int ks[K], cols[K], taken = 0;
+#pragma unroll
+      for (int s = 0; s < K; ++s) {
+        const int k = k0 + s * group_stride;
+        ks[s] = k;
+        cols[s] = 0;
+        if (k < count) {
+          cols[s] = __ldcg(list + k);
+          taken = s + 1;
+        }
+      }
+      PartialAttention<S, R>(a, xs, zbuf, wbuf, c0, c1, c, ks, cols, taken);
+    }
     grid.sync();
-    for (int k = grid_warp; k < count; k += grid_warps) JudgeSample(a, k, __ldcg(list + k), t);
+    for (int k = grid_warp; k < count; k += grid_warps) JudgeSample<S, R>(a, k, __ldcg(list + k), t);
     grid.sync();
-    if (blockIdx.x == 0) Compact(a.st.flags, list, count, a.st.list[(t + 1) & 1], a.st.count + ((t + 1) & 1));
-    grid.sync();
+    count = Compact(a.st.flags, list, count, lists + ((t + 1) & 1) * a.batch);
+  }
+}
+
+template <typename S>
+using FusedKernel = void (*)(FusedArgs<S>);
+
+// The kernel for R coordinates per lane (1, 2, 4 or 8).
+template <typename S>
+FusedKernel<S> KernelFor(int per_lane) {
+  switch (per_lane) {
+    case 1: return FusedPicardKernel<S, 1>;
+    case 2: return FusedPicardKernel<S, 2>;
+    case 4: return FusedPicardKernel<S, 4>;
+    default: return FusedPicardKernel<S, 8>;
   }
 }
 
@@ -393,15 +458,17 @@ bool PlanFusedHopfieldPicard(int n, int N, int batch, FusedPicardPlan* plan, con
   if (chunks > sms) chunks = sms;
   const int chunk = (N + chunks - 1) / chunks;
   chunks = (N + chunk - 1) / chunk;
+  const int per_lane = n <= kWarp ? 1 : n <= 2 * kWarp ? 2 : n <= 4 * kWarp ? 4 : 8;
+  const FusedKernel<S> kernel = KernelFor<S>(per_lane);
   const std::size_t shared =
-      sizeof(S) * (static_cast<std::size_t>(chunk) * (n + 1) + static_cast<std::size_t>(kFusedWarps) * n);
+      sizeof(S) * (static_cast<std::size_t>(chunk) * (n + 1) +
+                   static_cast<std::size_t>(kFusedWarps) * kSamplesPerWarp * (n + kWarp));
   if (shared + sizeof(int) * kFusedThreads > static_cast<std::size_t>(shared_limit))  // + Compact's
     return no("a chunk of the patterns does not fit in shared memory");
   int per_sm = 0;
-  if (cudaFuncSetAttribute(FusedPicardKernel<S>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           static_cast<int>(shared)) != cudaSuccess ||
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, FusedPicardKernel<S>, kFusedThreads, shared) !=
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared)) !=
           cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kFusedThreads, shared) != cudaSuccess ||
       per_sm < 1) {
     cudaGetLastError();
     return no("the kernel cannot be resident with its shared memory");
@@ -414,8 +481,9 @@ bool PlanFusedHopfieldPicard(int n, int N, int batch, FusedPicardPlan* plan, con
   plan->pattern_chunks = chunks;
   plan->sample_groups = groups;
   plan->chunk = chunk;
+  plan->per_lane = per_lane;
   plan->shared_bytes = shared;
-  plan->workspace_bytes = Carve<S>(nullptr, n, batch, chunks, &a);
+  plan->workspace_bytes = Carve<S>(nullptr, n, batch, chunks, chunks * groups, &a);
   return true;
 }
 
@@ -435,10 +503,11 @@ void FusedHopfieldPicard(cudaStream_t stream, const FusedPicardPlan& plan, const
   a.chunks = plan.pattern_chunks;
   a.groups = plan.sample_groups;
   a.chunk = plan.chunk;
-  Carve<S>(static_cast<unsigned char*>(workspace), n, batch, plan.pattern_chunks, &a);
+  const int blocks = plan.pattern_chunks * plan.sample_groups;
+  Carve<S>(static_cast<unsigned char*>(workspace), n, batch, plan.pattern_chunks, blocks, &a);
   void* args[] = {&a};
-  CheckCall(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(FusedPicardKernel<S>),
-                                        dim3(plan.pattern_chunks * plan.sample_groups), dim3(kFusedThreads), args,
+  CheckCall(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(KernelFor<S>(plan.per_lane)),
+                                        dim3(blocks), dim3(kFusedThreads), args,
                                         plan.shared_bytes, stream),
             "the fused Picard kernel");
 }

@@ -176,7 +176,7 @@ struct FusedPicardRules {
 };
 // The launch shape on the current device (PlanFusedHopfieldPicard).
 struct FusedPicardPlan {
-  int pattern_chunks = 0, sample_groups = 0, chunk = 0;
+  int pattern_chunks = 0, sample_groups = 0, chunk = 0, per_lane = 0;  // per_lane: coordinates per lane
   std::size_t shared_bytes = 0, workspace_bytes = 0;
 };
 // Plans the fused loop for n x N patterns and a batch of B; false (with the
