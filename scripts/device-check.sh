@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The GPU checks of issue 20, for a GPU machine without the build
-# dependencies: runs the CUDA tests and implicit-et's GPU test (also under compute-sanitizer's memcheck
-# when it is installed), `implicit-bench --device cuda` (float GEMMs in FP32
-# and in TF32), `implicit-hopfield retrieval --device cuda` and
-# `implicit-compare --device cuda` from
+# dependencies: runs the CUDA tests and implicit-et's GPU test (then, when it is
+# installed, under compute-sanitizer: memcheck, and racecheck and synccheck for
+# the fused Picard loop), `implicit-compare --device cuda`, `implicit-bench
+# --device cuda` (hopfield-digits and retrieval; float GEMMs in FP32 and in
+# TF32; the Energy Transformer), implicit-et training on the GPU and on every
+# CPU core, and `implicit-hopfield retrieval --device cuda` from
 # binaries built elsewhere (scripts/device-pack.sh puts them, with the shared
 # libraries they need apart from glibc, libstdc++ and CUDA's, into DIR).
 #   scripts/device-check.sh DIR [OUTDIR]
@@ -43,6 +45,26 @@ if [ -n "${BENCH_ARGS:-}" ]; then
     --threads "$(nproc)" || status=1
   exit $status
 fi
+# The README's GPU figures, each written to OUTDIR as it completes.
+threads=$(nproc)
+echo "== implicit-bench --device cuda --device-problems hopfield-digits,retrieval"
+timeout 300 "$dir"/bin/implicit-bench --device cuda --device-problems hopfield-digits,retrieval --data data \
+  --json "$out/device-bench.json" --threads "$threads" || status=1
+echo "== implicit-bench --device cuda --device-problems retrieval --tf32"
+timeout 120 "$dir"/bin/implicit-bench --device cuda --device-problems retrieval --tf32 --data data \
+  --json "$out/device-bench-tf32.json" || status=1
+echo "== implicit-bench --device cuda --device-problems et (at most 100 iterations)"
+timeout 300 "$dir"/bin/implicit-bench --device cuda --device-problems et --solvers picard,anderson --max-iter 100 \
+  --data data --json "$out/device-bench-et.json" --threads "$threads" || status=1
+for where in "--device cuda" "--threads $threads"; do
+  echo "== implicit-et --batch 1024 --holdout 297 --solver anderson --steps 20 $where"
+  # shellcheck disable=SC2086
+  OMP_NUM_THREADS=1 timeout 300 "$dir"/bin/implicit-et --batch 1024 --holdout 297 --solver anderson --steps 20 \
+    $where --data data --checkpoint /tmp/implicit-et.ckpt --image /tmp/implicit-et.png || status=1
+done
+echo "== implicit-hopfield retrieval --device cuda"
+timeout 120 "$dir"/bin/implicit-hopfield retrieval --patterns 1797 --beta 2 --solver anderson --device cuda --data data \
+  || status=1
 if command -v compute-sanitizer >/dev/null; then
   echo "== compute-sanitizer --tool memcheck cuda_device_backend_test"
   # (the memory-growth case measures cudaMemGetInfo, which the tool's own
@@ -51,14 +73,11 @@ if command -v compute-sanitizer >/dev/null; then
     --report_level=short --run_test='!device_memory_does_not_grow_over_training_steps' || status=1
   timeout 300 compute-sanitizer --tool memcheck --error-exitcode 3 "$dir"/bin/cuda_device_energy_transformer_test \
     --report_level=short || status=1
+  # The fused Picard kernel's shared-memory exchanges between lanes and warps.
+  echo "== compute-sanitizer --tool racecheck, --tool synccheck: the fused Picard loop"
+  for tool in racecheck synccheck; do
+    timeout 300 compute-sanitizer --tool $tool --error-exitcode 3 "$dir"/bin/cuda_device_backend_test \
+      --report_level=short --run_test=the_fused_picard_loop_follows_the_host_judged_loop || status=1
+  done
 fi
-echo "== implicit-bench --device cuda"
-timeout 400 "$dir"/bin/implicit-bench --device cuda --data data --json "$out/device-bench.json" \
-  --threads "$(nproc)" || status=1
-echo "== implicit-bench --device cuda --device-problems retrieval --tf32"
-"$dir"/bin/implicit-bench --device cuda --device-problems retrieval --tf32 --data data \
-  --json "$out/device-bench-tf32.json" || status=1
-echo "== implicit-hopfield retrieval --device cuda"
-"$dir"/bin/implicit-hopfield retrieval --patterns 1797 --beta 2 --solver anderson --device cuda --data data \
-  || status=1
 exit $status
