@@ -10,7 +10,9 @@
 // and coefficients. So statuses, counters and the returned iterates follow
 // exactly the rules of the CPU solvers. The active set is compacted on the
 // device: once samples stop, the map is evaluated on the active columns only
-// (gathered into one contiguous block: GEMMs of the active width).
+// (gathered into one contiguous block: GEMMs of the active width). Picard on
+// a softmax HopfieldCccpMap goes further and runs the whole solve as one
+// kernel that judges the samples on the device by the same rules (DeviceLoop).
 //
 // DeviceAndersonSolver keeps each sample's ring of (dZ, dG) pairs and its
 // m x m Gram matrix on the device; one kernel per iteration (one thread block
