@@ -3,18 +3,20 @@
 //
 // Block (c, g) of the grid owns the patterns of chunk c (in shared memory,
 // pattern-major with a padded stride so that both a lane per pattern and a
-// lane per coordinate read without bank conflicts) and the active samples
+// lane per coordinate read without bank conflicts) and the active positions
 // k = g W + w, g W + w + G W, ... (W warps per block, G sample groups). Each
-// iteration has three phases separated by grid-wide barriers:
-//   A. per (chunk, active sample), one warp: the scores of the chunk's
-//      patterns (a lane per pattern), their running max m and sum l of
-//      exp(s - m), and y = sum exp(s - m) x (a lane per coordinate);
-//   B. per active sample, one warp: f = sum_c y_c e^(m_c - M) / L, the
+// iteration has three phases, the first two ending at grid-wide barriers:
+//   A. per (chunk, active sample): the scores of the chunk's patterns (a lane
+//      per pattern), their running max m and sum l of exp(s - m), and
+//      y = sum exp(s - m) x (a lane per coordinate); a warp takes four
+//      samples at once (independent chains, each pattern read once for four);
+//   B. per active sample, one warp: f = sum_c y_c e^(m_c - M) / L with
+//      L = sum_c l_c e^(m_c - M) (a lane per chunk for m and l), the
 //      log-sum-exp M + log L, the energy, |f - z|, |f|, finiteness; the
 //      judge's verdict; the damped step for the samples that go on;
-//   C. block 0 compacts the list of active samples.
-// Data written during the kernel is read with __ldcg (through L2, never a
-// stale L1 line of another multiprocessor).
+//   C. every block compacts its own copy of the active list (the same in all).
+// Data written during the kernel by other blocks is read with __ldcg (through
+// L2, never a stale L1 line of another multiprocessor).
 #include <implicit/core/cuda_kernel_support.cuh>
 #include <implicit/core/cuda_kernels.h>
 
