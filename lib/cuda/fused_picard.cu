@@ -142,6 +142,8 @@ __device__ void PartialAttention(const FusedArgs<S>& a, const S* xs, S* zbuf, S*
     S w[K];
 #pragma unroll
     for (int s = 0; s < K; ++s) {
+      w[s] = 0;
+      if (s >= count) continue;  // an empty slot (the same in every lane): no reductions
       S v = valid ? a.beta * acc[s] : S(-INFINITY);
       if (v != v) {
         nan[s] = true;
@@ -149,7 +151,6 @@ __device__ void PartialAttention(const FusedArgs<S>& a, const S* xs, S* zbuf, S*
       }
       const S tile_max = WarpAllMax(v);
       const S m_new = tile_max > m[s] ? tile_max : m[s];
-      w[s] = 0;
       if (m_new == S(-INFINITY)) continue;  // no finite score yet (the same in every lane)
       const S scale = m[s] == S(-INFINITY) ? S(0) : exp(m[s] - m_new);
       w[s] = exp(v - m_new);
@@ -174,6 +175,7 @@ __device__ void PartialAttention(const FusedArgs<S>& a, const S* xs, S* zbuf, S*
       const S* wj = wbuf + j * K;
 #pragma unroll
       for (int s = 0; s < K; ++s) {
+        if (s >= count) continue;
         const S ws = wj[s];
 #pragma unroll
         for (int r = 0; r < R; ++r) y[s][r] += ws * xv[r];
@@ -222,10 +224,12 @@ __device__ void JudgeSample(const FusedArgs<S>& a, int k, int column, int t) {
     const int i = lane + r * kWarp;
     zv[r] = i < n ? __ldcg(zc + i) : S(0);
   }
-  S M = S(-INFINITY);
+  S M = S(-INFINITY), m_lane[2] = {S(-INFINITY), S(-INFINITY)}, l_lane[2] = {0, 0};
   bool nan = false;
-  for (int c = lane; c < chunks; c += kWarp) {
-    const S mc = __ldcg(p0 + c * part);
+  for (int c = lane, pass = 0; c < chunks; c += kWarp, ++pass) {
+    const S mc = __ldcg(p0 + c * part), lc = __ldcg(p0 + c * part + 1);
+    if (pass == 0) m_lane[0] = mc, l_lane[0] = lc;  // kept for the weights below
+    if (pass == 1) m_lane[1] = mc, l_lane[1] = lc;
     if (mc != mc) nan = true;
     else if (mc > M) M = mc;
   }
@@ -238,10 +242,11 @@ __device__ void JudgeSample(const FusedArgs<S>& a, int k, int column, int t) {
     S w = 0;  // lane c's chunk weight e^(m_c - M) (0: empty or NaN)
     if (base + lane < chunks) {
       const S* pc = p0 + (base + lane) * part;
-      const S mc = __ldcg(pc);
+      const int pass = base / kWarp;
+      const S mc = pass == 0 ? m_lane[0] : pass == 1 ? m_lane[1] : __ldcg(pc);
       if (mc > S(-INFINITY)) {
         w = exp(mc - M);
-        L += w * __ldcg(pc + 1);
+        L += w * (pass == 0 ? l_lane[0] : pass == 1 ? l_lane[1] : __ldcg(pc + 1));
       }
     }
     const int span = chunks - base < kWarp ? chunks - base : kWarp;
