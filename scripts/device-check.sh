@@ -2,7 +2,7 @@
 # The GPU checks of issue 20, for a GPU machine without the build
 # dependencies: runs the CUDA tests and implicit-et's GPU test (then, when it is
 # installed, under compute-sanitizer: memcheck, and racecheck and synccheck for
-# the fused Picard loop), `implicit-compare --device cuda`, `implicit-bench
+# the fused Picard loops), `implicit-compare --device cuda`, `implicit-bench
 # --device cuda` (hopfield-digits and retrieval; float GEMMs in FP32 and in
 # TF32; the Energy Transformer), implicit-et training on the GPU and on every
 # CPU core, and `implicit-hopfield retrieval --device cuda` from
@@ -73,11 +73,14 @@ if command -v compute-sanitizer >/dev/null; then
     --report_level=short --run_test='!device_memory_does_not_grow_over_training_steps' || status=1
   timeout 300 compute-sanitizer --tool memcheck --error-exitcode 3 "$dir"/bin/cuda_device_energy_transformer_test \
     --report_level=short || status=1
-  # The fused Picard kernel's shared-memory exchanges between lanes and warps.
-  echo "== compute-sanitizer --tool racecheck, --tool synccheck: the fused Picard loop"
+  # The fused Picard kernels' shared-memory exchanges between lanes and warps
+  # (and, in the cluster kernel, between the blocks of a cluster).
+  # RACECHECK_TESTS: the test cases to run under both tools.
+  races=${RACECHECK_TESTS:-the_fused_picard_loop_follows_the_host_judged_loop:the_cluster_picard_loop_follows_the_host_judged_loop}
+  echo "== compute-sanitizer --tool racecheck, --tool synccheck: $races"
   for tool in racecheck synccheck; do
     timeout 300 compute-sanitizer --tool $tool --error-exitcode 3 "$dir"/bin/cuda_device_backend_test \
-      --report_level=short --run_test=the_fused_picard_loop_follows_the_host_judged_loop || status=1
+      --report_level=short --run_test="$races" || status=1
   done
 fi
 exit $status

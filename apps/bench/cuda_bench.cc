@@ -178,23 +178,33 @@ void RunProblem(const std::string& problem, const Matrix<double>& patterns, cons
                              }));
   }
   // The rows above pass a callback (for the full-batch iteration time), which
-  // keeps Picard's loop judged on the host; this one lets it fuse the whole
-  // solve into one kernel where it can (cuda_solvers.h, DeviceLoop).
+  // keeps Picard's loop judged on the host; these let it fuse the whole solve
+  // into one kernel where it can (cuda_solvers.h, DeviceLoop): the grid kernel,
+  // then the thread-block cluster kernel.
   if (std::find(o.solvers.begin(), o.solvers.end(), "picard") != o.solvers.end()) {
     typename implicit::PicardSolver<S>::Options po;
     static_cast<implicit::SolverOptions&>(po) = base;
     po.callback = nullptr;
-    const cuda::DevicePicardSolver<S> solver(po);
-    cuda::DeviceMatrix<S> z;
-    implicit::Summary summary;
-    IterationMarks none;
-    Row row = TimedRow(problem, precision, "gpu", "picard, fused loop", static_cast<int>(o.repeat), true, floor, B,
-                       &none, summary, o.quiet, [&] {
-                         z.CopyFrom(context, queries_device);
-                         summary = solver.Solve(context, map, z);
-                       });
-    if (summary.message.find(cuda::kFusedLoopNote) == std::string::npos) row.solver = "picard (no fused loop here)";
-    rows->push_back(row);
+    struct FusedRow {
+      cuda::DeviceLoop loop;
+      const char *label, *note, *missing;
+    };
+    for (const FusedRow& f : {FusedRow{cuda::DeviceLoop::kFusedWhenPossible, "picard, fused loop", cuda::kFusedLoopNote,
+                                       "picard (no fused loop here)"},
+                              FusedRow{cuda::DeviceLoop::kClustersWhenPossible, "picard, cluster loop",
+                                       cuda::kClusterLoopNote, "picard (no cluster loop here)"}}) {
+      const cuda::DevicePicardSolver<S> solver(po, f.loop);
+      cuda::DeviceMatrix<S> z;
+      implicit::Summary summary;
+      IterationMarks none;
+      Row row = TimedRow(problem, precision, "gpu", f.label, static_cast<int>(o.repeat), true, floor, B, &none,
+                         summary, o.quiet, [&] {
+                           z.CopyFrom(context, queries_device);
+                           summary = solver.Solve(context, map, z);
+                         });
+      if (summary.message.find(f.note) == std::string::npos) row.solver = f.missing;
+      rows->push_back(row);
+    }
   }
   if (!o.cpu_reference) return;
   implicit::ModernHopfieldEnergy<double>::Options eo;

@@ -1,11 +1,15 @@
-// The fused Picard loop of the softmax Hopfield map (cuda_kernels.h): one
-// cooperative kernel for the whole solve.
+// The fused Picard loops of the softmax Hopfield map (cuda_kernels.h): the
+// whole solve in one kernel, every sample judged on the device.
 //
-// Block (c, g) of the grid owns the patterns of chunk c (in shared memory,
-// pattern-major with a padded stride so that both a lane per pattern and a
-// lane per coordinate read without bank conflicts) and the active positions
-// k = g W + w, g W + w + G W, ... (W warps per block, G sample groups). Each
-// iteration has three phases, the first two ending at grid-wide barriers:
+// Two kernels share the per-sample work below (PartialAttention, MergeParts,
+// JudgeAndStep):
+//
+// FusedPicardKernel (cooperative; the grid). Block (c, g) of the grid owns the
+// patterns of chunk c (in shared memory, pattern-major with a padded stride so
+// that both a lane per pattern and a lane per coordinate read without bank
+// conflicts) and the active positions k = g W + w, g W + w + G W, ... (W warps
+// per block, G sample groups). Each iteration has three phases, the first two
+// ending at grid-wide barriers:
 //   A. per (chunk, active sample): the scores of the chunk's patterns (a lane
 //      per pattern), their running max m and sum l of exp(s - m), and
 //      y = sum exp(s - m) x (a lane per coordinate); a warp takes four
@@ -17,6 +21,17 @@
 //   C. every block compacts its own copy of the active list (the same in all).
 // Data written during the kernel by other blocks is read with __ldcg (through
 // L2, never a stale L1 line of another multiprocessor).
+//
+// ClusterPicardKernel (thread-block clusters, sm_90). The patterns are split
+// over the C blocks of a cluster, and each cluster is a solver of its own: it
+// keeps kClusterSlots samples in flight, takes the next batch column from a
+// queue in global memory (one atomic) whenever one of its samples stops, and
+// synchronises only its own blocks (cluster barriers, no grid-wide barrier).
+// The chunks' partial results stay in each block's shared memory and the
+// judges read them through distributed shared memory. When fewer samples are
+// active than a block has warps, the warps split each block's chunk further
+// (q sub-chunks per sample), so the last, slow samples of a batch still use
+// every warp of their cluster.
 #include <implicit/core/cuda_kernel_support.cuh>
 #include <implicit/core/cuda_kernels.h>
 
@@ -39,51 +54,94 @@ constexpr int kFusedWarps = kFusedThreads / kWarp;
 constexpr int kMaxPerLane = 8;       // coordinates per lane: n <= 256
 constexpr int kSamplesPerWarp = 4;   // samples a warp takes at once in phase A
 constexpr int kTargetChunk = 64;     // patterns per block, before the grid is filled (measured: 32, 64, 128)
+static_assert(kClusterSlots == kFusedWarps * kSamplesPerWarp, "a cluster's slots fill its warps' phase A");
 constexpr unsigned kFull = 0xffffffffu;
 
-// Per-sample judge state (indexed by batch column) and the active lists.
+// Per-sample judge state (indexed by batch column).
 struct JudgeState {
   double *record_residual, *record_energy, *kept_residual, *relative, *initial_residual;
-  int *stall, *flags;  // flags[k]: active position k goes on
-  int* lists;          // per block, two lists of B (its own copy of the active list)
+  int* stall;
+  int* flags;      // grid kernel: flags[k], active position k goes on
+  int* lists;      // grid kernel: per block, two lists of B (its own copy of the active list)
+  int* iteration;  // cluster kernel: per column, the sample's observation count
 };
 
+// What both kernels read: the problem, the rules and where the results go.
 template <typename S>
-struct FusedArgs {
+struct SolveArgs {
   const S* patterns;
   int n, N, batch;
   S beta;
   S* z;
-  S* kept;      // n x batch: each sample's kept iterate
-  S* partials;  // chunks x batch x (n + 2): m, l, y of (chunk, active position)
+  S* kept;  // n x batch: each sample's kept iterate
   FusedPicardRules rules;
   double epsilon;  // of S (the energy's rounding slack)
   JudgeState st;
   double* results;
+};
+template <typename S>
+struct FusedArgs : SolveArgs<S> {
+  S* partials;  // chunks x batch x (n + 2): m, l, y of (chunk, active position)
   int chunks, groups, chunk;
 };
+template <typename S>
+struct ClusterArgs : SolveArgs<S> {
+  int cluster, chunk, slots;  // blocks per cluster, patterns per block, samples in flight (<= kClusterSlots)
+  int* queue;                 // the next batch column to hand out
+};
 
-// The workspace carved into the arrays (base == nullptr: only the size).
+// A workspace carved into arrays, 256-byte aligned (base == nullptr: sizes only).
+class Carver {
+ public:
+  explicit Carver(unsigned char* base) : base_(base) {}
+  template <typename T>
+  T* Take(std::size_t count) {
+    unsigned char* p = base_ == nullptr ? nullptr : base_ + at_;
+    at_ += (sizeof(T) * count + 255) / 256 * 256;
+    return reinterpret_cast<T*>(p);
+  }
+  std::size_t size() const { return at_; }
+
+ private:
+  unsigned char* base_;
+  std::size_t at_ = 0;
+};
+
+// The arrays both kernels keep per sample.
+template <typename S>
+void CarveSamples(Carver* w, int n, int batch, SolveArgs<S>* a) {
+  const std::size_t b = static_cast<std::size_t>(batch);
+  a->kept = w->Take<S>(n * b);
+  a->st.record_residual = w->Take<double>(b);
+  a->st.record_energy = w->Take<double>(b);
+  a->st.kept_residual = w->Take<double>(b);
+  a->st.relative = w->Take<double>(b);
+  a->st.initial_residual = w->Take<double>(b);
+  a->st.stall = w->Take<int>(b);
+}
 template <typename S>
 std::size_t Carve(unsigned char* base, int n, int batch, int chunks, int blocks, FusedArgs<S>* a) {
-  std::size_t at = 0;
-  auto take = [&](std::size_t bytes) {
-    unsigned char* p = base == nullptr ? nullptr : base + at;
-    at += (bytes + 255) / 256 * 256;
-    return p;
-  };
-  const std::size_t b = static_cast<std::size_t>(batch);
-  a->kept = reinterpret_cast<S*>(take(sizeof(S) * n * b));
-  a->partials = reinterpret_cast<S*>(take(sizeof(S) * chunks * b * (n + 2)));
-  a->st.record_residual = reinterpret_cast<double*>(take(sizeof(double) * b));
-  a->st.record_energy = reinterpret_cast<double*>(take(sizeof(double) * b));
-  a->st.kept_residual = reinterpret_cast<double*>(take(sizeof(double) * b));
-  a->st.relative = reinterpret_cast<double*>(take(sizeof(double) * b));
-  a->st.initial_residual = reinterpret_cast<double*>(take(sizeof(double) * b));
-  a->st.stall = reinterpret_cast<int*>(take(sizeof(int) * b));
-  a->st.flags = reinterpret_cast<int*>(take(sizeof(int) * b));
-  a->st.lists = reinterpret_cast<int*>(take(sizeof(int) * 2 * b * blocks));
-  return at;
+  Carver w(base);
+  CarveSamples<S>(&w, n, batch, a);
+  a->partials = w.Take<S>(static_cast<std::size_t>(chunks) * batch * (n + 2));
+  a->st.flags = w.Take<int>(batch);
+  a->st.lists = w.Take<int>(2 * static_cast<std::size_t>(batch) * blocks);
+  return w.size();
+}
+template <typename S>
+std::size_t Carve(unsigned char* base, int n, int batch, ClusterArgs<S>* a) {
+  Carver w(base);
+  CarveSamples<S>(&w, n, batch, a);
+  a->st.iteration = w.Take<int>(batch);
+  a->queue = w.Take<int>(1);
+  return w.size();
+}
+
+// A sample's judge state before an observation.
+__device__ inline void ResetRecord(const JudgeState& st, int column) {
+  st.record_residual[column] = st.record_energy[column] = st.kept_residual[column] = st.relative[column] = INFINITY;
+  st.initial_residual[column] = 0;
+  st.stall[column] = 0;
 }
 
 template <typename S>
@@ -100,12 +158,13 @@ __device__ inline T WarpAllSum(T v) {  // butterfly: bitwise the same in every l
   return v;
 }
 
-// Phase A for up to kSamplesPerWarp active positions ks[0..count) (batch
-// columns cols[]) and the chunk [c0, c1): a lane per pattern for the scores,
-// a lane per coordinate for y, the samples side by side (independent chains).
+// Phase A for up to kSamplesPerWarp samples (batch columns cols[0..count))
+// and the `patterns` patterns at xs (stride n + 1): a lane per pattern for the
+// scores, a lane per coordinate for y, the samples side by side (independent
+// chains). Writes m, l, y of sample s to outs[s][0], [1], [2..n+2).
 template <typename S, int R>
-__device__ void PartialAttention(const FusedArgs<S>& a, const S* xs, S* zbuf, S* wbuf, int c0, int c1, int c,
-                                 const int* ks, const int* cols, int count) {
+__device__ void PartialAttention(const SolveArgs<S>& a, const S* xs, int patterns, S* zbuf, S* wbuf,
+                                 const int* cols, S* const* outs, int count) {
   constexpr int K = kSamplesPerWarp;
   const int lane = threadIdx.x % kWarp, n = a.n, stride = n + 1;
   for (int idx = lane; idx < n * K; idx += kWarp) {  // zbuf[i K + s] = z_s[i]
@@ -123,14 +182,14 @@ __device__ void PartialAttention(const FusedArgs<S>& a, const S* xs, S* zbuf, S*
 #pragma unroll
     for (int r = 0; r < R; ++r) y[s][r] = 0;
   }
-  for (int t0 = c0; t0 < c1; t0 += kWarp) {
+  for (int t0 = 0; t0 < patterns; t0 += kWarp) {
     const int q = t0 + lane;
-    const bool valid = q < c1;
+    const bool valid = q < patterns;
     S acc[K];
 #pragma unroll
     for (int s = 0; s < K; ++s) acc[s] = 0;
     if (valid) {
-      const S* x = xs + static_cast<std::size_t>(q - c0) * stride;
+      const S* x = xs + static_cast<std::size_t>(q) * stride;
 #pragma unroll 4
       for (int i = 0; i < n; ++i) {  // (unrolled: the shared-memory loads of later steps are issued early)
         const S xv = x[i];
@@ -162,10 +221,10 @@ __device__ void PartialAttention(const FusedArgs<S>& a, const S* xs, S* zbuf, S*
 #pragma unroll
     for (int s = 0; s < K; ++s) wbuf[lane * K + s] = w[s];
     __syncwarp();
-    const int tile = c1 - t0 < kWarp ? c1 - t0 : kWarp;
+    const int tile = patterns - t0 < kWarp ? patterns - t0 : kWarp;
 #pragma unroll 4
     for (int j = 0; j < tile; ++j) {
-      const S* x = xs + static_cast<std::size_t>(t0 + j - c0) * stride;
+      const S* x = xs + static_cast<std::size_t>(t0 + j) * stride;
       S xv[R];
 #pragma unroll
       for (int r = 0; r < R; ++r) {
@@ -187,7 +246,7 @@ __device__ void PartialAttention(const FusedArgs<S>& a, const S* xs, S* zbuf, S*
   for (int s = 0; s < K; ++s) {
     const bool any_nan = __any_sync(kFull, nan[s]);
     if (s >= count) continue;
-    S* out = a.partials + (static_cast<std::size_t>(c) * a.batch + ks[s]) * (n + 2);
+    S* out = outs[s];
     if (lane == 0) {
       out[0] = any_nan ? S(NAN) : m[s];
       out[1] = l[s];
@@ -201,33 +260,37 @@ __device__ void PartialAttention(const FusedArgs<S>& a, const S* xs, S* zbuf, S*
   __syncwarp();  // zbuf is the next samples'
 }
 
-// Phase B for active position k (batch column `column`) at observation t:
-// merges the chunks (a lane per chunk for their max and sum), judges the
-// sample (SampleJudge::Judge's forward rules, then the iteration budget),
-// steps or stops it. Sets flags[k] = goes on.
-template <typename S, int R>
-__device__ void JudgeSample(const FusedArgs<S>& a, int k, int column, int t) {
-  const int lane = threadIdx.x % kWarp, n = a.n, chunks = a.chunks;
-  const std::size_t part = static_cast<std::size_t>(a.batch) * (n + 2);
-  const S* p0 = a.partials + static_cast<std::size_t>(k) * (n + 2);
-  // The sample's state and z first: their loads overlap the merge's.
-  const JudgeState& st = a.st;
-  const double initial_before = __ldcg(st.initial_residual + column);
-  const double record_residual = __ldcg(st.record_residual + column);
-  double record_energy = __ldcg(st.record_energy + column);
-  const int stall_before = __ldcg(st.stall + column);
-  double kept_residual = __ldcg(st.kept_residual + column), relative_out = __ldcg(st.relative + column);
-  S* zc = a.z + static_cast<std::size_t>(column) * n;
-  S zv[R];
-#pragma unroll
-  for (int r = 0; r < R; ++r) {
-    const int i = lane + r * kWarp;
-    zv[r] = i < n ? __ldcg(zc + i) : S(0);
+// The parts of one sample, as MergeParts reads them: Load(c, i) is entry i of
+// part c (m, l, then y).
+template <typename S>
+struct GridParts {  // the grid kernel's: in global memory, written by other blocks
+  const S* first;
+  std::size_t stride;
+  __device__ S Load(int c, int i) const { return __ldcg(first + c * stride + i); }
+};
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900  // (thread-block clusters: sm_90)
+template <typename S>
+struct ClusterParts {  // the cluster kernel's: in the shared memory of the cluster's blocks
+  S* partials;         // this block's array; part c lives in block c / q
+  int position, q, n;
+  __device__ S Load(int c, int i) const {
+    const S* remote = cg::this_cluster().map_shared_rank(partials, static_cast<unsigned>(c / q));
+    return remote[static_cast<std::size_t>(position * q + c % q) * (n + 2) + i];
   }
+};
+#endif
+
+// Phase B's merge for one sample, one warp: f = sum_c y_c e^(m_c - M) / L
+// over `count` parts (a lane per part for m and l), with M the parts' max and
+// L = sum_c l_c e^(m_c - M) (*nan: a part saw a NaN score). f[r] holds
+// coordinate lane + 32 r; *lse = M + log L.
+template <typename S, int R, typename Parts>
+__device__ void MergeParts(const Parts& parts, int count, int n, S* f, S* lse, bool* any_nan) {
+  const int lane = threadIdx.x % kWarp;
   S M = S(-INFINITY), m_lane[2] = {S(-INFINITY), S(-INFINITY)}, l_lane[2] = {0, 0};
   bool nan = false;
-  for (int c = lane, pass = 0; c < chunks; c += kWarp, ++pass) {
-    const S mc = __ldcg(p0 + c * part), lc = __ldcg(p0 + c * part + 1);
+  for (int c = lane, pass = 0; c < count; c += kWarp, ++pass) {
+    const S mc = parts.Load(c, 0), lc = parts.Load(c, 1);
     if (pass == 0) m_lane[0] = mc, l_lane[0] = lc;  // kept for the weights below
     if (pass == 1) m_lane[1] = mc, l_lane[1] = lc;
     if (mc != mc) nan = true;
@@ -235,40 +298,75 @@ __device__ void JudgeSample(const FusedArgs<S>& a, int k, int column, int t) {
   }
   M = WarpAllMax(M);
   nan = __any_sync(kFull, nan);
-  S L = 0, f[R];
+  S L = 0;
 #pragma unroll
   for (int r = 0; r < R; ++r) f[r] = 0;
-  for (int base = 0; base < chunks; base += kWarp) {
-    S w = 0;  // lane c's chunk weight e^(m_c - M) (0: empty or NaN)
-    if (base + lane < chunks) {
-      const S* pc = p0 + (base + lane) * part;
-      const int pass = base / kWarp;
-      const S mc = pass == 0 ? m_lane[0] : pass == 1 ? m_lane[1] : __ldcg(pc);
+  for (int base = 0; base < count; base += kWarp) {
+    S w = 0;  // lane c's part weight e^(m_c - M) (0: empty or NaN)
+    if (base + lane < count) {
+      const int c = base + lane, pass = base / kWarp;
+      const S mc = pass == 0 ? m_lane[0] : pass == 1 ? m_lane[1] : parts.Load(c, 0);
       if (mc > S(-INFINITY)) {
         w = exp(mc - M);
-        L += w * (pass == 0 ? l_lane[0] : pass == 1 ? l_lane[1] : __ldcg(pc + 1));
+        L += w * (pass == 0 ? l_lane[0] : pass == 1 ? l_lane[1] : parts.Load(c, 1));
       }
     }
-    const int span = chunks - base < kWarp ? chunks - base : kWarp;
+    const int span = count - base < kWarp ? count - base : kWarp;
 #pragma unroll 8
-    for (int j = 0; j < span; ++j) {  // (unrolled: several chunks' loads in flight)
+    for (int j = 0; j < span; ++j) {  // (unrolled: several parts' loads in flight)
       const S wj = __shfl_sync(kFull, w, j);
-      const S* yc = p0 + (base + j) * part + 2;
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         const int i = lane + r * kWarp;
-        if (i < n) f[r] += wj * __ldcg(yc + i);
+        if (i < n) f[r] += wj * parts.Load(base + j, 2 + i);
       }
     }
   }
   L = WarpAllSum(L);
+#pragma unroll
+  for (int r = 0; r < R; ++r) f[r] = nan ? S(NAN) : f[r] / L;
+  *lse = nan ? S(NAN) : static_cast<S>(M + log(L));
+  *any_nan = nan;
+}
+
+// A sample's judge state before an observation (loaded early: the loads
+// overlap the merge's).
+struct Record {
+  double initial, residual, energy, kept_residual, relative;
+  int stall;
+};
+__device__ inline Record LoadRecord(const JudgeState& st, int column) {
+  return {__ldcg(st.initial_residual + column), __ldcg(st.record_residual + column),
+          __ldcg(st.record_energy + column),    __ldcg(st.kept_residual + column),
+          __ldcg(st.relative + column),         __ldcg(st.stall + column)};
+}
+template <typename S, int R>
+__device__ void LoadColumn(const S* column, int n, S* v) {
+  const int lane = threadIdx.x % kWarp;
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int i = lane + r * kWarp;
+    v[r] = i < n ? __ldcg(column + i) : S(0);
+  }
+}
+
+// Phase B's verdict for one sample (batch column `column`, observation t,
+// iterate zv, map value f, log-sum-exp lse), one warp: SampleJudge::Judge's
+// forward rules, then the iteration budget; the judge state, the kept
+// iterate, the damped step or the restored kept iterate, and the sample's
+// results when it stops. Returns the FusedStop (kFusedRunning: goes on), the
+// same in every lane.
+template <typename S, int R>
+__device__ int JudgeAndStep(const SolveArgs<S>& a, int column, int t, const Record& rec, const S* zv, const S* f,
+                            S lse) {
+  const int lane = threadIdx.x % kWarp, n = a.n;
+  const JudgeState& st = a.st;
   double r2 = 0, f2 = 0, z2 = 0;
   int finite = 1;
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     const int i = lane + r * kWarp;
     if (i >= n) continue;
-    f[r] = nan ? S(NAN) : f[r] / L;
     const double d = double(f[r]) - double(zv[r]);
     r2 += d * d;
     f2 += double(f[r]) * double(f[r]);
@@ -280,20 +378,20 @@ __device__ void JudgeSample(const FusedArgs<S>& a, int k, int column, int t) {
   z2 = WarpAllSum(z2);
   finite = __all_sync(kFull, finite);
   const double r = sqrt(r2), scale = sqrt(f2);
-  const S lse = nan ? S(NAN) : static_cast<S>(M + log(L));
   const double e = static_cast<S>(0.5 * z2 - double(lse) / double(a.beta));
 
   // The judge (every lane alike; lane 0 writes the state).
   const FusedPicardRules& rules = a.rules;
   const bool first = t == 0;
   const double relative = scale > 0 ? r / scale : r;
+  double record_energy = rec.energy, kept_residual = rec.kept_residual, relative_out = rec.relative;
   int stop = kFusedRunning;
   bool keep = false;
   if (!isfinite(r) || !isfinite(scale) || !finite || (rules.use_energy && !isfinite(e))) {
     stop = kFusedNonFinite;
   } else {
-    const double initial = first ? r : initial_before;
-    const bool residual_record = r < record_residual;
+    const double initial = first ? r : rec.initial;
+    const bool residual_record = r < rec.residual;
     keep = residual_record;
     bool progress = residual_record;
     if (rules.use_energy) {
@@ -306,7 +404,7 @@ __device__ void JudgeSample(const FusedArgs<S>& a, int k, int column, int t) {
       kept_residual = r;
       relative_out = relative;
     }
-    const int stall = progress ? 0 : stall_before + 1;
+    const int stall = progress ? 0 : rec.stall + 1;
     if (r <= rules.absolute_tolerance || r <= rules.relative_tolerance * scale) {
       relative_out = relative;
       stop = kFusedConverged;
@@ -319,37 +417,38 @@ __device__ void JudgeSample(const FusedArgs<S>& a, int k, int column, int t) {
     }
     if (lane == 0) {
       st.initial_residual[column] = initial;
-      st.record_residual[column] = residual_record ? r : record_residual;
+      st.record_residual[column] = residual_record ? r : rec.residual;
       st.record_energy[column] = record_energy;
       st.kept_residual[column] = kept_residual;
       st.relative[column] = relative_out;
       st.stall[column] = stall;
     }
   }
+  S* zc = a.z + static_cast<std::size_t>(column) * n;
   S* kc = a.kept + static_cast<std::size_t>(column) * n;
   const bool restore = stop != kFusedRunning && stop != kFusedConverged && isfinite(kept_residual);
 #pragma unroll
-  for (int r = 0; r < R; ++r) {
-    const int i = lane + r * kWarp;
+  for (int q = 0; q < R; ++q) {
+    const int i = lane + q * kWarp;
     if (i >= n) continue;
-    if (keep) kc[i] = zv[r];
+    if (keep) kc[i] = zv[q];
     if (stop == kFusedRunning) {
-      zc[i] = zv[r] + static_cast<S>(rules.damping) * (f[r] - zv[r]);
+      zc[i] = zv[q] + static_cast<S>(rules.damping) * (f[q] - zv[q]);
     } else if (restore && !keep) {
       zc[i] = __ldcg(kc + i);  // the kept iterate (written by this lane, or at an earlier observation)
     }
   }
-  if (lane == 0) {
-    st.flags[k] = stop == kFusedRunning;
-    if (stop != kFusedRunning) {
-      double* out = a.results + 4 * static_cast<std::size_t>(column);
-      out[0] = stop;
-      out[1] = t;
-      out[2] = restore ? kept_residual : r;
-      out[3] = relative_out;
-    }
+  if (lane == 0 && stop != kFusedRunning) {
+    double* out = a.results + 4 * static_cast<std::size_t>(column);
+    out[0] = stop;
+    out[1] = t;
+    out[2] = restore ? kept_residual : r;
+    out[3] = relative_out;
   }
+  return stop;
 }
+
+// ---- the grid kernel ------------------------------------------------------------------
 
 // Phase C, in every block alike (the block's own copy of the list): next =
 // the entries of list whose flag is set, in order. Returns their number.
@@ -375,6 +474,21 @@ __device__ int Compact(const int* flags, const int* list, int count, int* next) 
   return total;
 }
 
+// Phase B for active position k (batch column `column`) at observation t:
+// merges the chunks, judges and steps the sample; flags[k] = goes on.
+template <typename S, int R>
+__device__ void JudgeSample(const FusedArgs<S>& a, int k, int column, int t) {
+  const Record rec = LoadRecord(a.st, column);
+  S zv[R], f[R], lse;
+  bool nan;
+  LoadColumn<S, R>(a.z + static_cast<std::size_t>(column) * a.n, a.n, zv);
+  const GridParts<S> parts{a.partials + static_cast<std::size_t>(k) * (a.n + 2),
+                           static_cast<std::size_t>(a.batch) * (a.n + 2)};
+  MergeParts<S, R>(parts, a.chunks, a.n, f, &lse, &nan);
+  const int stop = JudgeAndStep<S, R>(a, column, t, rec, zv, f, lse);
+  if (threadIdx.x % kWarp == 0) a.st.flags[k] = stop == kFusedRunning;
+}
+
 // The whole solve. Shared memory: the chunk's patterns, then per warp the
 // z of its samples and their weights of one tile.
 template <typename S, int R>
@@ -395,11 +509,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1) FusedPicardKernel(FusedArgs<
   int* lists = a.st.lists + static_cast<std::size_t>(blockIdx.x) * 2 * a.batch;  // this block's two
   for (int b = threadIdx.x; b < a.batch; b += blockDim.x) lists[b] = b;
   const int global = blockIdx.x * blockDim.x + threadIdx.x, threads = gridDim.x * blockDim.x;
-  for (int b = global; b < a.batch; b += threads) {
-    a.st.record_residual[b] = a.st.record_energy[b] = a.st.kept_residual[b] = a.st.relative[b] = INFINITY;
-    a.st.initial_residual[b] = 0;
-    a.st.stall[b] = 0;
-  }
+  for (int b = global; b < a.batch; b += threads) ResetRecord(a.st, b);
   __syncthreads();
   grid.sync();
   const int group_warp = g * kFusedWarps + warp, group_stride = a.groups * kFusedWarps;
@@ -408,18 +518,19 @@ __global__ void __launch_bounds__(kFusedThreads, 1) FusedPicardKernel(FusedArgs<
   for (int t = 0; count > 0; ++t) {
     const int* list = lists + (t & 1) * a.batch;
     for (int k0 = group_warp; k0 < count; k0 += K * group_stride) {
-      int ks[K], cols[K], taken = 0;
+      int cols[K], taken = 0;
+      S* outs[K];
 #pragma unroll
       for (int s = 0; s < K; ++s) {
         const int k = k0 + s * group_stride;
-        ks[s] = k;
         cols[s] = 0;
+        outs[s] = a.partials + (static_cast<std::size_t>(c) * a.batch + k) * (n + 2);
         if (k < count) {
           cols[s] = __ldcg(list + k);
           taken = s + 1;
         }
       }
-      PartialAttention<S, R>(a, xs, zbuf, wbuf, c0, c1, c, ks, cols, taken);
+      PartialAttention<S, R>(a, xs, c1 - c0, zbuf, wbuf, cols, outs, taken);
     }
     grid.sync();
     for (int k = grid_warp; k < count; k += grid_warps) JudgeSample<S, R>(a, k, __ldcg(list + k), t);
@@ -428,10 +539,126 @@ __global__ void __launch_bounds__(kFusedThreads, 1) FusedPicardKernel(FusedArgs<
   }
 }
 
+// ---- the cluster kernel ---------------------------------------------------------------
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+// Writes slot p's batch column (-1: empty) into every block of the cluster.
+__device__ inline void SetSlot(int* slot_column, int p, int column, int blocks) {
+  cg::cluster_group cluster = cg::this_cluster();
+  for (int r = 0; r < blocks; ++r) *cluster.map_shared_rank(slot_column + p, static_cast<unsigned>(r)) = column;
+}
+#endif
+
+// The next batch column from the queue, its judge state reset (-1: none left).
+template <typename S>
+__device__ int TakeColumn(const ClusterArgs<S>& a) {
+  const int column = atomicAdd(a.queue, 1);
+  if (column >= a.batch) return -1;
+  ResetRecord(a.st, column);
+  a.st.iteration[column] = 0;
+  return column;
+}
+
+// The whole solve, per cluster. Shared memory (dynamic): the block's chunk of
+// the patterns, the partial results of the cluster's positions, per warp the z
+// of its samples and their weights of one tile; (static) the slot table and
+// the active positions.
+template <typename S, int R>
+__global__ void __launch_bounds__(kFusedThreads, 1) ClusterPicardKernel(ClusterArgs<S> a) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr int K = kSamplesPerWarp, P = kClusterSlots;
+  __shared__ int slot_column[P];  // each slot's batch column (-1: empty); the same in every block
+  __shared__ int active[P];       // the slots in use, in order
+  __shared__ int active_count;
+  cg::cluster_group cluster = cg::this_cluster();
+  extern __shared__ double shared_raw[];
+  const int n = a.n, warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int rank = static_cast<int>(cluster.block_rank()), blocks = a.cluster;
+  const int c0 = min(rank * a.chunk, a.N), c1 = min(c0 + a.chunk, a.N), span = c1 - c0;
+  S* xs = reinterpret_cast<S*>(shared_raw);
+  S* partials = xs + static_cast<std::size_t>(a.chunk) * (n + 1);
+  S* zbuf = partials + static_cast<std::size_t>(P) * (n + 2) + static_cast<std::size_t>(warp) * K * (n + kWarp);
+  S* wbuf = zbuf + static_cast<std::size_t>(K) * n;
+  for (int idx = threadIdx.x; idx < span * n; idx += blockDim.x) {
+    const int q = idx / n, i = idx % n;
+    xs[q * (n + 1) + i] = a.patterns[static_cast<std::size_t>(c0 + q) * n + i];
+  }
+  cluster.sync();  // every block of the cluster runs: its shared memory may be written
+  if (rank == 0 && threadIdx.x < P) SetSlot(slot_column, threadIdx.x, threadIdx.x < a.slots ? TakeColumn(a) : -1, blocks);
+  cluster.sync();
+  for (;;) {
+    if (warp == 0) {  // the active positions, the same list in every block
+      int total = 0;
+      for (int base = 0; base < P; base += kWarp) {
+        const bool on = slot_column[base + lane] >= 0;
+        const unsigned mask = __ballot_sync(kFull, on);
+        if (on) active[total + __popc(mask & ((1u << lane) - 1u))] = base + lane;
+        total += __popc(mask);
+      }
+      if (lane == 0) active_count = total;
+    }
+    __syncthreads();
+    const int count = active_count;
+    if (count == 0) break;  // (the same in every block: no block waits at a barrier alone)
+    // q sub-chunks per position: every warp busy when few samples are left.
+    int q = 1;
+    while (count * q * 2 <= kFusedWarps) q *= 2;
+    if (q == 1) {  // phase A: warp w takes positions w, w + W, ... (at most K)
+      for (int j0 = warp; j0 < count; j0 += K * kFusedWarps) {
+        int cols[K], taken = 0;
+        S* outs[K];
+#pragma unroll
+        for (int s = 0; s < K; ++s) {
+          const int j = j0 + s * kFusedWarps;
+          cols[s] = 0;
+          outs[s] = partials + static_cast<std::size_t>(j) * (n + 2);
+          if (j < count) {
+            cols[s] = slot_column[active[j]];
+            taken = s + 1;
+          }
+        }
+        PartialAttention<S, R>(a, xs, span, zbuf, wbuf, cols, outs, taken);
+      }
+    } else if (warp < count * q) {  // phase A: warp w takes sub-chunk w % q of position w / q
+      const int j = warp / q, u = warp % q, sub = (span + q - 1) / q;
+      const int lo = min(u * sub, span), hi = min(lo + sub, span);
+      int cols[K] = {slot_column[active[j]]};
+      S* outs[K] = {partials + static_cast<std::size_t>(warp) * (n + 2)};
+      PartialAttention<S, R>(a, xs + static_cast<std::size_t>(lo) * (n + 1), hi - lo, zbuf, wbuf, cols, outs, 1);
+    }
+    cluster.sync();  // every part is written
+    // Phase B: position j is judged by warp j / C of block j % C.
+    for (int j = rank + blocks * warp; j < count; j += blocks * kFusedWarps) {
+      const int p = active[j], column = slot_column[p];
+      const int t = __ldcg(a.st.iteration + column);
+      const Record rec = LoadRecord(a.st, column);
+      S zv[R], f[R], lse;
+      bool nan;
+      LoadColumn<S, R>(a.z + static_cast<std::size_t>(column) * n, n, zv);
+      const ClusterParts<S> parts{partials, j, q, n};
+      MergeParts<S, R>(parts, blocks * q, n, f, &lse, &nan);
+      const int stop = JudgeAndStep<S, R>(a, column, t, rec, zv, f, lse);
+      if (stop == kFusedRunning) {
+        if (lane == 0) a.st.iteration[column] = t + 1;
+      } else {
+        const int next = __shfl_sync(kFull, lane == 0 ? TakeColumn(a) : 0, 0);
+        if (lane < blocks) *cluster.map_shared_rank(slot_column + p, static_cast<unsigned>(lane)) = next;
+      }
+    }
+    cluster.sync();  // the slot tables, iterates and judge states are written
+  }
+#else
+  (void)a;  // not compiled for sm_90: PlanClusterHopfieldPicard refuses such a build
+#endif
+}
+
 template <typename S>
 using FusedKernel = void (*)(FusedArgs<S>);
+template <typename S>
+using ClusterKernel = void (*)(ClusterArgs<S>);
 
-// The kernel for R coordinates per lane (1, 2, 4 or 8).
+// The kernels for R coordinates per lane (1, 2, 4 or 8).
+int PerLane(int n) { return n <= kWarp ? 1 : n <= 2 * kWarp ? 2 : n <= 4 * kWarp ? 4 : 8; }
 template <typename S>
 FusedKernel<S> KernelFor(int per_lane) {
   switch (per_lane) {
@@ -441,8 +668,66 @@ FusedKernel<S> KernelFor(int per_lane) {
     default: return FusedPicardKernel<S, 8>;
   }
 }
+template <typename S>
+ClusterKernel<S> ClusterKernelFor(int per_lane) {
+  switch (per_lane) {
+    case 1: return ClusterPicardKernel<S, 1>;
+    case 2: return ClusterPicardKernel<S, 2>;
+    case 4: return ClusterPicardKernel<S, 4>;
+    default: return ClusterPicardKernel<S, 8>;
+  }
+}
+
+// The device's facts the plans need (false: they could not be read).
+struct DeviceFacts {
+  int sms = 0, shared_limit = 0, cooperative = 0, clusters = 0;
+};
+bool ReadDeviceFacts(DeviceFacts* d) {
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&d->cooperative, cudaDevAttrCooperativeLaunch, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&d->clusters, cudaDevAttrClusterLaunch, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&d->sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&d->shared_limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return true;
+}
 
 }  // namespace
+
+// ---- plans and launches -----------------------------------------------------------------
+
+ClusterShape ChooseClusterShape(int n, int N, int batch, std::size_t scalar_bytes, int sms, std::size_t shared_limit,
+                                int max_cluster) {
+  auto shape_for = [&](int blocks) {
+    ClusterShape s;
+    s.cluster = blocks;
+    s.chunk = (N + blocks - 1) / blocks;
+    s.shared_bytes = scalar_bytes * (static_cast<std::size_t>(s.chunk) * (n + 1) +
+                                     static_cast<std::size_t>(kClusterSlots) * (n + 2) +
+                                     static_cast<std::size_t>(kFusedWarps) * kSamplesPerWarp * (n + kWarp));
+    return s;
+  };
+  ClusterShape shape;
+  if (n < 1 || N < 1 || batch < 1 || sms < 1) return shape;
+  for (int blocks = 1; blocks <= max_cluster; blocks *= 2) {
+    const ClusterShape s = shape_for(blocks);
+    if (s.shared_bytes <= shared_limit) {
+      shape = s;
+      break;
+    }
+  }
+  if (shape.cluster == 0) return shape;
+  // More blocks per cluster while the device still holds the whole batch in
+  // flight (the last samples then run on more multiprocessors).
+  while (2 * shape.cluster <= max_cluster && 2 * shape.cluster <= N && 2 * shape.cluster <= sms &&
+         static_cast<long long>(sms / (2 * shape.cluster)) * kClusterSlots >= batch) {
+    shape = shape_for(2 * shape.cluster);
+  }
+  return shape;
+}
 
 template <typename S>
 bool PlanFusedHopfieldPicard(int n, int N, int batch, FusedPicardPlan* plan, const char** why_not) {
@@ -452,25 +737,19 @@ bool PlanFusedHopfieldPicard(int n, int N, int batch, FusedPicardPlan* plan, con
   };
   if (n < 1 || N < 1 || batch < 1) return no("an empty problem");
   if (n > kWarp * kMaxPerLane) return no("the dimension is above 256");
-  int device = 0, cooperative = 0, sms = 0, shared_limit = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&shared_limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) {
-    cudaGetLastError();
-    return no("the device's attributes could not be read");
-  }
-  if (!cooperative) return no("the device has no cooperative launch");
+  DeviceFacts d;
+  if (!ReadDeviceFacts(&d)) return no("the device's attributes could not be read");
+  if (!d.cooperative) return no("the device has no cooperative launch");
   int chunks = (N + kTargetChunk - 1) / kTargetChunk;
-  if (chunks > sms) chunks = sms;
+  if (chunks > d.sms) chunks = d.sms;
   const int chunk = (N + chunks - 1) / chunks;
   chunks = (N + chunk - 1) / chunk;
-  const int per_lane = n <= kWarp ? 1 : n <= 2 * kWarp ? 2 : n <= 4 * kWarp ? 4 : 8;
+  const int per_lane = PerLane(n);
   const FusedKernel<S> kernel = KernelFor<S>(per_lane);
   const std::size_t shared =
       sizeof(S) * (static_cast<std::size_t>(chunk) * (n + 1) +
                    static_cast<std::size_t>(kFusedWarps) * kSamplesPerWarp * (n + kWarp));
-  if (shared + sizeof(int) * kFusedThreads > static_cast<std::size_t>(shared_limit))  // + Compact's
+  if (shared + sizeof(int) * kFusedThreads > static_cast<std::size_t>(d.shared_limit))  // + Compact's
     return no("a chunk of the patterns does not fit in shared memory");
   int per_sm = 0;
   if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared)) !=
@@ -480,11 +759,12 @@ bool PlanFusedHopfieldPicard(int n, int N, int batch, FusedPicardPlan* plan, con
     cudaGetLastError();
     return no("the kernel cannot be resident with its shared memory");
   }
-  int groups = per_sm * sms / chunks;
+  int groups = per_sm * d.sms / chunks;
   const int useful = (batch + kFusedWarps - 1) / kFusedWarps;
   if (groups > useful) groups = useful;
   if (groups < 1) groups = 1;
   FusedArgs<S> a{};
+  *plan = FusedPicardPlan{};
   plan->pattern_chunks = chunks;
   plan->sample_groups = groups;
   plan->chunk = chunk;
@@ -494,19 +774,94 @@ bool PlanFusedHopfieldPicard(int n, int N, int batch, FusedPicardPlan* plan, con
   return true;
 }
 
+namespace {
+
+// The launch of `clusters` clusters of plan.pattern_chunks blocks each.
+cudaLaunchConfig_t ClusterLaunch(const FusedPicardPlan& plan, int clusters, cudaStream_t stream,
+                                 cudaLaunchAttribute* attribute) {
+  attribute->id = cudaLaunchAttributeClusterDimension;
+  attribute->val.clusterDim.x = static_cast<unsigned>(plan.pattern_chunks);
+  attribute->val.clusterDim.y = 1;
+  attribute->val.clusterDim.z = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(plan.pattern_chunks * clusters));
+  config.blockDim = dim3(kFusedThreads);
+  config.dynamicSmemBytes = plan.shared_bytes;
+  config.stream = stream;
+  config.attrs = attribute;
+  config.numAttrs = 1;
+  return config;
+}
+
+template <typename S>
+void SetCommon(SolveArgs<S>* a, const S* patterns, int n, int N, S beta, S* z, int batch, const FusedPicardRules& rules,
+               double* results) {
+  a->patterns = patterns;
+  a->n = n;
+  a->N = N;
+  a->batch = batch;
+  a->beta = beta;
+  a->z = z;
+  a->rules = rules;
+  a->epsilon = std::numeric_limits<S>::epsilon();
+  a->results = results;
+}
+
+}  // namespace
+
+template <typename S>
+bool PlanClusterHopfieldPicard(int n, int N, int batch, FusedPicardPlan* plan, const char** why_not) {
+  auto no = [&](const char* why) {
+    if (why_not != nullptr) *why_not = why;
+    return false;
+  };
+  if (n < 1 || N < 1 || batch < 1) return no("an empty problem");
+  if (n > kWarp * kMaxPerLane) return no("the dimension is above 256");
+  DeviceFacts d;
+  if (!ReadDeviceFacts(&d)) return no("the device's attributes could not be read");
+  if (!d.clusters) return no("the device has no thread-block clusters");
+  const int per_lane = PerLane(n);
+  const ClusterKernel<S> kernel = ClusterKernelFor<S>(per_lane);
+  cudaFuncAttributes attributes{};
+  if (cudaFuncGetAttributes(&attributes, kernel) != cudaSuccess) {
+    cudaGetLastError();
+    return no("the cluster kernel's attributes could not be read");
+  }
+  if (attributes.ptxVersion < 90) return no("the build has no sm_90 code for the cluster kernel");
+  const std::size_t limit = static_cast<std::size_t>(d.shared_limit) > attributes.sharedSizeBytes
+                                ? d.shared_limit - attributes.sharedSizeBytes
+                                : 0;
+  const ClusterShape shape = ChooseClusterShape(n, N, batch, sizeof(S), d.sms, limit, kMaxClusterBlocks);
+  if (shape.cluster == 0) return no("a cluster's share of the patterns and its working arrays do not fit in shared memory");
+  *plan = FusedPicardPlan{};
+  plan->pattern_chunks = shape.cluster;
+  plan->chunk = shape.chunk;
+  plan->per_lane = per_lane;
+  plan->shared_bytes = shape.shared_bytes;
+  int clusters = 0;
+  cudaLaunchAttribute attribute;
+  const cudaLaunchConfig_t config = ClusterLaunch(*plan, 1, nullptr, &attribute);
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(shape.shared_bytes)) != cudaSuccess ||
+      cudaOccupancyMaxActiveClusters(&clusters, reinterpret_cast<const void*>(kernel), &config) != cudaSuccess ||
+      clusters < 1) {
+    cudaGetLastError();
+    return no("a cluster cannot be resident with its shared memory");
+  }
+  if (clusters > batch) clusters = batch;
+  plan->sample_groups = clusters;
+  const int slots = (batch + clusters - 1) / clusters;
+  plan->slots = slots < kClusterSlots ? slots : kClusterSlots;
+  ClusterArgs<S> a{};
+  plan->workspace_bytes = Carve<S>(nullptr, n, batch, &a);
+  return true;
+}
+
 template <typename S>
 void FusedHopfieldPicard(cudaStream_t stream, const FusedPicardPlan& plan, const S* patterns, int n, int N, S beta,
                          S* z, int batch, const FusedPicardRules& rules, void* workspace, double* results) {
   FusedArgs<S> a{};
-  a.patterns = patterns;
-  a.n = n;
-  a.N = N;
-  a.batch = batch;
-  a.beta = beta;
-  a.z = z;
-  a.rules = rules;
-  a.epsilon = std::numeric_limits<S>::epsilon();
-  a.results = results;
+  SetCommon<S>(&a, patterns, n, N, beta, z, batch, rules, results);
   a.chunks = plan.pattern_chunks;
   a.groups = plan.sample_groups;
   a.chunk = plan.chunk;
@@ -519,10 +874,28 @@ void FusedHopfieldPicard(cudaStream_t stream, const FusedPicardPlan& plan, const
             "the fused Picard kernel");
 }
 
-#define IMPLICIT_FUSED_PICARD(S)                                                                           \
-  template bool PlanFusedHopfieldPicard<S>(int, int, int, FusedPicardPlan*, const char**);                \
+template <typename S>
+void ClusterHopfieldPicard(cudaStream_t stream, const FusedPicardPlan& plan, const S* patterns, int n, int N, S beta,
+                           S* z, int batch, const FusedPicardRules& rules, void* workspace, double* results) {
+  ClusterArgs<S> a{};
+  SetCommon<S>(&a, patterns, n, N, beta, z, batch, rules, results);
+  a.cluster = plan.pattern_chunks;
+  a.chunk = plan.chunk;
+  a.slots = plan.slots;
+  Carve<S>(static_cast<unsigned char*>(workspace), n, batch, &a);
+  CheckCall(cudaMemsetAsync(a.queue, 0, sizeof(int), stream), "the cluster Picard kernel's queue");
+  cudaLaunchAttribute attribute;
+  const cudaLaunchConfig_t config = ClusterLaunch(plan, plan.sample_groups, stream, &attribute);
+  CheckCall(cudaLaunchKernelEx(&config, ClusterKernelFor<S>(plan.per_lane), a), "the cluster Picard kernel");
+}
+
+#define IMPLICIT_FUSED_PICARD(S)                                                                             \
+  template bool PlanFusedHopfieldPicard<S>(int, int, int, FusedPicardPlan*, const char**);                  \
+  template bool PlanClusterHopfieldPicard<S>(int, int, int, FusedPicardPlan*, const char**);                \
   template void FusedHopfieldPicard<S>(cudaStream_t, const FusedPicardPlan&, const S*, int, int, S, S*, int, \
-                                       const FusedPicardRules&, void*, double*);
+                                       const FusedPicardRules&, void*, double*);                            \
+  template void ClusterHopfieldPicard<S>(cudaStream_t, const FusedPicardPlan&, const S*, int, int, S, S*, int, \
+                                         const FusedPicardRules&, void*, double*);
 IMPLICIT_FUSED_PICARD(float)
 IMPLICIT_FUSED_PICARD(double)
 #undef IMPLICIT_FUSED_PICARD

@@ -7,6 +7,7 @@
 
 #include <implicit/core/cuda_blas.h>
 #include <implicit/core/cuda_hopfield.h>
+#include <implicit/core/cuda_kernels.h>
 #include <implicit/diff/cuda_backward.h>
 #include <implicit/diff/implicit_diff.h>
 #include <implicit/layers/hopfield.h>
@@ -296,27 +297,37 @@ Summary DevicePicard(cuda::Context& context, const cuda::HopfieldCccpMap<S>& map
 }
 
 bool RanFused(const Summary& s) { return s.message.find(cuda::kFusedLoopNote) != std::string::npos; }
+bool RanClusters(const Summary& s) { return s.message.find(cuda::kClusterLoopNote) != std::string::npos; }
 
-// The fused loop (one kernel, every sample judged on the device) against the
+// A problem for the fused loops: n = 40 leaves lanes with two coordinates and
+// idle ones, N = 700 patterns spread over several chunks (grid) or the blocks
+// of a cluster, B = 300 samples over several sample groups or clusters.
+struct FusedCase {
+  Index n = 40, N = 700, B = 300;
+  bool poison = false;  // a NaN in sample 17
+};
+
+// A fused loop (one kernel, every sample judged on the device) against the
 // host-judged loop on the same device map: the same status for every sample,
 // iteration counts within one, the same returned iterates (the kept one for a
-// sample that did not converge). n = 40 leaves lanes with two coordinates and
-// idle ones, N = 700 patterns spread over several chunks, B = 300 samples over
-// several sample groups.
+// sample that did not converge).
 template <typename S>
-void CheckFusedAgainstHostJudged(const PicardSolver<double>::Options& base, bool poison, double agree) {
-  const Index n = 40, N = 700, B = 300;
-  const Retrieval r = MakeRetrieval(n, N, B, 31);
+void CheckFusedAgainstHostJudged(cuda::DeviceLoop loop, const PicardSolver<double>::Options& base, double agree,
+                                 const FusedCase& c = {}) {
+  const Index B = c.B;
+  const Retrieval r = MakeRetrieval(c.n, c.N, B, 31);
   cuda::Context context;
   const cuda::HopfieldCccpMap<S> map(context, r.patterns.cast<S>(), static_cast<S>(r.beta));
   typename PicardSolver<S>::Options o;
   static_cast<SolverOptions&>(o) = base;
   o.damping = base.damping;
   Matrix<S> start = r.queries.cast<S>(), z_fused, z_host;
-  if (poison) start(5, 17) = std::numeric_limits<S>::quiet_NaN();
-  const Summary fused = DevicePicard(context, map, start, o, cuda::DeviceLoop::kFusedWhenPossible, &z_fused);
+  if (c.poison) start(5, 17) = std::numeric_limits<S>::quiet_NaN();
+  const Summary fused = DevicePicard(context, map, start, o, loop, &z_fused);
   const Summary host = DevicePicard(context, map, start, o, cuda::DeviceLoop::kHostJudged, &z_host);
+  BOOST_TEST_INFO("message: " << fused.message);
   BOOST_TEST(RanFused(fused));
+  BOOST_TEST(RanClusters(fused) == (loop == cuda::DeviceLoop::kClustersWhenPossible));
   BOOST_TEST(!RanFused(host));
   BOOST_TEST(fused.solver == "picard");
   BOOST_TEST(TerminationTypeToString(fused.termination_type) == TerminationTypeToString(host.termination_type));
@@ -328,38 +339,138 @@ void CheckFusedAgainstHostJudged(const PicardSolver<double>::Options& base, bool
       BOOST_TEST(TerminationTypeToString(fused.sample_status[b]) == TerminationTypeToString(host.sample_status[b]));
       BOOST_TEST(std::abs(fused.sample_iterations[b] - host.sample_iterations[b]) <= 1);
       BOOST_TEST(fused.sample_evaluations[b] == fused.sample_iterations[b] + 1);
-      if (poison && b == 17) continue;
+      if (c.poison && b == 17) continue;
       const double scale = 1 + z_host.col(b).template cast<double>().norm();
       BOOST_TEST((z_fused.col(b) - z_host.col(b)).template cast<double>().norm() <= agree * scale);
       BOOST_TEST(std::abs(fused.sample_residual[b] - host.sample_residual[b]) <= agree * scale);
     }
   }
-  if (poison) {
+  if (c.poison) {
     BOOST_TEST(TerminationTypeToString(fused.sample_status[17]) == std::string("non_finite"));
     BOOST_TEST(std::isinf(fused.absolute_residual));
   }
 }
 
-BOOST_AUTO_TEST_CASE(the_fused_picard_loop_follows_the_host_judged_loop, *boost::unit_test::precondition(GpuPresent())) {
+// The cases both fused loops are held to.
+void CheckFusedLoop(cuda::DeviceLoop loop) {
   PicardSolver<double>::Options o;
   o.absolute_tolerance = 1e-10;
   o.max_iterations = 300;
-  BOOST_TEST_CONTEXT("converged, double") { CheckFusedAgainstHostJudged<double>(o, false, 1e-9); }
-  BOOST_TEST_CONTEXT("a NaN in sample 17") { CheckFusedAgainstHostJudged<double>(o, true, 1e-9); }
+  BOOST_TEST_CONTEXT("converged, double") { CheckFusedAgainstHostJudged<double>(loop, o, 1e-9); }
+  FusedCase poisoned;
+  poisoned.poison = true;
+  BOOST_TEST_CONTEXT("a NaN in sample 17") { CheckFusedAgainstHostJudged<double>(loop, o, 1e-9, poisoned); }
   PicardSolver<double>::Options damped = o;
   damped.damping = 0.5;
   damped.use_energy = false;
   damped.relative_tolerance = 1e-7;
-  BOOST_TEST_CONTEXT("damped, no energy, relative tolerance") { CheckFusedAgainstHostJudged<double>(damped, false, 1e-8); }
+  BOOST_TEST_CONTEXT("damped, no energy, relative tolerance") {
+    CheckFusedAgainstHostJudged<double>(loop, damped, 1e-8);
+  }
   // The iteration budget ends every sample: each is returned at its kept
   // (lowest-energy) iterate, the same in both loops.
   PicardSolver<double>::Options budget = o;
   budget.absolute_tolerance = 1e-14;
   budget.max_iterations = 4;
-  BOOST_TEST_CONTEXT("budget") { CheckFusedAgainstHostJudged<double>(budget, false, 1e-12); }
+  BOOST_TEST_CONTEXT("budget") { CheckFusedAgainstHostJudged<double>(loop, budget, 1e-12); }
   PicardSolver<double>::Options single = o;
   single.absolute_tolerance = 1e-5;
-  BOOST_TEST_CONTEXT("float") { CheckFusedAgainstHostJudged<float>(single, false, 1e-5); }
+  BOOST_TEST_CONTEXT("float") { CheckFusedAgainstHostJudged<float>(loop, single, 1e-5); }
+}
+
+BOOST_AUTO_TEST_CASE(the_fused_picard_loop_follows_the_host_judged_loop, *boost::unit_test::precondition(GpuPresent())) {
+  CheckFusedLoop(cuda::DeviceLoop::kFusedWhenPossible);
+}
+
+// The cluster kernel: the same cases, and two shapes of its own: more samples
+// than the clusters hold at once (the queue hands out the rest as samples
+// stop; n = 100: four coordinates per lane), and a float batch large enough
+// for clusters of a single block.
+BOOST_AUTO_TEST_CASE(the_cluster_picard_loop_follows_the_host_judged_loop,
+                     *boost::unit_test::precondition(GpuPresent())) {
+  CheckFusedLoop(cuda::DeviceLoop::kClustersWhenPossible);
+  PicardSolver<double>::Options o;
+  o.absolute_tolerance = 1e-10;
+  o.max_iterations = 300;
+  FusedCase queued;
+  queued.n = 100;
+  queued.N = 800;
+  queued.B = 1500;
+  BOOST_TEST_CONTEXT("queued samples") {
+    CheckFusedAgainstHostJudged<double>(cuda::DeviceLoop::kClustersWhenPossible, o, 1e-9, queued);
+  }
+  FusedCase wide;
+  wide.B = 5000;
+  o.absolute_tolerance = 1e-5;
+  BOOST_TEST_CONTEXT("clusters of one block") {
+    CheckFusedAgainstHostJudged<float>(cuda::DeviceLoop::kClustersWhenPossible, o, 1e-5, wide);
+  }
+}
+
+// Patterns a cluster cannot hold: the grid kernel runs, and the message says why.
+BOOST_AUTO_TEST_CASE(too_many_patterns_for_a_cluster_fall_back_to_the_grid_kernel,
+                     *boost::unit_test::precondition(GpuPresent())) {
+  const Retrieval r = MakeRetrieval(100, 3000, 20, 41);
+  cuda::Context context;
+  const cuda::HopfieldCccpMap<double> map(context, r.patterns, r.beta);
+  PicardSolver<double>::Options o;
+  o.absolute_tolerance = 1e-10;
+  Matrix<double> z;
+  const Summary s = DevicePicard(context, map, r.queries, o, cuda::DeviceLoop::kClustersWhenPossible, &z);
+  BOOST_TEST_INFO("message: " << s.message);
+  BOOST_TEST(RanFused(s));
+  BOOST_TEST(!RanClusters(s));
+  BOOST_TEST(s.message.find("no clusters: a cluster's share of the patterns and its working arrays do not fit") != std::string::npos);
+}
+
+// The cluster kernel's shape (host code: runs without a device). Device facts
+// of an H100: 132 multiprocessors, 227 KiB of shared memory per block less
+// the kernel's static 528 bytes.
+BOOST_AUTO_TEST_CASE(cluster_shapes_fit_shared_memory_and_spread_small_batches) {
+  namespace k = cuda::internal;
+  const int sms = 132;
+  const std::size_t limit = 227 * 1024 - 528;
+  struct Shape {
+    int n, N, B;
+    std::size_t scalar;
+  };
+  for (const Shape& c : {Shape{64, 1797, 1797, 8}, Shape{40, 700, 300, 8}, Shape{40, 700, 5000, 4},
+                         Shape{100, 800, 1500, 8}, Shape{256, 200, 10, 4}, Shape{8, 3, 2, 4}}) {
+    BOOST_TEST_CONTEXT("n " << c.n << ", N " << c.N << ", B " << c.B << ", scalar " << c.scalar) {
+      const k::ClusterShape s = k::ChooseClusterShape(c.n, c.N, c.B, c.scalar, sms, limit, k::kMaxClusterBlocks);
+      BOOST_REQUIRE(s.cluster >= 1);
+      BOOST_TEST(s.cluster <= k::kMaxClusterBlocks);
+      BOOST_TEST((s.cluster & (s.cluster - 1)) == 0);  // a power of two
+      BOOST_TEST(s.shared_bytes <= limit);
+      BOOST_TEST(static_cast<long long>(s.chunk) * s.cluster >= c.N);      // every pattern has a block
+      BOOST_TEST(static_cast<long long>(s.chunk) * (s.cluster - 1) < c.N);  // ... and the chunks are as even as can be
+      // The patterns and the working arrays are what the shared memory holds.
+      const std::size_t patterns = c.scalar * s.chunk * (c.n + 1);
+      BOOST_TEST(s.shared_bytes > patterns);
+      // Either no smaller cluster fits, or the batch is small enough that
+      // the device holds it in flight at this size.
+      if (s.cluster > 1) {
+        const k::ClusterShape smaller = k::ChooseClusterShape(c.n, c.N, 1 << 30, c.scalar, sms, limit, s.cluster / 2);
+        BOOST_TEST((smaller.cluster == 0 || static_cast<long long>(sms / s.cluster) * k::kClusterSlots >= c.B));
+      }
+    }
+  }
+  // hopfield-digits (n 64, N 1797, double): a cluster of 4 would hold 450
+  // patterns of 65 doubles, 234 000 bytes, over the limit; 8 hold 225 each.
+  const k::ClusterShape digits = k::ChooseClusterShape(64, 1797, 1797, 8, sms, limit, k::kMaxClusterBlocks);
+  BOOST_TEST(digits.cluster == 8);
+  BOOST_TEST(digits.chunk == 225);
+  // A handful of samples: the largest cluster (the most multiprocessors per sample).
+  BOOST_TEST(k::ChooseClusterShape(40, 700, 10, 8, sms, limit, k::kMaxClusterBlocks).cluster == 8);
+  // A batch the device cannot hold in flight: the smallest cluster that fits.
+  BOOST_TEST(k::ChooseClusterShape(40, 700, 100000, 4, sms, limit, k::kMaxClusterBlocks).cluster == 1);
+  // Nothing fits: 100 000 patterns of 257 doubles over 8 blocks; with n = 256
+  // in double the working arrays alone (64 parts and 16 warps' buffers) exceed
+  // the limit.
+  BOOST_TEST(k::ChooseClusterShape(256, 100000, 100, 8, sms, limit, k::kMaxClusterBlocks).cluster == 0);
+  BOOST_TEST(k::ChooseClusterShape(256, 8, 100, 8, sms, limit, k::kMaxClusterBlocks).cluster == 0);
+  BOOST_TEST(k::ChooseClusterShape(0, 700, 10, 8, sms, limit, k::kMaxClusterBlocks).cluster == 0);
+  BOOST_TEST(k::ChooseClusterShape(40, 700, 0, 8, sms, limit, k::kMaxClusterBlocks).cluster == 0);
 }
 
 // Trace and callbacks need the host in the loop: the fused loop is not used then.

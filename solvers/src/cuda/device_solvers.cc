@@ -243,10 +243,10 @@ class DeviceSolve {
 
 // ---- the fused loop (DeviceLoop::kFusedWhenPossible) ------------------------------------
 
-// The Summary of a fused solve from its per-sample results (FusedHopfieldPicard),
-// completed as BatchMonitor completes a host-judged one.
+// The Summary of a fused solve from its per-sample results (FusedHopfieldPicard,
+// ClusterHopfieldPicard), completed as BatchMonitor completes a host-judged one.
 Summary FusedSummary(const std::string& name, const double* results, int batch,
-                     std::chrono::steady_clock::time_point start) {
+                     std::chrono::steady_clock::time_point start, const char* note) {
   namespace k = internal;
   Summary s;
   s.solver = name;
@@ -282,26 +282,43 @@ Summary FusedSummary(const std::string& name, const double* results, int batch,
   s.relative_residual = max_rel;
   s.termination_type = implicit::internal::BatchTermination(
       s, budget_spent ? TerminationType::kMaxIterations : TerminationType::kConverged);
-  s.message = implicit::internal::BatchMessage(s, /*keep_best_iterate=*/true) + "; " + kFusedLoopNote;
+  s.message = implicit::internal::BatchMessage(s, /*keep_best_iterate=*/true) + "; " + note;
   s.wall_time_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return s;
 }
 
 // The whole Picard solve in one kernel, when the map and options allow it
-// (DeviceLoop); nothing otherwise.
+// (DeviceLoop): the cluster kernel first when `loop` asks for it, then the
+// grid kernel. Nothing otherwise, with the reason in *why_not.
 template <typename S>
 std::optional<Summary> SolveFused(Context& context, const DeviceMap<S>& map, DeviceMatrix<S>& z,
-                                  const typename PicardSolver<S>::Options& options, const std::string& name) {
+                                  const typename PicardSolver<S>::Options& options, const std::string& name,
+                                  DeviceLoop loop, std::string* why_not) {
   const auto* hopfield = dynamic_cast<const HopfieldCccpMap<S>*>(&map);
-  if (hopfield == nullptr || hopfield->attention() != Attention::kSoftmax || options.record_trace ||
-      options.callback || z.rows() != map.dimension() || z.cols() < 1) {
+  if (hopfield == nullptr || hopfield->attention() != Attention::kSoftmax) {
+    *why_not = "the map is not a softmax HopfieldCccpMap";
+    return std::nullopt;
+  }
+  if (options.record_trace || options.callback) {
+    *why_not = "a trace or callback needs the host in the loop";
+    return std::nullopt;
+  }
+  if (z.rows() != map.dimension() || z.cols() < 1) {
+    *why_not = "the batch does not fit the map";
     return std::nullopt;
   }
   const auto start = std::chrono::steady_clock::now();
   const int n = static_cast<int>(map.dimension()), N = static_cast<int>(hopfield->num_patterns());
   const int batch = static_cast<int>(z.cols());
   internal::FusedPicardPlan plan;
-  if (!internal::PlanFusedHopfieldPicard<S>(n, N, batch, &plan, nullptr)) return std::nullopt;
+  const char* reason = nullptr;
+  const bool clusters = loop == DeviceLoop::kClustersWhenPossible &&
+                        internal::PlanClusterHopfieldPicard<S>(n, N, batch, &plan, &reason);
+  std::string cluster_reason = reason != nullptr ? reason : "";
+  if (!clusters && !internal::PlanFusedHopfieldPicard<S>(n, N, batch, &plan, &reason)) {
+    *why_not = reason;
+    return std::nullopt;
+  }
   internal::FusedPicardRules rules;
   rules.max_iterations = options.max_iterations;
   rules.absolute_tolerance = options.absolute_tolerance;
@@ -312,11 +329,14 @@ std::optional<Summary> SolveFused(Context& context, const DeviceMap<S>& map, Dev
   rules.damping = options.damping;
   internal::DeviceStaging staging(context, {internal::kSlotUpload, internal::kPinnedUpload, 16},
                                   {internal::kSlotDownload, internal::kPinnedDownload, 4 * static_cast<std::size_t>(batch)});
-  internal::FusedHopfieldPicard<S>(context.stream(), plan, hopfield->patterns().data(), n, N, hopfield->beta(),
-                                   z.data(), batch, rules,
-                                   context.Workspace(internal::kSlotFusedPicard, plan.workspace_bytes),
-                                   staging.results());
-  return FusedSummary(name, staging.Download(4 * static_cast<std::size_t>(batch)), batch, start);
+  void* workspace = context.Workspace(internal::kSlotFusedPicard, plan.workspace_bytes);
+  const auto launch = clusters ? internal::ClusterHopfieldPicard<S> : internal::FusedHopfieldPicard<S>;
+  launch(context.stream(), plan, hopfield->patterns().data(), n, N, hopfield->beta(), z.data(), batch, rules,
+         workspace, staging.results());
+  Summary summary = FusedSummary(name, staging.Download(4 * static_cast<std::size_t>(batch)), batch, start,
+                                 clusters ? kClusterLoopNote : kFusedLoopNote);
+  if (loop == DeviceLoop::kClustersWhenPossible && !clusters) summary.message += " (no clusters: " + cluster_reason + ")";
+  return summary;
 }
 
 }  // namespace
@@ -343,8 +363,11 @@ DevicePicardSolver<Scalar>::DevicePicardSolver(const Options& options, DeviceLoo
 template <typename Scalar>
 Summary DevicePicardSolver<Scalar>::Solve(Context& context, const DeviceMap<Scalar>& map,
                                           DeviceMatrix<Scalar>& z) const {
-  if (loop_ == DeviceLoop::kFusedWhenPossible) {
-    if (std::optional<Summary> fused = SolveFused(context, map, z, options_, name())) return *std::move(fused);
+  std::string why_not;
+  if (loop_ != DeviceLoop::kHostJudged) {
+    if (std::optional<Summary> fused = SolveFused(context, map, z, options_, name(), loop_, &why_not)) {
+      return *std::move(fused);
+    }
   }
   DeviceSolve<Scalar> solve(context, map, z, options_, name());
   const Scalar damping = static_cast<Scalar>(options_.damping);
@@ -356,7 +379,9 @@ Summary DevicePicardSolver<Scalar>::Solve(Context& context, const DeviceMap<Scal
                                  solve.UploadColumns(active), static_cast<int>(active.size()), damping);
     solve.Evaluate(z.data(), active, solve.f(), solve.e());
   }
-  return solve.Finish(z.data());
+  Summary summary = solve.Finish(z.data());
+  if (!why_not.empty()) summary.message += "; host-judged loop: " + why_not;
+  return summary;
 }
 
 // ---- Anderson -----------------------------------------------------------------------

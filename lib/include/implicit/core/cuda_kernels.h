@@ -151,17 +151,22 @@ void AndersonPropose(cudaStream_t stream, const AndersonState& state, const S* z
 // Clears the history of the listed samples (count = next = 0).
 void AndersonReset(cudaStream_t stream, const AndersonState& state, const int* columns, int count);
 
-// ---- the fused Picard loop of the softmax Hopfield map (lib/cuda/fused_picard.cu) ----
-// One cooperative kernel runs a whole damped Picard solve
+// ---- the fused Picard loops of the softmax Hopfield map (lib/cuda/fused_picard.cu) ----
+// One kernel runs a whole damped Picard solve
 // z_b <- z_b + damping (X softmax(beta X^T z_b) - z_b) of every sample and
 // judges each sample on the device after each evaluation by the forward rules
 // of the host monitor (solvers/internal/sample_judge.h: non-finite values,
 // absolute or relative tolerance, divergence against the first residual,
 // the stall rule with or without the energy, the kept lowest-energy iterate,
 // max_iterations). No host round trip per iteration: the loop stays on the
-// device. Each block keeps one chunk of the patterns in shared memory; the
-// softmax is split over the chunks (running max and sum per chunk, merged
-// per sample), and the active samples are compacted after each iteration.
+// device. The patterns are split into chunks held in the blocks' shared
+// memory; the softmax is split over the chunks (running max and sum per
+// chunk, merged per sample). Two forms:
+// - FusedHopfieldPicard: one cooperative grid, chunks x sample groups; the
+//   active samples are compacted after each iteration (two grid barriers);
+// - ClusterHopfieldPicard (sm_90): thread-block clusters, each holding all
+//   the patterns over its blocks and solving its own samples, kClusterSlots
+//   at a time, taken from a queue as earlier ones stop (cluster barriers only).
 
 // How a sample ended (kFusedRunning: not yet).
 enum FusedStop : int {
@@ -174,23 +179,54 @@ struct FusedPicardRules {
   bool use_energy = true;
   double damping = 1;
 };
-// The launch shape on the current device (PlanFusedHopfieldPicard).
+// The launch shape on the current device (PlanFusedHopfieldPicard,
+// PlanClusterHopfieldPicard). For the cluster kernel pattern_chunks is the
+// blocks per cluster, sample_groups the clusters and slots the samples each
+// keeps in flight.
 struct FusedPicardPlan {
   int pattern_chunks = 0, sample_groups = 0, chunk = 0, per_lane = 0;  // per_lane: coordinates per lane
+  int slots = 0;
   std::size_t shared_bytes = 0, workspace_bytes = 0;
 };
-// Plans the fused loop for n x N patterns and a batch of B; false (with the
+// Plans the grid kernel for n x N patterns and a batch of B; false (with the
 // reason in *why_not) when it does not apply: n > 256, a chunk of patterns
 // that does not fit in shared memory, or no cooperative launch.
 template <typename S>
 bool PlanFusedHopfieldPicard(int n, int N, int batch, FusedPicardPlan* plan, const char** why_not);
-// Solves in place (z: n x batch). workspace: plan.workspace_bytes of device
-// memory. results (device, 4 x batch doubles): per sample its FusedStop,
-// iterations, final residual (at its kept iterate when it did not converge,
-// where z is then returned) and relative residual.
+// Plans the cluster kernel; false (with the reason) when n > 256, the device
+// or the build has no thread-block clusters (sm_90), or a cluster of
+// kMaxClusterBlocks blocks cannot hold the patterns in shared memory.
+template <typename S>
+bool PlanClusterHopfieldPicard(int n, int N, int batch, FusedPicardPlan* plan, const char** why_not);
+// Solve in place (z: n x batch) with the planned kernel. workspace:
+// plan.workspace_bytes of device memory. results (device, 4 x batch doubles):
+// per sample its FusedStop, iterations, final residual (at its kept iterate
+// when it did not converge, where z is then returned) and relative residual.
 template <typename S>
 void FusedHopfieldPicard(cudaStream_t stream, const FusedPicardPlan& plan, const S* patterns, int n, int N, S beta,
                          S* z, int batch, const FusedPicardRules& rules, void* workspace, double* results);
+template <typename S>
+void ClusterHopfieldPicard(cudaStream_t stream, const FusedPicardPlan& plan, const S* patterns, int n, int N, S beta,
+                           S* z, int batch, const FusedPicardRules& rules, void* workspace, double* results);
+
+// The cluster kernel's samples in flight per cluster (one per warp slot of
+// its phase A: 16 warps x 4) and its largest cluster (the portable size).
+inline constexpr int kClusterSlots = 64;
+inline constexpr int kMaxClusterBlocks = 8;
+// Its shape: blocks per cluster, patterns per block and dynamic shared memory
+// per block (cluster = 0: nothing fits).
+struct ClusterShape {
+  int cluster = 0, chunk = 0;
+  std::size_t shared_bytes = 0;
+};
+// The shape for n x N patterns of scalar_bytes scalars and a batch of B on a
+// device with `sms` multiprocessors and shared_limit bytes of dynamic shared
+// memory per block: the smallest cluster (1, 2, 4, ... <= max_cluster blocks)
+// whose share of the patterns fits, doubled while sms / cluster clusters
+// still hold the whole batch in flight (the last, slowest samples of a batch
+// then run on more multiprocessors). Host code; no device needed.
+ClusterShape ChooseClusterShape(int n, int N, int batch, std::size_t scalar_bytes, int sms, std::size_t shared_limit,
+                                int max_cluster);
 
 }  // namespace internal
 }  // namespace cuda

@@ -67,9 +67,17 @@ class DeviceSolver {
 // whole solve is one cooperative kernel that judges every sample on the
 // device by the same rules (no host round trip per iteration; Summary::message
 // then ends with kFusedLoopNote, and trace and per-iteration callbacks are
-// not available); otherwise, and with kHostJudged, the loop described above.
-enum class DeviceLoop { kFusedWhenPossible, kHostJudged };
+// not available); otherwise, and with kHostJudged, the loop described above
+// (its message then says why the fused loop was not used).
+// kClustersWhenPossible: the fused loop in thread-block clusters (sm_90; each
+// cluster holds all the patterns and solves its own samples, taking the next
+// from a queue as one stops: no grid-wide barrier), message ending with
+// kClusterLoopNote; where it does not apply, as kFusedWhenPossible, with the
+// reason in the message. Not the default yet: it was written without a GPU at
+// hand and has not been run or measured (docs/gpu.md).
+enum class DeviceLoop { kFusedWhenPossible, kHostJudged, kClustersWhenPossible };
 inline constexpr const char* kFusedLoopNote = "fused device loop";
+inline constexpr const char* kClusterLoopNote = "fused device loop in thread-block clusters";
 
 template <typename Scalar>
 class DevicePicardSolver : public DeviceSolver<Scalar> {
