@@ -1,8 +1,8 @@
 // The fused Picard loops of the softmax Hopfield map (cuda_kernels.h): the
 // whole solve in one kernel, every sample judged on the device.
 //
-// Two kernels share the per-sample work below (PartialAttention, MergeParts,
-// JudgeAndStep):
+// Two kernels share the per-sample work below (PartialAttention, CombineParts
+// and MergeParts, JudgeAndStep):
 //
 // FusedPicardKernel (cooperative; the grid). Block (c, g) of the grid owns the
 // patterns of chunk c (in shared memory, pattern-major with a padded stride so
@@ -30,8 +30,8 @@
 // The chunks' partial results stay in each block's shared memory and the
 // judges read them through distributed shared memory. When fewer samples are
 // active than a block has warps, the warps split each block's chunk further
-// (q sub-chunks per sample), so the last, slow samples of a batch still use
-// every warp of their cluster.
+// (q sub-chunks per sample, combined in the block before the cluster barrier),
+// so the last, slow samples of a batch still use every warp of their cluster.
 #include <implicit/core/cuda_kernel_support.cuh>
 #include <implicit/core/cuda_kernels.h>
 
@@ -137,7 +137,7 @@ std::size_t Carve(unsigned char* base, int n, int batch, ClusterArgs<S>* a) {
   return w.size();
 }
 
-// A sample's judge state before an observation.
+// A sample's judge state before its first observation.
 __device__ inline void ResetRecord(const JudgeState& st, int column) {
   st.record_residual[column] = st.record_energy[column] = st.kept_residual[column] = st.relative[column] = INFINITY;
   st.initial_residual[column] = 0;
@@ -156,6 +156,21 @@ template <typename T>
 __device__ inline T WarpAllSum(T v) {  // butterfly: bitwise the same in every lane
   for (int o = kWarp / 2; o > 0; o /= 2) v += __shfl_xor_sync(kFull, v, o);
   return v;
+}
+
+// Writes a part (m, l, y; m NaN when a score was) at out, one warp.
+template <typename S, int R>
+__device__ void StorePart(S* out, int n, S m, S l, const S* y, bool nan) {
+  const int lane = threadIdx.x % kWarp;
+  if (lane == 0) {
+    out[0] = nan ? S(NAN) : m;
+    out[1] = l;
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int i = lane + r * kWarp;
+    if (i < n) out[2 + i] = y[r];
+  }
 }
 
 // Phase A for up to kSamplesPerWarp samples (batch columns cols[0..count))
@@ -246,46 +261,42 @@ __device__ void PartialAttention(const SolveArgs<S>& a, const S* xs, int pattern
   for (int s = 0; s < K; ++s) {
     const bool any_nan = __any_sync(kFull, nan[s]);
     if (s >= count) continue;
-    S* out = outs[s];
-    if (lane == 0) {
-      out[0] = any_nan ? S(NAN) : m[s];
-      out[1] = l[s];
-    }
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const int i = lane + r * kWarp;
-      if (i < n) out[2 + i] = y[s][r];
-    }
+    StorePart<S, R>(outs[s], n, m[s], l[s], y[s], any_nan);
   }
   __syncwarp();  // zbuf is the next samples'
 }
 
-// The parts of one sample, as MergeParts reads them: Load(c, i) is entry i of
-// part c (m, l, then y).
+// The parts of one sample, as CombineParts reads them: Load(c, i) is entry i
+// of part c (m, l, then y).
 template <typename S>
 struct GridParts {  // the grid kernel's: in global memory, written by other blocks
   const S* first;
   std::size_t stride;
   __device__ S Load(int c, int i) const { return __ldcg(first + c * stride + i); }
 };
+template <typename S>
+struct BlockParts {  // consecutive entries of this block's shared memory
+  const S* first;
+  int n;
+  __device__ S Load(int c, int i) const { return first[static_cast<std::size_t>(c) * (n + 2) + i]; }
+};
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900  // (thread-block clusters: sm_90)
 template <typename S>
-struct ClusterParts {  // the cluster kernel's: in the shared memory of the cluster's blocks
-  S* partials;         // this block's array; part c lives in block c / q
-  int position, q, n;
+struct ClusterParts {  // entry `entry` of every block of the cluster (part c: block c)
+  S* partials;         // this block's array (the same offset in every block)
+  int entry, n;
   __device__ S Load(int c, int i) const {
-    const S* remote = cg::this_cluster().map_shared_rank(partials, static_cast<unsigned>(c / q));
-    return remote[static_cast<std::size_t>(position * q + c % q) * (n + 2) + i];
+    const S* remote = cg::this_cluster().map_shared_rank(partials, static_cast<unsigned>(c));
+    return remote[static_cast<std::size_t>(entry) * (n + 2) + i];
   }
 };
 #endif
 
-// Phase B's merge for one sample, one warp: f = sum_c y_c e^(m_c - M) / L
-// over `count` parts (a lane per part for m and l), with M the parts' max and
-// L = sum_c l_c e^(m_c - M) (*nan: a part saw a NaN score). f[r] holds
-// coordinate lane + 32 r; *lse = M + log L.
+// `count` parts of one sample combined, one warp (a lane per part for m and
+// l): M = max_c m_c, L = sum_c l_c e^(m_c - M), y = sum_c y_c e^(m_c - M)
+// (y[r]: coordinate lane + 32 r); *nan: a part saw a NaN score.
 template <typename S, int R, typename Parts>
-__device__ void MergeParts(const Parts& parts, int count, int n, S* f, S* lse, bool* any_nan) {
+__device__ void CombineParts(const Parts& parts, int count, int n, S* M_out, S* L_out, S* y, bool* any_nan) {
   const int lane = threadIdx.x % kWarp;
   S M = S(-INFINITY), m_lane[2] = {S(-INFINITY), S(-INFINITY)}, l_lane[2] = {0, 0};
   bool nan = false;
@@ -300,7 +311,7 @@ __device__ void MergeParts(const Parts& parts, int count, int n, S* f, S* lse, b
   nan = __any_sync(kFull, nan);
   S L = 0;
 #pragma unroll
-  for (int r = 0; r < R; ++r) f[r] = 0;
+  for (int r = 0; r < R; ++r) y[r] = 0;
   for (int base = 0; base < count; base += kWarp) {
     S w = 0;  // lane c's part weight e^(m_c - M) (0: empty or NaN)
     if (base + lane < count) {
@@ -318,15 +329,25 @@ __device__ void MergeParts(const Parts& parts, int count, int n, S* f, S* lse, b
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         const int i = lane + r * kWarp;
-        if (i < n) f[r] += wj * parts.Load(base + j, 2 + i);
+        if (i < n) y[r] += wj * parts.Load(base + j, 2 + i);
       }
     }
   }
-  L = WarpAllSum(L);
+  *M_out = M;
+  *L_out = WarpAllSum(L);
+  *any_nan = nan;
+}
+
+// Phase B's merge for one sample: f = y / L of the combined parts and the
+// log-sum-exp M + log L (NaN when a part saw a NaN score).
+template <typename S, int R, typename Parts>
+__device__ void MergeParts(const Parts& parts, int count, int n, S* f, S* lse) {
+  S M, L;
+  bool nan;
+  CombineParts<S, R>(parts, count, n, &M, &L, f, &nan);
 #pragma unroll
   for (int r = 0; r < R; ++r) f[r] = nan ? S(NAN) : f[r] / L;
   *lse = nan ? S(NAN) : static_cast<S>(M + log(L));
-  *any_nan = nan;
 }
 
 // A sample's judge state before an observation (loaded early: the loads
@@ -480,11 +501,10 @@ template <typename S, int R>
 __device__ void JudgeSample(const FusedArgs<S>& a, int k, int column, int t) {
   const Record rec = LoadRecord(a.st, column);
   S zv[R], f[R], lse;
-  bool nan;
   LoadColumn<S, R>(a.z + static_cast<std::size_t>(column) * a.n, a.n, zv);
   const GridParts<S> parts{a.partials + static_cast<std::size_t>(k) * (a.n + 2),
                            static_cast<std::size_t>(a.batch) * (a.n + 2)};
-  MergeParts<S, R>(parts, a.chunks, a.n, f, &lse, &nan);
+  MergeParts<S, R>(parts, a.chunks, a.n, f, &lse);
   const int stop = JudgeAndStep<S, R>(a, column, t, rec, zv, f, lse);
   if (threadIdx.x % kWarp == 0) a.st.flags[k] = stop == kFusedRunning;
 }
@@ -626,6 +646,20 @@ __global__ void __launch_bounds__(kFusedThreads, 1) ClusterPicardKernel(ClusterA
       S* outs[K] = {partials + static_cast<std::size_t>(warp) * (n + 2)};
       PartialAttention<S, R>(a, xs + static_cast<std::size_t>(lo) * (n + 1), hi - lo, zbuf, wbuf, cols, outs, 1);
     }
+    // With sub-chunks, warp j combines position j's q parts of this block into
+    // entry W + j (after the q W entries of the sub-chunks): the judges then
+    // merge one part per block, as with q = 1.
+    const int entry_base = q > 1 ? kFusedWarps : 0;
+    if (q > 1) {
+      __syncthreads();
+      if (warp < count) {
+        S M, L, y[R];
+        bool nan;
+        CombineParts<S, R>(BlockParts<S>{partials + static_cast<std::size_t>(warp) * q * (n + 2), n}, q, n, &M, &L, y,
+                           &nan);
+        StorePart<S, R>(partials + static_cast<std::size_t>(entry_base + warp) * (n + 2), n, M, L, y, nan);
+      }
+    }
     cluster.sync();  // every part is written
     // Phase B: position j is judged by warp j / C of block j % C.
     for (int j = rank + blocks * warp; j < count; j += blocks * kFusedWarps) {
@@ -633,10 +667,9 @@ __global__ void __launch_bounds__(kFusedThreads, 1) ClusterPicardKernel(ClusterA
       const int t = __ldcg(a.st.iteration + column);
       const Record rec = LoadRecord(a.st, column);
       S zv[R], f[R], lse;
-      bool nan;
       LoadColumn<S, R>(a.z + static_cast<std::size_t>(column) * n, n, zv);
-      const ClusterParts<S> parts{partials, j, q, n};
-      MergeParts<S, R>(parts, blocks * q, n, f, &lse, &nan);
+      const ClusterParts<S> parts{partials, entry_base + j, n};
+      MergeParts<S, R>(parts, blocks, n, f, &lse);
       const int stop = JudgeAndStep<S, R>(a, column, t, rec, zv, f, lse);
       if (stop == kFusedRunning) {
         if (lane == 0) a.st.iteration[column] = t + 1;
