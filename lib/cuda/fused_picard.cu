@@ -728,6 +728,15 @@ bool ReadDeviceFacts(DeviceFacts* d) {
   return true;
 }
 
+// Why neither fused kernel takes the problem (nullptr: they may): an empty
+// problem, n above 256, or the device's facts (read into *d) unreadable.
+const char* RefuseProblem(int n, int N, int batch, DeviceFacts* d) {
+  if (n < 1 || N < 1 || batch < 1) return "an empty problem";
+  if (n > kWarp * kMaxPerLane) return "the dimension is above 256";
+  if (!ReadDeviceFacts(d)) return "the device's attributes could not be read";
+  return nullptr;
+}
+
 }  // namespace
 
 // ---- plans and launches -----------------------------------------------------------------
@@ -768,10 +777,8 @@ bool PlanFusedHopfieldPicard(int n, int N, int batch, FusedPicardPlan* plan, con
     if (why_not != nullptr) *why_not = why;
     return false;
   };
-  if (n < 1 || N < 1 || batch < 1) return no("an empty problem");
-  if (n > kWarp * kMaxPerLane) return no("the dimension is above 256");
   DeviceFacts d;
-  if (!ReadDeviceFacts(&d)) return no("the device's attributes could not be read");
+  if (const char* why = RefuseProblem(n, N, batch, &d)) return no(why);
   if (!d.cooperative) return no("the device has no cooperative launch");
   int chunks = (N + kTargetChunk - 1) / kTargetChunk;
   if (chunks > d.sms) chunks = d.sms;
@@ -848,10 +855,8 @@ bool PlanClusterHopfieldPicard(int n, int N, int batch, FusedPicardPlan* plan, c
     if (why_not != nullptr) *why_not = why;
     return false;
   };
-  if (n < 1 || N < 1 || batch < 1) return no("an empty problem");
-  if (n > kWarp * kMaxPerLane) return no("the dimension is above 256");
   DeviceFacts d;
-  if (!ReadDeviceFacts(&d)) return no("the device's attributes could not be read");
+  if (const char* why = RefuseProblem(n, N, batch, &d)) return no(why);
   if (!d.clusters) return no("the device has no thread-block clusters");
   const int per_lane = PerLane(n);
   const ClusterKernel<S> kernel = ClusterKernelFor<S>(per_lane);
