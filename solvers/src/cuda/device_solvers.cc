@@ -289,16 +289,14 @@ Summary FusedSummary(const std::string& name, const double* results, int batch,
 
 // The whole Picard solve in one kernel, when the map and options allow it
 // (DeviceLoop): the cluster kernel first when `loop` asks for it, then the
-// grid kernel. Nothing otherwise, with the reason in *why_not.
+// grid kernel. Nothing otherwise, with the reason in *why_not when the map is
+// one the fused loop is written for (a softmax HopfieldCccpMap).
 template <typename S>
 std::optional<Summary> SolveFused(Context& context, const DeviceMap<S>& map, DeviceMatrix<S>& z,
                                   const typename PicardSolver<S>::Options& options, const std::string& name,
                                   DeviceLoop loop, std::string* why_not) {
   const auto* hopfield = dynamic_cast<const HopfieldCccpMap<S>*>(&map);
-  if (hopfield == nullptr || hopfield->attention() != Attention::kSoftmax) {
-    *why_not = "the map is not a softmax HopfieldCccpMap";
-    return std::nullopt;
-  }
+  if (hopfield == nullptr || hopfield->attention() != Attention::kSoftmax) return std::nullopt;  // (no fused loop for it)
   if (options.record_trace || options.callback) {
     *why_not = "a trace or callback needs the host in the loop";
     return std::nullopt;

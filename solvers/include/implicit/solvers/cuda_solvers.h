@@ -68,7 +68,8 @@ class DeviceSolver {
 // device by the same rules (no host round trip per iteration; Summary::message
 // then ends with kFusedLoopNote, and trace and per-iteration callbacks are
 // not available); otherwise, and with kHostJudged, the loop described above
-// (its message then says why the fused loop was not used).
+// (for a softmax HopfieldCccpMap its message then says why the fused loop was
+// not used).
 // kClustersWhenPossible: the fused loop in thread-block clusters (sm_90; each
 // cluster holds all the patterns and solves its own samples, taking the next
 // from a queue as one stops: no grid-wide barrier), message ending with
