@@ -100,9 +100,7 @@ bool PlanFusedHopfieldPicard(int n, int N, int batch, FusedPicardPlan* plan, con
   chunks = (N + chunk - 1) / chunk;
   const int per_lane = PerLane(n);
   const FusedKernel<S> kernel = KernelFor<S>(per_lane);
-  const std::size_t shared =
-      sizeof(S) * (static_cast<std::size_t>(chunk) * (n + 1) +
-                   static_cast<std::size_t>(kFusedWarps) * kSamplesPerWarp * (n + kWarp));
+  const std::size_t shared = GridSharedBytes(n, chunk, sizeof(S));
   if (shared + sizeof(int) * kFusedThreads > static_cast<std::size_t>(d.shared_limit))  // + Compact's
     return no("a chunk of the patterns does not fit in shared memory");
   int per_sm = 0;

@@ -624,7 +624,8 @@ __global__ void __launch_bounds__(kFusedThreads, 1) ClusterPicardKernel(ClusterA
     xs[q * (n + 1) + i] = a.patterns[static_cast<std::size_t>(c0 + q) * n + i];
   }
   cluster.sync();  // every block of the cluster runs: its shared memory may be written
-  if (rank == 0 && threadIdx.x < P) SetSlot(slot_column, threadIdx.x, threadIdx.x < a.slots ? TakeColumn(a) : -1, blocks);
+  const int tid = static_cast<int>(threadIdx.x);
+  if (rank == 0 && tid < P) SetSlot(slot_column, tid, tid < a.slots ? TakeColumn(a) : -1, blocks);
   cluster.sync();
   for (;;) {
     if (warp == 0) {  // the active positions, the same list in every block
@@ -711,7 +712,7 @@ template <typename S>
 using ClusterKernel = void (*)(ClusterArgs<S>);
 
 // The kernels for R coordinates per lane (1, 2, 4 or 8).
-int PerLane(int n) { return n <= kWarp ? 1 : n <= 2 * kWarp ? 2 : n <= 4 * kWarp ? 4 : 8; }
+inline int PerLane(int n) { return n <= kWarp ? 1 : n <= 2 * kWarp ? 2 : n <= 4 * kWarp ? 4 : 8; }
 template <typename S>
 FusedKernel<S> KernelFor(int per_lane) {
   switch (per_lane) {
@@ -745,8 +746,13 @@ void SetCommon(SolveArgs<S>* a, const S* patterns, int n, int N, S beta, S* z, i
   a->results = results;
 }
 
-// The cluster kernel's dynamic shared memory per block for a chunk of
-// `chunk` patterns (ClusterPicardKernel's layout).
+// The dynamic shared memory per block for a chunk of `chunk` patterns: the
+// grid kernel's (FusedPicardKernel's layout) and the cluster kernel's
+// (ClusterPicardKernel's).
+inline std::size_t GridSharedBytes(int n, int chunk, std::size_t scalar_bytes) {
+  return scalar_bytes * (static_cast<std::size_t>(chunk) * (n + 1) +
+                         static_cast<std::size_t>(kFusedWarps) * kSamplesPerWarp * (n + kWarp));
+}
 inline std::size_t ClusterSharedBytes(int n, int chunk, std::size_t scalar_bytes) {
   return scalar_bytes * (static_cast<std::size_t>(chunk) * (n + 1) + static_cast<std::size_t>(kClusterSlots) * (n + 2) +
                          static_cast<std::size_t>(kFusedWarps) * kSamplesPerWarp * (n + kWarp));

@@ -1,0 +1,225 @@
+// The fused Picard kernels (lib/cuda/fused_picard_kernels.cuh: the grid kernel
+// and the thread-block cluster kernel) run on the CPU under the fiber
+// emulation of the CUDA execution model (support/cuda_emulation.h), against
+// the CPU Picard solver on the same Hopfield CCCP map: the same status for
+// every sample, iteration counts within one, the same returned iterate (the
+// kept, lowest-energy one for a sample that did not converge). This checks
+// the kernels' logic (indexing, the active lists, the cluster's sample queue,
+// sub-chunks, the merges, the device port of the monitor's rules) where no
+// GPU exists; timing, memory ordering and races need the GPU tests
+// (device_backend_test.cc) and compute-sanitizer.
+#define BOOST_TEST_MODULE cuda_fused_picard_emulated
+#include <boost/test/unit_test.hpp>
+
+#include <implicit/core/energy_maps.h>
+#include <implicit/layers/modern_hopfield_energy.h>
+#include <implicit/solvers/picard.h>
+
+#include "support/test_problems.h"
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+// After every other header: it defines CUDA's names as macros.
+#include "support/cuda_emulation.h"
+
+#include "../../lib/cuda/fused_picard_kernels.cuh"
+
+namespace {
+
+using namespace implicit;
+namespace k = implicit::cuda::internal;
+
+struct Problem {
+  Matrix<double> patterns, queries;
+  double beta = 4.0;
+};
+// N random patterns of norm about 1, queries near the first B of them (one
+// with a NaN when asked).
+Problem MakeProblem(Index n, Index N, Index B, unsigned seed) {
+  Problem p;
+  p.patterns = testing::RandomMatrix<double>(n, N, seed, 1.0 / std::sqrt(double(n)));
+  p.queries = p.patterns.leftCols(B) + testing::RandomMatrix<double>(n, B, seed + 1, 0.3 / std::sqrt(double(n)));
+  return p;
+}
+
+// A kernel's solve: the returned iterates and, per sample, FusedStop,
+// iterations, residual and relative residual.
+template <typename S>
+struct Outcome {
+  Matrix<S> z;
+  std::vector<double> results;
+};
+
+template <typename S>
+k::FusedPicardRules RulesOf(const typename PicardSolver<S>::Options& o) {
+  k::FusedPicardRules rules;
+  rules.max_iterations = o.max_iterations;
+  rules.absolute_tolerance = o.absolute_tolerance;
+  rules.relative_tolerance = o.relative_tolerance;
+  rules.divergence_threshold = o.divergence_threshold;
+  rules.max_stall_iterations = o.max_stall_iterations;
+  rules.use_energy = o.use_energy;
+  rules.damping = o.damping;
+  return rules;
+}
+
+// The kernels' workspace: 8-byte words, the carving's 256-byte alignment
+// relative to its start.
+std::vector<std::uint64_t> Workspace(std::size_t bytes) { return std::vector<std::uint64_t>(bytes / 8 + 1, 0); }
+
+// The grid kernel with `chunks` pattern chunks and `groups` sample groups.
+template <typename S, int R>
+Outcome<S> EmulateGrid(const Problem& p, const k::FusedPicardRules& rules, int chunks, int groups) {
+  const int n = static_cast<int>(p.patterns.rows()), N = static_cast<int>(p.patterns.cols());
+  const int B = static_cast<int>(p.queries.cols());
+  const Matrix<S> X = p.patterns.cast<S>();
+  Outcome<S> out{p.queries.cast<S>(), std::vector<double>(4 * static_cast<std::size_t>(B), std::nan(""))};
+  k::FusedArgs<S> a{};
+  k::SetCommon<S>(&a, X.data(), n, N, static_cast<S>(p.beta), out.z.data(), B, rules, out.results.data());
+  a.chunk = (N + chunks - 1) / chunks;
+  a.chunks = (N + a.chunk - 1) / a.chunk;
+  a.groups = groups;
+  const int blocks = a.chunks * groups;
+  std::vector<std::uint64_t> workspace = Workspace(k::Carve<S>(nullptr, n, B, a.chunks, blocks, &a));
+  k::Carve<S>(reinterpret_cast<unsigned char*>(workspace.data()), n, B, a.chunks, blocks, &a);
+  implicit_emulation::Run(blocks, k::kFusedThreads, 1, k::GridSharedBytes(n, a.chunk, sizeof(S)),
+                          [&] { k::FusedPicardKernel<S, R>(a); });
+  return out;
+}
+
+// The cluster kernel with `clusters` clusters of `cluster` blocks, each
+// keeping `slots` samples in flight.
+template <typename S, int R>
+Outcome<S> EmulateClusters(const Problem& p, const k::FusedPicardRules& rules, int cluster, int clusters, int slots) {
+  const int n = static_cast<int>(p.patterns.rows()), N = static_cast<int>(p.patterns.cols());
+  const int B = static_cast<int>(p.queries.cols());
+  const Matrix<S> X = p.patterns.cast<S>();
+  Outcome<S> out{p.queries.cast<S>(), std::vector<double>(4 * static_cast<std::size_t>(B), std::nan(""))};
+  k::ClusterArgs<S> a{};
+  k::SetCommon<S>(&a, X.data(), n, N, static_cast<S>(p.beta), out.z.data(), B, rules, out.results.data());
+  a.cluster = cluster;
+  a.chunk = (N + cluster - 1) / cluster;
+  a.slots = slots;
+  std::vector<std::uint64_t> workspace = Workspace(k::Carve<S>(nullptr, n, B, &a));
+  k::Carve<S>(reinterpret_cast<unsigned char*>(workspace.data()), n, B, &a);
+  *a.queue = 0;
+  implicit_emulation::Run(cluster * clusters, k::kFusedThreads, cluster, k::ClusterSharedBytes(n, a.chunk, sizeof(S)),
+                          [&] { k::ClusterPicardKernel<S, R>(a); });
+  return out;
+}
+
+std::string StatusName(double stop) {
+  switch (static_cast<int>(stop)) {
+    case k::kFusedConverged: return TerminationTypeToString(TerminationType::kConverged);
+    case k::kFusedDiverged: return TerminationTypeToString(TerminationType::kDiverged);
+    case k::kFusedStalled: return TerminationTypeToString(TerminationType::kStalled);
+    case k::kFusedNonFinite: return TerminationTypeToString(TerminationType::kNonFinite);
+    case k::kFusedMaxIterations: return TerminationTypeToString(TerminationType::kMaxIterations);
+    default: return "no status (" + std::to_string(stop) + ")";
+  }
+}
+
+// The kernel's outcome against the CPU Picard solver on the same problem.
+template <typename S>
+void CheckAgainstCpu(const Problem& p, const typename PicardSolver<S>::Options& o, const Outcome<S>& kernel,
+                     double agree) {
+  typename ModernHopfieldEnergy<S>::Options eo;
+  eo.beta = static_cast<S>(p.beta);
+  eo.learn_beta = false;
+  const ModernHopfieldEnergy<S> energy(p.patterns.cast<S>(), eo);
+  const CccpMap<S> map(energy);
+  Matrix<S> z = p.queries.cast<S>();
+  const Summary cpu = PicardSolver<S>(o).Solve(map, z);
+  for (Index b = 0; b < p.queries.cols(); ++b) {
+    BOOST_TEST_CONTEXT("sample " << b) {
+      const double* r = kernel.results.data() + 4 * b;
+      BOOST_TEST(StatusName(r[0]) == TerminationTypeToString(cpu.sample_status[b]));
+      BOOST_TEST(std::abs(r[1] - cpu.sample_iterations[b]) <= 1);
+      if (cpu.sample_status[b] == TerminationType::kNonFinite) continue;
+      const double scale = 1 + z.col(b).template cast<double>().norm();
+      BOOST_TEST((kernel.z.col(b) - z.col(b)).template cast<double>().norm() <= agree * scale);
+      BOOST_TEST(std::abs(r[2] - cpu.sample_residual[b]) <= agree * scale);
+    }
+  }
+}
+
+// The cases both kernels are held to, each kernel shape given by `run`.
+template <typename Run>
+void CheckCases(Run run) {
+  PicardSolver<double>::Options o;
+  o.absolute_tolerance = 1e-10;
+  o.max_iterations = 300;
+  const Problem p = MakeProblem(20, 90, 24, 31);
+  BOOST_TEST_CONTEXT("converged, double, one coordinate per lane") {
+    CheckAgainstCpu<double>(p, o, run(p, o, double(), std::integral_constant<int, 1>()), 1e-9);
+  }
+  Problem poisoned = p;
+  poisoned.queries(3, 5) = std::numeric_limits<double>::quiet_NaN();
+  BOOST_TEST_CONTEXT("a NaN in sample 5") {
+    CheckAgainstCpu<double>(poisoned, o, run(poisoned, o, double(), std::integral_constant<int, 1>()), 1e-9);
+  }
+  PicardSolver<double>::Options damped = o;
+  damped.damping = 0.5;
+  damped.use_energy = false;
+  damped.relative_tolerance = 1e-7;
+  BOOST_TEST_CONTEXT("damped, no energy, relative tolerance") {
+    CheckAgainstCpu<double>(p, damped, run(p, damped, double(), std::integral_constant<int, 1>()), 1e-8);
+  }
+  PicardSolver<double>::Options budget = o;
+  budget.absolute_tolerance = 1e-14;
+  budget.max_iterations = 4;
+  BOOST_TEST_CONTEXT("budget: every sample returned at its kept iterate") {
+    CheckAgainstCpu<double>(p, budget, run(p, budget, double(), std::integral_constant<int, 1>()), 1e-12);
+  }
+  const Problem wide = MakeProblem(40, 70, 12, 37);
+  BOOST_TEST_CONTEXT("n = 40: two coordinates per lane") {
+    CheckAgainstCpu<double>(wide, o, run(wide, o, double(), std::integral_constant<int, 2>()), 1e-9);
+  }
+  PicardSolver<float>::Options single;
+  single.absolute_tolerance = 1e-5f;
+  single.max_iterations = 300;
+  BOOST_TEST_CONTEXT("float") {
+    CheckAgainstCpu<float>(p, single, run(p, single, float(), std::integral_constant<int, 1>()), 1e-4);
+  }
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(the_grid_kernel_follows_the_cpu_solver) {
+  CheckCases([](const Problem& p, const auto& o, auto scalar, auto per_lane) {
+    using S = decltype(scalar);
+    return EmulateGrid<S, decltype(per_lane)::value>(p, RulesOf<S>(o), /*chunks=*/2, /*groups=*/2);
+  });
+}
+
+// Two clusters of two blocks holding 8 samples each: the queue hands out the
+// rest as samples stop, and the last ones run on sub-chunks.
+BOOST_AUTO_TEST_CASE(the_cluster_kernel_follows_the_cpu_solver) {
+  CheckCases([](const Problem& p, const auto& o, auto scalar, auto per_lane) {
+    using S = decltype(scalar);
+    return EmulateClusters<S, decltype(per_lane)::value>(p, RulesOf<S>(o), /*cluster=*/2, /*clusters=*/2,
+                                                         /*slots=*/8);
+  });
+}
+
+// Other cluster shapes: one block per cluster (no distributed shared memory),
+// four blocks, a full slot table (more slots than samples).
+BOOST_AUTO_TEST_CASE(every_cluster_shape_follows_the_cpu_solver) {
+  PicardSolver<double>::Options o;
+  o.absolute_tolerance = 1e-10;
+  o.max_iterations = 300;
+  const Problem p = MakeProblem(20, 90, 24, 43);
+  struct Shape {
+    int cluster, clusters, slots;
+  };
+  for (const Shape& s : {Shape{1, 3, 5}, Shape{4, 1, 16}, Shape{2, 1, k::kClusterSlots}}) {
+    BOOST_TEST_CONTEXT("clusters of " << s.cluster << ", " << s.clusters << " clusters, " << s.slots << " slots") {
+      CheckAgainstCpu<double>(p, o, EmulateClusters<double, 1>(p, RulesOf<double>(o), s.cluster, s.clusters, s.slots),
+                              1e-9);
+    }
+  }
+}

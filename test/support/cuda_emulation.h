@@ -1,0 +1,347 @@
+// A CPU emulation of the CUDA execution model, for testing the logic of
+// device kernels on machines without a GPU (CI). Every CUDA thread is a fiber
+// (ucontext) on one OS thread, resumed round-robin; warps, blocks, clusters
+// and the grid synchronise through barriers at which the fibers yield. It
+// covers what lib/cuda/fused_picard_kernels.cuh uses: threadIdx, blockIdx,
+// blockDim, gridDim, __syncthreads, __syncwarp, warp shuffles, votes and
+// ballots over the full warp, __ldcg, atomicAdd, __popc, shared memory
+// (dynamic and static, one arena per block) and cooperative_groups' grid and
+// cluster (sync, block_rank, map_shared_rank).
+//
+// What it cannot show: timing, and memory-ordering or caching bugs (every
+// fiber sees every write at once). A fiber runs from one barrier to the next
+// without interruption, so data races between barriers do not interleave
+// either; compute-sanitizer on a GPU remains the check for those.
+//
+//   #include "support/cuda_emulation.h"     // after every other header
+//   #include "fused_picard_kernels.cuh"
+//   implicit_emulation::Run(/*blocks=*/4, /*threads=*/512, /*cluster=*/2, shared_bytes,
+//                           [&] { SomeKernel<double, 1>(args); });
+#pragma once
+
+#include <ucontext.h>
+
+#include <math.h>  // exp, log, sqrt, fabs, fmax, isfinite in the global namespace, as in CUDA
+
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#if defined(__SANITIZE_ADDRESS__)
+#define IMPLICIT_EMULATION_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define IMPLICIT_EMULATION_ASAN 1
+#endif
+#endif
+#ifdef IMPLICIT_EMULATION_ASAN
+#include <sanitizer/common_interface_defs.h>
+#endif
+
+#define __global__
+#define __device__
+#define __host__
+#define __launch_bounds__(...)
+#define IMPLICIT_HAS_CLUSTERS 1
+#define IMPLICIT_DYNAMIC_SHARED(name) double* name = ::implicit_emulation::DynamicShared()
+#define IMPLICIT_SHARED_ARRAY(type, name, count) type* name = ::implicit_emulation::StaticShared<type>(__LINE__, count)
+
+namespace implicit_emulation {
+
+struct Dim3 {
+  unsigned x = 1, y = 1, z = 1;
+};
+
+struct Fiber;
+
+// A barrier for `expected` fibers: a waiting fiber is not resumed until the
+// last one arrives.
+class Barrier {
+ public:
+  explicit Barrier(int expected = 0) : expected_(expected) {}
+  void Wait();
+
+ private:
+  int expected_;
+  std::vector<Fiber*> waiting_;
+};
+
+struct Warp {
+  Barrier barrier{32};
+  std::uint64_t exchange[2][32] = {};  // alternate collectives use alternate rows
+};
+
+struct Fiber {
+  ucontext_t context;
+  std::unique_ptr<char[]> stack;
+  Dim3 thread, block;
+  int block_index = 0;
+  unsigned collectives = 0;  // this lane's warp collectives so far (their row parity)
+  bool waiting = false;      // at a barrier that has not filled
+  bool finished = false;
+};
+
+constexpr std::size_t kStackBytes = 128 * 1024;
+constexpr std::size_t kStaticSharedBytes = 16 * 1024;
+
+// One kernel launch: its fibers, barriers and shared-memory arenas.
+struct Launch {
+  Dim3 grid, block;
+  int cluster = 1;
+  std::size_t dynamic_bytes = 0;
+  std::function<void()> body;
+  std::vector<Fiber> fibers;
+  std::vector<std::vector<std::uint64_t>> arenas;  // per block: dynamic, then static shared memory
+  std::vector<Barrier> block_barriers, cluster_barriers;
+  Barrier grid_barrier;
+  std::vector<Warp> warps;                 // per block, per warp
+  std::map<int, std::size_t> static_offsets;  // per declaration (line): its offset in the static part
+  std::size_t static_end = 0;
+};
+
+inline Launch* g_launch = nullptr;
+inline Fiber* g_fiber = nullptr;
+inline ucontext_t g_scheduler;
+#ifdef IMPLICIT_EMULATION_ASAN
+inline const void* g_scheduler_stack = nullptr;
+inline std::size_t g_scheduler_stack_size = 0;
+#endif
+
+inline Fiber& Here() { return *g_fiber; }
+inline int Lane() { return static_cast<int>(g_fiber->thread.x % 32); }
+inline Warp& MyWarp() {
+  const int warps = static_cast<int>((g_launch->block.x + 31) / 32);
+  return g_launch->warps[static_cast<std::size_t>(g_fiber->block_index) * warps + g_fiber->thread.x / 32];
+}
+
+// Back to the scheduler; returns when the scheduler resumes this fiber.
+inline void Yield() {
+#ifdef IMPLICIT_EMULATION_ASAN
+  void* fake = nullptr;
+  __sanitizer_start_switch_fiber(&fake, g_scheduler_stack, g_scheduler_stack_size);
+  swapcontext(&g_fiber->context, &g_scheduler);
+  __sanitizer_finish_switch_fiber(fake, &g_scheduler_stack, &g_scheduler_stack_size);
+#else
+  swapcontext(&g_fiber->context, &g_scheduler);
+#endif
+}
+
+inline void Barrier::Wait() {
+  if (static_cast<int>(waiting_.size()) + 1 == expected_) {  // the last one releases the others
+    for (Fiber* f : waiting_) f->waiting = false;
+    waiting_.clear();
+    return;
+  }
+  waiting_.push_back(g_fiber);
+  g_fiber->waiting = true;
+  Yield();
+}
+
+inline void FiberMain() {
+#ifdef IMPLICIT_EMULATION_ASAN
+  __sanitizer_finish_switch_fiber(nullptr, &g_scheduler_stack, &g_scheduler_stack_size);
+#endif
+  g_launch->body();
+  g_fiber->finished = true;
+#ifdef IMPLICIT_EMULATION_ASAN
+  __sanitizer_start_switch_fiber(nullptr, g_scheduler_stack, g_scheduler_stack_size);
+#endif
+  // returning resumes uc_link, the scheduler
+}
+
+// A fiber's stack and its context, starting at FiberMain (a function of its
+// own: getcontext returns twice).
+__attribute__((noinline)) inline void Prepare(Fiber* f) {
+  f->stack.reset(new char[kStackBytes]);
+  getcontext(&f->context);
+  f->context.uc_stack.ss_sp = f->stack.get();
+  f->context.uc_stack.ss_size = kStackBytes;
+  f->context.uc_link = &g_scheduler;
+  makecontext(&f->context, FiberMain, 0);
+}
+
+// Runs `body` as a kernel of `blocks` blocks of `threads` threads in clusters
+// of `cluster` blocks, with `dynamic_bytes` of dynamic shared memory per
+// block. Throws std::runtime_error when the fibers deadlock (every one waits
+// at a barrier that can no longer fill).
+inline void Run(int blocks, int threads, int cluster, std::size_t dynamic_bytes, std::function<void()> body) {
+  if (blocks < 1 || threads < 1 || cluster < 1 || blocks % cluster != 0)
+    throw std::invalid_argument("emulated launch: bad shape");
+  Launch launch;
+  launch.grid.x = static_cast<unsigned>(blocks);
+  launch.block.x = static_cast<unsigned>(threads);
+  launch.cluster = cluster;
+  launch.dynamic_bytes = (dynamic_bytes + 255) / 256 * 256;
+  launch.body = std::move(body);
+  const std::size_t arena_words = (launch.dynamic_bytes + kStaticSharedBytes) / sizeof(std::uint64_t);
+  launch.arenas.assign(static_cast<std::size_t>(blocks), std::vector<std::uint64_t>(arena_words, 0));
+  launch.block_barriers.assign(static_cast<std::size_t>(blocks), Barrier(threads));
+  launch.cluster_barriers.assign(static_cast<std::size_t>(blocks / cluster), Barrier(threads * cluster));
+  launch.grid_barrier = Barrier(threads * blocks);
+  launch.warps.resize(static_cast<std::size_t>(blocks) * ((threads + 31) / 32));
+  if (threads % 32 != 0) throw std::invalid_argument("emulated launch: whole warps only");
+  launch.fibers.resize(static_cast<std::size_t>(blocks) * threads);
+  g_launch = &launch;
+  for (int b = 0; b < blocks; ++b) {
+    for (int t = 0; t < threads; ++t) {
+      Fiber& f = launch.fibers[static_cast<std::size_t>(b) * threads + t];
+      f.thread.x = static_cast<unsigned>(t);
+      f.block.x = static_cast<unsigned>(b);
+      f.block_index = b;
+      Prepare(&f);
+    }
+  }
+  std::size_t remaining = launch.fibers.size();
+  while (remaining > 0) {
+    bool resumed = false;
+    for (Fiber& f : launch.fibers) {
+      if (f.finished || f.waiting) continue;
+      resumed = true;
+      g_fiber = &f;
+#ifdef IMPLICIT_EMULATION_ASAN
+      void* fake = nullptr;
+      __sanitizer_start_switch_fiber(&fake, f.stack.get(), kStackBytes);
+      swapcontext(&g_scheduler, &f.context);
+      __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+#else
+      swapcontext(&g_scheduler, &f.context);
+#endif
+      if (f.finished) --remaining;
+    }
+    if (remaining > 0 && !resumed) {
+      g_launch = nullptr;
+      throw std::runtime_error("emulated kernel deadlocked: every thread waits at a barrier");
+    }
+  }
+  g_launch = nullptr;
+  g_fiber = nullptr;
+}
+
+inline double* DynamicShared() {
+  return reinterpret_cast<double*>(g_launch->arenas[static_cast<std::size_t>(g_fiber->block_index)].data());
+}
+
+// A `__shared__ T name[count]` declaration (one per source line): the same
+// offset in every block's arena.
+template <typename T>
+T* StaticShared(int line, std::size_t count) {
+  Launch& l = *g_launch;
+  auto at = l.static_offsets.find(line);
+  if (at == l.static_offsets.end()) {
+    const std::size_t offset = (l.static_end + 15) / 16 * 16;
+    l.static_end = offset + sizeof(T) * count;
+    if (l.static_end > kStaticSharedBytes) throw std::length_error("emulated static shared memory exhausted");
+    at = l.static_offsets.emplace(line, offset).first;
+  }
+  auto* base = reinterpret_cast<unsigned char*>(l.arenas[static_cast<std::size_t>(g_fiber->block_index)].data());
+  return reinterpret_cast<T*>(base + l.dynamic_bytes + at->second);
+}
+
+// A warp collective: every lane deposits `value`, waits for the others, and
+// `pick` reads the deposits.
+template <typename T, typename Pick>
+auto Collective(T value, Pick pick) {
+  static_assert(sizeof(T) <= sizeof(std::uint64_t), "a warp collective moves at most 8 bytes a lane");
+  Warp& w = MyWarp();
+  const unsigned row = g_fiber->collectives++ & 1u;
+  std::uint64_t bits = 0;
+  std::memcpy(&bits, &value, sizeof(T));
+  w.exchange[row][Lane()] = bits;
+  w.barrier.Wait();
+  return pick(w.exchange[row]);
+}
+template <typename T>
+T ValueOf(const std::uint64_t* row, int lane) {
+  T v;
+  std::memcpy(&v, &row[lane], sizeof(T));
+  return v;
+}
+
+}  // namespace implicit_emulation
+
+#define threadIdx (::implicit_emulation::Here().thread)
+#define blockIdx (::implicit_emulation::Here().block)
+#define blockDim (::implicit_emulation::g_launch->block)
+#define gridDim (::implicit_emulation::g_launch->grid)
+
+inline void __syncthreads() {
+  implicit_emulation::g_launch->block_barriers[static_cast<std::size_t>(implicit_emulation::Here().block_index)].Wait();
+}
+inline void __syncwarp(unsigned = 0xffffffffu) { implicit_emulation::MyWarp().barrier.Wait(); }
+template <typename T>
+T __shfl_sync(unsigned, T value, int source) {
+  return implicit_emulation::Collective(
+      value, [&](const std::uint64_t* row) { return implicit_emulation::ValueOf<T>(row, source & 31); });
+}
+template <typename T>
+T __shfl_xor_sync(unsigned, T value, int mask) {
+  const int lane = implicit_emulation::Lane();
+  return implicit_emulation::Collective(
+      value, [&](const std::uint64_t* row) { return implicit_emulation::ValueOf<T>(row, (lane ^ mask) & 31); });
+}
+template <typename T>
+T __shfl_down_sync(unsigned, T value, unsigned delta) {
+  const int lane = implicit_emulation::Lane(), source = lane + static_cast<int>(delta);
+  return implicit_emulation::Collective(
+      value, [&](const std::uint64_t* row) { return implicit_emulation::ValueOf<T>(row, source < 32 ? source : lane); });
+}
+inline unsigned __ballot_sync(unsigned, int predicate) {
+  return implicit_emulation::Collective(predicate != 0 ? 1 : 0, [](const std::uint64_t* row) {
+    unsigned bits = 0;
+    for (int lane = 0; lane < 32; ++lane)
+      if (row[lane] != 0) bits |= 1u << lane;
+    return bits;
+  });
+}
+inline int __any_sync(unsigned mask, int predicate) { return __ballot_sync(mask, predicate) != 0; }
+inline int __all_sync(unsigned mask, int predicate) { return __ballot_sync(mask, predicate) == 0xffffffffu; }
+inline int __popc(unsigned v) { return __builtin_popcount(v); }
+template <typename T>
+T __ldcg(const T* p) {
+  return *p;
+}
+inline int atomicAdd(int* p, int v) {
+  const int old = *p;
+  *p += v;
+  return old;
+}
+inline int min(int a, int b) { return a < b ? a : b; }
+inline int max(int a, int b) { return a > b ? a : b; }
+
+namespace cooperative_groups {
+class grid_group {
+ public:
+  void sync() const { implicit_emulation::g_launch->grid_barrier.Wait(); }
+};
+class cluster_group {
+ public:
+  void sync() const {
+    implicit_emulation::g_launch->cluster_barriers[static_cast<std::size_t>(implicit_emulation::Here().block_index /
+                                                                            implicit_emulation::g_launch->cluster)]
+        .Wait();
+  }
+  unsigned block_rank() const {
+    return static_cast<unsigned>(implicit_emulation::Here().block_index % implicit_emulation::g_launch->cluster);
+  }
+  // The address in block `rank` of the cluster of this block's shared `p`.
+  template <typename T>
+  T* map_shared_rank(T* p, unsigned rank) const {
+    auto& launch = *implicit_emulation::g_launch;
+    const int mine = implicit_emulation::Here().block_index;
+    const int target = mine / launch.cluster * launch.cluster + static_cast<int>(rank);
+    auto* from = reinterpret_cast<unsigned char*>(launch.arenas[static_cast<std::size_t>(mine)].data());
+    auto* to = reinterpret_cast<unsigned char*>(launch.arenas[static_cast<std::size_t>(target)].data());
+    const std::ptrdiff_t offset = reinterpret_cast<unsigned char*>(p) - from;
+    if (offset < 0 || static_cast<std::size_t>(offset) >= launch.arenas[0].size() * sizeof(std::uint64_t))
+      throw std::out_of_range("map_shared_rank: not a shared-memory address");
+    return reinterpret_cast<T*>(to + offset);
+  }
+};
+inline grid_group this_grid() { return {}; }
+inline cluster_group this_cluster() { return {}; }
+}  // namespace cooperative_groups
