@@ -93,10 +93,10 @@ constexpr std::size_t kStaticSharedBytes = 16 * 1024;
 struct Launch {
   Dim3 grid, block;
   int cluster = 1;
-  std::size_t dynamic_bytes = 0;
   std::function<void()> body;
   std::vector<Fiber> fibers;
-  std::vector<std::vector<std::uint64_t>> arenas;  // per block: dynamic, then static shared memory
+  std::vector<std::vector<std::uint64_t>> arenas;  // per block: static, then dynamic shared memory (at the
+                                                   // end: an address sanitizer sees overruns)
   std::vector<Barrier> block_barriers, cluster_barriers;
   Barrier grid_barrier;
   std::vector<Warp> warps;                 // per block, per warp
@@ -176,9 +176,8 @@ inline void Run(int blocks, int threads, int cluster, std::size_t dynamic_bytes,
   launch.grid.x = static_cast<unsigned>(blocks);
   launch.block.x = static_cast<unsigned>(threads);
   launch.cluster = cluster;
-  launch.dynamic_bytes = (dynamic_bytes + 255) / 256 * 256;
   launch.body = std::move(body);
-  const std::size_t arena_words = (launch.dynamic_bytes + kStaticSharedBytes) / sizeof(std::uint64_t);
+  const std::size_t arena_words = (kStaticSharedBytes + dynamic_bytes + 7) / sizeof(std::uint64_t);
   launch.arenas.assign(static_cast<std::size_t>(blocks), std::vector<std::uint64_t>(arena_words, 0));
   launch.block_barriers.assign(static_cast<std::size_t>(blocks), Barrier(threads));
   launch.cluster_barriers.assign(static_cast<std::size_t>(blocks / cluster), Barrier(threads * cluster));
@@ -223,7 +222,8 @@ inline void Run(int blocks, int threads, int cluster, std::size_t dynamic_bytes,
 }
 
 inline double* DynamicShared() {
-  return reinterpret_cast<double*>(g_launch->arenas[static_cast<std::size_t>(g_fiber->block_index)].data());
+  return reinterpret_cast<double*>(g_launch->arenas[static_cast<std::size_t>(g_fiber->block_index)].data() +
+                                   kStaticSharedBytes / sizeof(std::uint64_t));
 }
 
 // A `__shared__ T name[count]` declaration (one per source line): the same
@@ -239,7 +239,7 @@ T* StaticShared(int line, std::size_t count) {
     at = l.static_offsets.emplace(line, offset).first;
   }
   auto* base = reinterpret_cast<unsigned char*>(l.arenas[static_cast<std::size_t>(g_fiber->block_index)].data());
-  return reinterpret_cast<T*>(base + l.dynamic_bytes + at->second);
+  return reinterpret_cast<T*>(base + at->second);
 }
 
 // A warp collective: every lane deposits `value`, waits for the others, and
