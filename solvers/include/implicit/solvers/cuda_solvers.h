@@ -75,7 +75,8 @@ class DeviceSolver {
 // from a queue as one stops: no grid-wide barrier), message ending with
 // kClusterLoopNote; where it does not apply, as kFusedWhenPossible, with the
 // reason in the message. Not the default yet: it was written without a GPU at
-// hand and has not been run or measured (docs/gpu.md).
+// hand and has run only under a CPU emulation of CUDA, not on a GPU
+// (docs/gpu.md).
 enum class DeviceLoop { kFusedWhenPossible, kHostJudged, kClustersWhenPossible };
 inline constexpr const char* kFusedLoopNote = "fused device loop";
 inline constexpr const char* kClusterLoopNote = "fused device loop in thread-block clusters";
