@@ -147,7 +147,8 @@ bool PlanClusterHopfieldPicard(int n, int N, int batch, FusedPicardPlan* plan, c
                                 ? d.shared_limit - attributes.sharedSizeBytes
                                 : 0;
   const ClusterShape shape = ChooseClusterShape(n, N, batch, sizeof(S), d.sms, limit, kMaxClusterBlocks);
-  if (shape.cluster == 0) return no("a cluster's share of the patterns and its working arrays do not fit in shared memory");
+  if (shape.cluster == 0)
+    return no("a cluster's share of the patterns and its working arrays do not fit in shared memory");
   *plan = FusedPicardPlan{};
   plan->pattern_chunks = shape.cluster;
   plan->chunk = shape.chunk;

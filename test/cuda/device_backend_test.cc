@@ -420,7 +420,8 @@ BOOST_AUTO_TEST_CASE(too_many_patterns_for_a_cluster_fall_back_to_the_grid_kerne
   BOOST_TEST_INFO("message: " << s.message);
   BOOST_TEST(RanFused(s));
   BOOST_TEST(!RanClusters(s));
-  BOOST_TEST(s.message.find("no clusters: a cluster's share of the patterns and its working arrays do not fit") != std::string::npos);
+  const std::string reason = "no clusters: a cluster's share of the patterns and its working arrays do not fit";
+  BOOST_TEST(s.message.find(reason) != std::string::npos);
 }
 
 // The cluster kernel's shape (host code: runs without a device). Device facts

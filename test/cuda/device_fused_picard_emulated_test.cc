@@ -13,6 +13,7 @@
 
 #include <implicit/core/energy_maps.h>
 #include <implicit/layers/modern_hopfield_energy.h>
+#include <implicit/solvers/internal/fused_rules.h>
 #include <implicit/solvers/picard.h>
 
 #include "support/test_problems.h"
@@ -31,6 +32,7 @@
 namespace {
 
 using namespace implicit;
+using implicit::internal::FusedRules;
 namespace k = implicit::cuda::internal;
 
 struct Problem {
@@ -53,19 +55,6 @@ struct Outcome {
   Matrix<S> z;
   std::vector<double> results;
 };
-
-template <typename S>
-k::FusedPicardRules RulesOf(const typename PicardSolver<S>::Options& o) {
-  k::FusedPicardRules rules;
-  rules.max_iterations = o.max_iterations;
-  rules.absolute_tolerance = o.absolute_tolerance;
-  rules.relative_tolerance = o.relative_tolerance;
-  rules.divergence_threshold = o.divergence_threshold;
-  rules.max_stall_iterations = o.max_stall_iterations;
-  rules.use_energy = o.use_energy;
-  rules.damping = o.damping;
-  return rules;
-}
 
 // The kernels' workspace: 8-byte words, the carving's 256-byte alignment
 // relative to its start.
@@ -192,7 +181,7 @@ void CheckCases(Run run) {
 BOOST_AUTO_TEST_CASE(the_grid_kernel_follows_the_cpu_solver) {
   CheckCases([](const Problem& p, const auto& o, auto scalar, auto per_lane) {
     using S = decltype(scalar);
-    return EmulateGrid<S, decltype(per_lane)::value>(p, RulesOf<S>(o), /*chunks=*/2, /*groups=*/2);
+    return EmulateGrid<S, decltype(per_lane)::value>(p, FusedRules<S>(o), /*chunks=*/2, /*groups=*/2);
   });
 }
 
@@ -201,8 +190,8 @@ BOOST_AUTO_TEST_CASE(the_grid_kernel_follows_the_cpu_solver) {
 BOOST_AUTO_TEST_CASE(the_cluster_kernel_follows_the_cpu_solver) {
   CheckCases([](const Problem& p, const auto& o, auto scalar, auto per_lane) {
     using S = decltype(scalar);
-    return EmulateClusters<S, decltype(per_lane)::value>(p, RulesOf<S>(o), /*cluster=*/2, /*clusters=*/2,
-                                                         /*slots=*/8);
+    constexpr int R = decltype(per_lane)::value;
+    return EmulateClusters<S, R>(p, FusedRules<S>(o), /*cluster=*/2, /*clusters=*/2, /*slots=*/8);
   });
 }
 
@@ -218,8 +207,8 @@ BOOST_AUTO_TEST_CASE(every_cluster_shape_follows_the_cpu_solver) {
   };
   for (const Shape& s : {Shape{1, 3, 5}, Shape{4, 1, 16}, Shape{2, 1, k::kClusterSlots}}) {
     BOOST_TEST_CONTEXT("clusters of " << s.cluster << ", " << s.clusters << " clusters, " << s.slots << " slots") {
-      CheckAgainstCpu<double>(p, o, EmulateClusters<double, 1>(p, RulesOf<double>(o), s.cluster, s.clusters, s.slots),
-                              1e-9);
+      const auto kernel = EmulateClusters<double, 1>(p, FusedRules<double>(o), s.cluster, s.clusters, s.slots);
+      CheckAgainstCpu<double>(p, o, kernel, 1e-9);
     }
   }
 }

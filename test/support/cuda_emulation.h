@@ -288,7 +288,9 @@ template <typename T>
 T __shfl_down_sync(unsigned, T value, unsigned delta) {
   const int lane = implicit_emulation::Lane(), source = lane + static_cast<int>(delta);
   return implicit_emulation::Collective(
-      value, [&](const std::uint64_t* row) { return implicit_emulation::ValueOf<T>(row, source < 32 ? source : lane); });
+      value, [&](const std::uint64_t* row) {
+        return implicit_emulation::ValueOf<T>(row, source < 32 ? source : lane);
+      });
 }
 inline unsigned __ballot_sync(unsigned, int predicate) {
   return implicit_emulation::Collective(predicate != 0 ? 1 : 0, [](const std::uint64_t* row) {

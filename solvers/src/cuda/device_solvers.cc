@@ -10,6 +10,7 @@
 #include <implicit/solvers/cuda_solvers.h>
 #include <implicit/solvers/internal/batch_monitor.h>
 #include <implicit/solvers/internal/device_staging.h>
+#include <implicit/solvers/internal/fused_rules.h>
 #include <implicit/solvers/internal/guarded_step.h>
 #include <implicit/solvers/registry.h>
 
@@ -317,14 +318,7 @@ std::optional<Summary> SolveFused(Context& context, const DeviceMap<S>& map, Dev
     *why_not = reason;
     return std::nullopt;
   }
-  internal::FusedPicardRules rules;
-  rules.max_iterations = options.max_iterations;
-  rules.absolute_tolerance = options.absolute_tolerance;
-  rules.relative_tolerance = options.relative_tolerance;
-  rules.divergence_threshold = options.divergence_threshold;
-  rules.max_stall_iterations = options.max_stall_iterations;
-  rules.use_energy = options.use_energy;
-  rules.damping = options.damping;
+  const internal::FusedPicardRules rules = implicit::internal::FusedRules<S>(options);
   internal::DeviceStaging staging(context, {internal::kSlotUpload, internal::kPinnedUpload, 16},
                                   {internal::kSlotDownload, internal::kPinnedDownload, 4 * static_cast<std::size_t>(batch)});
   void* workspace = context.Workspace(internal::kSlotFusedPicard, plan.workspace_bytes);
@@ -333,7 +327,9 @@ std::optional<Summary> SolveFused(Context& context, const DeviceMap<S>& map, Dev
          workspace, staging.results());
   Summary summary = FusedSummary(name, staging.Download(4 * static_cast<std::size_t>(batch)), batch, start,
                                  clusters ? kClusterLoopNote : kFusedLoopNote);
-  if (loop == DeviceLoop::kClustersWhenPossible && !clusters) summary.message += " (no clusters: " + cluster_reason + ")";
+  if (loop == DeviceLoop::kClustersWhenPossible && !clusters) {
+    summary.message += " (no clusters: " + cluster_reason + ")";
+  }
   return summary;
 }
 
