@@ -196,16 +196,18 @@ BOOST_AUTO_TEST_CASE(the_cluster_kernel_follows_the_cpu_solver) {
 }
 
 // Other cluster shapes: one block per cluster (no distributed shared memory),
-// four blocks, a full slot table (more slots than samples).
+// four blocks, a full slot table with 60 samples (up to four per warp in
+// phase A; more positions than a one-block cluster has judging warps).
 BOOST_AUTO_TEST_CASE(every_cluster_shape_follows_the_cpu_solver) {
   PicardSolver<double>::Options o;
   o.absolute_tolerance = 1e-10;
   o.max_iterations = 300;
-  const Problem p = MakeProblem(20, 90, 24, 43);
+  const Problem p = MakeProblem(20, 90, 60, 43);
   struct Shape {
     int cluster, clusters, slots;
   };
-  for (const Shape& s : {Shape{1, 3, 5}, Shape{4, 1, 16}, Shape{2, 1, k::kClusterSlots}}) {
+  const int all = k::kClusterSlots;
+  for (const Shape& s : {Shape{1, 3, 5}, Shape{4, 1, 16}, Shape{1, 1, all}, Shape{2, 1, all}}) {
     BOOST_TEST_CONTEXT("clusters of " << s.cluster << ", " << s.clusters << " clusters, " << s.slots << " slots") {
       const auto kernel = EmulateClusters<double, 1>(p, FusedRules<double>(o), s.cluster, s.clusters, s.slots);
       CheckAgainstCpu<double>(p, o, kernel, 1e-9);
