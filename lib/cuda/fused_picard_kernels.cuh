@@ -35,6 +35,8 @@
 // active than a block has warps, the warps split each block's chunk further
 // (q sub-chunks per sample, combined in the block before the cluster barrier),
 // so the last, slow samples of a batch still use every warp of their cluster.
+// (Written without a GPU at hand: it has run under the CPU emulation, where it
+// follows the CPU solver, but not yet on a GPU; docs/gpu.md.)
 #pragma once
 
 #include <implicit/core/cuda_kernel_support.cuh>
