@@ -151,7 +151,7 @@ void AndersonPropose(cudaStream_t stream, const AndersonState& state, const S* z
 // Clears the history of the listed samples (count = next = 0).
 void AndersonReset(cudaStream_t stream, const AndersonState& state, const int* columns, int count);
 
-// ---- the fused Picard loops of the softmax Hopfield map (lib/cuda/fused_picard.cu) ----
+// ---- the fused Picard loops of the softmax Hopfield map (lib/cuda/fused_picard*) ----
 // One kernel runs a whole damped Picard solve
 // z_b <- z_b + damping (X softmax(beta X^T z_b) - z_b) of every sample and
 // judges each sample on the device after each evaluation by the forward rules
@@ -195,7 +195,8 @@ template <typename S>
 bool PlanFusedHopfieldPicard(int n, int N, int batch, FusedPicardPlan* plan, const char** why_not);
 // Plans the cluster kernel; false (with the reason) when n > 256, the device
 // or the build has no thread-block clusters (sm_90), or a cluster of
-// kMaxClusterBlocks blocks cannot hold the patterns in shared memory.
+// kMaxClusterBlocks blocks cannot hold the patterns and its working arrays in
+// shared memory.
 template <typename S>
 bool PlanClusterHopfieldPicard(int n, int N, int batch, FusedPicardPlan* plan, const char** why_not);
 // Solve in place (z: n x batch) with the planned kernel. workspace:
@@ -222,9 +223,10 @@ struct ClusterShape {
 // The shape for n x N patterns of scalar_bytes scalars and a batch of B on a
 // device with `sms` multiprocessors and shared_limit bytes of dynamic shared
 // memory per block: the smallest cluster (1, 2, 4, ... <= max_cluster blocks)
-// whose share of the patterns fits, doubled while sms / cluster clusters
-// still hold the whole batch in flight (the last, slowest samples of a batch
-// then run on more multiprocessors). Host code; no device needed.
+// whose share of the patterns fits with the working arrays, doubled while
+// sms / cluster clusters still hold the whole batch in flight (the last,
+// slowest samples of a batch then run on more multiprocessors). Host code; no
+// device needed.
 ClusterShape ChooseClusterShape(int n, int N, int batch, std::size_t scalar_bytes, int sms, std::size_t shared_limit,
                                 int max_cluster);
 
