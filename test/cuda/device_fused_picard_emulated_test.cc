@@ -60,9 +60,10 @@ struct Outcome {
 // relative to its start.
 std::vector<std::uint64_t> Workspace(std::size_t bytes) { return std::vector<std::uint64_t>(bytes / 8 + 1, 0); }
 
-// The grid kernel with `chunks` pattern chunks and `groups` sample groups.
+// The grid kernel with `chunks` pattern chunks and `groups` sample groups;
+// seed: the emulation's resume order (0: thread order, else shuffled).
 template <typename S, int R>
-Outcome<S> EmulateGrid(const Problem& p, const k::FusedPicardRules& rules, int chunks, int groups) {
+Outcome<S> EmulateGrid(const Problem& p, const k::FusedPicardRules& rules, int chunks, int groups, unsigned seed) {
   const int n = static_cast<int>(p.patterns.rows()), N = static_cast<int>(p.patterns.cols());
   const int B = static_cast<int>(p.queries.cols());
   const Matrix<S> X = p.patterns.cast<S>();
@@ -76,14 +77,15 @@ Outcome<S> EmulateGrid(const Problem& p, const k::FusedPicardRules& rules, int c
   std::vector<std::uint64_t> workspace = Workspace(k::Carve<S>(nullptr, n, B, a.chunks, blocks, &a));
   k::Carve<S>(reinterpret_cast<unsigned char*>(workspace.data()), n, B, a.chunks, blocks, &a);
   implicit_emulation::Run(blocks, k::kFusedThreads, 1, k::GridSharedBytes(n, a.chunk, sizeof(S)),
-                          [&] { k::FusedPicardKernel<S, R>(a); });
+                          [&] { k::FusedPicardKernel<S, R>(a); }, seed);
   return out;
 }
 
 // The cluster kernel with `clusters` clusters of `cluster` blocks, each
-// keeping `slots` samples in flight.
+// keeping `slots` samples in flight; seed as above.
 template <typename S, int R>
-Outcome<S> EmulateClusters(const Problem& p, const k::FusedPicardRules& rules, int cluster, int clusters, int slots) {
+Outcome<S> EmulateClusters(const Problem& p, const k::FusedPicardRules& rules, int cluster, int clusters, int slots,
+                           unsigned seed) {
   const int n = static_cast<int>(p.patterns.rows()), N = static_cast<int>(p.patterns.cols());
   const int B = static_cast<int>(p.queries.cols());
   const Matrix<S> X = p.patterns.cast<S>();
@@ -97,7 +99,7 @@ Outcome<S> EmulateClusters(const Problem& p, const k::FusedPicardRules& rules, i
   k::Carve<S>(reinterpret_cast<unsigned char*>(workspace.data()), n, B, &a);
   *a.queue = 0;
   implicit_emulation::Run(cluster * clusters, k::kFusedThreads, cluster, k::ClusterSharedBytes(n, a.chunk, sizeof(S)),
-                          [&] { k::ClusterPicardKernel<S, R>(a); });
+                          [&] { k::ClusterPicardKernel<S, R>(a); }, seed);
   return out;
 }
 
@@ -181,7 +183,8 @@ void CheckCases(Run run) {
 BOOST_AUTO_TEST_CASE(the_grid_kernel_follows_the_cpu_solver) {
   CheckCases([](const Problem& p, const auto& o, auto scalar, auto per_lane) {
     using S = decltype(scalar);
-    return EmulateGrid<S, decltype(per_lane)::value>(p, FusedRules<S>(o), /*chunks=*/2, /*groups=*/2);
+    return EmulateGrid<S, decltype(per_lane)::value>(p, FusedRules<S>(o), /*chunks=*/2, /*groups=*/2,
+                                                     /*seed=*/7);
   });
 }
 
@@ -191,7 +194,7 @@ BOOST_AUTO_TEST_CASE(the_cluster_kernel_follows_the_cpu_solver) {
   CheckCases([](const Problem& p, const auto& o, auto scalar, auto per_lane) {
     using S = decltype(scalar);
     constexpr int R = decltype(per_lane)::value;
-    return EmulateClusters<S, R>(p, FusedRules<S>(o), /*cluster=*/2, /*clusters=*/2, /*slots=*/8);
+    return EmulateClusters<S, R>(p, FusedRules<S>(o), /*cluster=*/2, /*clusters=*/2, /*slots=*/8, /*seed=*/11);
   });
 }
 
@@ -205,11 +208,14 @@ BOOST_AUTO_TEST_CASE(every_cluster_shape_follows_the_cpu_solver) {
   const Problem p = MakeProblem(20, 90, 60, 43);
   struct Shape {
     int cluster, clusters, slots;
+    unsigned seed;  // 0: the fibers in thread order
   };
   const int all = k::kClusterSlots;
-  for (const Shape& s : {Shape{1, 3, 5}, Shape{4, 1, 16}, Shape{1, 1, all}, Shape{2, 1, all}}) {
-    BOOST_TEST_CONTEXT("clusters of " << s.cluster << ", " << s.clusters << " clusters, " << s.slots << " slots") {
-      const auto kernel = EmulateClusters<double, 1>(p, FusedRules<double>(o), s.cluster, s.clusters, s.slots);
+  for (const Shape& s : {Shape{1, 3, 5, 0}, Shape{4, 1, 16, 3}, Shape{1, 1, all, 5}, Shape{2, 1, all, 0}}) {
+    BOOST_TEST_CONTEXT("clusters of " << s.cluster << ", " << s.clusters << " clusters, " << s.slots << " slots, seed "
+                                      << s.seed) {
+      const auto kernel =
+          EmulateClusters<double, 1>(p, FusedRules<double>(o), s.cluster, s.clusters, s.slots, s.seed);
       CheckAgainstCpu<double>(p, o, kernel, 1e-9);
     }
   }

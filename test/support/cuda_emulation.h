@@ -23,11 +23,13 @@
 
 #include <math.h>  // exp, log, sqrt, fabs, fmax, isfinite in the global namespace, as in CUDA
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <functional>
 #include <map>
 #include <memory>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -167,9 +169,13 @@ __attribute__((noinline)) inline void Prepare(Fiber* f) {
 
 // Runs `body` as a kernel of `blocks` blocks of `threads` threads in clusters
 // of `cluster` blocks, with `dynamic_bytes` of dynamic shared memory per
-// block. Throws std::runtime_error when the fibers deadlock (every one waits
-// at a barrier that can no longer fill).
-inline void Run(int blocks, int threads, int cluster, std::size_t dynamic_bytes, std::function<void()> body) {
+// block. seed 0 resumes the fibers in thread order; any other seed in an
+// order shuffled afresh on every pass (a GPU promises no order between warps
+// or blocks: a read that only works when its writer happens to run first
+// shows up). Throws std::runtime_error when the fibers deadlock (every one
+// waits at a barrier that can no longer fill).
+inline void Run(int blocks, int threads, int cluster, std::size_t dynamic_bytes, std::function<void()> body,
+                unsigned seed = 0) {
   if (blocks < 1 || threads < 1 || cluster < 1 || blocks % cluster != 0)
     throw std::invalid_argument("emulated launch: bad shape");
   Launch launch;
@@ -196,9 +202,14 @@ inline void Run(int blocks, int threads, int cluster, std::size_t dynamic_bytes,
     }
   }
   std::size_t remaining = launch.fibers.size();
+  std::vector<std::size_t> order(launch.fibers.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::mt19937 shuffle(seed);
   while (remaining > 0) {
     bool resumed = false;
-    for (Fiber& f : launch.fibers) {
+    if (seed != 0) std::shuffle(order.begin(), order.end(), shuffle);
+    for (std::size_t i : order) {
+      Fiber& f = launch.fibers[i];
       if (f.finished || f.waiting) continue;
       resumed = true;
       g_fiber = &f;
