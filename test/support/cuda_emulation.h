@@ -173,7 +173,9 @@ __attribute__((noinline)) inline void Prepare(Fiber* f) {
 // order shuffled afresh on every pass (a GPU promises no order between warps
 // or blocks: a read that only works when its writer happens to run first
 // shows up). Throws std::runtime_error when the fibers deadlock (every one
-// waits at a barrier that can no longer fill).
+// waits at a barrier that can no longer fill). An exception inside the kernel
+// (a bad map_shared_rank address, static shared memory exhausted) ends the
+// process, as a device fault ends a GPU context.
 inline void Run(int blocks, int threads, int cluster, std::size_t dynamic_bytes, std::function<void()> body,
                 unsigned seed = 0) {
   if (blocks < 1 || threads < 1 || cluster < 1 || blocks % cluster != 0)
