@@ -313,9 +313,12 @@ std::optional<Summary> SolveFused(Context& context, const DeviceMap<S>& map, Dev
   const char* reason = nullptr;
   const bool clusters = loop == DeviceLoop::kClustersWhenPossible &&
                         internal::PlanClusterHopfieldPicard<S>(n, N, batch, &plan, &reason);
-  std::string cluster_reason = reason != nullptr ? reason : "";
+  // Why the cluster kernel was not used, for the message of whichever loop runs.
+  const std::string no_clusters = loop == DeviceLoop::kClustersWhenPossible && !clusters
+                                      ? std::string(" (no clusters: ") + (reason != nullptr ? reason : "") + ")"
+                                      : std::string();
   if (!clusters && !internal::PlanFusedHopfieldPicard<S>(n, N, batch, &plan, &reason)) {
-    *why_not = reason;
+    *why_not = reason + no_clusters;
     return std::nullopt;
   }
   const internal::FusedPicardRules rules = implicit::internal::FusedRules<S>(options);
@@ -327,9 +330,7 @@ std::optional<Summary> SolveFused(Context& context, const DeviceMap<S>& map, Dev
          workspace, staging.results());
   Summary summary = FusedSummary(name, staging.Download(4 * static_cast<std::size_t>(batch)), batch, start,
                                  clusters ? kClusterLoopNote : kFusedLoopNote);
-  if (loop == DeviceLoop::kClustersWhenPossible && !clusters) {
-    summary.message += " (no clusters: " + cluster_reason + ")";
-  }
+  summary.message += no_clusters;
   return summary;
 }
 
