@@ -3,6 +3,8 @@
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
+#include <type_traits>
+
 #include "fused_picard_kernels.cuh"
 
 namespace implicit {
@@ -168,6 +170,7 @@ bool PlanClusterHopfieldPicard(int n, int N, int batch, FusedPicardPlan* plan, c
   plan->sample_groups = clusters;
   const int slots = (batch + clusters - 1) / clusters;
   plan->slots = slots < kClusterSlots ? slots : kClusterSlots;
+  plan->tensor_cores = std::is_same<S, double>::value;
   ClusterArgs<S> a{};
   plan->workspace_bytes = Carve<S>(nullptr, n, batch, &a);
   return true;
@@ -198,6 +201,7 @@ void ClusterHopfieldPicard(cudaStream_t stream, const FusedPicardPlan& plan, con
   a.cluster = plan.pattern_chunks;
   a.chunk = plan.chunk;
   a.slots = plan.slots;
+  a.tensor_cores = plan.tensor_cores;
   Carve<S>(static_cast<unsigned char*>(workspace), n, batch, &a);
   CheckCall(cudaMemsetAsync(a.queue, 0, sizeof(int), stream), "the cluster Picard kernel's queue");
   cudaLaunchAttribute attribute;

@@ -35,6 +35,10 @@
 // active than a block has warps, the warps split each block's chunk further
 // (q sub-chunks per sample, combined in the block before the cluster barrier),
 // so the last, slow samples of a batch still use every warp of their cluster.
+// In double, while more samples are active than half the warps, phase A is a
+// pair of small GEMMs per tile of kTensorTile patterns on the tensor cores
+// (TensorPartialAttention: FP64 WMMA, 8 x 8 x 4), which reuse each value
+// loaded from shared memory across a whole tile instead of four samples.
 // (Written without a GPU at hand: it has run under the CPU emulation, where it
 // follows the CPU solver, but not yet on a GPU; docs/gpu.md.)
 #pragma once
@@ -46,11 +50,12 @@
 #include <cmath>
 #include <cstddef>
 #include <limits>
+#include <type_traits>
 
 // What differs between a CUDA compile and the CPU emulation: shared-memory
 // declarations, and whether the cluster kernel's body is compiled (sm_90).
 #ifndef IMPLICIT_DYNAMIC_SHARED
-#define IMPLICIT_DYNAMIC_SHARED(name) extern __shared__ double name[]
+#define IMPLICIT_DYNAMIC_SHARED(name) extern __shared__ __align__(128) double name[]
 #endif
 #ifndef IMPLICIT_SHARED_ARRAY
 #define IMPLICIT_SHARED_ARRAY(type, name, count) __shared__ type name[count]
@@ -61,6 +66,9 @@
 #else
 #define IMPLICIT_HAS_CLUSTERS 0
 #endif
+#endif
+#ifdef __CUDACC__
+#include <mma.h>  // the cluster kernel's tensor-core phase A (WMMA, double, m8n8k4)
 #endif
 
 namespace implicit {
@@ -76,6 +84,8 @@ constexpr int kFusedWarps = kFusedThreads / kWarp;
 constexpr int kMaxPerLane = 8;       // coordinates per lane: n <= 256
 constexpr int kSamplesPerWarp = 4;   // samples a warp takes at once in phase A
 constexpr int kTargetChunk = 64;     // patterns per block, before the grid is filled (measured: 32, 64, 128)
+constexpr int kTensorTile = kWarp;   // patterns per tile of the tensor-core phase A (a lane each in its softmax)
+constexpr int kTileStride = kTensorTile + 4;  // the row stride of its tile of scores
 static_assert(kClusterSlots == kFusedWarps * kSamplesPerWarp, "a cluster's slots fill its warps' phase A");
 constexpr unsigned kFull = 0xffffffffu;
 
@@ -103,13 +113,41 @@ struct SolveArgs {
 };
 template <typename S>
 struct FusedArgs : SolveArgs<S> {
-  S* partials;  // chunks x batch x (n + 2): m, l, y of (chunk, active position)
+  S* partials;  // chunks x batch entries (GridPartLayout): the part of (chunk, active position)
   int chunks, groups, chunk;
 };
 template <typename S>
 struct ClusterArgs : SolveArgs<S> {
   int cluster, chunk, slots;  // blocks per cluster, patterns per block, samples in flight (<= kClusterSlots)
   int* queue;                 // the next batch column to hand out
+  bool tensor_cores;          // phase A on the tensor cores (double) while at least kFusedWarps / 2 samples are active
+};
+
+// Where a part (m, l and y of one chunk for one sample) lies in its entry:
+// y[i] at entry[y + i], m and l at entry[head] and entry[head + 1].
+struct PartLayout {
+  int stride, y, head;
+};
+// The grid kernel's entries (in global memory): m, l, then y.
+__host__ __device__ inline PartLayout GridPartLayout(int n) { return {n + 2, 2, 0}; }
+
+// The cluster kernel's dynamic shared memory per block (in elements, each
+// array 32-byte aligned, as the tensor cores' loads need): the block's
+// patterns (rows x ld, pattern-major; rows and columns beyond the chunk are
+// zero), kClusterSlots part entries of ld (y, then at n_pad: m, l and a flag
+// set when a score was NaN), and a work area: for the tensor-core phase A the
+// positions' z (kClusterSlots x ld) and one tile of scores (kClusterSlots x
+// kTileStride, sample-major), for the other the warps' buffers.
+struct ClusterLayout {
+  int n_pad, ld, rows;
+  __host__ __device__ ClusterLayout(int n, int chunk)
+      : n_pad((n + 7) / 8 * 8), ld(n_pad + 4), rows((chunk + 7) / 8 * 8) {}
+  __host__ __device__ std::size_t PartsAt() const { return static_cast<std::size_t>(rows) * ld; }
+  __host__ __device__ std::size_t WorkAt() const { return PartsAt() + static_cast<std::size_t>(kClusterSlots) * ld; }
+  __host__ __device__ std::size_t Elements() const {
+    return WorkAt() + static_cast<std::size_t>(kClusterSlots) * (ld + kTileStride);
+  }
+  __host__ __device__ PartLayout Parts() const { return {ld, 0, n_pad}; }
 };
 
 // A workspace carved into arrays, 256-byte aligned (base == nullptr: sizes only).
@@ -145,7 +183,7 @@ template <typename S>
 std::size_t Carve(unsigned char* base, int n, int batch, int chunks, int blocks, FusedArgs<S>* a) {
   Carver w(base);
   CarveSamples<S>(&w, n, batch, a);
-  a->partials = w.Take<S>(static_cast<std::size_t>(chunks) * batch * (n + 2));
+  a->partials = w.Take<S>(static_cast<std::size_t>(chunks) * batch * GridPartLayout(n).stride);
   a->st.flags = w.Take<int>(batch);
   a->st.lists = w.Take<int>(2 * static_cast<std::size_t>(batch) * blocks);
   return w.size();
@@ -180,30 +218,30 @@ __device__ inline T WarpAllSum(T v) {  // butterfly: bitwise the same in every l
   return v;
 }
 
-// Writes a part (m, l, y; m NaN when a score was) at out, one warp.
+// Writes a part (m, l, y; m NaN when a score was) into the entry at out, one warp.
 template <typename S, int R>
-__device__ void StorePart(S* out, int n, S m, S l, const S* y, bool nan) {
+__device__ void StorePart(S* out, const PartLayout& layout, int n, S m, S l, const S* y, bool nan) {
   const int lane = threadIdx.x % kWarp;
   if (lane == 0) {
-    out[0] = nan ? S(NAN) : m;
-    out[1] = l;
+    out[layout.head] = nan ? S(NAN) : m;
+    out[layout.head + 1] = l;
   }
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     const int i = lane + r * kWarp;
-    if (i < n) out[2 + i] = y[r];
+    if (i < n) out[layout.y + i] = y[r];
   }
 }
 
 // Phase A for up to kSamplesPerWarp samples (batch columns cols[0..count))
-// and the `patterns` patterns at xs (stride n + 1): a lane per pattern for the
-// scores, a lane per coordinate for y, the samples side by side (independent
-// chains). Writes m, l, y of sample s to outs[s][0], [1], [2..n+2).
+// and the `patterns` patterns at xs (row stride `stride`), one warp: a lane per
+// pattern for the scores, a lane per coordinate for y, the samples side by
+// side (independent chains). Writes sample s's part into the entry outs[s].
 template <typename S, int R>
-__device__ void PartialAttention(const SolveArgs<S>& a, const S* xs, int patterns, S* zbuf, S* wbuf,
-                                 const int* cols, S* const* outs, int count) {
+__device__ void PartialAttention(const SolveArgs<S>& a, const S* xs, int stride, int patterns, S* zbuf, S* wbuf,
+                                 const int* cols, S* const* outs, const PartLayout& layout, int count) {
   constexpr int K = kSamplesPerWarp;
-  const int lane = threadIdx.x % kWarp, n = a.n, stride = n + 1;
+  const int lane = threadIdx.x % kWarp, n = a.n;
   for (int idx = lane; idx < n * K; idx += kWarp) {  // zbuf[i K + s] = z_s[i]
     const int i = idx / K, s = idx % K;
     zbuf[idx] = s < count ? __ldcg(a.z + static_cast<std::size_t>(cols[s]) * n + i) : S(0);
@@ -283,34 +321,39 @@ __device__ void PartialAttention(const SolveArgs<S>& a, const S* xs, int pattern
   for (int s = 0; s < K; ++s) {
     const bool any_nan = __any_sync(kFull, nan[s]);
     if (s >= count) continue;
-    StorePart<S, R>(outs[s], n, m[s], l[s], y[s], any_nan);
+    StorePart<S, R>(outs[s], layout, n, m[s], l[s], y[s], any_nan);
   }
   __syncwarp();  // zbuf is the next samples'
 }
 
-// The parts of one sample, as CombineParts reads them: Load(c, i) is entry i
-// of part c (m, l, then y).
+// The parts of one sample, as CombineParts reads them: Entry(c) is part c's
+// entry (laid out as `layout`), Read one of its values.
 template <typename S>
 struct GridParts {  // the grid kernel's: in global memory, written by other blocks
   const S* first;
   std::size_t stride;
-  __device__ S Load(int c, int i) const { return __ldcg(first + c * stride + i); }
+  PartLayout layout;
+  __device__ const S* Entry(int c) const { return first + c * stride; }
+  __device__ S Read(const S* p) const { return __ldcg(p); }
 };
 template <typename S>
 struct BlockParts {  // consecutive entries of this block's shared memory
   const S* first;
-  int n;
-  __device__ S Load(int c, int i) const { return first[static_cast<std::size_t>(c) * (n + 2) + i]; }
+  PartLayout layout;
+  __device__ const S* Entry(int c) const { return first + static_cast<std::size_t>(c) * layout.stride; }
+  __device__ S Read(const S* p) const { return *p; }
 };
 #if IMPLICIT_HAS_CLUSTERS
 template <typename S>
 struct ClusterParts {  // entry `entry` of every block of the cluster (part c: block c)
   S* partials;         // this block's array (the same offset in every block)
-  int entry, n;
-  __device__ S Load(int c, int i) const {
-    const S* remote = cg::this_cluster().map_shared_rank(partials, static_cast<unsigned>(c));
-    return remote[static_cast<std::size_t>(entry) * (n + 2) + i];
+  int entry;
+  PartLayout layout;
+  __device__ const S* Entry(int c) const {
+    return cg::this_cluster().map_shared_rank(partials + static_cast<std::size_t>(entry) * layout.stride,
+                                              static_cast<unsigned>(c));
   }
+  __device__ S Read(const S* p) const { return *p; }
 };
 #endif
 
@@ -319,11 +362,12 @@ struct ClusterParts {  // entry `entry` of every block of the cluster (part c: b
 // (y[r]: coordinate lane + 32 r); *nan: a part saw a NaN score.
 template <typename S, int R, typename Parts>
 __device__ void CombineParts(const Parts& parts, int count, int n, S* M_out, S* L_out, S* y, bool* any_nan) {
-  const int lane = threadIdx.x % kWarp;
+  const int lane = threadIdx.x % kWarp, head = parts.layout.head, y0 = parts.layout.y;
   S M = S(-INFINITY), m_lane[2] = {S(-INFINITY), S(-INFINITY)}, l_lane[2] = {0, 0};
   bool nan = false;
   for (int c = lane, pass = 0; c < count; c += kWarp, ++pass) {
-    const S mc = parts.Load(c, 0), lc = parts.Load(c, 1);
+    const S* e = parts.Entry(c);
+    const S mc = parts.Read(e + head), lc = parts.Read(e + head + 1);
     if (pass == 0) m_lane[0] = mc, l_lane[0] = lc;  // kept for the weights below
     if (pass == 1) m_lane[1] = mc, l_lane[1] = lc;
     if (mc != mc) nan = true;
@@ -338,20 +382,21 @@ __device__ void CombineParts(const Parts& parts, int count, int n, S* M_out, S* 
     S w = 0;  // lane c's part weight e^(m_c - M) (0: empty or NaN)
     if (base + lane < count) {
       const int c = base + lane, pass = base / kWarp;
-      const S mc = pass == 0 ? m_lane[0] : pass == 1 ? m_lane[1] : parts.Load(c, 0);
+      const S mc = pass == 0 ? m_lane[0] : pass == 1 ? m_lane[1] : parts.Read(parts.Entry(c) + head);
       if (mc > S(-INFINITY)) {
         w = exp(mc - M);
-        L += w * (pass == 0 ? l_lane[0] : pass == 1 ? l_lane[1] : parts.Load(c, 1));
+        L += w * (pass == 0 ? l_lane[0] : pass == 1 ? l_lane[1] : parts.Read(parts.Entry(c) + head + 1));
       }
     }
     const int span = count - base < kWarp ? count - base : kWarp;
 #pragma unroll 8
     for (int j = 0; j < span; ++j) {  // (unrolled: several parts' loads in flight)
       const S wj = __shfl_sync(kFull, w, j);
+      const S* e = parts.Entry(base + j) + y0;
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         const int i = lane + r * kWarp;
-        if (i < n) y[r] += wj * parts.Load(base + j, 2 + i);
+        if (i < n) y[r] += wj * parts.Read(e + i);
       }
     }
   }
@@ -524,8 +569,9 @@ __device__ void JudgeSample(const FusedArgs<S>& a, int k, int column, int t) {
   const Record rec = LoadRecord(a.st, column);
   S zv[R], f[R], lse;
   LoadColumn<S, R>(a.z + static_cast<std::size_t>(column) * a.n, a.n, zv);
-  const GridParts<S> parts{a.partials + static_cast<std::size_t>(k) * (a.n + 2),
-                           static_cast<std::size_t>(a.batch) * (a.n + 2)};
+  const PartLayout layout = GridPartLayout(a.n);
+  const GridParts<S> parts{a.partials + static_cast<std::size_t>(k) * layout.stride,
+                           static_cast<std::size_t>(a.batch) * layout.stride, layout};
   MergeParts<S, R>(parts, a.chunks, a.n, f, &lse);
   const int stop = JudgeAndStep<S, R>(a, column, t, rec, zv, f, lse);
   if (threadIdx.x % kWarp == 0) a.st.flags[k] = stop == kFusedRunning;
@@ -566,13 +612,13 @@ __global__ void __launch_bounds__(kFusedThreads, 1) FusedPicardKernel(FusedArgs<
       for (int s = 0; s < K; ++s) {
         const int k = k0 + s * group_stride;
         cols[s] = 0;
-        outs[s] = a.partials + (static_cast<std::size_t>(c) * a.batch + k) * (n + 2);
+        outs[s] = a.partials + (static_cast<std::size_t>(c) * a.batch + k) * GridPartLayout(n).stride;
         if (k < count) {
           cols[s] = __ldcg(list + k);
           taken = s + 1;
         }
       }
-      PartialAttention<S, R>(a, xs, c1 - c0, zbuf, wbuf, cols, outs, taken);
+      PartialAttention<S, R>(a, xs, n + 1, c1 - c0, zbuf, wbuf, cols, outs, GridPartLayout(n), taken);
     }
     grid.sync();
     for (int k = grid_warp; k < count; k += grid_warps) JudgeSample<S, R>(a, k, __ldcg(list + k), t);
@@ -589,6 +635,97 @@ __device__ inline void SetSlot(int* slot_column, int p, int column, int blocks) 
   cg::cluster_group cluster = cg::this_cluster();
   for (int r = 0; r < blocks; ++r) *cluster.map_shared_rank(slot_column + p, static_cast<unsigned>(r)) = column;
 }
+
+// Phase A of the cluster kernel on the tensor cores (double; every warp of
+// the block): the parts of the block's `span` patterns (xs, laid out as g)
+// for the active positions j < count (batch column slot_column[active[j]])
+// into the part entries j, as PartialAttention computes them, by tiles of
+// kTensorTile patterns as the online softmax does: (1) the scores of the tile,
+// a GEMM on 8 x 8 x 4 tiles (patterns x positions x coordinates); (2) per
+// position, one warp: the running max m and sum l, the weights e^(s - m) in
+// place of the scores, and y rescaled to the new max; (3) y += the tile's
+// patterns times the weights, a GEMM accumulating in the part entries.
+__device__ inline void TensorPartialAttention(const SolveArgs<double>& a, const ClusterLayout& g, const double* xs,
+                                              int span, double* parts, double* work, const int* slot_column,
+                                              const int* active, int count) {
+  namespace wmma = nvcuda::wmma;
+  const int n = a.n, ld = g.ld, head = g.n_pad, tid = static_cast<int>(threadIdx.x);
+  const int warp = tid / kWarp, lane = tid % kWarp, threads = static_cast<int>(blockDim.x);
+  const int positions = (count + 7) / 8 * 8, coordinates = (n + 3) / 4 * 4;  // padded: whole tiles and k-steps
+  double* zs = work;                                                        // positions x ld: z (zero-padded)
+  double* st = work + static_cast<std::size_t>(kClusterSlots) * ld;         // positions x kTileStride
+  for (int idx = tid; idx < positions * ld; idx += threads) {
+    const int j = idx / ld, i = idx % ld;
+    zs[idx] = j < count && i < n ? __ldcg(a.z + static_cast<std::size_t>(slot_column[active[j]]) * n + i) : 0.0;
+    parts[idx] = i == head ? -INFINITY : 0.0;  // y = 0, m = -inf, l = 0, no NaN
+  }
+  __syncthreads();
+  for (int p0 = 0; p0 < span; p0 += kTensorTile) {
+    const int tile = span - p0 < kTensorTile ? span - p0 : kTensorTile;
+    const int row_tiles = (tile + 7) / 8, k_patterns = (tile + 3) / 4 * 4;
+    // (1) st[j][p] = x_(p0 + p) . z_j
+    for (int t = warp; t < row_tiles * (positions / 8); t += kFusedWarps) {
+      const int pm = t % row_tiles, jn = t / row_tiles;
+      wmma::fragment<wmma::accumulator, 8, 8, 4, double> acc;
+      wmma::fill_fragment(acc, 0.0);
+      for (int k0 = 0; k0 < coordinates; k0 += 4) {
+        wmma::fragment<wmma::matrix_a, 8, 8, 4, double, wmma::row_major> x;
+        wmma::fragment<wmma::matrix_b, 8, 8, 4, double, wmma::col_major> z;
+        wmma::load_matrix_sync(x, xs + static_cast<std::size_t>(p0 + 8 * pm) * ld + k0, ld);
+        wmma::load_matrix_sync(z, zs + static_cast<std::size_t>(8 * jn) * ld + k0, ld);
+        wmma::mma_sync(acc, x, z, acc);
+      }
+      wmma::store_matrix_sync(st + static_cast<std::size_t>(8 * jn) * kTileStride + 8 * pm, acc, kTileStride,
+                              wmma::mem_col_major);
+    }
+    __syncthreads();
+    // (2) the online softmax, a lane per pattern of the tile
+    for (int j = warp; j < count; j += kFusedWarps) {
+      double* entry = parts + static_cast<std::size_t>(j) * ld;
+      double* w_row = st + static_cast<std::size_t>(j) * kTileStride;
+      double v = lane < tile ? a.beta * w_row[lane] : -INFINITY;
+      const bool nan = v != v;
+      if (nan) v = -INFINITY;
+      const bool any_nan = __any_sync(kFull, nan);
+      const double m = entry[head], tile_max = WarpAllMax(v), m_new = tile_max > m ? tile_max : m;
+      double w = 0, scale = 1;
+      if (m_new > -INFINITY) {  // else no finite score yet: nothing changes
+        scale = m == -INFINITY ? 0.0 : exp(m - m_new);
+        w = exp(v - m_new);
+      }
+      const double sum = WarpAllSum(w);
+      w_row[lane] = w;
+      for (int i = lane; i < n; i += kWarp) entry[i] *= scale;
+      if (lane == 0) {
+        entry[head] = m_new;
+        entry[head + 1] = entry[head + 1] * scale + sum;
+        if (any_nan) entry[head + 2] = 1;
+      }
+    }
+    __syncthreads();
+    // (3) y_j += sum_p w[j][p] x_(p0 + p), 8 coordinates x 8 positions a tile
+    const int coordinate_tiles = g.n_pad / 8;
+    for (int t = warp; t < coordinate_tiles * (positions / 8); t += kFusedWarps) {
+      const int im = t % coordinate_tiles, jn = t / coordinate_tiles;
+      double* y = parts + static_cast<std::size_t>(8 * jn) * ld + 8 * im;
+      wmma::fragment<wmma::accumulator, 8, 8, 4, double> acc;
+      wmma::load_matrix_sync(acc, y, ld, wmma::mem_col_major);
+      for (int k0 = 0; k0 < k_patterns; k0 += 4) {
+        wmma::fragment<wmma::matrix_a, 8, 8, 4, double, wmma::col_major> x;
+        wmma::fragment<wmma::matrix_b, 8, 8, 4, double, wmma::col_major> w;
+        wmma::load_matrix_sync(x, xs + static_cast<std::size_t>(p0 + k0) * ld + 8 * im, ld);
+        wmma::load_matrix_sync(w, st + static_cast<std::size_t>(8 * jn) * kTileStride + k0, kTileStride);
+        wmma::mma_sync(acc, x, w, acc);
+      }
+      wmma::store_matrix_sync(y, acc, ld, wmma::mem_col_major);
+    }
+    __syncthreads();  // st is the next tile's
+  }
+  for (int j = tid; j < count; j += threads) {
+    double* entry = parts + static_cast<std::size_t>(j) * ld;
+    if (entry[head + 2] != 0) entry[head] = NAN;
+  }
+}
 #endif
 
 // The next batch column from the queue, its judge state reset (-1: none left).
@@ -601,10 +738,8 @@ __device__ int TakeColumn(const ClusterArgs<S>& a) {
   return column;
 }
 
-// The whole solve, per cluster. Shared memory (dynamic): the block's chunk of
-// the patterns, the partial results of the cluster's positions, per warp the z
-// of its samples and their weights of one tile; (static) the slot table and
-// the active positions.
+// The whole solve, per cluster. Shared memory: dynamic as ClusterLayout;
+// static, the slot table and the active positions.
 template <typename S, int R>
 __global__ void __launch_bounds__(kFusedThreads, 1) ClusterPicardKernel(ClusterArgs<S> a) {
 #if IMPLICIT_HAS_CLUSTERS
@@ -617,13 +752,16 @@ __global__ void __launch_bounds__(kFusedThreads, 1) ClusterPicardKernel(ClusterA
   const int n = a.n, warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int rank = static_cast<int>(cluster.block_rank()), blocks = a.cluster;
   const int c0 = min(rank * a.chunk, a.N), c1 = min(c0 + a.chunk, a.N), span = c1 - c0;
+  const ClusterLayout g(n, a.chunk);
+  const PartLayout layout = g.Parts();
   S* xs = reinterpret_cast<S*>(shared_raw);
-  S* partials = xs + static_cast<std::size_t>(a.chunk) * (n + 1);
-  S* zbuf = partials + static_cast<std::size_t>(P) * (n + 2) + static_cast<std::size_t>(warp) * K * (n + kWarp);
+  S* partials = xs + g.PartsAt();
+  S* work = xs + g.WorkAt();
+  S* zbuf = work + static_cast<std::size_t>(warp) * K * (n + kWarp);  // the warps' buffers (PartialAttention)
   S* wbuf = zbuf + static_cast<std::size_t>(K) * n;
-  for (int idx = threadIdx.x; idx < span * n; idx += blockDim.x) {
-    const int q = idx / n, i = idx % n;
-    xs[q * (n + 1) + i] = a.patterns[static_cast<std::size_t>(c0 + q) * n + i];
+  for (int idx = threadIdx.x; idx < g.rows * g.ld; idx += blockDim.x) {  // zero beyond the chunk
+    const int q = idx / g.ld, i = idx % g.ld;
+    xs[idx] = q < span && i < n ? a.patterns[static_cast<std::size_t>(c0 + q) * n + i] : S(0);
   }
   cluster.sync();  // every block of the cluster runs: its shared memory may be written
   const int tid = static_cast<int>(threadIdx.x);
@@ -646,7 +784,12 @@ __global__ void __launch_bounds__(kFusedThreads, 1) ClusterPicardKernel(ClusterA
     // q sub-chunks per position: every warp busy when few samples are left.
     int q = 1;
     while (count * q * 2 <= kFusedWarps) q *= 2;
-    if (q == 1) {  // phase A: warp w takes positions w, w + W, ... (at most K)
+    bool tensor = false;
+    if constexpr (std::is_same<S, double>::value) tensor = a.tensor_cores && q == 1;
+    if (tensor) {  // phase A on the tensor cores
+      if constexpr (std::is_same<S, double>::value)
+        TensorPartialAttention(a, g, xs, span, partials, work, slot_column, active, count);
+    } else if (q == 1) {  // phase A: warp w takes positions w, w + W, ... (at most K)
       for (int j0 = warp; j0 < count; j0 += K * kFusedWarps) {
         int cols[K], taken = 0;
         S* outs[K];
@@ -654,20 +797,21 @@ __global__ void __launch_bounds__(kFusedThreads, 1) ClusterPicardKernel(ClusterA
         for (int s = 0; s < K; ++s) {
           const int j = j0 + s * kFusedWarps;
           cols[s] = 0;
-          outs[s] = partials + static_cast<std::size_t>(j) * (n + 2);
+          outs[s] = partials + static_cast<std::size_t>(j) * layout.stride;
           if (j < count) {
             cols[s] = slot_column[active[j]];
             taken = s + 1;
           }
         }
-        PartialAttention<S, R>(a, xs, span, zbuf, wbuf, cols, outs, taken);
+        PartialAttention<S, R>(a, xs, g.ld, span, zbuf, wbuf, cols, outs, layout, taken);
       }
     } else if (warp < count * q) {  // phase A: warp w takes sub-chunk w % q of position w / q
       const int j = warp / q, u = warp % q, sub = (span + q - 1) / q;
       const int lo = min(u * sub, span), hi = min(lo + sub, span);
       int cols[K] = {slot_column[active[j]]};
-      S* outs[K] = {partials + static_cast<std::size_t>(warp) * (n + 2)};
-      PartialAttention<S, R>(a, xs + static_cast<std::size_t>(lo) * (n + 1), hi - lo, zbuf, wbuf, cols, outs, 1);
+      S* outs[K] = {partials + static_cast<std::size_t>(warp) * layout.stride};
+      PartialAttention<S, R>(a, xs + static_cast<std::size_t>(lo) * g.ld, g.ld, hi - lo, zbuf, wbuf, cols, outs,
+                             layout, 1);
     }
     // With sub-chunks, warp j combines position j's q parts of this block into
     // entry W + j (after the q W entries of the sub-chunks): the judges then
@@ -678,9 +822,10 @@ __global__ void __launch_bounds__(kFusedThreads, 1) ClusterPicardKernel(ClusterA
       if (warp < count) {
         S M, L, y[R];
         bool nan;
-        CombineParts<S, R>(BlockParts<S>{partials + static_cast<std::size_t>(warp) * q * (n + 2), n}, q, n, &M, &L, y,
-                           &nan);
-        StorePart<S, R>(partials + static_cast<std::size_t>(entry_base + warp) * (n + 2), n, M, L, y, nan);
+        CombineParts<S, R>(BlockParts<S>{partials + static_cast<std::size_t>(warp) * q * layout.stride, layout}, q, n,
+                           &M, &L, y, &nan);
+        StorePart<S, R>(partials + static_cast<std::size_t>(entry_base + warp) * layout.stride, layout, n, M, L, y,
+                        nan);
       }
     }
     cluster.sync();  // every part is written
@@ -691,7 +836,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1) ClusterPicardKernel(ClusterA
       const Record rec = LoadRecord(a.st, column);
       S zv[R], f[R], lse;
       LoadColumn<S, R>(a.z + static_cast<std::size_t>(column) * n, n, zv);
-      const ClusterParts<S> parts{partials, entry_base + j, n};
+      const ClusterParts<S> parts{partials, entry_base + j, layout};
       MergeParts<S, R>(parts, blocks, n, f, &lse);
       const int stop = JudgeAndStep<S, R>(a, column, t, rec, zv, f, lse);
       if (stop == kFusedRunning) {
@@ -756,8 +901,9 @@ inline std::size_t GridSharedBytes(int n, int chunk, std::size_t scalar_bytes) {
                          static_cast<std::size_t>(kFusedWarps) * kSamplesPerWarp * (n + kWarp));
 }
 inline std::size_t ClusterSharedBytes(int n, int chunk, std::size_t scalar_bytes) {
-  return scalar_bytes * (static_cast<std::size_t>(chunk) * (n + 1) + static_cast<std::size_t>(kClusterSlots) * (n + 2) +
-                         static_cast<std::size_t>(kFusedWarps) * kSamplesPerWarp * (n + kWarp));
+  static_assert(kFusedWarps * kSamplesPerWarp <= kClusterSlots && kWarp <= kTileStride,
+                "the warps' buffers fit in the cluster kernel's work area");
+  return scalar_bytes * ClusterLayout(n, chunk).Elements();
 }
 
 }  // namespace

@@ -82,10 +82,11 @@ Outcome<S> EmulateGrid(const Problem& p, const k::FusedPicardRules& rules, int c
 }
 
 // The cluster kernel with `clusters` clusters of `cluster` blocks, each
-// keeping `slots` samples in flight; seed as above.
+// keeping `slots` samples in flight, phase A on the tensor cores (double) or
+// not; seed as above.
 template <typename S, int R>
 Outcome<S> EmulateClusters(const Problem& p, const k::FusedPicardRules& rules, int cluster, int clusters, int slots,
-                           unsigned seed) {
+                           unsigned seed, bool tensor_cores = true) {
   const int n = static_cast<int>(p.patterns.rows()), N = static_cast<int>(p.patterns.cols());
   const int B = static_cast<int>(p.queries.cols());
   const Matrix<S> X = p.patterns.cast<S>();
@@ -95,6 +96,7 @@ Outcome<S> EmulateClusters(const Problem& p, const k::FusedPicardRules& rules, i
   a.cluster = cluster;
   a.chunk = (N + cluster - 1) / cluster;
   a.slots = slots;
+  a.tensor_cores = tensor_cores;
   std::vector<std::uint64_t> workspace = Workspace(k::Carve<S>(nullptr, n, B, &a));
   k::Carve<S>(reinterpret_cast<unsigned char*>(workspace.data()), n, B, &a);
   *a.queue = 0;
@@ -198,9 +200,22 @@ BOOST_AUTO_TEST_CASE(the_cluster_kernel_follows_the_cpu_solver) {
   });
 }
 
+// All 24 (or 12) samples in flight in one cluster of two blocks: phase A on
+// the tensor cores (double) while more than eight are active, on tiles of 32
+// of the 45 (35) patterns of a block and z zero-padded from n = 20 (40).
+BOOST_AUTO_TEST_CASE(the_cluster_kernel_on_tensor_cores_follows_the_cpu_solver) {
+  CheckCases([](const Problem& p, const auto& o, auto scalar, auto per_lane) {
+    using S = decltype(scalar);
+    constexpr int R = decltype(per_lane)::value;
+    return EmulateClusters<S, R>(p, FusedRules<S>(o), /*cluster=*/2, /*clusters=*/1,
+                                 /*slots=*/static_cast<int>(p.queries.cols()), /*seed=*/13);
+  });
+}
+
 // Other cluster shapes: one block per cluster (no distributed shared memory),
-// four blocks, a full slot table with 60 samples (up to four per warp in
-// phase A; more positions than a one-block cluster has judging warps).
+// four blocks, a full slot table with 60 samples (more positions than a
+// one-block cluster has judging warps), phase A on the tensor cores or four
+// samples per warp on the CUDA cores.
 BOOST_AUTO_TEST_CASE(every_cluster_shape_follows_the_cpu_solver) {
   PicardSolver<double>::Options o;
   o.absolute_tolerance = 1e-10;
@@ -209,13 +224,15 @@ BOOST_AUTO_TEST_CASE(every_cluster_shape_follows_the_cpu_solver) {
   struct Shape {
     int cluster, clusters, slots;
     unsigned seed;  // 0: the fibers in thread order
+    bool tensor_cores;
   };
   const int all = k::kClusterSlots;
-  for (const Shape& s : {Shape{1, 3, 5, 0}, Shape{4, 1, 16, 3}, Shape{1, 1, all, 5}, Shape{2, 1, all, 0}}) {
+  for (const Shape& s : {Shape{1, 3, 5, 0, true}, Shape{4, 1, 16, 3, true}, Shape{1, 1, all, 5, true},
+                         Shape{2, 1, all, 0, false}}) {
     BOOST_TEST_CONTEXT("clusters of " << s.cluster << ", " << s.clusters << " clusters, " << s.slots << " slots, seed "
-                                      << s.seed) {
-      const auto kernel =
-          EmulateClusters<double, 1>(p, FusedRules<double>(o), s.cluster, s.clusters, s.slots, s.seed);
+                                      << s.seed << (s.tensor_cores ? ", tensor cores" : ", CUDA cores")) {
+      const auto kernel = EmulateClusters<double, 1>(p, FusedRules<double>(o), s.cluster, s.clusters, s.slots, s.seed,
+                                                     s.tensor_cores);
       CheckAgainstCpu<double>(p, o, kernel, 1e-9);
     }
   }

@@ -5,8 +5,9 @@
 // covers what lib/cuda/fused_picard_kernels.cuh uses: threadIdx, blockIdx,
 // blockDim, gridDim, __syncthreads, __syncwarp, warp shuffles, votes and
 // ballots over the full warp, __ldcg, atomicAdd, __popc, shared memory
-// (dynamic and static, one arena per block) and cooperative_groups' grid and
-// cluster (sync, block_rank, map_shared_rank).
+// (dynamic and static, one arena per block), cooperative_groups' grid and
+// cluster (sync, block_rank, map_shared_rank) and WMMA's double-precision
+// 8 x 8 x 4 tiles (nvcuda::wmma: fragments, load, store, fill, mma).
 //
 // What it cannot show: timing, and memory-ordering or caching bugs (every
 // fiber sees every write at once). A fiber runs from one barrier to the next
@@ -29,9 +30,11 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <new>
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -90,6 +93,27 @@ struct Fiber {
 
 constexpr std::size_t kStackBytes = 128 * 1024;
 constexpr std::size_t kStaticSharedBytes = 16 * 1024;
+constexpr std::size_t kArenaAlignment = 128;  // as the kernels' extern __shared__ declaration asks
+
+// A block's shared memory: `words` 8-byte words, kArenaAlignment-aligned,
+// zeroed, exactly as long as asked (an address sanitizer sees overruns).
+class Arena {
+ public:
+  explicit Arena(std::size_t words)
+      : words_(static_cast<std::uint64_t*>(::operator new[](words * 8, std::align_val_t(kArenaAlignment)))),
+        size_(words) {
+    std::memset(words_.get(), 0, words * 8);
+  }
+  std::uint64_t* data() const { return words_.get(); }
+  std::size_t size() const { return size_; }
+
+ private:
+  struct Free {
+    void operator()(std::uint64_t* p) const { ::operator delete[](p, std::align_val_t(kArenaAlignment)); }
+  };
+  std::unique_ptr<std::uint64_t[], Free> words_;
+  std::size_t size_;
+};
 
 // One kernel launch: its fibers, barriers and shared-memory arenas.
 struct Launch {
@@ -97,8 +121,8 @@ struct Launch {
   int cluster = 1;
   std::function<void()> body;
   std::vector<Fiber> fibers;
-  std::vector<std::vector<std::uint64_t>> arenas;  // per block: static, then dynamic shared memory (at the
-                                                   // end: an address sanitizer sees overruns)
+  std::vector<Arena> arenas;  // per block: static, then dynamic shared memory (at the end: an address
+                              // sanitizer sees overruns)
   std::vector<Barrier> block_barriers, cluster_barriers;
   Barrier grid_barrier;
   std::vector<Warp> warps;                 // per block, per warp
@@ -186,7 +210,8 @@ inline void Run(int blocks, int threads, int cluster, std::size_t dynamic_bytes,
   launch.cluster = cluster;
   launch.body = std::move(body);
   const std::size_t arena_words = (kStaticSharedBytes + dynamic_bytes + 7) / sizeof(std::uint64_t);
-  launch.arenas.assign(static_cast<std::size_t>(blocks), std::vector<std::uint64_t>(arena_words, 0));
+  launch.arenas.reserve(static_cast<std::size_t>(blocks));
+  for (int b = 0; b < blocks; ++b) launch.arenas.emplace_back(arena_words);
   launch.block_barriers.assign(static_cast<std::size_t>(blocks), Barrier(threads));
   launch.cluster_barriers.assign(static_cast<std::size_t>(blocks / cluster), Barrier(threads * cluster));
   launch.grid_barrier = Barrier(threads * blocks);
@@ -360,3 +385,82 @@ class cluster_group {
 inline grid_group this_grid() { return {}; }
 inline cluster_group this_cluster() { return {}; }
 }  // namespace cooperative_groups
+
+// WMMA's double-precision tiles (m8n8k4). Every lane holds the whole tile (a
+// GPU spreads it over the lanes in an unspecified way, which a kernel must not
+// rely on), so a load, the product and a store are each lane's own; a store
+// first waits for the whole warp (its lanes may still be loading what it
+// overwrites), which also makes a store that not every lane reaches deadlock.
+// Loads and stores check what CUDA requires: a 256-bit aligned address and a
+// leading dimension that is a multiple of 16 bytes.
+namespace nvcuda {
+namespace wmma {
+struct matrix_a {};
+struct matrix_b {};
+struct accumulator {};
+struct row_major {};
+struct col_major {};
+enum layout_t { mem_row_major, mem_col_major };
+
+template <typename Use, int M, int N, int K, typename T, typename Layout = void>
+struct fragment;
+template <typename Layout>
+struct fragment<matrix_a, 8, 8, 4, double, Layout> {
+  static constexpr int rows = 8, cols = 4;
+  static constexpr bool column_major = std::is_same<Layout, col_major>::value;
+  double v[8][4];
+};
+template <typename Layout>
+struct fragment<matrix_b, 8, 8, 4, double, Layout> {
+  static constexpr int rows = 4, cols = 8;
+  static constexpr bool column_major = std::is_same<Layout, col_major>::value;
+  double v[4][8];
+};
+template <>
+struct fragment<accumulator, 8, 8, 4, double, void> {
+  static constexpr int rows = 8, cols = 8;
+  double v[8][8];
+};
+using Accumulator = fragment<accumulator, 8, 8, 4, double>;
+
+inline void CheckTileAddress(const double* p, unsigned ldm) {
+  if (reinterpret_cast<std::uintptr_t>(p) % 32 != 0) throw std::logic_error("wmma: address not 256-bit aligned");
+  if (ldm % 2 != 0) throw std::logic_error("wmma: leading dimension not a multiple of 16 bytes");
+}
+template <typename Tile>
+void LoadTile(Tile& f, const double* p, unsigned ldm, bool column_major) {
+  CheckTileAddress(p, ldm);
+  for (int r = 0; r < Tile::rows; ++r)
+    for (int c = 0; c < Tile::cols; ++c) f.v[r][c] = column_major ? p[c * ldm + r] : p[r * ldm + c];
+}
+template <typename Use, typename Layout>
+void load_matrix_sync(fragment<Use, 8, 8, 4, double, Layout>& f, const double* p, unsigned ldm) {
+  LoadTile(f, p, ldm, fragment<Use, 8, 8, 4, double, Layout>::column_major);
+}
+inline void load_matrix_sync(Accumulator& f, const double* p, unsigned ldm, layout_t layout) {
+  LoadTile(f, p, ldm, layout == mem_col_major);
+}
+inline void store_matrix_sync(double* p, const Accumulator& f, unsigned ldm, layout_t layout) {
+  CheckTileAddress(p, ldm);
+  __syncwarp();
+  for (int r = 0; r < 8; ++r)
+    for (int c = 0; c < 8; ++c) (layout == mem_col_major ? p[c * ldm + r] : p[r * ldm + c]) = f.v[r][c];
+}
+inline void fill_fragment(Accumulator& f, double value) {
+  for (auto& row : f.v)
+    for (double& x : row) x = value;
+}
+template <typename LayoutA, typename LayoutB>
+void mma_sync(Accumulator& d, const fragment<matrix_a, 8, 8, 4, double, LayoutA>& a,
+              const fragment<matrix_b, 8, 8, 4, double, LayoutB>& b, const Accumulator& c) {
+  Accumulator out;
+  for (int r = 0; r < 8; ++r)
+    for (int col = 0; col < 8; ++col) {
+      double sum = c.v[r][col];
+      for (int k = 0; k < 4; ++k) sum += a.v[r][k] * b.v[k][col];
+      out.v[r][col] = sum;
+    }
+  d = out;
+}
+}  // namespace wmma
+}  // namespace nvcuda

@@ -311,10 +311,11 @@ std::optional<Summary> SolveFused(Context& context, const DeviceMap<S>& map, Dev
   const int batch = static_cast<int>(z.cols());
   internal::FusedPicardPlan plan;
   const char* reason = nullptr;
-  const bool clusters = loop == DeviceLoop::kClustersWhenPossible &&
-                        internal::PlanClusterHopfieldPicard<S>(n, N, batch, &plan, &reason);
+  const bool want_clusters = loop == DeviceLoop::kClustersWhenPossible || loop == DeviceLoop::kClustersOnCudaCores;
+  const bool clusters = want_clusters && internal::PlanClusterHopfieldPicard<S>(n, N, batch, &plan, &reason);
+  if (loop == DeviceLoop::kClustersOnCudaCores) plan.tensor_cores = false;
   // Why the cluster kernel was not used, for the message of whichever loop runs.
-  const std::string no_clusters = loop == DeviceLoop::kClustersWhenPossible && !clusters
+  const std::string no_clusters = want_clusters && !clusters
                                       ? std::string(" (no clusters: ") + (reason != nullptr ? reason : "") + ")"
                                       : std::string();
   if (!clusters && !internal::PlanFusedHopfieldPicard<S>(n, N, batch, &plan, &reason)) {
@@ -330,7 +331,7 @@ std::optional<Summary> SolveFused(Context& context, const DeviceMap<S>& map, Dev
          workspace, staging.results());
   Summary summary = FusedSummary(name, staging.Download(4 * static_cast<std::size_t>(batch)), batch, start,
                                  clusters ? kClusterLoopNote : kFusedLoopNote);
-  summary.message += no_clusters;
+  summary.message += clusters && plan.tensor_cores ? std::string(" (tensor cores)") : no_clusters;
   return summary;
 }
 

@@ -182,10 +182,13 @@ struct FusedPicardRules {
 // The launch shape on the current device (PlanFusedHopfieldPicard,
 // PlanClusterHopfieldPicard). For the cluster kernel pattern_chunks is the
 // blocks per cluster, sample_groups the clusters and slots the samples each
-// keeps in flight.
+// keeps in flight; tensor_cores (double only, set by the plan): its phase A
+// runs on the tensor cores while at least half its warps' worth of samples
+// are active (clear it to keep phase A on the CUDA cores).
 struct FusedPicardPlan {
   int pattern_chunks = 0, sample_groups = 0, chunk = 0, per_lane = 0;  // per_lane: coordinates per lane
   int slots = 0;
+  bool tensor_cores = false;
   std::size_t shared_bytes = 0, workspace_bytes = 0;
 };
 // Plans the grid kernel for n x N patterns and a batch of B; false (with the

@@ -74,10 +74,14 @@ class DeviceSolver {
 // cluster holds all the patterns and solves its own samples, taking the next
 // from a queue as one stops: no grid-wide barrier), message ending with
 // kClusterLoopNote; where it does not apply, as kFusedWhenPossible, with the
-// reason in the message. Not the default yet: it was written without a GPU at
-// hand and has run only under a CPU emulation of CUDA, not on a GPU
+// reason in the message. In double its phase A (the scores and weighted sums
+// of the patterns) runs on the tensor cores (FP64 WMMA) while more than eight
+// samples of a cluster are active; the message then also says "(tensor
+// cores)". kClustersOnCudaCores: the same loop with phase A on the CUDA cores
+// only (for comparison). Not the default yet: written without a GPU at hand,
+// the cluster loop has run only under a CPU emulation of CUDA, not on a GPU
 // (docs/gpu.md).
-enum class DeviceLoop { kFusedWhenPossible, kHostJudged, kClustersWhenPossible };
+enum class DeviceLoop { kFusedWhenPossible, kHostJudged, kClustersWhenPossible, kClustersOnCudaCores };
 inline constexpr const char* kFusedLoopNote = "fused device loop";
 inline constexpr const char* kClusterLoopNote = "fused device loop in thread-block clusters";
 
