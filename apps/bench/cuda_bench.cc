@@ -20,12 +20,14 @@ Json RunDeviceBench(const DeviceBenchOptions&, const implicit::DigitsDataset&) {
 
 #include <implicit/core/cuda_blas.h>
 #include <implicit/core/cuda_hopfield.h>
+#include <implicit/core/cuda_kernels.h>
 #include <implicit/diff/cuda_backward.h>
 #include <implicit/diff/implicit_diff.h>
 #include <implicit/layers/cuda_energy_transformer.h>
 #include <implicit/layers/energy_transformer_map.h>
 #include <implicit/layers/hopfield.h>
 #include <implicit/solvers/cuda_solvers.h>
+#include <implicit/solvers/internal/fused_rules.h>
 #include <implicit/solvers/registry.h>
 
 #include <cuda_runtime.h>
@@ -38,6 +40,7 @@ Json RunDeviceBench(const DeviceBenchOptions&, const implicit::DigitsDataset&) {
 #include <iostream>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace implicit_apps {
@@ -87,6 +90,106 @@ double GemmFloorSeconds(cuda::Context& context, const cuda::DeviceMatrix<S>& X, 
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
   return Median(samples);
+}
+
+// Device memory of `bytes` bytes, freed on scope exit.
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(std::size_t bytes) { Check(cudaMalloc(&data_, bytes > 0 ? bytes : 1)); }
+  ~DeviceBuffer() { cudaFree(data_); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  template <typename T>
+  T* As() const {
+    return static_cast<T*>(data_);
+  }
+
+ private:
+  void* data_ = nullptr;
+};
+
+// The cluster kernel's phase probe on one solve (cuda_kernels.h,
+// kProbeFields): cluster 0's iterations grouped by how many samples were
+// active, the mean of each phase per iteration. Printed; returned as JSON (null
+// where the cluster kernel does not apply).
+template <typename S>
+Json ProbeClusterPhases(const std::string& problem, cuda::Context& context, const cuda::HopfieldCccpMap<S>& map,
+                        const cuda::DeviceMatrix<S>& queries, const typename implicit::PicardSolver<S>::Options& po,
+                        bool tensor_cores) {
+  namespace k = cuda::internal;
+  const int n = static_cast<int>(map.dimension()), N = static_cast<int>(map.num_patterns());
+  const int B = static_cast<int>(queries.cols());
+  const std::string label = problem + (tensor_cores ? " (tensor cores)" : " (CUDA cores)");
+  k::FusedPicardPlan plan;
+  const char* why_not = nullptr;
+  if (!k::PlanClusterHopfieldPicard<S>(n, N, B, &plan, &why_not)) {
+    std::cout << "phase probe, " << label << ": no cluster loop here (" << (why_not ? why_not : "") << ")\n";
+    return Json(nullptr);
+  }
+  plan.tensor_cores = plan.tensor_cores && tensor_cores;
+  const int capacity = 200000;
+  DeviceBuffer workspace(plan.workspace_bytes), results(4 * sizeof(double) * B),
+      probe(sizeof(long long) * k::kProbeFields * capacity);
+  cuda::DeviceMatrix<S> z;
+  const auto rules = implicit::internal::FusedRules<S>(po);
+  for (int run = 0; run < 2; ++run) {  // the first warms up
+    z.CopyFrom(context, queries);
+    Check(cudaMemsetAsync(probe.As<long long>(), 0xff, sizeof(long long) * k::kProbeFields * capacity,
+                          context.stream()));  // every field -1
+    k::ClusterHopfieldPicard<S>(context.stream(), plan, map.patterns().data(), n, N, map.beta(), z.data(), B, rules,
+                                workspace.As<void>(), results.As<double>(), probe.As<long long>(), capacity);
+    context.Synchronize();
+  }
+  std::vector<long long> record(static_cast<std::size_t>(k::kProbeFields) * capacity);
+  Check(cudaMemcpy(record.data(), probe.As<long long>(), sizeof(long long) * record.size(), cudaMemcpyDeviceToHost));
+  int iterations = 0;
+  while (iterations < capacity && record[static_cast<std::size_t>(iterations) * k::kProbeFields] >= 0) ++iterations;
+  struct Bucket {
+    const char* name;
+    int lo, hi, iterations = 0;
+    double own_a = 0, a = 0, own_b = 0, b = 0, list = 0;  // microseconds, summed
+  };
+  std::vector<Bucket> buckets = {{"1-8 (sub-chunks)", 1, 8}, {"9-32", 9, 32}, {"33-64", 33, 64}};
+  for (int t = 0; t < iterations; ++t) {
+    const long long* r = record.data() + static_cast<std::size_t>(t) * k::kProbeFields;
+    for (Bucket& bucket : buckets) {
+      if (r[0] < bucket.lo || r[0] > bucket.hi) continue;
+      ++bucket.iterations;
+      bucket.own_a += (r[2] - r[1]) * 1e-3;
+      bucket.a += (r[3] - r[1]) * 1e-3;
+      bucket.own_b += (r[4] - r[3]) * 1e-3;
+      bucket.b += (r[5] - r[3]) * 1e-3;
+      if (t + 1 < iterations) bucket.list += (r[k::kProbeFields + 1] - r[5]) * 1e-3;
+    }
+  }
+  const double total_ms =
+      iterations > 0 ? (record[static_cast<std::size_t>(iterations - 1) * k::kProbeFields + 5] - record[1]) * 1e-6 : 0;
+  std::cout << "phase probe, " << label << ": cluster 0 of " << plan.sample_groups << " (" << plan.pattern_chunks
+            << " blocks of " << plan.chunk << " patterns, " << plan.slots << " slots): " << iterations
+            << " iterations in " << Fmt(total_ms, 4) << " ms\n";
+  Table table({"active samples", "iterations", "phase A, warp 0 (us)", "phase A + barrier (us)",
+               "phase B, warp 0 (us)", "phase B + barrier (us)", "active list (us)"},
+              {false, true, true, true, true, true, true});
+  Json rows = Json::array();
+  for (const Bucket& bucket : buckets) {
+    const double m = bucket.iterations > 0 ? 1.0 / bucket.iterations : std::nan("");
+    auto us = [](double v) { return std::isfinite(v) ? Fmt(v, 3) : std::string("-"); };
+    table.AddRow({bucket.name, std::to_string(bucket.iterations), us(bucket.own_a * m), us(bucket.a * m),
+                  us(bucket.own_b * m), us(bucket.b * m), us(bucket.list * m)});
+    auto json = [](double v) { return std::isfinite(v) ? Json(v) : Json(nullptr); };
+    rows.push_back({{"active", bucket.name},
+                    {"iterations", bucket.iterations},
+                    {"phase_a_warp0_us", json(bucket.own_a * m)},
+                    {"phase_a_us", json(bucket.a * m)},
+                    {"phase_b_warp0_us", json(bucket.own_b * m)},
+                    {"phase_b_us", json(bucket.b * m)},
+                    {"active_list_us", json(bucket.list * m)}});
+  }
+  table.Print(std::cout);
+  return Json{{"problem", problem},           {"tensor_cores", plan.tensor_cores},
+              {"clusters", plan.sample_groups}, {"blocks_per_cluster", plan.pattern_chunks},
+              {"iterations", iterations},     {"cluster0_ms", total_ms},
+              {"by_active_samples", rows}};
 }
 
 struct Row {
@@ -155,7 +258,8 @@ Row TimedRow(const std::string& problem, const std::string& precision, const std
 // One problem on the device (and, when asked, on the CPU): rows appended.
 template <typename S>
 void RunProblem(const std::string& problem, const Matrix<double>& patterns, const Matrix<double>& queries,
-                double beta, double tol, const DeviceBenchOptions& o, cuda::Context& context, std::vector<Row>* rows) {
+                double beta, double tol, const DeviceBenchOptions& o, cuda::Context& context, std::vector<Row>* rows,
+                Json* probes) {
   const std::string precision = std::is_same<S, float>::value ? "float" : "double";
   const Matrix<S> X = patterns.cast<S>(), Q = queries.cast<S>();
   cuda::HopfieldCccpMap<S> map(context, X, static_cast<S>(beta));
@@ -207,6 +311,10 @@ void RunProblem(const std::string& problem, const Matrix<double>& patterns, cons
                          });
       if (summary.message.find(f.note) == std::string::npos) row.solver = f.missing;
       rows->push_back(row);
+    }
+    for (const bool tensor_cores : {true, false}) {
+      if (tensor_cores && !std::is_same<S, double>::value) continue;  // (float: CUDA cores only)
+      probes->push_back(ProbeClusterPhases<S>(problem, context, map, queries_device, po, tensor_cores));
     }
   }
   if (!o.cpu_reference) return;
@@ -339,12 +447,13 @@ Json RunDeviceBench(const DeviceBenchOptions& o, const implicit::DigitsDataset& 
   cuda::Context context(0, o.tf32);
   std::cout << "device: " << context.device_name() << (o.tf32 ? " (float GEMMs on TF32)" : "") << "\n";
   std::vector<Row> rows;
+  Json probes = Json::array();
   for (const std::string& problem : o.problems) {
     if (problem == "hopfield-digits") {
       const Matrix<double> patterns = digits.Scaled();
       Matrix<double> queries = patterns;
       queries.bottomRows(32).setZero();
-      RunProblem<double>(problem, patterns, queries, 2.0, o.tol, o, context, &rows);
+      RunProblem<double>(problem, patterns, queries, 2.0, o.tol, o, context, &rows, &probes);
     } else if (problem == "retrieval") {
       const Index n = o.retrieval_dimension, N = o.retrieval_patterns, B = o.retrieval_queries;
       if (B > N) throw std::invalid_argument("--retrieval-queries must be <= --retrieval-patterns");
@@ -357,7 +466,7 @@ Json RunDeviceBench(const DeviceBenchOptions& o, const implicit::DigitsDataset& 
         for (Index i = 0; i < n; ++i) queries(i, j) = patterns(i, j) + 0.3 * normal(gen);
       DeviceBenchOptions gpu_only = o;
       gpu_only.cpu_reference = false;  // minutes per solve on a CPU
-      RunProblem<float>(problem, patterns, queries, o.retrieval_beta, o.float_tol, gpu_only, context, &rows);
+      RunProblem<float>(problem, patterns, queries, o.retrieval_beta, o.float_tol, gpu_only, context, &rows, &probes);
     } else if (problem == "et") {
       RunEt(o, context, &rows);
     } else {
@@ -401,6 +510,7 @@ Json RunDeviceBench(const DeviceBenchOptions& o, const implicit::DigitsDataset& 
   root["device"] = context.device_name();
   root["tf32"] = o.tf32;
   root["results"] = results;
+  root["cluster_phase_probes"] = probes;
   return root;
 }
 

@@ -195,13 +195,16 @@ void FusedHopfieldPicard(cudaStream_t stream, const FusedPicardPlan& plan, const
 
 template <typename S>
 void ClusterHopfieldPicard(cudaStream_t stream, const FusedPicardPlan& plan, const S* patterns, int n, int N, S beta,
-                           S* z, int batch, const FusedPicardRules& rules, void* workspace, double* results) {
+                           S* z, int batch, const FusedPicardRules& rules, void* workspace, double* results,
+                           long long* probe, int probe_iterations) {
   ClusterArgs<S> a{};
   SetCommon<S>(&a, patterns, n, N, beta, z, batch, rules, results);
   a.cluster = plan.pattern_chunks;
   a.chunk = plan.chunk;
   a.slots = plan.slots;
   a.tensor_cores = plan.tensor_cores;
+  a.probe = probe;
+  a.probe_iterations = probe != nullptr ? probe_iterations : 0;
   Carve<S>(static_cast<unsigned char*>(workspace), n, batch, &a);
   CheckCall(cudaMemsetAsync(a.queue, 0, sizeof(int), stream), "the cluster Picard kernel's queue");
   cudaLaunchAttribute attribute;
@@ -215,7 +218,7 @@ void ClusterHopfieldPicard(cudaStream_t stream, const FusedPicardPlan& plan, con
   template void FusedHopfieldPicard<S>(cudaStream_t, const FusedPicardPlan&, const S*, int, int, S, S*, int, \
                                        const FusedPicardRules&, void*, double*);                            \
   template void ClusterHopfieldPicard<S>(cudaStream_t, const FusedPicardPlan&, const S*, int, int, S, S*, int, \
-                                         const FusedPicardRules&, void*, double*);
+                                         const FusedPicardRules&, void*, double*, long long*, int);
 IMPLICIT_FUSED_PICARD(float)
 IMPLICIT_FUSED_PICARD(double)
 #undef IMPLICIT_FUSED_PICARD

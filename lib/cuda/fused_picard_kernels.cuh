@@ -67,6 +67,10 @@
 #define IMPLICIT_HAS_CLUSTERS 0
 #endif
 #endif
+// The clock of the cluster kernel's phase probe (nanoseconds).
+#ifndef IMPLICIT_GLOBAL_TIMER
+#define IMPLICIT_GLOBAL_TIMER() ::implicit::cuda::internal::GlobalTimer()
+#endif
 #ifdef __CUDACC__
 #include <mma.h>  // the cluster kernel's tensor-core phase A (WMMA, double, m8n8k4)
 #endif
@@ -78,6 +82,16 @@ namespace {
 
 
 namespace cg = cooperative_groups;
+
+__device__ inline long long GlobalTimer() {
+#ifdef __CUDA_ARCH__
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return static_cast<long long>(t);
+#else
+  return 0;
+#endif
+}
 
 constexpr int kFusedThreads = 512;
 constexpr int kFusedWarps = kFusedThreads / kWarp;
@@ -120,7 +134,9 @@ template <typename S>
 struct ClusterArgs : SolveArgs<S> {
   int cluster, chunk, slots;  // blocks per cluster, patterns per block, samples in flight (<= kClusterSlots)
   int* queue;                 // the next batch column to hand out
-  bool tensor_cores;          // phase A on the tensor cores (double) while at least kFusedWarps / 2 samples are active
+  bool tensor_cores;          // phase A on the tensor cores (double) while more than kFusedWarps / 2 samples are active
+  long long* probe;           // the phase probe (ClusterPhaseProbe), or nullptr
+  int probe_iterations;       // its capacity
 };
 
 // Where a part (m, l and y of one chunk for one sample) lies in its entry:
@@ -767,7 +783,8 @@ __global__ void __launch_bounds__(kFusedThreads, 1) ClusterPicardKernel(ClusterA
   const int tid = static_cast<int>(threadIdx.x);
   if (rank == 0 && tid < P) SetSlot(slot_column, tid, tid < a.slots ? TakeColumn(a) : -1, blocks);
   cluster.sync();
-  for (;;) {
+  const bool probing = a.probe != nullptr && blockIdx.x == 0 && tid == 0;  // cluster 0's first block
+  for (int iteration = 0;; ++iteration) {
     if (warp == 0) {  // the active positions, the same list in every block
       int total = 0;
       for (int base = 0; base < P; base += kWarp) {
@@ -781,6 +798,13 @@ __global__ void __launch_bounds__(kFusedThreads, 1) ClusterPicardKernel(ClusterA
     __syncthreads();
     const int count = active_count[0];
     if (count == 0) break;  // (the same in every block: no block waits at a barrier alone)
+    long long* stamps = probing && iteration < a.probe_iterations
+                            ? a.probe + static_cast<std::size_t>(iteration) * kProbeFields
+                            : nullptr;
+    if (stamps != nullptr) {
+      stamps[0] = count;
+      stamps[1] = IMPLICIT_GLOBAL_TIMER();
+    }
     // q sub-chunks per position: every warp busy when few samples are left.
     int q = 1;
     while (count * q * 2 <= kFusedWarps) q *= 2;
@@ -828,7 +852,9 @@ __global__ void __launch_bounds__(kFusedThreads, 1) ClusterPicardKernel(ClusterA
                         nan);
       }
     }
+    if (stamps != nullptr) stamps[2] = IMPLICIT_GLOBAL_TIMER();
     cluster.sync();  // every part is written
+    if (stamps != nullptr) stamps[3] = IMPLICIT_GLOBAL_TIMER();
     // Phase B: position j is judged by warp j / C of block j % C.
     for (int j = rank + blocks * warp; j < count; j += blocks * kFusedWarps) {
       const int p = active[j], column = slot_column[p];
@@ -846,7 +872,9 @@ __global__ void __launch_bounds__(kFusedThreads, 1) ClusterPicardKernel(ClusterA
         if (lane < blocks) *cluster.map_shared_rank(slot_column + p, static_cast<unsigned>(lane)) = next;
       }
     }
+    if (stamps != nullptr) stamps[4] = IMPLICIT_GLOBAL_TIMER();
     cluster.sync();  // the slot tables, iterates and judge states are written
+    if (stamps != nullptr) stamps[5] = IMPLICIT_GLOBAL_TIMER();
   }
 #else
   (void)a;  // not compiled for sm_90: PlanClusterHopfieldPicard refuses such a build

@@ -18,6 +18,7 @@
 
 #include "support/test_problems.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -84,9 +85,10 @@ Outcome<S> EmulateGrid(const Problem& p, const k::FusedPicardRules& rules, int c
 // The cluster kernel with `clusters` clusters of `cluster` blocks, each
 // keeping `slots` samples in flight, phase A on the tensor cores (double) or
 // not; seed as above.
+// probe: the phase probe's record (its size: the capacity), or nullptr.
 template <typename S, int R>
 Outcome<S> EmulateClusters(const Problem& p, const k::FusedPicardRules& rules, int cluster, int clusters, int slots,
-                           unsigned seed, bool tensor_cores = true) {
+                           unsigned seed, bool tensor_cores = true, std::vector<long long>* probe = nullptr) {
   const int n = static_cast<int>(p.patterns.rows()), N = static_cast<int>(p.patterns.cols());
   const int B = static_cast<int>(p.queries.cols());
   const Matrix<S> X = p.patterns.cast<S>();
@@ -97,6 +99,8 @@ Outcome<S> EmulateClusters(const Problem& p, const k::FusedPicardRules& rules, i
   a.chunk = (N + cluster - 1) / cluster;
   a.slots = slots;
   a.tensor_cores = tensor_cores;
+  a.probe = probe != nullptr ? probe->data() : nullptr;
+  a.probe_iterations = probe != nullptr ? static_cast<int>(probe->size() / k::kProbeFields) : 0;
   std::vector<std::uint64_t> workspace = Workspace(k::Carve<S>(nullptr, n, B, &a));
   k::Carve<S>(reinterpret_cast<unsigned char*>(workspace.data()), n, B, &a);
   *a.queue = 0;
@@ -236,4 +240,49 @@ BOOST_AUTO_TEST_CASE(every_cluster_shape_follows_the_cpu_solver) {
       CheckAgainstCpu<double>(p, o, kernel, 1e-9);
     }
   }
+}
+
+// The phase probe: cluster 0's first block records every iteration: the
+// active samples (all 24 at first, never more, their sum the samples'
+// evaluations) and five clock readings in order; a record too small for the
+// solve keeps what fits and nothing beyond.
+BOOST_AUTO_TEST_CASE(the_phase_probe_records_every_iteration_of_the_first_cluster) {
+  PicardSolver<double>::Options o;
+  o.absolute_tolerance = 1e-10;
+  o.max_iterations = 300;
+  const Problem p = MakeProblem(20, 90, 24, 47);
+  const int B = static_cast<int>(p.queries.cols()), F = k::kProbeFields;
+  std::vector<long long> probe(1000 * F, -1);
+  const auto kernel = EmulateClusters<double, 1>(p, FusedRules<double>(o), 2, 1, B, 0, true, &probe);
+  long long evaluations = 0, last_iteration = 0;
+  for (int b = 0; b < B; ++b) {
+    evaluations += static_cast<long long>(kernel.results[4 * b + 1]) + 1;
+    last_iteration = std::max(last_iteration, static_cast<long long>(kernel.results[4 * b + 1]));
+  }
+  int recorded = 0;
+  while (recorded < 1000 && probe[recorded * F] != -1) ++recorded;
+  BOOST_TEST(recorded == last_iteration + 1);  // every sample starts at once: the slowest decides
+  BOOST_TEST(probe[0] == B);
+  long long counted = 0, clock = 0;
+  for (int t = 0; t < recorded; ++t) {
+    BOOST_TEST_CONTEXT("iteration " << t) {
+      const long long* r = probe.data() + t * F;
+      BOOST_TEST(r[0] >= 1);
+      if (t > 0) BOOST_TEST(r[0] <= r[-F]);  // no queue to refill from
+      counted += r[0];
+      for (int f = 1; f < F; ++f) {
+        BOOST_TEST(r[f] > clock);
+        clock = r[f];
+      }
+    }
+  }
+  BOOST_TEST(counted == evaluations);
+  std::vector<long long> small(3 * F + 1, -1);
+  EmulateClusters<double, 1>(p, FusedRules<double>(o), 2, 1, B, 0, true, &small);
+  BOOST_REQUIRE(recorded > 3);
+  for (int t = 0; t < 3; ++t) {
+    BOOST_TEST(small[t * F] == probe[t * F]);  // the same solve: the same counts
+    for (int f = 1; f < F; ++f) BOOST_TEST(small[t * F + f] > 0);  // clock readings
+  }
+  BOOST_TEST(small[3 * F] == -1);  // nothing beyond the capacity
 }

@@ -4,7 +4,7 @@
 // and the grid synchronise through barriers at which the fibers yield. It
 // covers what lib/cuda/fused_picard_kernels.cuh uses: threadIdx, blockIdx,
 // blockDim, gridDim, __syncthreads, __syncwarp, warp shuffles, votes and
-// ballots over the full warp, __ldcg, atomicAdd, __popc, shared memory
+// ballots over the full warp, __ldcg, atomicAdd, __popc, a clock, shared memory
 // (dynamic and static, one arena per block), cooperative_groups' grid and
 // cluster (sync, block_rank, map_shared_rank) and WMMA's double-precision
 // 8 x 8 x 4 tiles (nvcuda::wmma: fragments, load, store, fill, mma).
@@ -55,6 +55,7 @@
 #define IMPLICIT_HAS_CLUSTERS 1
 #define IMPLICIT_DYNAMIC_SHARED(name) double* name = ::implicit_emulation::DynamicShared()
 #define IMPLICIT_SHARED_ARRAY(type, name, count) type* name = ::implicit_emulation::StaticShared<type>(__LINE__, count)
+#define IMPLICIT_GLOBAL_TIMER() ::implicit_emulation::Clock()
 
 namespace implicit_emulation {
 
@@ -137,6 +138,10 @@ inline ucontext_t g_scheduler;
 inline const void* g_scheduler_stack = nullptr;
 inline std::size_t g_scheduler_stack_size = 0;
 #endif
+
+// The probe clock: a count of its readings (it only ever increases).
+inline long long g_clock = 0;
+inline long long Clock() { return ++g_clock; }
 
 inline Fiber& Here() { return *g_fiber; }
 inline int Lane() { return static_cast<int>(g_fiber->thread.x % 32); }

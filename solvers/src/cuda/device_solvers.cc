@@ -326,9 +326,13 @@ std::optional<Summary> SolveFused(Context& context, const DeviceMap<S>& map, Dev
   internal::DeviceStaging staging(context, {internal::kSlotUpload, internal::kPinnedUpload, 16},
                                   {internal::kSlotDownload, internal::kPinnedDownload, 4 * static_cast<std::size_t>(batch)});
   void* workspace = context.Workspace(internal::kSlotFusedPicard, plan.workspace_bytes);
-  const auto launch = clusters ? internal::ClusterHopfieldPicard<S> : internal::FusedHopfieldPicard<S>;
-  launch(context.stream(), plan, hopfield->patterns().data(), n, N, hopfield->beta(), z.data(), batch, rules,
-         workspace, staging.results());
+  if (clusters) {
+    internal::ClusterHopfieldPicard<S>(context.stream(), plan, hopfield->patterns().data(), n, N, hopfield->beta(),
+                                       z.data(), batch, rules, workspace, staging.results());
+  } else {
+    internal::FusedHopfieldPicard<S>(context.stream(), plan, hopfield->patterns().data(), n, N, hopfield->beta(),
+                                     z.data(), batch, rules, workspace, staging.results());
+  }
   Summary summary = FusedSummary(name, staging.Download(4 * static_cast<std::size_t>(batch)), batch, start,
                                  clusters ? kClusterLoopNote : kFusedLoopNote);
   summary.message += clusters && plan.tensor_cores ? std::string(" (tensor cores)") : no_clusters;

@@ -209,9 +209,18 @@ bool PlanClusterHopfieldPicard(int n, int N, int batch, FusedPicardPlan* plan, c
 template <typename S>
 void FusedHopfieldPicard(cudaStream_t stream, const FusedPicardPlan& plan, const S* patterns, int n, int N, S beta,
                          S* z, int batch, const FusedPicardRules& rules, void* workspace, double* results);
+// probe (optional, device memory): ClusterPhaseProbe's record.
 template <typename S>
 void ClusterHopfieldPicard(cudaStream_t stream, const FusedPicardPlan& plan, const S* patterns, int n, int N, S beta,
-                           S* z, int batch, const FusedPicardRules& rules, void* workspace, double* results);
+                           S* z, int batch, const FusedPicardRules& rules, void* workspace, double* results,
+                           long long* probe = nullptr, int probe_iterations = 0);
+// The cluster kernel's phase probe, for benchmarks: the first block of
+// cluster 0 records per iteration (up to probe_iterations) kProbeFields
+// values: the active samples, then the clock (ns, %globaltimer) when its
+// iteration starts, when its thread 0 ends phase A, after the cluster barrier
+// that ends phase A (all its blocks' phase A), when thread 0 ends phase B, and
+// after the barrier that ends the iteration.
+inline constexpr int kProbeFields = 6;
 
 // The cluster kernel's samples in flight per cluster (one per warp slot of
 // its phase A: 16 warps x 4) and its largest cluster (the portable size).
