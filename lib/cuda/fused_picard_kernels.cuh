@@ -135,7 +135,7 @@ struct ClusterArgs : SolveArgs<S> {
   int cluster, chunk, slots;  // blocks per cluster, patterns per block, samples in flight (<= kClusterSlots)
   int* queue;                 // the next batch column to hand out
   bool tensor_cores;          // phase A on the tensor cores (double) while more than kFusedWarps / 2 samples are active
-  long long* probe;           // the phase probe (ClusterPhaseProbe), or nullptr
+  long long* probe;           // the phase probe's record (cuda_kernels.h, kProbeFields), or nullptr
   int probe_iterations;       // its capacity
 };
 

@@ -209,7 +209,7 @@ bool PlanClusterHopfieldPicard(int n, int N, int batch, FusedPicardPlan* plan, c
 template <typename S>
 void FusedHopfieldPicard(cudaStream_t stream, const FusedPicardPlan& plan, const S* patterns, int n, int N, S beta,
                          S* z, int batch, const FusedPicardRules& rules, void* workspace, double* results);
-// probe (optional, device memory): ClusterPhaseProbe's record.
+// probe (optional, device memory): the phase probe's record (below).
 template <typename S>
 void ClusterHopfieldPicard(cudaStream_t stream, const FusedPicardPlan& plan, const S* patterns, int n, int N, S beta,
                            S* z, int batch, const FusedPicardRules& rules, void* workspace, double* results,
