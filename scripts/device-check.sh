@@ -12,6 +12,7 @@
 #   TESTS_ONLY=1 scripts/device-check.sh DIR      # the CUDA tests alone
 #   BENCH_ARGS="--device-problems et" scripts/device-check.sh DIR OUTDIR
 #                                                 # the tests, then this bench alone
+#   SANITIZERS_ONLY=1 scripts/device-check.sh DIR  # compute-sanitizer alone (RACECHECK_TESTS below)
 set -u
 dir=${1:?usage: scripts/device-check.sh DIR [OUTDIR]}
 out=${2:-.}
@@ -22,6 +23,32 @@ cublas=$(ldconfig -p | awk '/libcublas\.so\.13/ {print $NF; exit}')
 export LD_LIBRARY_PATH="$dir/lib:${cublas%/*}:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
 status=0
+sanitize() {
+  if ! command -v compute-sanitizer >/dev/null; then
+    echo "compute-sanitizer is not installed: no memcheck, racecheck or synccheck"
+    return
+  fi
+  echo "== compute-sanitizer --tool memcheck cuda_device_backend_test"
+  # (the memory-growth case measures cudaMemGetInfo, which the tool's own
+  # allocations disturb: it runs in the plain pass above)
+  timeout 300 compute-sanitizer --tool memcheck --error-exitcode 3 "$dir"/bin/cuda_device_backend_test \
+    --report_level=short --run_test='!device_memory_does_not_grow_over_training_steps' || status=1
+  timeout 300 compute-sanitizer --tool memcheck --error-exitcode 3 "$dir"/bin/cuda_device_energy_transformer_test \
+    --report_level=short || status=1
+  # The fused Picard kernels' shared-memory exchanges between lanes and warps
+  # (and, in the cluster kernel, between the blocks of a cluster).
+  # RACECHECK_TESTS: the test cases to run under both tools.
+  races=${RACECHECK_TESTS:-the_fused_picard_loop_follows_the_host_judged_loop:the_cluster_picard_loop_follows_the_host_judged_loop}
+  echo "== compute-sanitizer --tool racecheck, --tool synccheck: $races"
+  for tool in racecheck synccheck; do
+    timeout 300 compute-sanitizer --tool $tool --error-exitcode 3 "$dir"/bin/cuda_device_backend_test \
+      --report_level=short --run_test="$races" || status=1
+  done
+}
+if [ -n "${SANITIZERS_ONLY:-}" ]; then
+  sanitize
+  exit $status
+fi
 for t in "$dir"/bin/cuda_*test; do
   case "$t" in *_emulated_test) continue ;; esac  # (CPU emulations of kernels: CI runs them, no GPU time)
   echo "== $t"
@@ -66,22 +93,5 @@ done
 echo "== implicit-hopfield retrieval --device cuda"
 timeout 120 "$dir"/bin/implicit-hopfield retrieval --patterns 1797 --beta 2 --solver anderson --device cuda --data data \
   || status=1
-if command -v compute-sanitizer >/dev/null; then
-  echo "== compute-sanitizer --tool memcheck cuda_device_backend_test"
-  # (the memory-growth case measures cudaMemGetInfo, which the tool's own
-  # allocations disturb: it runs in the plain pass above)
-  timeout 300 compute-sanitizer --tool memcheck --error-exitcode 3 "$dir"/bin/cuda_device_backend_test \
-    --report_level=short --run_test='!device_memory_does_not_grow_over_training_steps' || status=1
-  timeout 300 compute-sanitizer --tool memcheck --error-exitcode 3 "$dir"/bin/cuda_device_energy_transformer_test \
-    --report_level=short || status=1
-  # The fused Picard kernels' shared-memory exchanges between lanes and warps
-  # (and, in the cluster kernel, between the blocks of a cluster).
-  # RACECHECK_TESTS: the test cases to run under both tools.
-  races=${RACECHECK_TESTS:-the_fused_picard_loop_follows_the_host_judged_loop:the_cluster_picard_loop_follows_the_host_judged_loop}
-  echo "== compute-sanitizer --tool racecheck, --tool synccheck: $races"
-  for tool in racecheck synccheck; do
-    timeout 300 compute-sanitizer --tool $tool --error-exitcode 3 "$dir"/bin/cuda_device_backend_test \
-      --report_level=short --run_test="$races" || status=1
-  done
-fi
+sanitize
 exit $status
