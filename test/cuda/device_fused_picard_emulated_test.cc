@@ -214,6 +214,15 @@ BOOST_AUTO_TEST_CASE(the_cluster_kernel_on_tensor_cores_follows_the_cpu_solver) 
     return EmulateClusters<S, R>(p, FusedRules<S>(o), /*cluster=*/2, /*clusters=*/1,
                                  /*slots=*/static_cast<int>(p.queries.cols()), /*seed=*/13);
   });
+  // n = 70 (four coordinates per lane; 72 coordinates in 9 tiles of 8) and
+  // 75 patterns in one block (two whole tiles of 32 and one of 11).
+  PicardSolver<double>::Options o;
+  o.absolute_tolerance = 1e-10;
+  o.max_iterations = 300;
+  const Problem p = MakeProblem(70, 75, 20, 53);
+  BOOST_TEST_CONTEXT("n = 70, one block") {
+    CheckAgainstCpu<double>(p, o, EmulateClusters<double, 4>(p, FusedRules<double>(o), 1, 1, 20, 17), 1e-9);
+  }
 }
 
 // Other cluster shapes: one block per cluster (no distributed shared memory),
