@@ -220,17 +220,19 @@ __device__ inline void ResetRecord(const JudgeState& st, int column) {
   st.stall[column] = 0;
 }
 
-template <typename S>
-__device__ inline S WarpAllMax(S v) {  // the same value in every lane (NaN ignored)
-  for (int o = kWarp / 2; o > 0; o /= 2) {
+// Reductions over aligned groups of `Width` lanes (every lane of the warp
+// takes part), the result in every lane of the group.
+template <typename S, int Width = kWarp>
+__device__ inline S WarpAllMax(S v) {  // NaN ignored
+  for (int o = Width / 2; o > 0; o /= 2) {
     const S other = __shfl_xor_sync(kFull, v, o);
     v = other > v ? other : v;
   }
   return v;
 }
-template <typename T>
+template <typename T, int Width = kWarp>
 __device__ inline T WarpAllSum(T v) {  // butterfly: bitwise the same in every lane
-  for (int o = kWarp / 2; o > 0; o /= 2) v += __shfl_xor_sync(kFull, v, o);
+  for (int o = Width / 2; o > 0; o /= 2) v += __shfl_xor_sync(kFull, v, o);
   return v;
 }
 
@@ -658,15 +660,15 @@ __device__ inline void SetSlot(int* slot_column, int p, int column, int blocks) 
 // into the part entries j, as PartialAttention computes them, by tiles of
 // kTensorTile patterns as the online softmax does: (1) the scores of the tile,
 // a GEMM on 8 x 8 x 4 tiles (patterns x positions x coordinates); (2) per
-// position, one warp: the running max m and sum l, the weights e^(s - m) in
-// place of the scores, and y rescaled to the new max; (3) y += the tile's
+// position, a group of eight threads: the running max m and sum l, the
+// weights e^(s - m) in place of the scores, and y rescaled to the new max; (3) y += the tile's
 // patterns times the weights, a GEMM accumulating in the part entries.
 __device__ inline void TensorPartialAttention(const SolveArgs<double>& a, const ClusterLayout& g, const double* xs,
                                               int span, double* parts, double* work, const int* slot_column,
                                               const int* active, int count) {
   namespace wmma = nvcuda::wmma;
   const int n = a.n, ld = g.ld, head = g.n_pad, tid = static_cast<int>(threadIdx.x);
-  const int warp = tid / kWarp, lane = tid % kWarp, threads = static_cast<int>(blockDim.x);
+  const int warp = tid / kWarp, threads = static_cast<int>(blockDim.x);
   const int positions = (count + 7) / 8 * 8, coordinates = (n + 3) / 4 * 4;  // padded: whole tiles and k-steps
   double* zs = work;                                                        // positions x ld: z (zero-padded)
   double* st = work + static_cast<std::size_t>(kClusterSlots) * ld;         // positions x kTileStride
@@ -695,27 +697,51 @@ __device__ inline void TensorPartialAttention(const SolveArgs<double>& a, const 
                               wmma::mem_col_major);
     }
     __syncthreads();
-    // (2) the online softmax, a lane per pattern of the tile
-    for (int j = warp; j < count; j += kFusedWarps) {
+    // (2) the online softmax: position j by the kGroup threads of group j (every
+    // position at once; a warp holds kWarp / kGroup of them), pattern p of the
+    // tile by thread p % kGroup of the group.
+    {
+      constexpr int kGroup = kFusedThreads / kClusterSlots, kPer = kTensorTile / kGroup;
+      static_assert(kGroup * kPer == kTensorTile && kWarp % kGroup == 0, "groups of lanes tile the patterns");
+      const int j = tid / kGroup, part = tid % kGroup;
       double* entry = parts + static_cast<std::size_t>(j) * ld;
       double* w_row = st + static_cast<std::size_t>(j) * kTileStride;
-      double v = lane < tile ? a.beta * w_row[lane] : -INFINITY;
-      const bool nan = v != v;
-      if (nan) v = -INFINITY;
-      const bool any_nan = __any_sync(kFull, nan);
-      const double m = entry[head], tile_max = WarpAllMax(v), m_new = tile_max > m ? tile_max : m;
-      double w = 0, scale = 1;
+      double v[kPer], local_max = -INFINITY;
+      int nan = 0;
+#pragma unroll
+      for (int u = 0; u < kPer; ++u) {
+        const int p = part + u * kGroup;
+        v[u] = j < count && p < tile ? a.beta * w_row[p] : -INFINITY;
+        if (v[u] != v[u]) {
+          nan = 1;
+          v[u] = -INFINITY;
+        }
+        local_max = v[u] > local_max ? v[u] : local_max;
+      }
+      const double m = entry[head], tile_max = WarpAllMax<double, kGroup>(local_max);
+      const double m_new = tile_max > m ? tile_max : m;
+      nan = WarpAllSum<int, kGroup>(nan);
+      double w[kPer], sum = 0, scale = 1;
+#pragma unroll
+      for (int u = 0; u < kPer; ++u) w[u] = 0;
       if (m_new > -INFINITY) {  // else no finite score yet: nothing changes
         scale = m == -INFINITY ? 0.0 : exp(m - m_new);
-        w = exp(v - m_new);
+#pragma unroll
+        for (int u = 0; u < kPer; ++u) {
+          w[u] = exp(v[u] - m_new);
+          sum += w[u];
+        }
       }
-      const double sum = WarpAllSum(w);
-      w_row[lane] = w;
-      for (int i = lane; i < n; i += kWarp) entry[i] *= scale;
-      if (lane == 0) {
-        entry[head] = m_new;
-        entry[head + 1] = entry[head + 1] * scale + sum;
-        if (any_nan) entry[head + 2] = 1;
+      sum = WarpAllSum<double, kGroup>(sum);
+      if (j < count) {
+#pragma unroll
+        for (int u = 0; u < kPer; ++u) w_row[part + u * kGroup] = w[u];
+        for (int i = part; i < n; i += kGroup) entry[i] *= scale;
+        if (part == 0) {
+          entry[head] = m_new;
+          entry[head + 1] = entry[head + 1] * scale + sum;
+          if (nan != 0) entry[head + 2] = 1;
+        }
       }
     }
     __syncthreads();
