@@ -98,7 +98,7 @@ constexpr int kFusedWarps = kFusedThreads / kWarp;
 constexpr int kMaxPerLane = 8;       // coordinates per lane: n <= 256
 constexpr int kSamplesPerWarp = 4;   // samples a warp takes at once in phase A
 constexpr int kTargetChunk = 64;     // patterns per block, before the grid is filled (measured: 32, 64, 128)
-constexpr int kTensorTile = kWarp;   // patterns per tile of the tensor-core phase A (a lane each in its softmax)
+constexpr int kTensorTile = 48;      // the most patterns per tile of the tensor-core phase A (a multiple of 8)
 constexpr int kTileStride = kTensorTile + 4;  // the row stride of its tile of scores
 static_assert(kClusterSlots == kFusedWarps * kSamplesPerWarp, "a cluster's slots fill its warps' phase A");
 constexpr unsigned kFull = 0xffffffffu;
@@ -678,8 +678,11 @@ __device__ inline void TensorPartialAttention(const SolveArgs<double>& a, const 
     parts[idx] = i == head ? -INFINITY : 0.0;  // y = 0, m = -inf, l = 0, no NaN
   }
   __syncthreads();
-  for (int p0 = 0; p0 < span; p0 += kTensorTile) {
-    const int tile = span - p0 < kTensorTile ? span - p0 : kTensorTile;
+  // As few tiles as kTensorTile allows, of even sizes (multiples of 8: whole WMMA tiles of patterns).
+  const int tiles = (span + kTensorTile - 1) / kTensorTile;
+  const int size = tiles > 0 ? ((span + tiles - 1) / tiles + 7) / 8 * 8 : kTensorTile;
+  for (int p0 = 0; p0 < span; p0 += size) {
+    const int tile = span - p0 < size ? span - p0 : size;
     const int row_tiles = (tile + 7) / 8, k_patterns = (tile + 3) / 4 * 4;
     // (1) st[j][p] = x_(p0 + p) . z_j
     for (int t = warp; t < row_tiles * (positions / 8); t += kFusedWarps) {

@@ -204,24 +204,24 @@ BOOST_AUTO_TEST_CASE(the_cluster_kernel_follows_the_cpu_solver) {
   });
 }
 
-// All 24 (or 12) samples in flight in one cluster of two blocks: phase A on
-// the tensor cores (double) while more than eight are active, on tiles of 32
-// of the 45 (35) patterns of a block and z zero-padded from n = 20 (40).
+// All 24 (or 12) samples in flight in a cluster of one block: phase A on the
+// tensor cores (double) while more than eight are active, on two tiles of the
+// 90 (70) patterns (48 and 42; 40 and 30), z zero-padded from n = 20 (40).
 BOOST_AUTO_TEST_CASE(the_cluster_kernel_on_tensor_cores_follows_the_cpu_solver) {
   CheckCases([](const Problem& p, const auto& o, auto scalar, auto per_lane) {
     using S = decltype(scalar);
     constexpr int R = decltype(per_lane)::value;
-    return EmulateClusters<S, R>(p, FusedRules<S>(o), /*cluster=*/2, /*clusters=*/1,
+    return EmulateClusters<S, R>(p, FusedRules<S>(o), /*cluster=*/1, /*clusters=*/1,
                                  /*slots=*/static_cast<int>(p.queries.cols()), /*seed=*/13);
   });
   // n = 70 (four coordinates per lane; 72 coordinates in 9 tiles of 8) and
-  // 75 patterns in one block (two whole tiles of 32 and one of 11).
+  // 75 patterns over two blocks (one tile of 38 each, 40 rows with padding).
   PicardSolver<double>::Options o;
   o.absolute_tolerance = 1e-10;
   o.max_iterations = 300;
   const Problem p = MakeProblem(70, 75, 20, 53);
-  BOOST_TEST_CONTEXT("n = 70, one block") {
-    CheckAgainstCpu<double>(p, o, EmulateClusters<double, 4>(p, FusedRules<double>(o), 1, 1, 20, 17), 1e-9);
+  BOOST_TEST_CONTEXT("n = 70, two blocks") {
+    CheckAgainstCpu<double>(p, o, EmulateClusters<double, 4>(p, FusedRules<double>(o), 2, 1, 20, 17), 1e-9);
   }
 }
 
