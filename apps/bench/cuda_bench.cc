@@ -314,7 +314,12 @@ void RunProblem(const std::string& problem, const Matrix<double>& patterns, cons
     }
     for (const bool tensor_cores : {true, false}) {
       if (tensor_cores && !std::is_same<S, double>::value) continue;  // (float: CUDA cores only)
-      probes->push_back(ProbeClusterPhases<S>(problem, context, map, queries_device, po, tensor_cores));
+      try {  // (a failing probe must not cost the rows above)
+        probes->push_back(ProbeClusterPhases<S>(problem, context, map, queries_device, po, tensor_cores));
+      } catch (const std::exception& e) {
+        std::cout << "phase probe, " << problem << ": failed: " << e.what() << "\n";
+        probes->push_back({{"problem", problem}, {"tensor_cores", tensor_cores}, {"error", e.what()}});
+      }
     }
   }
   if (!o.cpu_reference) return;
