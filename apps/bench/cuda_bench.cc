@@ -92,22 +92,6 @@ double GemmFloorSeconds(cuda::Context& context, const cuda::DeviceMatrix<S>& X, 
   return Median(samples);
 }
 
-// Device memory of `bytes` bytes, freed on scope exit.
-class DeviceBuffer {
- public:
-  explicit DeviceBuffer(std::size_t bytes) { Check(cudaMalloc(&data_, bytes > 0 ? bytes : 1)); }
-  ~DeviceBuffer() { cudaFree(data_); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  template <typename T>
-  T* As() const {
-    return static_cast<T*>(data_);
-  }
-
- private:
-  void* data_ = nullptr;
-};
-
 // The cluster kernel's phase probe on one solve (cuda_kernels.h,
 // kProbeFields): cluster 0's iterations grouped by how many samples were
 // active, the mean of each phase per iteration. Printed; returned as JSON (null
@@ -128,20 +112,20 @@ Json ProbeClusterPhases(const std::string& problem, cuda::Context& context, cons
   }
   plan.tensor_cores = plan.tensor_cores && tensor_cores;
   const int capacity = 200000;
-  DeviceBuffer workspace(plan.workspace_bytes), results(4 * sizeof(double) * B),
+  const cuda::DeviceBuffer workspace(plan.workspace_bytes), results(4 * sizeof(double) * B),
       probe(sizeof(long long) * k::kProbeFields * capacity);
+  long long* stamps = static_cast<long long*>(probe.data());
   cuda::DeviceMatrix<S> z;
   const auto rules = implicit::internal::FusedRules<S>(po);
   for (int run = 0; run < 2; ++run) {  // the first warms up
     z.CopyFrom(context, queries);
-    Check(cudaMemsetAsync(probe.As<long long>(), 0xff, sizeof(long long) * k::kProbeFields * capacity,
-                          context.stream()));  // every field -1
+    Check(cudaMemsetAsync(stamps, 0xff, probe.bytes(), context.stream()));  // every field -1
     k::ClusterHopfieldPicard<S>(context.stream(), plan, map.patterns().data(), n, N, map.beta(), z.data(), B, rules,
-                                workspace.As<void>(), results.As<double>(), probe.As<long long>(), capacity);
+                                workspace.data(), static_cast<double*>(results.data()), stamps, capacity);
     context.Synchronize();
   }
   std::vector<long long> record(static_cast<std::size_t>(k::kProbeFields) * capacity);
-  Check(cudaMemcpy(record.data(), probe.As<long long>(), sizeof(long long) * record.size(), cudaMemcpyDeviceToHost));
+  Check(cudaMemcpy(record.data(), stamps, sizeof(long long) * record.size(), cudaMemcpyDeviceToHost));
   int iterations = 0;
   while (iterations < capacity && record[static_cast<std::size_t>(iterations) * k::kProbeFields] >= 0) ++iterations;
   struct Bucket {
