@@ -14,11 +14,19 @@ was written without a GPU at hand. This script estimates its solve time from:
 It replays the kernel's schedule: CLUSTERS clusters of SLOTS samples, the next
 batch column taken from the queue whenever a sample stops.
 
+With --probe FILE (the JSON of `implicit-bench --device cuda --json FILE`) the
+cost of a cluster iteration is instead the measured one: the hopfield-digits
+phase probe's mean (phase A + barrier) + (phase B + barrier) + active list for
+the range of active samples it falls in (tensor-core phase A, or with
+--cuda-cores the CUDA-core one), so other shapes can be tried on measured costs.
+
   /usr/bin/python3 scripts/cluster-model.py [--clusters 16] [--slots 64] [--b-cost 4.5] [--a-scale 1]
+  /usr/bin/python3 scripts/cluster-model.py --probe device-bench.json [--cuda-cores] [--clusters 16] [--slots 64]
 """
 import argparse
 import gzip
 import heapq
+import json
 import math
 import os
 
@@ -53,7 +61,25 @@ def phase_a(count, warps=16, a_scale=1.0):
     return a_scale * (7.3 + 8.0 * per_warp) / q
 
 
-def solve_time(evals, clusters, slots, b_cost, a_scale):
+def probe_costs(path, tensor_cores, problem="hopfield-digits"):
+    """The measured cost (us) of a cluster iteration by its active samples."""
+    try:
+        with open(path) as f:
+            probes = json.load(f).get("cluster_phase_probes") or []
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"--probe {path}: {e}")
+    for p in probes:
+        if p and p.get("problem") == problem and p.get("tensor_cores") == tensor_cores and "by_active_samples" in p:
+            ranges = []
+            for r in p["by_active_samples"]:
+                lo, hi = (int(x) for x in r["active"].split()[0].split("-"))
+                parts = [r.get("phase_a_us"), r.get("phase_b_us"), r.get("active_list_us")]
+                ranges.append((lo, hi, None if parts[0] is None or parts[1] is None else sum(v or 0 for v in parts)))
+            return ranges
+    raise SystemExit(f"{path}: no {problem} phase probe with tensor_cores={tensor_cores}")
+
+
+def solve_time(evals, clusters, slots, b_cost, a_scale, measured=None):
     queue = iter(int(e) for e in evals)
     held = [[e for _, e in zip(range(slots), queue)] for _ in range(clusters)]
     events = [(0.0, k) for k in range(clusters)]
@@ -63,7 +89,14 @@ def solve_time(evals, clusters, slots, b_cost, a_scale):
         if not held[k]:
             end = max(end, t)
             continue
-        step = b_cost + phase_a(len(held[k]), a_scale=a_scale)
+        count = len(held[k])
+        if measured is None:
+            step = b_cost + phase_a(count, a_scale=a_scale)
+        else:
+            known = [(lo, hi, c) for lo, hi, c in measured if c is not None]
+            inside = [c for lo, hi, c in known if lo <= count <= hi]
+            # (a range the probe never saw: the nearest one measured)
+            step = inside[0] if inside else min(known, key=lambda r: min(abs(count - r[0]), abs(count - r[1])))[2]
         going = [e - 1 for e in held[k] if e > 1]
         going += [e for _, e in zip(range(len(held[k]) - len(going)), queue)]
         held[k] = going
@@ -79,13 +112,20 @@ def main():
     ap.add_argument("--slots", type=int, default=64)
     ap.add_argument("--b-cost", type=float, default=4.5)
     ap.add_argument("--a-scale", type=float, default=1.0)
+    ap.add_argument("--probe", help="costs from this implicit-bench --device cuda JSON (its phase probe)")
+    ap.add_argument("--cuda-cores", action="store_true", help="with --probe: the CUDA-core phase A's probe")
     o = ap.parse_args()
+    measured = probe_costs(o.probe, not o.cuda_cores) if o.probe else None
     evals = evaluations(o.data)
     print(f"evaluations: total {evals.sum()}, max {evals.max()}, mean {evals.mean():.1f}, "
           f"99th percentile {np.percentile(evals, 99):.0f}")
-    ms = solve_time(evals, o.clusters, o.slots, o.b_cost, o.a_scale) / 1000
-    print(f"model: {o.clusters} clusters x {o.slots} slots, phase B {o.b_cost} us, "
-          f"phase A x{o.a_scale}: {ms:.2f} ms")
+    ms = solve_time(evals, o.clusters, o.slots, o.b_cost, o.a_scale, measured) / 1000
+    if measured is None:
+        print(f"model: {o.clusters} clusters x {o.slots} slots, phase B {o.b_cost} us, "
+              f"phase A x{o.a_scale}: {ms:.2f} ms")
+    else:
+        costs = ", ".join(f"{lo}-{hi}: {c:.2f} us" if c is not None else f"{lo}-{hi}: -" for lo, hi, c in measured)
+        print(f"model on measured costs per iteration ({costs}): {o.clusters} clusters x {o.slots} slots: {ms:.2f} ms")
 
 
 if __name__ == "__main__":
