@@ -16,8 +16,9 @@
 set -u
 dir=${1:?usage: scripts/device-check.sh DIR [OUTDIR]}
 out=${2:-.}
+mkdir -p "$out"  # (the benches write their JSON there)
 # The pack travels as DIR.tar.xz (scripts/device-pack.sh): unpack it once.
-if [ ! -d "$dir" ] && [ -f "$dir.tar.xz" ]; then tar -xJf "$dir.tar.xz"; fi
+if [ ! -d "$dir" ] && [ -f "$dir.tar.xz" ]; then tar -xJf "$dir.tar.xz" -C "$(dirname "$dir")"; fi
 cublas=$(ldconfig -p | awk '/libcublas\.so\.13/ {print $NF; exit}')
 [ -z "$cublas" ] && cublas=$(find / -name 'libcublas.so.13' -not -path '/proc/*' 2>/dev/null | head -1)
 export LD_LIBRARY_PATH="$dir/lib:${cublas%/*}:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"

@@ -4,7 +4,7 @@
 # shared libraries they need apart from glibc, libstdc++ and CUDA's (which the
 # GPU machine brings), into DIR for scripts/device-check.sh.
 #   scripts/device-pack.sh BUILD_DIR DIR
-# The pack (about 75 MB) is also written as DIR.tar.xz (about 15 MB), which
+# The pack (about 89 MB) is also written as DIR.tar.xz (about 21 MB), which
 # is what travels to a GPU machine (the device tool carries at most 64 MiB; both
 # .devcarry and .devcarry.tar.xz are ignored by git, so name the archive in the
 # tool's `carry`), and scripts/device-check.sh unpacks it there.
@@ -23,5 +23,6 @@ for b in "$dir"/bin/*; do ldd "$b" | awk '$3 ~ /^\// {print $3}'; done | sort -u
   xargs -I{} cp -L {} "$dir/lib/"
 du -sh "$dir"
 rm -f "$dir.tar.xz"
-tar -I 'xz -T0 -6' -cf "$dir.tar.xz" "$dir"
+# (relative to its parent, so that it unpacks as DIR beside the archive wherever DIR was)
+tar -I 'xz -T0 -6' -cf "$dir.tar.xz" -C "$(dirname "$dir")" "$(basename "$dir")"
 du -sh "$dir.tar.xz"
