@@ -351,22 +351,174 @@ BOOST_AUTO_TEST_CASE(one_failed_sample_is_isolated) {
   g_without.col(1).setZero();  // sample 1 contributes nothing
   const BackwardResult<double> ref = ImplicitBackward(t.map, z, g_without);
   for (const char* linear : {"fixed_point", "anderson", "broyden", "gmres", "direct"}) {
+    BOOST_TEST_CONTEXT(linear) {
+      BackwardOptions options;
+      options.linear_solver = linear;
+      const BackwardResult<double> r = ImplicitBackward(t.map, z, g, options);
+      BOOST_TEST(!r.ok());
+      BOOST_TEST((r.summary.sample_status[0] == TerminationType::kConverged));
+      BOOST_TEST((r.summary.sample_status[1] == TerminationType::kNonFinite));
+      BOOST_TEST((r.summary.sample_status[2] == TerminationType::kConverged));
+      BOOST_TEST(AllNaN(r.parameter_gradient));
+      BOOST_TEST(AllNaN(r.input_gradient.col(1)));
+      BOOST_TEST(AllNaN(r.adjoint.col(1)));
+      BOOST_TEST(RelativeError(r.input_gradient.col(0), ref.input_gradient.col(0)) < 1e-9);
+      BOOST_TEST(RelativeError(r.input_gradient.col(2), ref.input_gradient.col(2)) < 1e-9);
+      options.failed_samples = FailedSamplePolicy::kSkip;
+      const BackwardResult<double> d = ImplicitBackward(t.map, z, g, options);
+      BOOST_TEST(!d.ok());
+      BOOST_TEST(RelativeError(d.parameter_gradient, ref.parameter_gradient) < 1e-9);
+      BOOST_TEST(d.input_gradient.col(1).isZero(0));
+      BOOST_TEST(d.adjoint.col(1).isZero(0));
+      // The deprecated spelling of kSkip.
+      options = BackwardOptions();
+      options.linear_solver = linear;
+      options.drop_failed_samples = true;
+      BOOST_TEST(RelativeError(ImplicitBackward(t.map, z, g, options).parameter_gradient,
+                               ref.parameter_gradient) < 1e-9);
+      options.failed_samples = FailedSamplePolicy::kThrow;  // contradicts drop_failed_samples
+      BOOST_CHECK_THROW(ImplicitBackward(t.map, z, g, options), std::invalid_argument);
+      options.drop_failed_samples = false;
+      BOOST_CHECK_EXCEPTION(ImplicitBackward(t.map, z, g, options), ConvergenceError,
+                            [](const ConvergenceError& e) {
+                              return e.summary.sample_status[1] == TerminationType::kNonFinite &&
+                                     std::string(e.what()).find("1 of 3 samples failed") !=
+                                         std::string::npos;
+                            });
+    }
+  }
+}
+
+// TanhDeqMap, except that sample `bad` follows z -> 2 z + 1, which has no
+// attracting fixed point: its forward solve cannot converge, the others can.
+class OneDivergentSampleMap : public FixedPointMap<double> {
+ public:
+  OneDivergentSampleMap(TanhDeqMap<double>& inner, Index bad) : inner_(inner), bad_(bad) {}
+  Index dimension() const override { return inner_.dimension(); }
+  void Evaluate(ConstMatrixRef<double> z, MatrixRef<double> out) const override {
+    inner_.Evaluate(z, out);
+    out.col(bad_) = 2.0 * z.col(bad_).array() + 1.0;
+  }
+  bool HasJacobianProducts() const override { return true; }
+  void JacobianVectorProduct(ConstMatrixRef<double> z, ConstMatrixRef<double> v,
+                             MatrixRef<double> out) const override {
+    inner_.JacobianVectorProduct(z, v, out);
+    out.col(bad_) = 2.0 * v.col(bad_);
+  }
+  void VectorJacobianProduct(ConstMatrixRef<double> z, ConstMatrixRef<double> u,
+                             MatrixRef<double> out) const override {
+    inner_.VectorJacobianProduct(z, u, out);
+    out.col(bad_) = 2.0 * u.col(bad_);
+  }
+  // Only the other samples depend on the parameters and inputs: sample bad's
+  // terms are those of the inner map, which the backward pass must drop.
+  Index num_parameters() const override { return inner_.num_parameters(); }
+  ParameterSet<double>* parameters() override { return inner_.parameters(); }
+  void ParameterVectorJacobianProduct(ConstMatrixRef<double> z, ConstMatrixRef<double> u,
+                                      VectorRef<double> out) const override {
+    inner_.ParameterVectorJacobianProduct(z, u, out);
+  }
+  Index input_dimension() const override { return inner_.input_dimension(); }
+  void InputVectorJacobianProduct(ConstMatrixRef<double> z, ConstMatrixRef<double> u,
+                                  MatrixRef<double> out) const override {
+    inner_.InputVectorJacobianProduct(z, u, out);
+  }
+
+ private:
+  TanhDeqMap<double>& inner_;
+  Index bad_;
+};
+
+// A layer whose forward solve fails for one sample of the batch, under each
+// FailedSamplePolicy: kSkip gives the gradients of the batch without that
+// sample, kNaN NaN, kThrow a ConvergenceError naming it.
+BOOST_AUTO_TEST_CASE(failed_sample_policies_of_a_layer) {
+  constexpr Index n = 6, p = 3, B = 4, bad = 2;
+  const Matrix<double> x = RandomMatrix<double>(p, B, 11);
+  QuadraticLoss loss;
+  loss.w = RandomMatrix<double>(n, B, 12);
+
+  // Reference: the same map (same seed) and loss on the batch without sample `bad`.
+  auto without_bad = [&](const Matrix<double>& m) {
+    Matrix<double> out(m.rows(), B - 1);
+    out << m.leftCols(bad), m.rightCols(B - 1 - bad);
+    return out;
+  };
+  TanhDeqMap<double> others(n, p, 0.6, 7);
+  others.SetInput(without_bad(x));
+  const Matrix<double> z_ref = SolveTight(others, B - 1);
+  QuadraticLoss ref_loss;
+  ref_loss.w = without_bad(loss.w);
+  auto reference = [&](const char* linear) {
     BackwardOptions options;
     options.linear_solver = linear;
-    const BackwardResult<double> r = ImplicitBackward(t.map, z, g, options);
-    BOOST_TEST(!r.ok(), linear);
-    BOOST_TEST((r.summary.sample_status[0] == TerminationType::kConverged), linear);
-    BOOST_TEST((r.summary.sample_status[1] == TerminationType::kNonFinite), linear);
-    BOOST_TEST((r.summary.sample_status[2] == TerminationType::kConverged), linear);
-    BOOST_TEST(AllNaN(r.parameter_gradient), linear);
-    BOOST_TEST(AllNaN(r.input_gradient.col(1)), linear);
-    BOOST_TEST(RelativeError(r.input_gradient.col(0), ref.input_gradient.col(0)) < 1e-9, linear);
-    BOOST_TEST(RelativeError(r.input_gradient.col(2), ref.input_gradient.col(2)) < 1e-9, linear);
-    options.drop_failed_samples = true;
-    const BackwardResult<double> d = ImplicitBackward(t.map, z, g, options);
-    BOOST_TEST(!d.ok(), linear);
-    BOOST_TEST(RelativeError(d.parameter_gradient, ref.parameter_gradient) < 1e-9, linear);
+    return ImplicitBackward(others, z_ref, ref_loss.Gradient(z_ref), options);
+  };
+  const BackwardResult<double> ref = reference("gmres");
+  BOOST_TEST_REQUIRE(ref.ok());
+
+  TanhDeqMap<double> inner(n, p, 0.6, 7);
+  inner.SetInput(x);
+  OneDivergentSampleMap map(inner, bad);
+  PicardSolver<double>::Options po;
+  po.absolute_tolerance = 1e-13;
+  po.max_iterations = 2000;
+  po.max_stall_iterations = 0;
+  PicardSolver<double> solver(po);
+  ImplicitLayer<double> layer(map, solver);
+  Matrix<double> z = Matrix<double>::Zero(n, B);
+  const Summary forward = layer.Forward(z);
+  for (Index b = 0; b < B; ++b) {
+    BOOST_TEST_REQUIRE((forward.sample_status[b] == TerminationType::kConverged) == (b != bad));
   }
+  BOOST_TEST_REQUIRE(z.allFinite());
+  const Matrix<double> g = loss.Gradient(z);
+
+  for (const char* linear : {"fixed_point", "gmres", "direct"}) {
+    BOOST_TEST_CONTEXT(linear) {
+      BackwardOptions options;
+      options.linear_solver = linear;
+      options.failed_samples = FailedSamplePolicy::kSkip;
+      layer.set_options(options);
+      const BackwardResult<double> skip = layer.Backward(g);
+      BOOST_TEST(!skip.ok());
+      BOOST_TEST((skip.summary.sample_status[bad] == TerminationType::kFailure));
+      BOOST_TEST(skip.parameter_gradient.allFinite());
+      BOOST_TEST(RelativeError(skip.parameter_gradient, ref.parameter_gradient) < 1e-9);
+      BOOST_TEST(skip.input_gradient.col(bad).isZero(0));
+      BOOST_TEST(RelativeError(without_bad(skip.input_gradient), ref.input_gradient) < 1e-9);
+      // The rejected sample costs the adjoint solve nothing: as many iterations
+      // as the batch without it.
+      BOOST_TEST(skip.summary.iterations <= reference(linear).summary.iterations);
+
+      options.failed_samples = FailedSamplePolicy::kNaN;
+      layer.set_options(options);
+      const BackwardResult<double> nan = layer.Backward(g);
+      BOOST_TEST(AllNaN(nan.parameter_gradient));
+      BOOST_TEST(AllNaN(nan.input_gradient.col(bad)));
+      BOOST_TEST(RelativeError(without_bad(nan.input_gradient), ref.input_gradient) < 1e-9);
+
+      options.failed_samples = FailedSamplePolicy::kThrow;
+      layer.set_options(options);
+      BOOST_CHECK_EXCEPTION(layer.Backward(g), ConvergenceError, [](const ConvergenceError& e) {
+        const std::string what = e.what();
+        return e.summary.sample_status[bad] == TerminationType::kFailure &&
+               what.find("1 of 4 samples failed (sample 2: failure)") != std::string::npos &&
+               what.find("forward solve did not converge") != std::string::npos;
+      });
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(failed_sample_policy_names) {
+  for (FailedSamplePolicy policy :
+       {FailedSamplePolicy::kNaN, FailedSamplePolicy::kSkip, FailedSamplePolicy::kThrow}) {
+    FailedSamplePolicy parsed = FailedSamplePolicy::kNaN;
+    BOOST_TEST(StringToFailedSamplePolicy(FailedSamplePolicyToString(policy), &parsed));
+    BOOST_TEST((parsed == policy));
+  }
+  BOOST_TEST(!StringToFailedSamplePolicy("drop", nullptr));
+  BOOST_TEST((BackwardOptions().failed_sample_policy() == FailedSamplePolicy::kNaN));
 }
 
 BOOST_AUTO_TEST_CASE(implicit_layer_forward_backward) {

@@ -264,7 +264,7 @@ HopfieldGradients<Scalar> HopfieldLayer<Scalar>::Backward(ConstMatrixRef<Scalar>
     Matrix<Scalar> dYe(Y.rows(), Y.cols());
     energy_->StoredPatternVectorJacobianProduct(xi_, u, dYe);
     dY -= dYe;
-    if (!all_good && !options_.backward.drop_failed_samples) {
+    if (!all_good && options_.backward.failed_sample_policy() != FailedSamplePolicy::kSkip) {
       dY.setConstant(std::numeric_limits<Scalar>::quiet_NaN());
     }
   }

@@ -1,12 +1,13 @@
 // The options of the backward pass (implicit_diff.h): which gradient to
 // compute (GradientMethod: the exact implicit-function-theorem gradient, or
 // the Jacobian-free / phantom approximations), the adjoint linear solver and
-// its tolerances, and what to do with samples whose solves fail.
-// IsValid() names a bad field.
+// its tolerances, and what to do with samples whose solves fail
+// (FailedSamplePolicy). IsValid() names a bad field.
 //
 //   implicit::BackwardOptions options;           // IFT, linear solver "auto"
 //   options.linear_solver = "gmres";
 //   options.tolerance = 1e-6;
+//   options.failed_samples = implicit::FailedSamplePolicy::kSkip;  // train on the others
 //   std::string error;
 //   if (!options.IsValid(&error)) std::cerr << error << "\n";
 #pragma once
@@ -43,6 +44,41 @@ inline bool StringToGradientMethod(const std::string& name, GradientMethod* meth
   return false;
 }
 
+// What a backward pass does with a failed sample: one whose adjoint solve did
+// not converge (or is not finite), or, when the pass knows the forward solve
+// (ImplicitLayer::Backward, ImplicitBackward with a forward Summary) and
+// require_converged_forward, one whose forward solve did not converge. In every
+// case the summary reports the failure and ok() is false.
+enum class FailedSamplePolicy {
+  kNaN,    // (default) its adjoint and input-gradient columns are NaN, and so is
+           // the parameter gradient (a sum over the batch): never silently wrong
+  kSkip,   // it contributes nothing: its adjoint and input-gradient columns are
+           // zero and the parameter gradient sums the other samples (zero when
+           // none is left), i.e. the gradient of the batch without it
+  kThrow,  // the backward pass throws ConvergenceError (implicit_diff.h) carrying
+           // the summary, and computes no gradient
+};
+
+// "nan", "skip", "throw".
+inline const char* FailedSamplePolicyToString(FailedSamplePolicy policy) {
+  switch (policy) {
+    case FailedSamplePolicy::kNaN: return "nan";
+    case FailedSamplePolicy::kSkip: return "skip";
+    case FailedSamplePolicy::kThrow: return "throw";
+  }
+  return "unknown";
+}
+inline bool StringToFailedSamplePolicy(const std::string& name, FailedSamplePolicy* policy) {
+  for (FailedSamplePolicy p :
+       {FailedSamplePolicy::kNaN, FailedSamplePolicy::kSkip, FailedSamplePolicy::kThrow}) {
+    if (name == FailedSamplePolicyToString(p)) {
+      if (policy != nullptr) *policy = p;
+      return true;
+    }
+  }
+  return false;
+}
+
 // Options of the backward pass. The LinearSolverOptions fields (tolerance,
 // absolute_tolerance, max_iterations, restart, memory, regularization,
 // divergence_threshold; see linear_solvers.h) configure the adjoint solve of
@@ -59,14 +95,21 @@ struct BackwardOptions : LinearSolverOptions {
   // kPhantom: number k >= 1 of unrolled steps, and their damping l in (0, 1].
   int phantom_steps = 5;
   double phantom_damping = 0.5;
-  // When some samples' adjoint solves fail: false (default) makes
-  // parameter_gradient NaN; true sums the converged samples only (the summary
-  // still reports the failures and ok() stays false).
+  // What to do with failed samples (see FailedSamplePolicy); use
+  // failed_sample_policy() to read it.
+  FailedSamplePolicy failed_samples = FailedSamplePolicy::kNaN;
+  // Deprecated, kept for existing callers: true is failed_samples = kSkip.
   bool drop_failed_samples = false;
-  // ImplicitLayer::Backward only: samples whose last forward solve did not
-  // converge are reported as failed (kFailure, NaN gradients) instead of being
-  // differentiated at a point that is not an equilibrium.
+  // When the forward solve is known (ImplicitLayer::Backward, ImplicitBackward
+  // with a forward Summary): samples whose forward solve did not converge are
+  // failed samples (status kFailure) instead of being differentiated at a point
+  // that is not an equilibrium. false: differentiate at the last iterate.
   bool require_converged_forward = true;
+
+  // failed_samples, with the deprecated drop_failed_samples folded in.
+  FailedSamplePolicy failed_sample_policy() const {
+    return drop_failed_samples ? FailedSamplePolicy::kSkip : failed_samples;
+  }
 
   // Checks every field; on failure names it in *error.
   bool IsValid(std::string* error) const {
@@ -83,6 +126,14 @@ struct BackwardOptions : LinearSolverOptions {
       return fail("linear_solver '" + linear_solver +
                   "' is unknown (auto, fixed_point, anderson, broyden, cg, minres, gmres, "
                   "direct)");
+    }
+    if (failed_samples != FailedSamplePolicy::kNaN && failed_samples != FailedSamplePolicy::kSkip &&
+        failed_samples != FailedSamplePolicy::kThrow) {
+      return fail("failed_samples is not a FailedSamplePolicy");
+    }
+    if (drop_failed_samples && failed_samples == FailedSamplePolicy::kThrow) {
+      return fail("drop_failed_samples (deprecated: failed_samples = kSkip) contradicts "
+                  "failed_samples = kThrow; set failed_samples only");
     }
     if (phantom_steps < 1) {
       return fail("phantom_steps must be >= 1, got " + std::to_string(phantom_steps));

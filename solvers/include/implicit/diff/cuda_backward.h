@@ -18,8 +18,9 @@
 // The other linear solvers are not on the device yet and are refused. Memory is the solver's (a few n x B device matrices),
 // independent of the number of forward iterations. A failed sample (not
 // converged, NaN) makes ok() false, its input-gradient column NaN and the
-// parameter gradient NaN (or, with drop_failed_samples, the converged
-// samples' sum), never a silent zero. Maps with an input (input_dimension() >
+// parameter gradient NaN, never a silent zero; BackwardOptions::failed_samples
+// = kSkip makes them zero and the parameter gradient the other samples' sum,
+// as on the CPU (kThrow is refused on the device). Maps with an input (input_dimension() >
 // 0, e.g. the clamped values of cuda::EnergyTransformerMap) also get dL/dc.
 //
 //   implicit::cuda::Context context;
@@ -43,18 +44,19 @@ struct DeviceBackwardResult {
   // residuals |g - (I - J)^T u|, iterations, vector-Jacobian products counted
   // as function_evaluations).
   Summary summary;
-  DeviceMatrix<Scalar> adjoint;             // u, n x B
+  // u, n x B; a failed sample's column is NaN (kNaN) or zero (kSkip).
+  DeviceMatrix<Scalar> adjoint;
   // num_parameters() x 1: the sum over the samples; NaN when !ok(), unless
-  // BackwardOptions::drop_failed_samples (then the converged samples' sum).
+  // BackwardOptions::failed_samples is kSkip (then the converged samples' sum).
   DeviceMatrix<Scalar> parameter_gradient;
   // dL/dc, input_dimension() x B (empty when the map has no input); a failed
-  // sample's column is NaN.
+  // sample's column is NaN (kNaN) or zero (kSkip).
   DeviceMatrix<Scalar> input_gradient;
   bool ok() const { return summary.IsConverged(); }
 };
 
 // Throws std::invalid_argument for options the device cannot honour (method
-// other than kImplicit, a linear solver other than auto/fixed_point/anderson/gmres),
+// other than kImplicit, failed_samples kThrow, a linear solver other than auto/fixed_point/anderson/gmres),
 // mismatched shapes, or a map without Jacobian products.
 template <typename Scalar>
 DeviceBackwardResult<Scalar> ImplicitBackward(Context& context, const DeviceMap<Scalar>& map,

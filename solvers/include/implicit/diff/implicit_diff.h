@@ -44,10 +44,12 @@
 //
 // Failure is reported, never hidden: when the adjoint solve of a sample does not
 // reach the tolerance (not converged, NaN, singular I - J, breakdown), the
-// summary says so (IsConverged() false, per-sample status), ok() is false, the
-// sample's column of input_gradient is NaN, and parameter_gradient (a sum over
-// the batch) is NaN unless BackwardOptions::drop_failed_samples, in which case it
-// sums the converged samples only. Gradients are never silently zero.
+// summary says so (IsConverged() false, per-sample status) and ok() is false.
+// BackwardOptions::failed_samples (FailedSamplePolicy) says what the gradients
+// are then: kNaN (default) the sample's adjoint and input-gradient columns and
+// the parameter gradient (a sum over the batch) are NaN; kSkip the sample
+// contributes zero (the gradient of the batch without it); kThrow the pass
+// throws ConvergenceError. Gradients are never silently zero.
 #pragma once
 
 #include <implicit/core/map.h>
@@ -66,13 +68,25 @@
 
 namespace implicit {
 
+// Thrown by a backward pass under FailedSamplePolicy::kThrow when some sample
+// failed. what() says how many samples failed and their statuses.
+class ConvergenceError : public std::runtime_error {
+ public:
+  ConvergenceError(const std::string& what, LinearSolveSummary summary)
+      : std::runtime_error(what), summary(std::move(summary)) {}
+  // The backward summary: per-sample statuses (kFailure for a sample rejected
+  // because its forward solve did not converge), residuals, message.
+  LinearSolveSummary summary;
+};
+
 template <typename Scalar>
 struct BackwardResult {
   // The adjoint solve (for kJacobianFree / kPhantom: solver "jacobian_free" /
   // "phantom", kConverged when finite, and `relative_residual` the relative IFT residual
   // |g - (I - J)^T u| / |g| of the approximate adjoint, i.e. how far from exact).
   LinearSolveSummary summary;
-  // u, n x B. For a failed sample: the solver's last iterate, a diagnostic only.
+  // u, n x B: the adjoint the gradients are computed from. A failed sample's
+  // column is NaN (FailedSamplePolicy::kNaN) or zero (kSkip).
   Matrix<Scalar> adjoint;
   // dL/dtheta in the layout of map.parameters(); empty when num_parameters() == 0.
   Vector<Scalar> parameter_gradient;
@@ -98,6 +112,18 @@ BackwardResult<Scalar> ImplicitBackward(
     ConstMatrixRef<typename internal::NonDeduced<Scalar>::type> grad_z,
                                         const BackwardOptions& options = BackwardOptions());
 
+// The same at the end point z_star of a forward solve summarised by `forward`:
+// with options.require_converged_forward, samples whose forward status is not
+// kConverged are failed samples too (status kFailure, handled by
+// options.failed_samples), not differentiated at a point that is not an
+// equilibrium. What ImplicitLayer::Backward does.
+template <typename Scalar>
+BackwardResult<Scalar> ImplicitBackward(
+    const FixedPointMap<Scalar>& map,
+    ConstMatrixRef<typename internal::NonDeduced<Scalar>::type> z_star,
+    ConstMatrixRef<typename internal::NonDeduced<Scalar>::type> grad_z, const Summary& forward,
+    const BackwardOptions& options = BackwardOptions());
+
 // A fixed-point layer: forward by any forward solver, backward by the implicit
 // function theorem. Keeps only z* (and the forward Summary) between the two:
 // no tape. The map and the solver are held by reference and must outlive it.
@@ -110,8 +136,10 @@ class ImplicitLayer {
 
   // Solves z = f(z) in place from z's values (the initial guess) and remembers z*.
   Summary Forward(MatrixRef<Scalar> z);
-  // Gradients for dL/dz* = grad_z (n x B, the batch of the last Forward). Throws
-  // std::logic_error before the first Forward.
+  // Gradients for dL/dz* = grad_z (n x B, the batch of the last Forward):
+  // ImplicitBackward(map, z*, grad_z, forward_summary(), options()). Throws
+  // std::logic_error before the first Forward, ConvergenceError under
+  // FailedSamplePolicy::kThrow.
   BackwardResult<Scalar> Backward(ConstMatrixRef<Scalar> grad_z) const;
 
   bool has_equilibrium() const { return has_equilibrium_; }
@@ -134,21 +162,59 @@ class ImplicitLayer {
 
 namespace internal {
 
-// The backward pass; samples with sample_ok[b] == 0 (when given) are reported
-// as kFailure with `reject_message` and get NaN gradients.
+// "k of B samples failed (sample 3: max_iterations, ...)", the first few named.
+inline std::string FailedSamplesReport(const std::vector<TerminationType>& status) {
+  constexpr int kNamed = 8;
+  std::string named;
+  int failed = 0;
+  for (std::size_t b = 0; b < status.size(); ++b) {
+    if (status[b] == TerminationType::kConverged) continue;
+    if (++failed <= kNamed) {
+      named += (failed > 1 ? ", sample " : "sample ") + std::to_string(b) + ": " +
+               TerminationTypeToString(status[b]);
+    }
+  }
+  if (failed > kNamed) named += ", ...";
+  return std::to_string(failed) + " of " + std::to_string(status.size()) +
+         " samples failed (" + named + ")";
+}
+
+// The backward pass; with a `forward` summary (and require_converged_forward)
+// samples whose forward solve did not converge are failed samples too.
 template <typename Scalar>
 BackwardResult<Scalar> ImplicitBackwardImpl(const FixedPointMap<Scalar>& map,
                                             ConstMatrixRef<Scalar> z_star,
-                                            ConstMatrixRef<Scalar> grad_z,
+                                            ConstMatrixRef<Scalar> loss_gradient,
                                             const BackwardOptions& options,
-                                            const std::vector<char>* sample_ok,
-                                            const std::string& reject_message) {
+                                            const Summary* forward) {
   std::string error;
   if (!options.IsValid(&error)) throw std::invalid_argument("ImplicitBackward: " + error);
   const Index n = map.dimension();
   CheckBatch("ImplicitBackward: z_star", z_star, n);
-  CheckShape("ImplicitBackward: grad_z", grad_z, n, z_star.cols());
+  CheckShape("ImplicitBackward: grad_z", loss_gradient, n, z_star.cols());
   const Index batch = z_star.cols();
+
+  // Samples whose forward solve did not converge: z is not an equilibrium
+  // there, so they fail whatever their adjoint. Their right-hand side is zeroed
+  // (u = 0 solves it at once): they cost the adjoint solve no iterations.
+  std::vector<char> rejected(batch, 0);
+  int num_rejected = 0;
+  if (forward != nullptr && options.require_converged_forward) {
+    for (Index b = 0; b < batch; ++b) {
+      rejected[b] = !(b < static_cast<Index>(forward->sample_status.size()) &&
+                      forward->sample_status[b] == TerminationType::kConverged);
+      num_rejected += rejected[b];
+    }
+  }
+  Matrix<Scalar> kept_gradient;
+  if (num_rejected > 0) {
+    kept_gradient = loss_gradient;
+    for (Index b = 0; b < batch; ++b) {
+      if (rejected[b]) kept_gradient.col(b).setZero();
+    }
+  }
+  ConstMatrixRef<Scalar> grad_z = num_rejected > 0 ? ConstMatrixRef<Scalar>(kept_gradient)
+                                                   : loss_gradient;
   const bool needs_vjp = options.method != GradientMethod::kJacobianFree;
   if (needs_vjp && !map.HasJacobianProducts()) {
     throw std::invalid_argument(
@@ -233,57 +299,62 @@ BackwardResult<Scalar> ImplicitBackwardImpl(const FixedPointMap<Scalar>& map,
     s.message = std::string(s.solver) + " approximation (not the exact gradient)";
   }
 
-  // Samples rejected by the caller (e.g. unconverged forward).
   LinearSolveSummary& s = result.summary;
-  if (sample_ok != nullptr) {
-    int rejected = 0;
+  if (num_rejected > 0) {
     for (Index b = 0; b < batch; ++b) {
-      if (!(*sample_ok)[b]) {
-        s.sample_status[b] = TerminationType::kFailure;
-        ++rejected;
-      }
+      if (rejected[b]) s.sample_status[b] = TerminationType::kFailure;
     }
-    if (rejected > 0) {
-      if (s.termination_type == TerminationType::kConverged) {
-        s.termination_type = TerminationType::kFailure;
-      }
-      s.message = std::to_string(rejected) + " sample(s) " + reject_message + "; " + s.message;
+    if (s.termination_type == TerminationType::kConverged) {
+      s.termination_type = TerminationType::kFailure;
     }
+    s.message = std::to_string(num_rejected) +
+                " sample(s) rejected: the forward solve did not converge, z is not an "
+                "equilibrium; " + s.message;
   }
 
-  // Gradients from the adjoint; failed samples give NaN, never zero.
-  const Scalar nan = std::numeric_limits<Scalar>::quiet_NaN();
   std::vector<char> good(batch, 1);
   int num_good = 0;
   for (Index b = 0; b < batch; ++b) {
     good[b] = s.sample_status[b] == TerminationType::kConverged;
     num_good += good[b];
   }
-  Matrix<Scalar> u_used;
   const bool all_good = num_good == static_cast<int>(batch);
-  if (!all_good) {  // zero the failed columns so that they add nothing to sums
-    u_used = result.adjoint;
-    for (Index b = 0; b < batch; ++b) {
-      if (!good[b]) u_used.col(b).setZero();
-    }
+  const FailedSamplePolicy policy = options.failed_sample_policy();
+  if (!all_good && policy == FailedSamplePolicy::kThrow) {
+    throw ConvergenceError("ImplicitBackward: " + FailedSamplesReport(s.sample_status) + "; " +
+                           s.message,
+                           s);
   }
-  ConstMatrixRef<Scalar> u = all_good ? ConstMatrixRef<Scalar>(result.adjoint)
-                                      : ConstMatrixRef<Scalar>(u_used);
+
+  // Gradients are the VJPs of the adjoint with the failed columns zeroed, so
+  // that those add nothing to sums (z* of a failed sample is finite: solvers
+  // return the best finite iterate, so 0 * J stays 0). kNaN then marks what
+  // they touched as NaN; kSkip leaves the zeros: the gradient without them.
+  for (Index b = 0; b < batch; ++b) {
+    if (!good[b]) result.adjoint.col(b).setZero();
+  }
+  const Scalar nan = std::numeric_limits<Scalar>::quiet_NaN();
+  const bool skip = policy == FailedSamplePolicy::kSkip;
   if (map.num_parameters() > 0) {
-    result.parameter_gradient.resize(map.num_parameters());
-    if (all_good || (options.drop_failed_samples && num_good > 0)) {
-      map.ParameterVectorJacobianProduct(z_star, u, result.parameter_gradient);
-    } else {
+    result.parameter_gradient.setZero(map.num_parameters());
+    if (all_good || (skip && num_good > 0)) {
+      map.ParameterVectorJacobianProduct(z_star, result.adjoint, result.parameter_gradient);
+    } else if (!skip) {
       result.parameter_gradient.setConstant(nan);
     }
   }
   if (map.input_dimension() > 0) {
-    result.input_gradient.resize(map.input_dimension(), batch);
+    result.input_gradient.setZero(map.input_dimension(), batch);
     if (num_good > 0) {
-      map.InputVectorJacobianProduct(z_star, u, result.input_gradient);
+      map.InputVectorJacobianProduct(z_star, result.adjoint, result.input_gradient);
     }
     for (Index b = 0; b < batch; ++b) {
-      if (!good[b]) result.input_gradient.col(b).setConstant(nan);
+      if (!good[b]) result.input_gradient.col(b).setConstant(skip ? Scalar(0) : nan);
+    }
+  }
+  if (!skip) {
+    for (Index b = 0; b < batch; ++b) {
+      if (!good[b]) result.adjoint.col(b).setConstant(nan);
     }
   }
   return result;
@@ -297,7 +368,16 @@ BackwardResult<Scalar> ImplicitBackward(
     ConstMatrixRef<typename internal::NonDeduced<Scalar>::type> z_star,
     ConstMatrixRef<typename internal::NonDeduced<Scalar>::type> grad_z,
                                         const BackwardOptions& options) {
-  return internal::ImplicitBackwardImpl<Scalar>(map, z_star, grad_z, options, nullptr, "");
+  return internal::ImplicitBackwardImpl<Scalar>(map, z_star, grad_z, options, nullptr);
+}
+
+template <typename Scalar>
+BackwardResult<Scalar> ImplicitBackward(
+    const FixedPointMap<Scalar>& map,
+    ConstMatrixRef<typename internal::NonDeduced<Scalar>::type> z_star,
+    ConstMatrixRef<typename internal::NonDeduced<Scalar>::type> grad_z, const Summary& forward,
+    const BackwardOptions& options) {
+  return internal::ImplicitBackwardImpl<Scalar>(map, z_star, grad_z, options, &forward);
 }
 
 template <typename Scalar>
@@ -328,17 +408,8 @@ BackwardResult<Scalar> ImplicitLayer<Scalar>::Backward(ConstMatrixRef<Scalar> gr
   if (!has_equilibrium_) {
     throw std::logic_error("ImplicitLayer::Backward: call Forward first (no equilibrium stored)");
   }
-  if (!options_.require_converged_forward) {
-    return internal::ImplicitBackwardImpl<Scalar>(map_, z_star_, grad_z, options_, nullptr, "");
-  }
-  std::vector<char> ok(z_star_.cols(), 1);
-  for (Index b = 0; b < z_star_.cols(); ++b) {
-    ok[b] = b < static_cast<Index>(forward_summary_.sample_status.size()) &&
-            forward_summary_.sample_status[b] == TerminationType::kConverged;
-  }
-  return internal::ImplicitBackwardImpl<Scalar>(
-      map_, z_star_, grad_z, options_, &ok,
-      "rejected: the forward solve did not converge, z is not an equilibrium");
+  return internal::ImplicitBackwardImpl<Scalar>(map_, z_star_, grad_z, options_,
+                                                &forward_summary_);
 }
 
 // Compiled once for float and double (solvers/src/diff/implicit_diff.cc; see
@@ -346,10 +417,13 @@ BackwardResult<Scalar> ImplicitLayer<Scalar>::Backward(ConstMatrixRef<Scalar> gr
 #define IMPLICIT_BACKWARD_INSTANCES(prefix, Scalar)                                        \
   prefix template BackwardResult<Scalar> internal::ImplicitBackwardImpl<Scalar>(           \
       const FixedPointMap<Scalar>&, ConstMatrixRef<Scalar>, ConstMatrixRef<Scalar>,         \
-      const BackwardOptions&, const std::vector<char>*, const std::string&);               \
+      const BackwardOptions&, const Summary*);                                             \
   prefix template BackwardResult<Scalar> ImplicitBackward<Scalar>(                          \
       const FixedPointMap<Scalar>&, ConstMatrixRef<Scalar>, ConstMatrixRef<Scalar>,         \
       const BackwardOptions&);                                                              \
+  prefix template BackwardResult<Scalar> ImplicitBackward<Scalar>(                          \
+      const FixedPointMap<Scalar>&, ConstMatrixRef<Scalar>, ConstMatrixRef<Scalar>,         \
+      const Summary&, const BackwardOptions&);                                             \
   prefix template class ImplicitLayer<Scalar>
 #ifndef IMPLICIT_NO_EXTERN_TEMPLATES
 IMPLICIT_BACKWARD_INSTANCES(extern, float);
