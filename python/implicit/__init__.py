@@ -18,6 +18,7 @@ silently (see docs/python.md for what is copied and when).
 from ._implicit import (  # noqa: F401
     BackwardResult,
     CccpMap,
+    ConvergenceError,
     DenseAssociativeMemoryEnergy,
     Energy,
     EnergyRootMap,
@@ -37,6 +38,7 @@ from ._implicit import (  # noqa: F401
     SparseHopfieldEnergy,
     Summary,
     backward,
+    check_backward_options,
     entmax,
     entmax_jacobian_vector_product,
     mpi_available,
@@ -50,11 +52,12 @@ from ._implicit import (  # noqa: F401
 )
 
 __all__ = [
-    "BackwardResult", "CccpMap", "DenseAssociativeMemoryEnergy", "Energy", "EnergyRootMap",
-    "EnergyTransformer", "EnergyTransformerMap", "GradientStepMap", "HiddenPrior",
+    "BackwardResult", "CccpMap", "ConvergenceError", "DenseAssociativeMemoryEnergy", "Energy",
+    "EnergyRootMap", "EnergyTransformer", "EnergyTransformerMap", "GradientStepMap", "HiddenPrior",
     "HopfieldGradients", "HopfieldLayer",
     "IterationSummary", "LinearSolveSummary", "Map", "ModernHopfieldEnergy", "PythonMap",
-    "RbmEnergy", "Solver", "SparseHopfieldEnergy", "Summary", "backward", "entmax",
+    "RbmEnergy", "Solver", "SparseHopfieldEnergy", "Summary", "backward",
+    "check_backward_options", "entmax",
     "entmax_jacobian_vector_product", "mpi_available", "process_count", "process_rank", "solve", "solver_names",
     "solver_needs_energy",
     "solver_needs_jacobian_products", "solver_option_names", "sparsemax",

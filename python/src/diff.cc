@@ -11,8 +11,8 @@ namespace implicit::python {
 
 const char* const kBackwardOptionNames =
     "method, linear_solver, tolerance, absolute_tolerance, max_iterations, restart, memory, "
-    "regularization, divergence_threshold, phantom_steps, phantom_damping, "
-    "drop_failed_samples, require_converged_forward";
+    "regularization, divergence_threshold, phantom_steps, phantom_damping, failed_samples, "
+    "require_converged_forward, drop_failed_samples";
 
 namespace {
 
@@ -22,17 +22,27 @@ struct PyBackwardResult {
 };
 
 PyBackwardResult Backward(const MapHandle& map, const py::object& z_star,
-                          const py::object& grad_z, const py::kwargs& keywords) {
+                          const py::object& grad_z, const py::object& forward_summary,
+                          const py::kwargs& keywords) {
   const BackwardOptions options = ParseBackwardOptions(keywords);
+  if (!forward_summary.is_none() && !py::isinstance<Summary>(forward_summary)) {
+    throw py::type_error("forward_summary: expected an implicit.Summary or None");
+  }
+  const Summary* forward =
+      forward_summary.is_none() ? nullptr : &forward_summary.cast<const Summary&>();
   return Dispatch(map.dtype, [&](auto scalar) {
     using Scalar = decltype(scalar);
     const FixedPointMap<Scalar>& f = map.get<Scalar>();
     auto z = View<Scalar>(z_star, "z_star", f.dimension(), -1);
     auto g = View<Scalar>(grad_z, "grad_z", f.dimension(), z.cols());
     BackwardResult<Scalar> result;
-    {
+    try {
       py::gil_scoped_release release;
-      result = ImplicitBackward<Scalar>(f, z, g, options);
+      result = forward != nullptr ? ImplicitBackward<Scalar>(f, z, g, *forward, options)
+                                  : ImplicitBackward<Scalar>(f, z, g, options);
+    } catch (const ConvergenceError&) {
+      map.RaisePendingError();  // a Python map's own exception is the cause: raise it instead
+      throw;
     }
     map.RaisePendingError();
     PyBackwardResult out;
@@ -77,6 +87,11 @@ BackwardOptions ParseBackwardOptions(const py::dict& keywords) {
       o.phantom_steps = v.cast<int>();
     } else if (key == "phantom_damping") {
       o.phantom_damping = v.cast<double>();
+    } else if (key == "failed_samples") {
+      if (!StringToFailedSamplePolicy(v.cast<std::string>(), &o.failed_samples)) {
+        throw py::value_error("failed_samples: '" + v.cast<std::string>() +
+                              "' is unknown (nan, skip, throw)");
+      }
     } else if (key == "drop_failed_samples") {
       o.drop_failed_samples = v.cast<bool>();
     } else if (key == "require_converged_forward") {
@@ -92,6 +107,25 @@ BackwardOptions ParseBackwardOptions(const py::dict& keywords) {
 }
 
 void BindDifferentiation(py::module_& m) {
+  // C++ ConvergenceError -> implicit.ConvergenceError (a RuntimeError) with the
+  // backward summary as attribute `summary`. The type lives as long as the
+  // process (a leaked reference: no destructor runs after the interpreter).
+  static py::handle convergence_error =
+      py::exception<ConvergenceError>(m, "ConvergenceError", PyExc_RuntimeError).release();
+  convergence_error.attr("__module__") = "implicit";  // as the package re-exports it
+  convergence_error.attr("__doc__") =
+      "A solve did not converge for some samples (on_failure='raise' / failed_samples='throw'). "
+      "`summary`: the Summary (forward) or LinearSolveSummary (backward) that says which and why.";
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const ConvergenceError& e) {
+      py::object error = convergence_error(e.what());
+      error.attr("summary") = py::cast(e.summary);
+      PyErr_SetObject(convergence_error.ptr(), error.ptr());
+    }
+  });
+
   py::class_<LinearSolveSummary>(m, "LinearSolveSummary",
                                  "The outcome of the adjoint linear solve, per sample.")
       .def_readonly("solver", &LinearSolveSummary::solver)
@@ -140,17 +174,29 @@ converged. A failed sample's gradients are NaN, never zero.)")
       });
 
   m.def("backward", &Backward, py::arg("map"), py::arg("z_star"), py::arg("grad_z"),
+        py::arg("forward_summary") = py::none(),
         R"(The implicit-function-theorem backward pass at an equilibrium z_star.
 
 Solves (I - J)^T u = grad_z (grad_z = dL/dz*, dimension x batch) and returns a
-BackwardResult. Keywords (C++ BackwardOptions; defaults in brackets):
+BackwardResult. forward_summary: the Summary of the solve that produced z_star;
+with require_converged_forward its unconverged samples are failed samples too.
+Keywords (C++ BackwardOptions; defaults in brackets):
 method ["implicit"; "jacobian_free", "phantom"], linear_solver ["auto": minres
 for maps from an energy, else gmres; "fixed_point", "anderson", "broyden", "cg",
 "minres", "gmres", "direct"], tolerance [1e-10, relative], absolute_tolerance
 [0], max_iterations [200], restart [30, gmres], memory [5, anderson/broyden],
 regularization [1e-12], divergence_threshold [1e8], phantom_steps [5],
-phantom_damping [0.5], drop_failed_samples [False], require_converged_forward
-[True; layers only]. Bad options raise ValueError.)");
+phantom_damping [0.5], failed_samples ["nan": a failed sample's gradients and
+the parameter gradient are NaN; "skip": it contributes zero, the parameter
+gradient sums the others; "throw": raise implicit.ConvergenceError with
+.summary], require_converged_forward [True; with forward_summary or in layers],
+drop_failed_samples [False; deprecated: failed_samples="skip"]. Bad options
+raise ValueError.)");
+  m.def(
+      "check_backward_options",
+      [](const py::kwargs& keywords) { ParseBackwardOptions(keywords); },
+      "Raises ValueError, naming the key or field, when implicit.backward's keywords are not "
+      "valid BackwardOptions; returns None otherwise.");
 }
 
 }  // namespace implicit::python

@@ -57,3 +57,58 @@ def test_backward_errors():
     no_vjp = implicit.PythonMap(16, lambda z: z)
     with pytest.raises((ValueError, RuntimeError), match="vjp|Jacobian"):
         implicit.backward(no_vjp, z, z)
+
+
+def test_failed_sample_policies():
+    rng = np.random.default_rng(3)
+    A = rng.standard_normal((4, 4))
+    A *= 0.5 / np.linalg.norm(A, 2)
+    f = implicit.PythonMap(4, lambda z: A @ z, vjp=lambda z, u: A.T @ u)
+    z = np.zeros((4, 3), order="F")
+    g = np.asfortranarray(rng.standard_normal((4, 3)))
+    g[1, 1] = np.nan                  # sample 1's adjoint cannot be finite
+    nan = implicit.backward(f, z, g)
+    assert not nan.ok and nan.summary.sample_status[1] == "non_finite"
+    assert np.isnan(nan.adjoint[:, 1]).all()
+    skip = implicit.backward(f, z, g, failed_samples="skip")
+    assert not skip.ok and (skip.adjoint[:, 1] == 0).all()
+    assert np.allclose(skip.adjoint[:, [0, 2]], nan.adjoint[:, [0, 2]], rtol=1e-12, atol=0)
+    with pytest.raises(implicit.ConvergenceError, match=r"1 of 3 samples failed") as raised:
+        implicit.backward(f, z, g, failed_samples="throw")
+    assert isinstance(raised.value, RuntimeError)
+    assert isinstance(raised.value.summary, implicit.LinearSolveSummary)
+    assert raised.value.summary.sample_status == ["converged", "non_finite", "converged"]
+
+
+def test_forward_summary_rejects_unconverged_samples():
+    energy, z = hopfield_problem(batch=3)
+    f = implicit.CccpMap(energy)
+    forward = implicit.solve(f, z, "picard", max_iterations=1)
+    assert not forward.is_converged()
+    with pytest.raises(implicit.ConvergenceError, match="forward solve did not converge"):
+        implicit.backward(f, z, z, forward_summary=forward, failed_samples="throw")
+    skip = implicit.backward(f, z, z, forward_summary=forward, failed_samples="skip")
+    assert skip.summary.sample_status == ["failure"] * 3
+    assert (skip.parameter_gradient == 0).all()       # nothing left to sum
+    lenient = implicit.backward(f, z, z, forward_summary=forward, require_converged_forward=False)
+    assert lenient.ok
+    with pytest.raises(TypeError, match="forward_summary: expected an implicit.Summary"):
+        implicit.backward(f, z, z, forward_summary="no")
+
+
+def test_a_python_maps_own_exception_wins_over_convergence_error():
+    def vjp(z, u):
+        raise KeyError("from vjp")
+
+    f = implicit.PythonMap(2, lambda z: 0.5 * z, vjp=vjp)
+    z = np.zeros((2, 2), order="F")
+    with pytest.raises(KeyError, match="from vjp"):
+        implicit.backward(f, z, np.ones((2, 2), order="F"), failed_samples="throw")
+
+
+def test_check_backward_options():
+    assert implicit.check_backward_options(linear_solver="gmres", failed_samples="skip") is None
+    with pytest.raises(ValueError, match="failed_samples: 'drop' is unknown"):
+        implicit.check_backward_options(failed_samples="drop")
+    with pytest.raises(ValueError, match="unknown backward option 'tol'"):
+        implicit.check_backward_options(tol=1e-3)

@@ -1,5 +1,8 @@
 """implicit.torch: DEQ gradients against unrolling the solver to convergence in
-torch, gradcheck of the DEQ and of the Hopfield layer, NaN for failed solves."""
+torch, gradcheck of the DEQ and of the Hopfield layer, Newton on torch maps, and
+the failure policies (on_failure) against the batch without the failed sample."""
+import warnings
+
 import numpy as np
 import pytest
 
@@ -80,9 +83,22 @@ def test_deq_float32_runs_and_agrees_with_float64():
     assert torch.allclose(z32.double(), z64, atol=1e-4)
 
 
+def test_unconverged_forward_raises_by_default_with_the_summary():
+    deq = itorch.DEQ(Cell(), 6, solver="picard", solver_options={"max_iterations": 2})
+    x = torch.randn(3, 3, dtype=torch.float64, requires_grad=True)
+    for grad_mode in (torch.enable_grad, torch.no_grad):
+        with grad_mode(), pytest.raises(itorch.ConvergenceError,
+                                        match=r"3 of 3 samples failed") as raised:
+            deq(x)
+        assert isinstance(raised.value, RuntimeError)
+        assert raised.value.summary is deq.last_forward_summary
+        assert raised.value.summary.sample_status == ["max_iterations"] * 3
+
+
 def test_unconverged_forward_gives_nan_gradients_not_wrong_ones():
     cell = Cell()
-    deq = itorch.DEQ(cell, 6, solver="picard", solver_options={"max_iterations": 2})
+    deq = itorch.DEQ(cell, 6, solver="picard", solver_options={"max_iterations": 2},
+                     on_failure="nan")
     x = torch.randn(3, 3, dtype=torch.float64, requires_grad=True)
     z = deq(x)
     assert deq.last_forward_summary.termination_type == "max_iterations"
@@ -90,10 +106,18 @@ def test_unconverged_forward_gives_nan_gradients_not_wrong_ones():
     assert torch.isnan(gx).all()
 
 
+def test_require_converged_forward_false_differentiates_the_last_iterate():
+    deq = itorch.DEQ(Cell(), 6, solver="picard", solver_options={"max_iterations": 2},
+                     require_converged_forward=False)
+    x = torch.randn(3, 3, dtype=torch.float64, requires_grad=True)
+    (gx,) = torch.autograd.grad(deq(x).sum(), x)     # no raise: not a failure
+    assert torch.isfinite(gx).all() and deq.last_backward_summary.is_converged()
+
+
 def test_deq_errors():
     with pytest.raises(ValueError, match="unknown solver"):
         itorch.DEQ(Cell(), 6, solver="nope")
-    with pytest.raises(ValueError, match="give the method as backward"):
+    with pytest.raises(ValueError, match="give method as backward="):
         itorch.DEQ(Cell(), 6, backward_options={"method": "phantom"})
     deq = itorch.DEQ(Cell(), 6)
     with pytest.raises(TypeError, match="float64 or float32"):
@@ -171,3 +195,228 @@ def test_hopfield_layer_trains_beta():
         losses.append(loss.item())
     assert layer.beta.grad is not None and torch.isfinite(layer.beta.grad).all()
     assert all(later < earlier for earlier, later in zip(losses, losses[1:]))
+
+
+# ---- Failure policies ------------------------------------------------------
+
+class GatedCell(Cell):
+    """f(z, x) = tanh(W z + U x' + b) + g (z + 1) with x = [x', g]: a contraction
+    for g = 0, and for g = 1 a map with no fixed point at all (tanh > -1)."""
+
+    def forward(self, z, x):
+        return super().forward(z, x[:, :-1]) + x[:, -1:] * (z + 1)
+
+
+BAD = 2       # the sample with g = 1
+
+
+def gated_batch(batch=5, m=3, seed=4):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(batch, m + 1, dtype=torch.float64, generator=g)
+    x[:, -1] = 0
+    x[BAD, -1] = 1
+    w = torch.randn(batch, 6, dtype=torch.float64, generator=g)
+    return x, w
+
+
+def gated_gradients(x, w, **options):
+    """(z*, [dL/dW, dL/dU, dL/db, dL/dx]) of L = sum(w * z*) by a DEQ of GatedCell."""
+    cell = GatedCell()
+    deq = itorch.DEQ(cell, 6, solver="anderson", solver_options={**TIGHT, "max_iterations": 100},
+                     backward_options=ADJOINT, **options)
+    x = x.clone().requires_grad_()
+    z = deq(x)
+    grads = torch.autograd.grad((w * z).sum(), [cell.W, cell.U, cell.b, x])
+    return deq, z, grads
+
+
+def without_bad(t):
+    return torch.cat([t[:BAD], t[BAD + 1:]])
+
+
+def relative_error(a, b):
+    return float(torch.linalg.norm(a - b) / torch.linalg.norm(b))
+
+
+def test_a_sample_without_equilibrium_raises_by_default():
+    x, w = gated_batch()
+    with pytest.raises(itorch.ConvergenceError, match=r"1 of 5 samples failed \(sample 2: ") \
+            as raised:
+        gated_gradients(x, w)
+    status = raised.value.summary.sample_status
+    assert status[BAD] != "converged" and status.count("converged") == 4
+
+
+def test_skip_gives_the_gradients_of_the_other_samples_alone():
+    x, w = gated_batch()
+    with pytest.warns(RuntimeWarning, match=r"1 of 5 samples failed \(sample 2: failure\)"):
+        deq, z, grads = gated_gradients(x, w, on_failure="skip")
+    assert deq.last_forward_summary.sample_status[BAD] != "converged"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")      # the batch without it: no failure, no warning
+        deq_ref, z_ref, grads_ref = gated_gradients(without_bad(x), without_bad(w))
+    assert deq_ref.last_forward_summary.is_converged()
+    assert torch.allclose(without_bad(z), z_ref, atol=1e-11, rtol=0)
+    for g, r in zip(grads[:3], grads_ref[:3]):          # W, U, b: shared by every sample
+        assert torch.isfinite(g).all()
+        assert relative_error(g, r) <= 1e-9
+    gx = grads[3]
+    assert torch.equal(gx[BAD], torch.zeros_like(gx[BAD]))
+    assert relative_error(without_bad(gx), grads_ref[3]) <= 1e-9
+
+
+def test_nan_poisons_every_shared_gradient():
+    x, w = gated_batch()
+    _, _, grads = gated_gradients(x, w, on_failure="nan")
+    _, _, grads_ref = gated_gradients(without_bad(x), without_bad(w))
+    for g in grads[:3]:
+        assert torch.isnan(g).all()
+    gx = grads[3]
+    assert torch.isnan(gx[BAD]).all()
+    assert torch.allclose(without_bad(gx), grads_ref[3], rtol=1e-9, atol=0)
+
+
+def test_a_failed_adjoint_raises_from_backward_or_is_skipped():
+    cell = Cell()
+    x = torch.randn(4, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(5))
+    w = torch.randn(4, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(6))
+    w[1, 2] = float("nan")       # sample 1's loss gradient: its adjoint cannot be finite
+
+    def grads(on_failure, w):
+        deq = itorch.DEQ(cell, 6, solver_options=TIGHT, backward_options=ADJOINT,
+                         on_failure=on_failure)
+        z = deq(x)
+        assert deq.last_forward_summary.is_converged()
+        return deq, torch.autograd.grad((w * z).sum(), [cell.W, cell.U, cell.b])
+
+    with pytest.raises(itorch.ConvergenceError, match=r"1 of 4 samples failed \(sample 1: ") \
+            as raised:
+        grads("raise", w)
+    assert raised.value.summary.sample_status[1] == "non_finite"
+    assert raised.value.summary.num_converged == 3
+    with pytest.warns(RuntimeWarning, match="1 of 4 samples failed"):
+        deq, skipped = grads("skip", w)
+    assert deq.last_backward_summary.sample_status[1] == "non_finite"
+    w_others = w.clone()
+    w_others[1] = 0              # the loss of the other samples alone
+    _, reference = grads("raise", w_others)
+    for g, r in zip(skipped, reference):
+        assert relative_error(g, r) <= 1e-9
+
+
+def pre_solved_queries(layer, queries, solved):
+    """queries whose rows `solved` are replaced by their equilibria (a tight solve)."""
+    with torch.no_grad():
+        z = layer(queries)
+    start = queries.clone()
+    start[solved] = z[solved]
+    return start
+
+
+def test_energy_layer_skips_an_unconverged_query_exactly():
+    layer, queries = hopfield_layer()
+    # Queries 0, 1 and 3 start at their equilibria, query 2 (BAD) does not:
+    # two iterations converge the others, not it.
+    start = pre_solved_queries(layer, queries, [0, 1, 3])
+    w = torch.randn(4, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(8))
+
+    def grads(z0, w, **options):
+        short = itorch.HopfieldRetrieval(layer.X.detach(), beta=0.8, learn_patterns=True,
+                                         solver_options={"absolute_tolerance": 1e-10,
+                                                         "max_iterations": 2},
+                                         backward_options=ADJOINT, **options)
+        z = short(z0)
+        return short, z, torch.autograd.grad((w * z).sum(), [short.X, short.beta])
+
+    with pytest.raises(itorch.ConvergenceError, match=r"1 of 4 samples failed \(sample 2: "):
+        grads(start, w)
+    with pytest.warns(RuntimeWarning, match="1 of 4 samples failed"):
+        short, z, skipped = grads(start, w, on_failure="skip")
+    assert short.last_forward_summary.sample_status[BAD] != "converged"
+    _, _, reference = grads(without_bad(start), without_bad(w))
+    for g, r in zip(skipped, reference):
+        assert torch.isfinite(g).all()
+        assert relative_error(g, r) <= 1e-9
+    _, _, poisoned = grads(start, w, on_failure="nan")
+    assert all(torch.isnan(g).all() for g in poisoned)
+
+
+def test_hopfield_attention_layer_failure_policies():
+    g = torch.Generator().manual_seed(9)
+    queries = torch.randn(4, 3, dtype=torch.float64, generator=g)
+    patterns = torch.randn(6, 5, dtype=torch.float64, generator=g)
+    options = dict(solver="picard", solver_options={"max_iterations": 1}, beta=2.0,
+                   query_weight=0.5)
+    with pytest.raises(itorch.ConvergenceError, match="samples failed"):
+        itorch.HopfieldLayer(3, 5, **options)(queries, patterns)
+    layer = itorch.HopfieldLayer(3, 5, on_failure="skip", **options)
+    with pytest.warns(RuntimeWarning, match="4 of 4 samples failed"):
+        layer(queries, patterns).sum().backward()
+    for name, parameter in layer.named_parameters():   # every query skipped: zero gradients
+        assert torch.equal(parameter.grad, torch.zeros_like(parameter)), name
+    layer = itorch.HopfieldLayer(3, 5, on_failure="nan", **options)
+    layer(queries, patterns).sum().backward()
+    assert all(torch.isnan(p.grad).all() for p in layer.parameters())
+
+
+def test_options_are_validated_at_construction():
+    import implicit
+    energy = implicit.ModernHopfieldEnergy(np.asfortranarray(np.eye(3)))
+    modules = [lambda **kw: itorch.DEQ(Cell(), 6, **kw),
+               lambda **kw: itorch.EnergyEquilibrium(energy, **kw),
+               lambda **kw: itorch.HopfieldRetrieval(torch.eye(3, dtype=torch.float64), **kw),
+               lambda **kw: itorch.HopfieldLayer(3, 3, **kw)]
+    for make in modules:
+        with pytest.raises(ValueError, match="linear_solver 'qr' is unknown"):
+            make(backward_options={"linear_solver": "qr"})
+        with pytest.raises(ValueError, match="unknown backward option 'tolerence'"):
+            make(backward_options={"tolerence": 1e-8})
+        with pytest.raises(ValueError, match="tolerance"):
+            make(backward_options={"tolerance": -1.0})
+        with pytest.raises(ValueError, match="on_failure: 'ignore' is unknown"):
+            make(on_failure="ignore")
+        with pytest.raises(ValueError, match="give failed_samples as on_failure="):
+            make(backward_options={"failed_samples": "skip"})
+    with pytest.raises(ValueError, match="give require_converged_forward as "
+                                         "require_converged_forward="):
+        itorch.DEQ(Cell(), 6, backward_options={"require_converged_forward": False})
+
+
+# ---- Newton on torch maps (Jacobian-vector products from torch) -------------
+
+class CustomTanh(torch.autograd.Function):
+    """tanh without a forward-mode formula: its JVP falls back to double backward."""
+
+    @staticmethod
+    def forward(ctx, a):
+        y = torch.tanh(a)
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad):
+        (y,) = ctx.saved_tensors
+        return grad * (1 - y * y)
+
+
+@pytest.mark.parametrize("custom_function", [False, True], ids=["forward_mode", "double_backward"])
+def test_newton_on_a_torch_map_matches_picard(custom_function):
+    cell = Cell()
+    if custom_function:
+        def f(z, x):
+            return CustomTanh.apply(z @ cell.W.T + x @ cell.U.T + cell.b)
+    else:
+        f = cell
+    x = torch.randn(4, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(7),
+                    requires_grad=True)
+    w = torch.randn(4, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(8))
+    results = {}
+    for solver in ("newton", "picard"):
+        deq = itorch.DEQ(f, 6, solver=solver, solver_options=TIGHT, backward_options=ADJOINT)
+        z = deq(x)
+        results[solver] = (deq.last_forward_summary,
+                           torch.autograd.grad((w * z).sum(), [cell.W, cell.U, cell.b, x]))
+    newton, picard = results["newton"][0], results["picard"][0]
+    assert newton.is_converged() and newton.iterations < picard.iterations / 4
+    for g, r in zip(results["newton"][1], results["picard"][1]):
+        assert relative_error(g, r) <= 1e-9
