@@ -18,6 +18,7 @@
 //   implicit-bench --autodiff                          # user energies' derivatives (bench/autodiff_bench.h)
 //   implicit-bench --graph-et                          # the graph ET's products per edge (bench/graph_bench.h)
 //   implicit-bench --device cuda                       # the solves on the GPU (bench/cuda_bench.h)
+//   implicit-bench --sweep                             # accelerated solvers against Picard on random maps
 #include "bench/autodiff_bench.h"
 #include "bench/graph_bench.h"
 #include "bench/cuda_bench.h"
@@ -28,6 +29,7 @@
 #include "common/output_files.h"
 #include "common/solvers.h"
 #include "common/table.h"
+#include "problems/random_maps.h"
 #include "problems/problem_options.h"
 #include "problems/problem_run.h"
 
@@ -92,7 +94,9 @@ struct Options {
   long patterns = 0;  // 0: each problem's default
   double tol = 1e-8, time_limit = 5.0, float_tol = 1e-5;
   long max_iter = 500, threads = 0, repeat = 7, seed = 1;
-  bool with_float = false, quiet = false, autodiff = false, graph_et = false;
+  bool with_float = false, quiet = false, autodiff = false, graph_et = false, sweep = false;
+  SweepSettings sweep_settings;
+  std::vector<std::string> sweep_solvers = {"anderson", "broyden"};
   AutodiffBenchOptions autodiff_options;
   GraphBenchOptions graph_options;
   std::string device = "cpu";
@@ -146,6 +150,16 @@ bool ParseOptions(int argc, char** argv, Options* o) {
                "parameter VJP on the shipped graphs, per call and per edge");
   AddList(app, "--graph-et-graphs", &o->graph_options.graphs, "graphs of --graph-et",
           "gen_1000,inj_cora,reddit");
+  app.add_flag("--sweep", o->sweep,
+               "instead of the problems: the random-map sweep (problems/random_maps.h):\n"
+               "random user-like maps of five families, each solver against Picard from\n"
+               "the same start (samples lost, evaluations, maps with more evaluations);\n"
+               "--tol (default 1e-8), --max-iter (default 3000), --seed");
+  app.add_option("--sweep-maps", o->sweep_settings.maps, "--sweep: number of random maps")->check(IntIn(1, 100000));
+  app.add_option("--sweep-batch", o->sweep_settings.batch, "--sweep: samples per map")->check(IntIn(1, 100000));
+  app.add_option("--sweep-solvers", o->sweep_solvers,
+                 "--sweep: solvers compared with Picard, space-separated, each a name or\n"
+                 "name:key=value,key=value (e.g. anderson:memory=10,mixing=0.5)");
   DeviceBenchOptions& d = o->device_options;
   app.add_option("--device", o->device,
                  "cpu: the built-in problems on this machine's cores; cuda: the solves on\n"
@@ -181,6 +195,11 @@ bool ParseOptions(int argc, char** argv, Options* o) {
     d.max_iter = o->max_iter;
     d.repeat = o->repeat;
     d.quiet = o->quiet;
+  }
+  if (o->sweep) {
+    if (app.count("--tol") > 0) o->sweep_settings.tolerance = o->tol;
+    if (app.count("--max-iter") > 0) o->sweep_settings.max_iterations = static_cast<int>(o->max_iter);
+    o->sweep_settings.seed = static_cast<unsigned>(o->seed);
   }
   if (o->solvers.size() == 1 && o->solvers[0] == "all") o->solvers = AvailableSolvers();
   for (const std::string& s : o->solvers) CheckSolverName(s);
@@ -560,9 +579,27 @@ int WriteResults(const std::string& json, const Json& results) {
   return 0;
 }
 
+// --sweep: the table, and with --json every row.
+int RunSweepBench(const Options& o) {
+  const SweepResult r = RunSweep(MakeRandomMaps(o.sweep_settings), o.sweep_solvers, o.sweep_settings);
+  std::cout << SweepTable(r);
+  Json rows = Json::array();
+  for (const SweepRow& row : r.rows) {
+    rows.push_back({{"solver", row.solver}, {"samples", row.samples}, {"converged", row.converged},
+                    {"lost", row.lost}, {"evaluations", row.evaluations},
+                    {"maps_more_than_picard", row.maps_more_than_picard}, {"seconds", row.seconds},
+                    {"map_evaluations", row.map_evaluations}, {"lost_at", row.lost_at}});
+  }
+  const SweepSettings& s = r.settings;
+  return WriteResults(o.json, {{"sweep", {{"maps", s.maps}, {"batch", s.batch}, {"seed", s.seed},
+                                          {"tolerance", s.tolerance}, {"max_iterations", s.max_iterations},
+                                          {"families", r.families}, {"rows", rows}}}});
+}
+
 int Run(int argc, char** argv) {
   Options o;
   if (!ParseOptions(argc, argv, &o)) return 0;
+  if (o.sweep) return RunSweepBench(o);
   if (o.autodiff) return WriteResults(o.json, RunAutodiffBench(o.autodiff_options));
   if (o.graph_et) {
     if (o.threads > 0) Eigen::setNbThreads(static_cast<int>(o.threads));

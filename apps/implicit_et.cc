@@ -215,7 +215,7 @@ class EtModel {
     implicit::BackwardOptions bo;
     bo.tolerance = c.backward_tol;
     bo.max_iterations = 300;
-    bo.drop_failed_samples = true;
+    bo.failed_samples = implicit::FailedSamplePolicy::kSkip;
     Matrix<double> dc;
     Vector<double> dtheta;
     if (device_) {

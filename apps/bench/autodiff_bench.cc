@@ -215,6 +215,9 @@ TrainingStep MeasureTrainingStep(const implicit::Energy<double>& energy, const M
   backward.linear_solver = "gmres";
   backward.tolerance = 1e-14;
   backward.max_iterations = 100;
+  // The forward solve is not converged by design: differentiate at its last
+  // iterate (a rejected sample's adjoint would cost nothing, not equal work).
+  backward.require_converged_forward = false;
   implicit::ImplicitLayer<double> layer(map, solver, backward);
   TrainingStep step;
   Matrix<double> z = z0;

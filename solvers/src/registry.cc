@@ -91,7 +91,8 @@ Field<O> MakeField(const char* name, Get get) {
 
 template <typename O>
 Fields<O> SharedFields() {
-  return {IMPLICIT_OPTION_FIELD(max_iterations),       IMPLICIT_OPTION_FIELD(absolute_tolerance),
+  return {IMPLICIT_OPTION_FIELD(max_iterations),       IMPLICIT_OPTION_FIELD(max_evaluations),
+          IMPLICIT_OPTION_FIELD(absolute_tolerance),
           IMPLICIT_OPTION_FIELD(relative_tolerance),   IMPLICIT_OPTION_FIELD(max_stall_iterations),
           IMPLICIT_OPTION_FIELD(divergence_threshold), IMPLICIT_OPTION_FIELD(record_trace),
           IMPLICIT_OPTION_FIELD(use_energy)};
@@ -117,7 +118,9 @@ Fields<typename AndersonSolver<S>::Options> AndersonFields() {
                   IMPLICIT_OPTION_FIELD(ridge), IMPLICIT_OPTION_FIELD(condition_limit),
                   IMPLICIT_OPTION_FIELD(max_predicted_residual), IMPLICIT_OPTION_FIELD(fast_contraction),
                   IMPLICIT_OPTION_FIELD(sufficient_decrease), IMPLICIT_OPTION_FIELD(max_backtracks),
-                  IMPLICIT_OPTION_FIELD(backtrack_factor), IMPLICIT_OPTION_FIELD(residual_factor)});
+                  IMPLICIT_OPTION_FIELD(backtrack_factor), IMPLICIT_OPTION_FIELD(residual_factor),
+                  IMPLICIT_OPTION_FIELD(progress_window), IMPLICIT_OPTION_FIELD(progress_factor),
+                  IMPLICIT_OPTION_FIELD(warmup_iterations)});
 }
 
 template <typename S>
@@ -125,7 +128,9 @@ Fields<typename BroydenSolver<S>::Options> BroydenFields() {
   using O = typename BroydenSolver<S>::Options;
   return With<O>({IMPLICIT_OPTION_FIELD(memory), IMPLICIT_OPTION_FIELD(fast_contraction),
                   IMPLICIT_OPTION_FIELD(sufficient_decrease), IMPLICIT_OPTION_FIELD(max_backtracks),
-                  IMPLICIT_OPTION_FIELD(backtrack_factor), IMPLICIT_OPTION_FIELD(residual_factor)});
+                  IMPLICIT_OPTION_FIELD(backtrack_factor), IMPLICIT_OPTION_FIELD(residual_factor),
+                  IMPLICIT_OPTION_FIELD(progress_window), IMPLICIT_OPTION_FIELD(progress_factor),
+                  IMPLICIT_OPTION_FIELD(warmup_iterations)});
 }
 
 template <typename S>

@@ -28,6 +28,8 @@ bool SolverOptions::IsValid(std::string* error) const {
     return false;
   };
   if (max_iterations < 0) return fail("max_iterations must be >= 0, got " + std::to_string(max_iterations));
+  if (max_evaluations < 0)
+    return fail("max_evaluations must be >= 0 (0 = no budget), got " + std::to_string(max_evaluations));
   if (!(absolute_tolerance >= 0) || !std::isfinite(absolute_tolerance))
     return fail("absolute_tolerance must be finite and >= 0, got " + std::to_string(absolute_tolerance));
   if (!(relative_tolerance >= 0) || !std::isfinite(relative_tolerance))
@@ -57,11 +59,11 @@ long long Summary::total_sample_evaluations() const { return SumOf(sample_evalua
 std::string Summary::BriefReport() const {
   char line[512];
   std::snprintf(line, sizeof line,
-                "%s: %s, %d/%d samples converged, %d iterations, %d evaluations, "
-                "residual %.3e, %.3f s",
+                "%s: %s, %d/%d samples converged, %d iterations, %d evaluations "
+                "(%lld sample evaluations), residual %.3e, %.3f s",
                 solver.c_str(), TerminationTypeToString(termination_type), num_converged(),
-                num_samples(), iterations, function_evaluations, absolute_residual,
-                wall_time_seconds);
+                num_samples(), iterations, function_evaluations, total_sample_evaluations(),
+                absolute_residual, wall_time_seconds);
   return line;
 }
 

@@ -93,6 +93,8 @@ BOOST_AUTO_TEST_CASE(predicted_gain_gate_takes_plain_steps_only) {
       options.max_predicted_residual = threshold;
       options.fast_contraction = 0.0;  // the gate alone decides
       options.residual_factor = 0.0;   // accept every trial: steps are the gate's choice
+      options.warmup_iterations = 0;   // and no Picard fallback
+      options.progress_window = 0;
       Matrix<double> z = Matrix<double>::Zero(n, B);
       const Summary s = testing::SolveAndCheck<AndersonSolver, double>(options, map, z, 1e-10);
       int accelerated = 0, steps = 0;

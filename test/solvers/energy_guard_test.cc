@@ -144,10 +144,13 @@ BOOST_AUTO_TEST_CASE(energy_aware_solvers_leave_a_saddle_for_a_minimum) {
       }
     }
   }
-  // Control: the same Anderson without the energy (residual guard only) is
-  // drawn to the saddle, which is why the guard must use the energy.
+  // Control: the same Anderson without the energy (residual guard only) and
+  // without the Picard fallback is drawn to the saddle, which is why the
+  // guard must use the energy.
   AndersonSolver<double>::Options o;
   o.use_energy = false;
+  o.warmup_iterations = 0;
+  o.progress_window = 0;
   o.absolute_tolerance = 1e-10;
   o.max_iterations = 500;
   Matrix<double> z = z0;

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <string>
 #include <tuple>
+#include <type_traits>
 
 using namespace implicit;
 using implicit::testing::Residuals;
@@ -184,6 +185,31 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(no_fixed_point_growing_residual, T, Solvers) {
     BOOST_TEST(s.sample_status[b] != TerminationType::kConverged);
     CheckBestIterate(map, z0, z, s, b);
   }
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(evaluation_budget_stops_each_sample, T, Solvers) {
+  // f(z) = z + 1 has no fixed point; the budget in evaluations (12) ends the
+  // solve long before max_iterations or the stall rule would. The budget is
+  // checked after each iteration: Picard stops at exactly 12 evaluations, a
+  // guarded solver at most 1 + max_backtracks trials past it.
+  using SolverT = typename SolverOf<T>::type;
+  auto options = SolverOf<T>::Options();
+  options.max_iterations = 1000;
+  options.max_evaluations = 12;
+  testing::ScalarAffineMap<double> map(4, 1.0, 1.0);
+  Matrix<double> z = Matrix<double>::Zero(4, 3);
+  const Summary s = SolverT(options).Solve(map, z);
+  BOOST_TEST(s.termination_type == TerminationType::kMaxIterations);
+  BOOST_TEST(s.message.find("evaluation budget") != std::string::npos, s.message);
+  int slack = 0;
+  if constexpr (!std::is_same_v<SolverT, PicardSolver<double>>) slack = 1 + options.max_backtracks;
+  for (Index b = 0; b < 3; ++b) {
+    BOOST_TEST(s.sample_status[b] == TerminationType::kMaxIterations);
+    BOOST_TEST(s.sample_evaluations[b] >= 12);
+    BOOST_TEST(s.sample_evaluations[b] <= 12 + slack);
+  }
+  options.max_evaluations = -1;
+  BOOST_CHECK_THROW(SolverT{options}, std::invalid_argument);
 }
 
 BOOST_AUTO_TEST_CASE(anderson_rank_deficient_history_without_ridge) {

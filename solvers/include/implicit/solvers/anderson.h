@@ -40,6 +40,15 @@
 // Summary::sample_accelerated_steps / sample_backtracks / sample_fallbacks
 // count what the guard did per sample; only active samples are evaluated.
 //
+// Never worse off than Picard (internal::PicardFallback, docs/acceleration.md):
+// without an energy the first warmup_iterations (8) steps are plain; a sample
+// whose accelerated steps do not halve its best residual (or lower its best
+// energy) within progress_window (5) iterations is put back at its best
+// iterate and takes plain steps with a fresh history — for at least a window,
+// doubling after each consecutive failure, and until they set a new best —
+// then accelerates again. It is declared stalled only when those plain steps
+// made no progress for max_stall_iterations.
+//
 //   implicit::AndersonSolver<double>::Options options;
 //   options.memory = 5;
 //   options.absolute_tolerance = 1e-10;
@@ -63,7 +72,7 @@ namespace implicit {
 template <typename Scalar>
 class AndersonSolver : public Solver<Scalar> {
  public:
-  struct Options : SolverOptions, internal::GuardOptions {
+  struct Options : SolverOptions, internal::GuardOptions, internal::FallbackOptions {
     // m: the number of (dZ, dG) difference pairs each sample keeps (the oldest
     // is overwritten when full). >= 1.
     int memory = 5;
@@ -108,7 +117,8 @@ class AndersonSolver : public Solver<Scalar> {
 
     // Checks every field (the shared ones first); on failure names the field in *error.
     bool IsValid(std::string* error) const {
-      if (!SolverOptions::IsValid(error) || !GuardOptions::IsValid(error)) return false;
+      if (!SolverOptions::IsValid(error) || !GuardOptions::IsValid(error) || !FallbackOptions::IsValid(error))
+        return false;
       auto fail = [error](const std::string& message) {
         if (error != nullptr) *error = message;
         return false;
@@ -206,6 +216,7 @@ Summary AndersonSolver<Scalar>::Solve(const FixedPointMap<Scalar>& map, MatrixRe
   std::vector<int> count(batch, 0), next(batch, 0);   // stored pairs, next slot to write
   std::vector<char> has_prev(batch, 0), proposal(batch, 0);
   internal::FastContraction fast_contraction(options_.fast_contraction, batch);
+  internal::PicardFallback fallback(options_, batch, evaluator.with_energy());
 
   evaluator.Evaluate(z, monitor.active_columns(), fz, energies, &monitor);
   while (monitor.Observe(z, fz, energies)) {
@@ -240,6 +251,14 @@ Summary AndersonSolver<Scalar>::Solve(const FixedPointMap<Scalar>& map, MatrixRe
           next[b] = static_cast<int>(1 % m);
         }
       }
+      // The Picard fallback: plain steps, entered from the best iterate with
+      // a fresh history.
+      bool restart = false;
+      const bool plain = fallback.Plain(b, &monitor, &restart);
+      if (restart) {
+        monitor.RestoreKept(b, z, fz, energies);
+        count[b] = next[b] = 0;
+      }
       z_prev.col(b) = zb;
       g_prev.col(b) = fz.col(b) - zb;
       has_prev[b] = 1;
@@ -248,8 +267,9 @@ Summary AndersonSolver<Scalar>::Solve(const FixedPointMap<Scalar>& map, MatrixRe
       // The proposal q = beta (g - dG gamma) - dZ gamma (the Anderson step from
       // z), unless this is the first fast step or the least squares predicts
       // little gain (max_predicted_residual).
-      const Index k = count[b];
       proposal[b] = 0;
+      if (plain) continue;
+      const Index k = count[b];
       if (k == 0 || first_fast) continue;
       for (Index i = 0; i < k; ++i) rhs(i) = static_cast<double>(dg.col(base + i).dot(gb));
       if (!SolveGram(gram.block(0, base, k, k), k, &chol, &rhs, &gamma)) {

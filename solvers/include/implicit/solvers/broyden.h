@@ -28,6 +28,11 @@
 // pairs describe the transient); the first such step is followed by the plain
 // step, a second in a row by the Broyden step of that one pair.
 //
+// The Picard fallback (as Anderson's, anderson.h; internal::PicardFallback):
+// plain warm-up steps without an energy, windows of progress_window
+// accelerated iterations that must halve the best residual, else plain steps
+// from the best iterate with H restarted from -I.
+//
 //   implicit::BroydenSolver<double>::Options options;
 //   options.memory = 20;
 //   implicit::Summary s = implicit::BroydenSolver<double>(options).Solve(map, z);
@@ -49,7 +54,7 @@ namespace implicit {
 template <typename Scalar>
 class BroydenSolver : public Solver<Scalar> {
  public:
-  struct Options : SolverOptions, internal::GuardOptions {
+  struct Options : SolverOptions, internal::GuardOptions, internal::FallbackOptions {
     // Maximum number of rank-one pairs (u_i, v_i) each sample stores. When a
     // sample's memory is full its inverse-Jacobian approximation restarts
     // from -I, so storage never grows with the iteration count. >= 1.
@@ -64,7 +69,8 @@ class BroydenSolver : public Solver<Scalar> {
 
     // Checks every field (the shared ones first); on failure names the field in *error.
     bool IsValid(std::string* error) const {
-      if (!SolverOptions::IsValid(error) || !GuardOptions::IsValid(error)) return false;
+      if (!SolverOptions::IsValid(error) || !GuardOptions::IsValid(error) || !FallbackOptions::IsValid(error))
+        return false;
       if (memory < 1 || memory > kMaxSolverMemory) {
         if (error != nullptr)
           *error = "memory must be in 1.." + std::to_string(kMaxSolverMemory) + ", got " + std::to_string(memory);
@@ -107,17 +113,26 @@ Summary BroydenSolver<Scalar>::Solve(const FixedPointMap<Scalar>& map, MatrixRef
   std::vector<char> proposal(batch, 0);
   internal::FastContraction fast_contraction(options_.fast_contraction, batch);
   std::vector<char> plain_next(batch, 0);  // the last step was the first fast one
+  internal::PicardFallback fallback(options_, batch, evaluator.with_energy());
 
   evaluator.Evaluate(z, monitor.active_columns(), fz, energies, &monitor);
   while (monitor.Observe(z, fz, energies)) {
     // Proposal p = -H g = g - sum u_i (v_i . g); with H = -I it is the safe step.
     for (Index b : monitor.active_columns()) {
       const Index base = b * m;
+      // The Picard fallback: plain steps, entered from the best iterate with
+      // H restarted from -I.
+      bool restart = false;
+      const bool plain = fallback.Plain(b, &monitor, &restart);
+      if (restart) {
+        monitor.RestoreKept(b, z, fz, energies);
+        count[b] = 0;
+      }
       z_prev.col(b) = z.col(b);
       g_prev.col(b) = fz.col(b) - z.col(b);
       p.col(b) = g_prev.col(b);
       proposal[b] = 0;
-      if (plain_next[b]) continue;  // the first fast step: the plain step
+      if (plain || plain_next[b]) continue;  // plain_next: after the first fast step
       for (Index i = 0; i < count[b]; ++i) {
         p.col(b) -= v.col(base + i).dot(g_prev.col(b)) * u.col(base + i);
       }

@@ -34,7 +34,7 @@ namespace implicit {
 // Why a solve (or one sample of it) ended.
 enum class TerminationType {
   kConverged,      // residual within tolerance
-  kMaxIterations,  // iteration budget spent first
+  kMaxIterations,  // iteration (or evaluation) budget spent first
   kDiverged,       // residual grew past divergence_threshold x initial residual
   kNonFinite,      // NaN or Inf in the state or the map's value
   kStalled,        // no progress (residual or energy) in max_stall_iterations iterations
@@ -70,6 +70,13 @@ inline constexpr int kMaxSolverMemory = 1000;
 struct SolverOptions {
   // Maximum number of iterations (batch updates) after the initial point.
   int max_iterations = 100;
+  // Budget in evaluations of f per sample (0 = none): a sample stops with
+  // kMaxIterations once the columns of f evaluated for it
+  // (Summary::sample_evaluations) reach max_evaluations. The accelerated
+  // solvers' guarded trials may evaluate a sample more than once per
+  // iteration; the budget is checked after each iteration, which spends at
+  // most 2 + max_backtracks evaluations of a sample (1 for Picard).
+  int max_evaluations = 0;
   // Sample b converged when |f(z_b) - z_b|_2 <= absolute_tolerance ...
   double absolute_tolerance = 1e-8;
   // ... or when |f(z_b) - z_b|_2 <= relative_tolerance * |f(z_b)|_2 (0 = off).

@@ -89,38 +89,39 @@ DeviceBackwardResult<Scalar> ImplicitBackward(Context& context, const DeviceMap<
   }
   result.summary.solver = "device " + result.summary.solver + " (adjoint)";
 
-  // Gradients from the adjoint, as on the CPU (implicit_diff.h): the failed
-  // samples' adjoint columns are zeroed so that they add nothing to the
-  // parameter sum; FailedSamplePolicy kNaN then marks what they touch as NaN
-  // (their columns, the parameter sum), kSkip keeps the zeros.
+  // Gradients from the adjoint, as on the CPU: a failed sample's column adds
+  // nothing to the parameter sum (which is NaN unless failed_samples = kSkip).
+  // Its input-gradient column is NaN, never zero (the CPU's kSkip zeroes it;
+  // left as it was until a GPU session can test the change, docs/gpu.md).
   const Scalar nan = std::numeric_limits<Scalar>::quiet_NaN();
   std::vector<Index> failed;
   for (Index b = 0; b < batch; ++b)
     if (result.summary.sample_status[b] != TerminationType::kConverged) failed.push_back(b);
   const bool all_good = failed.empty(), some_good = static_cast<Index>(failed.size()) < batch;
-  const bool skip = options.failed_sample_policy() == FailedSamplePolicy::kSkip;
-  for (Index b : failed) {
-    internal::CheckCall(cudaMemsetAsync(result.adjoint.col(b), 0, sizeof(Scalar) * n, context.stream()),
-                        "cuda::ImplicitBackward: zeroing a failed sample's adjoint");
-  }
+  DeviceMatrix<Scalar> dropped;
   const Scalar* u = result.adjoint.data();
+  if (!all_good) {  // the adjoint with the failed columns zeroed
+    dropped.CopyFrom(context, result.adjoint);
+    for (Index b : failed) {
+      internal::CheckCall(cudaMemsetAsync(dropped.col(b), 0, sizeof(Scalar) * n, context.stream()),
+                          "cuda::ImplicitBackward: zeroing a failed sample's adjoint");
+    }
+    u = dropped.data();
+  }
   const Index parameters = map.num_parameters();
   if (parameters > 0) {
     result.parameter_gradient.Resize(parameters, 1);
-    if (all_good || (skip && some_good)) {
+    if (all_good || (options.failed_sample_policy() == FailedSamplePolicy::kSkip && some_good)) {
       map.ParameterVectorJacobianProduct(context, z_star.data(), u, batch, result.parameter_gradient.data());
     } else {
-      internal::Fill<Scalar>(context.stream(), result.parameter_gradient.data(), parameters, skip ? Scalar(0) : nan);
+      internal::Fill<Scalar>(context.stream(), result.parameter_gradient.data(), parameters, nan);
     }
   }
   const Index inputs = map.input_dimension();
   if (inputs > 0) {
     result.input_gradient.Resize(inputs, batch);
     if (some_good) map.InputVectorJacobianProduct(context, z_star.data(), u, batch, result.input_gradient.data());
-    for (Index b : failed) internal::Fill<Scalar>(context.stream(), result.input_gradient.col(b), inputs, skip ? Scalar(0) : nan);
-  }
-  if (!skip) {
-    for (Index b : failed) internal::Fill<Scalar>(context.stream(), result.adjoint.col(b), n, nan);
+    for (Index b : failed) internal::Fill<Scalar>(context.stream(), result.input_gradient.col(b), inputs, nan);
   }
   context.Synchronize();
   return result;

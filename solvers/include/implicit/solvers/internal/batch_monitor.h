@@ -74,6 +74,8 @@ class BatchMonitor {
     CheckBatch((summary_.solver + ": initial state z").c_str(), z, map.dimension());
     start_ = std::chrono::steady_clock::now();
     kept_z_ = z;
+    kept_fz_.resize(z.rows(), z.cols());
+    kept_e_.resize(z.cols());
     Allocate(z.cols());
     if (options_.record_trace) summary_.trace.reserve(options_.max_iterations + 1);
   }
@@ -87,6 +89,21 @@ class BatchMonitor {
   int iterations() const { return iterations_; }
   // The smallest residual sample b has had so far.
   double best_residual(Index b) const { return judge_.best_residual(b); }
+  // The lowest energy sample b has had so far (infinite without an energy).
+  double best_energy(Index b) const { return judge_.best_energy(b); }
+  // Sample b's next observation does not count towards its stall (see
+  // SampleJudge::ExemptFromStall).
+  void ExemptFromStall(Index b) { judge_.ExemptFromStall(b); }
+  void RestartStallCount(Index b) { judge_.RestartStallCount(b); }
+  // Puts active sample b of a forward solve back at its kept (best) iterate:
+  // z, f(z) and, with energies, E(z) as they were observed there. The
+  // Picard fallback restarts from it.
+  void RestoreKept(Index b, MatrixRef<Scalar> z, MatrixRef<Scalar> fz, Vector<Scalar>* energies) const {
+    if (!std::isfinite(judge_.kept_residual(b))) return;
+    z.col(b) = kept_z_.col(b);
+    fz.col(b) = kept_fz_.col(b);
+    if (energies != nullptr) (*energies)(b) = kept_e_(b);
+  }
   const SolverOptions& options() const { return options_; }
 
   // ---- counting work ----
@@ -141,7 +158,11 @@ class BatchMonitor {
           return SampleObservation{static_cast<double>((fz.col(b) - z.col(b)).norm()), f_norm, e,
                                    energies != nullptr, std::isfinite(f_norm) && std::isfinite(e) && z.col(b).allFinite()};
         },
-        [&](Index b) { kept_z_.col(b) = z.col(b); });
+        [&](Index b) {
+          kept_z_.col(b) = z.col(b);
+          kept_fz_.col(b) = fz.col(b);
+          if (energies != nullptr) kept_e_(b) = (*energies)(b);
+        });
   }
 
   // ---- forward solves whose state lives elsewhere (the device solvers) ----
@@ -316,6 +337,14 @@ class BatchMonitor {
       for (Index b = 0; b < batch; ++b) StopSample(b, TerminationType::kMaxIterations);
       loop_end_ = TerminationType::kMaxIterations;
     }
+    if (options_.max_evaluations > 0) {
+      for (Index b = 0; b < batch; ++b) {
+        if (active(b) && summary_.sample_evaluations[b] >= options_.max_evaluations) {
+          StopSample(b, TerminationType::kMaxIterations);
+          Note("evaluation budget (max_evaluations = " + std::to_string(options_.max_evaluations) + ") spent");
+        }
+      }
+    }
     if (options_.callback) {
       IterationSummary it;
       it.iteration = iterations_;
@@ -402,7 +431,8 @@ class BatchMonitor {
   const LinearOperator<Scalar>* apply_ = nullptr;
   std::optional<ConstMatrixRef<Scalar>> rhs_;
   std::vector<double> rhs_norm_;
-  Matrix<Scalar> kept_z_;  // forward solves only
+  Matrix<Scalar> kept_z_, kept_fz_;  // forward solves only: kept iterates and f there
+  Vector<Scalar> kept_e_;            // and E there (with an energy)
   std::vector<char> active_;
   std::vector<Index> active_columns_;
   int num_active_ = 0;

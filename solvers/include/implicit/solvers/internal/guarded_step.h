@@ -79,6 +79,39 @@ struct GuardOptions {
   }
 };
 
+// The Picard fallback's settings (PicardFallback below; Anderson and Broyden).
+struct FallbackOptions {
+  // Without an energy the first progress_window iterations are plain; then a
+  // sample whose accelerated steps do not bring its best residual down to
+  // progress_factor x its value at the start of a window of progress_window
+  // iterations (and, with an energy, do not lower its best energy) restarts
+  // from its best iterate with plain steps and a fresh history, for
+  // progress_window iterations (doubling after each consecutive failed
+  // window, up to 16 windows) and until they set a new best residual, then
+  // accelerates again. progress_window >= 0 (0 = no warm-up and no
+  // fallback); progress_factor in (0, 1).
+  int progress_window = 5;
+  double progress_factor = 0.5;
+  // Maps without an energy: the first warmup_iterations iterations take the
+  // plain step (a map that converges within them needs no acceleration, and
+  // the history then starts past the initial transient). >= 0.
+  int warmup_iterations = 8;
+
+  bool IsValid(std::string* error) const {
+    auto fail = [error](const std::string& message) {
+      if (error != nullptr) *error = message;
+      return false;
+    };
+    if (progress_window < 0)
+      return fail("progress_window must be >= 0 (0 = no fallback), got " + std::to_string(progress_window));
+    if (!(progress_factor > 0.0 && progress_factor < 1.0))
+      return fail("progress_factor must be in (0, 1), got " + std::to_string(progress_factor));
+    if (warmup_iterations < 0)
+      return fail("warmup_iterations must be >= 0, got " + std::to_string(warmup_iterations));
+    return true;
+  }
+};
+
 // The guard's tests on one sample's scalars, shared by GuardedStepper and the
 // device solvers (cuda_solvers.h). epsilon: the state's machine epsilon.
 struct GuardRules {
@@ -226,6 +259,100 @@ class GuardedStepper {
   std::vector<Index> pending_, next_;
   std::vector<double> tau_, sigma_;  // trial and safe-step lengths
   std::vector<char> accelerated_;
+};
+
+// The Picard fallback of Anderson and Broyden (FallbackOptions;
+// docs/acceleration.md): an accelerated sample is never left worse off than
+// Picard would leave it. Per sample:
+//  * warm-up (maps without an energy): the first progress_window iterations
+//    take the plain step. A map that converges within them needs no
+//    acceleration, and the history then starts past the initial transient.
+//  * windows: progress_window accelerated iterations in a row must bring the
+//    best residual down to progress_factor x its value when the window
+//    opened, or lower the best energy (maps with an energy, whose guard
+//    already makes every accepted step a descent); a window that does opens
+//    the next one.
+//  * fallback: after a failed window the sample is put back at its best
+//    iterate (an accelerated method near a repelling fixed point — a saddle
+//    of a hidden energy — or wandering on a non-smooth map is best restarted
+//    from where it did best) and takes plain (damped) fixed-point steps with a
+//    fresh history: for progress_window x 2^(f-1) iterations after its f-th
+//    failed window in a row (f <= 5), and then until those plain steps set a
+//    new best residual (or energy). Then it accelerates again from the
+//    history the plain steps built.
+//  * stall verdict: accelerated iterations do not count towards the stall
+//    rule (max_stall_iterations without a new record), and the count starts
+//    again at each fallback, so a sample is declared stalled only when plain
+//    steps from its best iterate have made no progress for that long — what
+//    Picard's own stall verdict would be.
+class PicardFallback {
+ public:
+  // with_energy: whether the solve uses the map's energy (no warm-up then).
+  PicardFallback(const FallbackOptions& options, Index batch, bool with_energy)
+      : window_(options.progress_window),
+        factor_(options.progress_factor),
+        start_residual_(batch, kInf),
+        start_energy_(batch, kInf),
+        entry_residual_(batch, kInf),
+        entry_energy_(batch, kInf),
+        length_(batch, 0),
+        plain_left_(batch, with_energy ? 0 : options.warmup_iterations),
+        failures_(batch, 0),
+        plain_(batch, with_energy || options.warmup_iterations == 0 ? 0 : 1) {}
+
+  // Called once per iteration for active sample b: true when b takes the
+  // plain step this iteration. *restart is set on the first plain step of a
+  // fallback: the solver then calls monitor->RestoreKept for b and clears
+  // b's history.
+  template <typename Monitor>
+  bool Plain(Index b, Monitor* monitor, bool* restart) {
+    *restart = false;
+    if (window_ == 0 && !plain_[b]) return false;
+    const bool plain = Decide(b, monitor->best_residual(b), monitor->best_energy(b), restart);
+    if (*restart) monitor->RestartStallCount(b);
+    if (!plain) monitor->ExemptFromStall(b);
+    return plain;
+  }
+
+ private:
+  static constexpr double kInf = std::numeric_limits<double>::infinity();
+
+  bool Decide(Index b, double best_residual, double best_energy, bool* restart) {
+    if (plain_[b]) {
+      if (plain_left_[b] > 0) --plain_left_[b];
+      const bool record = best_residual < entry_residual_[b] || best_energy < entry_energy_[b];
+      if (plain_left_[b] > 0 || !record) return true;
+      plain_[b] = 0;
+      Open(b, best_residual, best_energy);
+      return false;
+    }
+    if (best_residual <= factor_ * start_residual_[b] || best_energy < start_energy_[b]) {
+      failures_[b] = 0;
+      Open(b, best_residual, best_energy);
+      return false;
+    }
+    if (++length_[b] < window_) return false;
+    failures_[b] = std::min(failures_[b] + 1, 5);
+    plain_left_[b] = (window_ << (failures_[b] - 1)) - 1;  // this step is the first
+    plain_[b] = 1;
+    entry_residual_[b] = best_residual;
+    entry_energy_[b] = best_energy;
+    *restart = true;
+    return true;
+  }
+
+  void Open(Index b, double best_residual, double best_energy) {
+    start_residual_[b] = best_residual;
+    start_energy_[b] = best_energy;
+    length_[b] = 0;
+  }
+
+  int window_;
+  double factor_;
+  std::vector<double> start_residual_, start_energy_;  // best ones when the window opened
+  std::vector<double> entry_residual_, entry_energy_;  // best ones when the fallback began
+  std::vector<int> length_, plain_left_, failures_;
+  std::vector<char> plain_;  // taking plain steps (warm-up or fallback)
 };
 
 // The fast-contraction rule of Anderson and Broyden (their fast_contraction

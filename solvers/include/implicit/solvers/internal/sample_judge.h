@@ -13,7 +13,9 @@
 // new record (beyond rounding) — energy-descent methods may raise the
 // residual for a long while as they leave a saddle region while E keeps
 // falling — and is returned at its lowest-energy iterate, never at an older
-// one that merely had a smaller residual.
+// one that merely had a smaller residual. Observations a solver exempts
+// (ExemptFromStall: Anderson's and Broyden's accelerated steps, which their
+// Picard fallback supervises) do not count towards a stall.
 //
 //   SampleJudge<double> judge(options, SampleRules{});
 //   judge.Reset(batch);
@@ -68,7 +70,16 @@ class SampleJudge {
     relative_.assign(batch, inf);
     initial_residual_.assign(batch, 0.0);
     stall_count_.assign(batch, 0);
+    stall_exempt_.assign(batch, 0);
   }
+
+  // Sample b's next observation does not count towards its stall (an
+  // accelerated step the Picard fallback supervises: a sample stalls only when
+  // its plain steps make no progress either).
+  void ExemptFromStall(Index b) { stall_exempt_[b] = 1; }
+  // Sample b's stall count starts again from zero (its plain steps get the
+  // whole max_stall_iterations from here).
+  void RestartStallCount(Index b) { stall_count_[b] = 0; }
 
   // Judges sample b at an observation: r its residual norm, scale what the
   // relative tolerance multiplies (|f(z_b)| or |rhs_b|), finite whether the
@@ -101,7 +112,12 @@ class SampleJudge {
       relative_[b] = relative;
       *kept = true;
     }
-    stall_count_[b] = progress ? 0 : stall_count_[b] + 1;
+    if (progress) {
+      stall_count_[b] = 0;
+    } else if (!stall_exempt_[b]) {
+      ++stall_count_[b];
+    }
+    stall_exempt_[b] = 0;
     if (Converged(r, scale)) {
       relative_[b] = relative;
       return TerminationType::kConverged;
@@ -119,6 +135,8 @@ class SampleJudge {
 
   // The smallest residual sample b has had so far.
   double best_residual(Index b) const { return record_residual_[b]; }
+  // The lowest energy sample b has had so far (infinite without an energy).
+  double best_energy(Index b) const { return record_energy_[b]; }
   // The residual at b's kept iterate (infinite when none was kept).
   double kept_residual(Index b) const { return kept_residual_[b]; }
   // The relative residual reported for b; set_relative for a stopped sample
@@ -141,6 +159,7 @@ class SampleJudge {
   std::vector<double> relative_;                         // reported r / scale
   std::vector<double> initial_residual_;
   std::vector<int> stall_count_;
+  std::vector<char> stall_exempt_;
 };
 
 inline int CountStatus(const Summary& summary, TerminationType t) {
