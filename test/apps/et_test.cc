@@ -13,8 +13,10 @@
 
 #include "support/gpu.h"
 
+#include <chrono>
 #include <cmath>
 #include <fstream>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -71,6 +73,42 @@ BOOST_AUTO_TEST_CASE(tiny_training_run_writes_results_and_resumes) {
   const Json k = implicit::testing::ReadJson(dir.File("b.json"));
   BOOST_TEST(k.at("mean_fill_mse").get<double>() == j.at("mean_fill_mse").get<double>());
   BOOST_TEST(k.at("hopfield_mse").get<double>() == j.at("hopfield_mse").get<double>());
+}
+
+// SIGKILL at five seeded random points of a training run (one thread,
+// a checkpoint after every step), then --resume to the same step count: the
+// resumed run ends bit-identical to the uninterrupted one (held-out MSE and
+// last training loss compared exactly: they are computed from the final
+// parameters and the last step's batch), and no checkpoint temporary is left.
+BOOST_AUTO_TEST_CASE(a_killed_run_resumes_bit_identically) {
+  const std::string args = " --threads 1 --steps 150 --checkpoint-every 1 --json ";
+  ScratchDir reference_dir;
+  const auto start = std::chrono::steady_clock::now();
+  const auto reference = RunCommand(Small(reference_dir) + args + reference_dir.File("r.json"));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  BOOST_REQUIRE(reference.exit_code == 0);
+  const Json expected = implicit::testing::ReadJson(reference_dir.File("r.json"));
+  std::mt19937 rng(45);
+  int killed = 0;
+  for (int k = 0; k < 5; ++k) {
+    ScratchDir dir;
+    const double at = std::uniform_real_distribution<double>(0.1, 0.9)(rng) * seconds;
+    BOOST_TEST_CONTEXT("killed after " << at << " s of " << seconds << " s") {
+      killed += implicit::testing::RunKilledAfter(Small(dir) + args + dir.File("k.json"), at, dir.File("k.log"));
+      // Killed before its first checkpoint, a run starts again from scratch.
+      const bool has_checkpoint = std::ifstream(dir.File("et.ckpt")).good();
+      const auto resumed = RunCommand(Small(dir) + args + dir.File("r.json") +
+                                      (has_checkpoint ? " --resume " + dir.File("et.ckpt") : std::string()));
+      BOOST_TEST_INFO(resumed.out << resumed.err);
+      BOOST_REQUIRE(resumed.exit_code == 0);
+      const Json j = implicit::testing::ReadJson(dir.File("r.json"));
+      for (const char* field : {"heldout_mse", "last_train_loss", "hopfield_mse", "mean_fill_mse"})
+        BOOST_TEST(j.at(field).get<double>() == expected.at(field).get<double>(), field);
+      BOOST_TEST(implicit::testing::TemporaryFiles(dir.path).empty());
+    }
+  }
+  BOOST_TEST_MESSAGE(killed << " of 5 runs were killed mid-training");
+  BOOST_TEST(killed >= 3);  // most kill points fall inside the run
 }
 
 BOOST_AUTO_TEST_CASE(unrolled_training_runs) {

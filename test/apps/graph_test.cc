@@ -10,7 +10,9 @@
 
 #include "support/app_runner.h"
 
+#include <chrono>
 #include <fstream>
+#include <random>
 #include <string>
 
 using implicit::testing::Json;
@@ -89,6 +91,46 @@ BOOST_AUTO_TEST_CASE(energy_transformer_on_nodes_and_edges_files) {
     BOOST_TEST(r.at("backward_iterations").get<double>() > 0.0);
   }
   BOOST_TEST(j.at("paired").size() == 3u);  // et against each baseline
+}
+
+// SIGKILL at five seeded random points of a run of small ET detectors (one
+// thread; the checkpoint is saved after each finished run), then --resume
+// from that checkpoint: every seed's results equal the uninterrupted run's
+// exactly, and no checkpoint temporary is left.
+BOOST_AUTO_TEST_CASE(a_killed_run_resumes_bit_identically) {
+  const std::string options = "--models et --seeds 6 --et-dim 4 --et-heads 1 --et-head-dim 2 --et-memories 4 "
+                              "--et-epochs 5 --threads 1";
+  const std::string args = kApp + " " + options + " --quiet";
+  ScratchDir reference_dir;
+  const auto start = std::chrono::steady_clock::now();
+  const Json expected = RunJson(options, reference_dir, "r.json");
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::mt19937 rng(45);
+  int killed = 0;
+  for (int k = 0; k < 5; ++k) {
+    ScratchDir dir;
+    const std::string checkpoint = " --checkpoint " + dir.File("runs.ckpt");
+    const double at = std::uniform_real_distribution<double>(0.1, 0.9)(rng) * seconds;
+    BOOST_TEST_CONTEXT("killed after " << at << " s of " << seconds << " s") {
+      killed += implicit::testing::RunKilledAfter(args + checkpoint, at, dir.File("k.log"));
+      const bool has_checkpoint = std::ifstream(dir.File("runs.ckpt")).good();
+      const auto resumed = RunCommand(args + checkpoint + " --json " + dir.File("r.json") +
+                                      (has_checkpoint ? " --resume " + dir.File("runs.ckpt") : std::string()));
+      BOOST_TEST_INFO(resumed.out << resumed.err);
+      BOOST_REQUIRE(resumed.exit_code == 0);
+      const Json j = implicit::testing::ReadJson(dir.File("r.json"));
+      for (int seed = 0; seed < 6; ++seed)
+        for (const char* field : {"seed", "auroc", "auprc", "macro_f1", "validation_auroc", "best_epoch",
+                                  "forward_iterations", "backward_iterations"}) {
+          BOOST_TEST_INFO("seed " << seed << " " << field);
+          BOOST_TEST(j.at("detectors")[0].at("per_seed")[seed].at(field) ==
+                     expected.at("detectors")[0].at("per_seed")[seed].at(field));
+        }
+      BOOST_TEST(implicit::testing::TemporaryFiles(dir.path).empty());
+    }
+  }
+  BOOST_TEST_MESSAGE(killed << " of 5 runs were killed");
+  BOOST_TEST(killed >= 3);  // most kill points fall inside the run
 }
 
 // The GCN baseline, end to end on gen_1000: better than a random scorer

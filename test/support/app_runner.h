@@ -11,6 +11,8 @@
 #include <boost/test/unit_test.hpp>
 #include <nlohmann/json.hpp>
 
+#include <dirent.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -91,6 +93,31 @@ inline pid_t StartCommand(const std::string& command, const std::string& output)
     _exit(127);
   }
   return pid;
+}
+
+// Starts `command` (StartCommand), sends it SIGKILL after `seconds` and waits
+// for it. Returns true when the signal ended it (false: it had finished).
+inline bool RunKilledAfter(const std::string& command, double seconds, const std::string& output) {
+  const pid_t pid = StartCommand(command, output);
+  usleep(static_cast<useconds_t>(seconds * 1e6));
+  kill(pid, SIGKILL);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
+}
+
+// The names of the files in `dir` that look like a checkpoint writer's
+// temporaries (<path>.tmp.<pid>.XXXXXX).
+inline std::vector<std::string> TemporaryFiles(const std::string& dir) {
+  std::vector<std::string> names;
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) throw std::runtime_error("cannot list " + dir);
+  while (const dirent* entry = readdir(d)) {
+    const std::string name = entry->d_name;
+    if (name.find(".tmp.") != std::string::npos) names.push_back(name);
+  }
+  closedir(d);
+  return names;
 }
 
 // Runs `command` through /bin/sh with stdout and stderr captured.
