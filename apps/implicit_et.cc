@@ -72,6 +72,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <functional>
 #include <iostream>
@@ -721,8 +722,30 @@ void RequireSame(const implicit::Checkpoint& ck, const std::string& key, const s
                              "; this run: " + value + ")");
 }
 
-// Restores parameters and optimiser state from --resume; the step it was saved at.
-long Resume(const Config& c, Workers& workers, Optimizers& adam) {
+// The training losses a run reports, kept in its checkpoints so that a
+// resumed run reports what the uninterrupted one would: the first step's and
+// the latest step's (first < 0: no step yet). Stored exactly (hex floats).
+struct TrainingLosses {
+  double first = -1, last = 0;
+};
+void StoreLosses(const TrainingLosses& losses, implicit::Checkpoint* ck) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%a", losses.first);
+  ck->metadata["first_train_loss"] = text;
+  std::snprintf(text, sizeof text, "%a", losses.last);
+  ck->metadata["last_train_loss"] = text;
+}
+TrainingLosses RestoreLosses(const implicit::Checkpoint& ck) {
+  TrainingLosses losses;
+  const auto first = ck.metadata.find("first_train_loss"), last = ck.metadata.find("last_train_loss");
+  if (first != ck.metadata.end()) losses.first = std::strtod(first->second.c_str(), nullptr);
+  if (last != ck.metadata.end()) losses.last = std::strtod(last->second.c_str(), nullptr);
+  return losses;
+}
+
+// Restores parameters, optimiser state and the losses so far (*losses) from
+// --resume; returns the step it was saved at.
+long Resume(const Config& c, Workers& workers, Optimizers& adam, TrainingLosses* losses) {
   EtModel& model = workers.main();
   implicit::Checkpoint ck;
   try {
@@ -751,12 +774,14 @@ long Resume(const Config& c, Workers& workers, Optimizers& adam) {
     throw std::runtime_error("--resume: checkpoint '" + c.resume + "': optimiser state does not fit: " + e.what());
   }
   workers.Sync();
+  *losses = RestoreLosses(ck);
   if (!c.quiet) std::cerr << "resumed from " << c.resume << " at step " << ck.step << "\n";
   return static_cast<long>(ck.step);
 }
 
-// Writes the checkpoint of `step` (only finite parameters are ever written).
-void Save(const Config& c, long step, EtModel& model, const Optimizers& adam) {
+// Writes the checkpoint of `step` (only finite parameters are ever written)
+// with the losses of the steps up to it.
+void Save(const Config& c, long step, EtModel& model, const Optimizers& adam, const TrainingLosses& losses) {
   if (!model.params().values().allFinite() || !model.energy_params().values().allFinite())
     throw std::runtime_error("--checkpoint: not writing '" + c.checkpoint + "' at step " + std::to_string(step) +
                              ": the parameters are not finite");
@@ -770,6 +795,7 @@ void Save(const Config& c, long step, EtModel& model, const Optimizers& adam) {
   ck.AddParameters("energy", model.energy_params());
   ck.AddOptimizer("adam_model", adam.model.state());
   ck.AddOptimizer("adam_energy", adam.energy.state());
+  StoreLosses(losses, &ck);
   try {
     implicit::SaveCheckpoint(c.checkpoint, ck);
   } catch (const std::exception& e) {
@@ -838,7 +864,8 @@ int CheckGradients(const Config& c, EtModel& model, const Matrix<double>& train)
 }
 
 struct TrainStats {
-  double first_loss = -1, last_loss = 0, seconds = 0;
+  TrainingLosses losses;  // of every step trained so far, resumed ones included
+  double seconds = 0;
   // Per step trained in this run: its wall-clock time, and of it the forward
   // solve and IFT backward pass (the slowest share's).
   std::vector<double> step_seconds, equilibrium_seconds;
@@ -862,11 +889,12 @@ std::string CheckpointState(const Config& c, const TrainStats& ts, long start_st
 // gradient or parameter stops the run with an error (exit 1) that says which
 // checkpoint is kept.
 TrainStats Train(const Config& c, const implicit::Communicator& comm, Workers& workers, Optimizers& adam,
-                 const Matrix<double>& train, long start_step) {
+                 const Matrix<double>& train, long start_step, const TrainingLosses& resumed) {
   EtModel& model = workers.main();
   Progress progress(!c.quiet && comm.is_root(), 5.0);
   const auto t0 = std::chrono::steady_clock::now();
   TrainStats ts;
+  ts.losses = resumed;
   double smooth = -1;
   Vector<double> gm, ge;
   for (long step = start_step; step < c.steps; ++step) {
@@ -887,7 +915,7 @@ TrainStats Train(const Config& c, const implicit::Communicator& comm, Workers& w
     }
     if (c.checkpoint_every > 0 && step > start_step && step % c.checkpoint_every == 0) {
       OnEveryRank(comm, [&] {  // written by rank 0 only; a failure stops every rank
-        if (comm.is_root()) Save(c, step, model, adam);
+        if (comm.is_root()) Save(c, step, model, adam, ts.losses);
       });
       ts.saved_step = step;
     }
@@ -898,8 +926,8 @@ TrainStats Train(const Config& c, const implicit::Communicator& comm, Workers& w
     ts.equilibrium_seconds.push_back(st.equilibrium_seconds);
     ts.step_seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count());
     ts.forward_unconverged += c.batch - st.forward_converged;
-    if (ts.first_loss < 0) ts.first_loss = st.loss;
-    ts.last_loss = st.loss;
+    if (ts.losses.first < 0) ts.losses.first = st.loss;
+    ts.losses.last = st.loss;
     smooth = smooth < 0 ? st.loss : 0.9 * smooth + 0.1 * st.loss;
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const double rate = static_cast<double>(step + 1 - start_step) / std::max(elapsed, 1e-9);
@@ -970,7 +998,7 @@ void PrintEvaluation(const Config& c, const TrainStats& ts, long start_step, con
     std::cout << "trained " << ts.step_seconds.size() << " steps in " << FmtFixed(ts.seconds, 1) << " s (median step "
               << Fmt(Median(ts.step_seconds), 3) << " s, " << Fmt(Median(ts.equilibrium_seconds), 3)
               << " s of it in the equilibrium solve and IFT backward pass); training loss "
-              << Fmt(ts.first_loss, 4) << " -> " << Fmt(ts.last_loss, 4) << "\n";
+              << Fmt(ts.losses.first, 4) << " -> " << Fmt(ts.losses.last, 4) << "\n";
   }
   if (!c.unroll) std::cout << "held-out forward: " << e.summary.BriefReport() << "\n";
   Table t({"held-out masked MSE", "value", "vs ET"}, {false, true, true});
@@ -1015,8 +1043,8 @@ void WriteJson(const Config& c, const TrainStats& ts, const Evaluation& e, Index
   o["hopfield_difference"] = e.diff_mean;
   o["hopfield_difference_stderr"] = e.diff_stderr;
   o["digits_better_than_hopfield"] = e.better;
-  o["first_train_loss"] = ts.first_loss;
-  o["last_train_loss"] = ts.last_loss;
+  o["first_train_loss"] = ts.losses.first;
+  o["last_train_loss"] = ts.losses.last;
   o["train_seconds"] = ts.seconds;
   o["device"] = c.device;
   const bool trained = !ts.step_seconds.empty();
@@ -1082,11 +1110,12 @@ int Run(int argc, char** argv) {
   Workers workers(c, c.threads);
   EtModel& model = workers.main();
   Optimizers adam(c);
-  const long start_step = c.resume.empty() ? 0 : Resume(c, workers, adam);
+  TrainingLosses resumed;
+  const long start_step = c.resume.empty() ? 0 : Resume(c, workers, adam, &resumed);
   if (c.check_gradients > 0) return CheckGradients(c, model, train);
   const Index parameters = model.params().size() + model.energy_params().size();
   PrintHeader(c, comm.size(), n_train, parameters, model.device_name());
-  const TrainStats ts = Train(c, comm, workers, adam, train, start_step);
+  const TrainStats ts = Train(c, comm, workers, adam, train, start_step, resumed);
   const Evaluation e = Evaluate(c, workers, comm, train, test);
   if (!std::isfinite(e.et_mse))
     throw std::runtime_error("the held-out masked MSE of the trained model is not finite (" + Fmt(e.et_mse) +
@@ -1099,7 +1128,7 @@ int Run(int argc, char** argv) {
   Outputs outputs;
   if (start_step < c.steps) {
     outputs.Write("--checkpoint", c.checkpoint, [&] {
-      Save(c, c.steps, model, adam);
+      Save(c, c.steps, model, adam, ts.losses);
       std::cout << "checkpoint: " << c.checkpoint << " (step " << c.steps << ")\n";
     });
   } else {

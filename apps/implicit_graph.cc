@@ -22,6 +22,12 @@
 // settings; --seeds and --models may differ, so a run can be extended). The
 // results do not depend on --threads, ranks or resuming.
 //
+// A training that diverges (an epoch whose scores are not finite: a learning
+// rate too large) stops there and is scored with its best epoch's parameters;
+// the other runs go on, a line per diverged run says so, the JSON marks it
+// (per_seed "diverged_at_epoch", "divergence"; "diverged_runs"), and the exit
+// status is 3.
+//
 //   implicit-graph --graph reddit --seeds 5 --threads 2 --checkpoint reddit.ckpt
 //   implicit-graph --graph reddit --seeds 10 --resume reddit.ckpt --checkpoint reddit.ckpt
 //
@@ -83,6 +89,7 @@ struct SeedResult {
   double forward_iterations = 0, backward_iterations = 0;  // et only: mean per epoch
   int best_epoch = 0;
   int stopped_at_epoch = 0;  // et only: > 0 when a solve failed there (EtDetector::Result)
+  int diverged_at_epoch = 0;  // > 0: the training diverged there (Diverged, detector_training.h)
 };
 
 // A FIFO or a device would block or never end: --nodes and --edges must be
@@ -202,6 +209,7 @@ Trained FromResult(const TrainingResult& r) {
   t.info.validation_auroc = r.best_validation_auroc;
   t.info.best_epoch = r.best_epoch;
   t.info.ms_per_epoch = 1e3 * r.seconds_per_epoch;
+  t.info.diverged_at_epoch = r.diverged_at_epoch;
   return t;
 }
 
@@ -246,6 +254,14 @@ SeedResult RunOne(const std::string& model, const implicit::GraphDataset& g, con
   return out;
 }
 
+// The one line that reports a diverged training (Diverged, detector_training.h).
+std::string DivergenceMessage(const std::string& model, const SeedResult& r) {
+  return "training diverged at epoch " + std::to_string(r.diverged_at_epoch) + ": its " +
+         (model == "et" ? "equilibrium is" : "scores are") +
+         " not finite; scored with the best epoch's parameters (epoch " +
+         std::to_string(r.best_epoch) + "); lower --lr";
+}
+
 // Mean and standard error of the mean (0 for one value).
 std::pair<double, double> MeanAndError(const std::vector<double>& v) {
   double mean = 0;
@@ -260,11 +276,11 @@ std::pair<double, double> MeanAndError(const std::vector<double>& v) {
 std::string PlusMinus(const std::pair<double, double>& m) { return FmtFixed(m.first, 3) + " ± " + FmtFixed(m.second, 3); }
 
 // SeedResult as doubles: gathered from the ranks, stored in checkpoints.
-constexpr std::size_t kSeedResultSize = 10;
+constexpr std::size_t kSeedResultSize = 11;
 void Pack(const SeedResult& r, std::vector<double>* out) {
   out->insert(out->end(), {double(r.seed), r.auroc, r.auprc, r.macro_f1, r.validation_auroc, r.ms_per_epoch,
                            r.forward_iterations, r.backward_iterations, double(r.best_epoch),
-                           double(r.stopped_at_epoch)});
+                           double(r.stopped_at_epoch), double(r.diverged_at_epoch)});
 }
 SeedResult Unpack(const double* v) {
   SeedResult r;
@@ -278,6 +294,7 @@ SeedResult Unpack(const double* v) {
   r.backward_iterations = v[7];
   r.best_epoch = static_cast<int>(v[8]);
   r.stopped_at_epoch = static_cast<int>(v[9]);
+  r.diverged_at_epoch = static_cast<int>(v[10]);
   return r;
 }
 
@@ -477,11 +494,22 @@ int Run(int argc, char** argv) {
         row["backward_iterations"] = r.backward_iterations;
         row["stopped_at_epoch"] = r.stopped_at_epoch;
       }
+      row["diverged_at_epoch"] = r.diverged_at_epoch;
+      if (r.diverged_at_epoch > 0) row["divergence"] = DivergenceMessage(s.models[m], r);
       d["per_seed"].push_back(row);
     }
     j["detectors"].push_back(d);
   }
   table.Print(std::cout);
+  int diverged = 0;
+  for (std::size_t m = 0; m < s.models.size(); ++m) {
+    for (const SeedResult& r : results[m]) {
+      if (r.diverged_at_epoch == 0) continue;
+      ++diverged;
+      std::cout << s.models[m] << ", seed " << r.seed << ": " << DivergenceMessage(s.models[m], r) << "\n";
+    }
+  }
+  j["diverged_runs"] = diverged;
   for (std::size_t m = 0; m < s.models.size(); ++m)
     for (const SeedResult& r : results[m])
       if (r.stopped_at_epoch > 0)
@@ -508,7 +536,7 @@ int Run(int argc, char** argv) {
     paired.Print(std::cout);
   }
   if (!s.json.empty()) WriteJsonFile(s.json, j, "--json");
-  return 0;
+  return diverged > 0 ? kDivergedExitStatus : 0;
 }
 
 }  // namespace

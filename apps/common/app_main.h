@@ -6,7 +6,8 @@
 //
 // Every error ends the program with one line "implicit-foo: error: ..." and a
 // non-zero exit status: 2 for a bad command line (UsageError, which CLI11's
-// own parse errors become, see cli.h), 1 for everything else (files, data).
+// own parse errors become, see cli.h), 1 for everything else (files, data);
+// 3 (kDivergedExitStatus) for a finished run in which a training diverged.
 #pragma once
 
 #include <algorithm>
@@ -21,6 +22,11 @@
 #endif
 
 namespace implicit_apps {
+
+// A run that finished and wrote its results, but where some training
+// diverged (stopped at a non-finite loss or score and was reported with its
+// best epoch's parameters): implicit-graph's exit status then.
+inline constexpr int kDivergedExitStatus = 3;
 
 // A bad command line (exit status 2).
 struct UsageError : std::runtime_error {

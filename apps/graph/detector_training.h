@@ -1,11 +1,13 @@
 // What the detectors of implicit-graph share in training (logistic_detector.h,
-// et_detector.h): the class-weighted logistic loss on the training nodes,
-// early stopping on validation AUROC, and picking the values of a node subset.
+// gcn_detector.h, et_detector.h): the class-weighted logistic loss on the
+// training nodes, early stopping on validation AUROC, the divergence rule, and
+// picking the values of a node subset.
 //
 //   WeightedLogisticLoss loss(anomalous, split.train);
 //   EarlyStopping stopping(patience);
 //   for (int epoch = 1; ...; ++epoch) {
 //     for (k ...) g_k = loss.Derivative(k, score[split.train[k]]);   // then / loss.total_weight()
+//     if (Diverged(epoch, scores, &result)) break;                      // keep the best epoch's
 //     if (stopping.Improved(epoch, ValidationAuroc(scores, anomalous, split))) best = params;
 //     else if (stopping.ShouldStop(epoch)) break;
 //   }
@@ -74,7 +76,23 @@ struct TrainingResult {
   int epochs_run = 0, best_epoch = 0;
   double best_validation_auroc = 0;
   double seconds_per_epoch = 0;
+  int diverged_at_epoch = 0;       // > 0: the epoch whose scores were not finite (Diverged)
 };
+
+// The divergence rule of every detector: an epoch whose scores are not all
+// finite (a learning rate too large for the model; for the ET also a forward
+// solve that meets NaN or inf) ends the training there;
+// the detector keeps, and is scored with, the parameters of its best epoch
+// (the untrained ones when the first step already diverged), and the run
+// reports the epoch. Returns true when `scores` diverged.
+inline bool Diverged(int epoch, const std::vector<double>& scores, TrainingResult* r) {
+  for (double s : scores) {
+    if (std::isfinite(s)) continue;
+    r->diverged_at_epoch = epoch;
+    return true;
+  }
+  return false;
+}
 
 // Early stopping: remembers the best validation AUROC and its epoch.
 class EarlyStopping {

@@ -80,9 +80,12 @@ class EtDetector {
     int stopped_at_epoch = 0;
     std::string stop_reason;
   };
-  // A forward or adjoint solve that did not converge.
+  // A forward or adjoint solve that did not converge; non_finite when it met
+  // NaN or inf (after a diverging step: the divergence rule's case).
   struct SolveFailure : std::runtime_error {
-    using std::runtime_error::runtime_error;
+    SolveFailure(const std::string& what, bool non_finite = false)
+        : std::runtime_error(what), non_finite(non_finite) {}
+    bool non_finite;
   };
 
   static implicit::GraphEnergyTransformerOptions DefaultEnergy() {
@@ -262,6 +265,10 @@ class EtDetector {
       implicit::Vector<double> grad_et;
       try {
         scores = Forward(head, readout, x, &et, &layer, &state, &terms, &read, &result.forward_iterations);
+        if (Diverged(epoch, scores, &result)) {
+          if (epoch == 1) throw std::runtime_error("the untrained ET's scores are not finite");
+          break;
+        }
         if (stopping.Improved(epoch, ValidationAuroc(scores, anomalous, split))) {
           best_head = head.values();
           best_et = et.parameters()->values();
@@ -296,8 +303,12 @@ class EtDetector {
         grad_et = back.parameter_gradient + grad_et_direct;
       } catch (const SolveFailure& e) {
         if (epoch == 1) throw;  // no trained parameters to fall back on
-        result.stopped_at_epoch = epoch;
-        result.stop_reason = e.what();
+        if (e.non_finite) {     // the last step diverged (detector_training.h's rule)
+          result.diverged_at_epoch = epoch;
+        } else {
+          result.stopped_at_epoch = epoch;
+          result.stop_reason = e.what();
+        }
         break;
       }
       adam_head.Step(head, grad_head);
@@ -334,7 +345,8 @@ class EtDetector {
       throw SolveFailure(std::string("the ET's forward solve ended ") +
                                implicit::TerminationTypeToString(summary.termination_type) + " after " +
                                std::to_string(summary.iterations) + " iterations, residual " +
-                               std::to_string(summary.absolute_residual) + " (try --solver, --et-step, --max-iter)");
+                               std::to_string(summary.absolute_residual) + " (try --solver, --et-step, --max-iter)",
+                         summary.termination_type == implicit::TerminationType::kNonFinite);
     *iterations += summary.iterations;
     terms->resize(readout.terms() > 0 ? n * T : 0, 1);
     if (readout.terms() > 0) et->NodeEnergies(*state, *terms);

@@ -123,6 +123,7 @@ class GcnDetector {
     const WeightedLogisticLoss loss(anomalous, split.train);
     EarlyStopping stopping(options_.training.patience);
 
+    Result result;
     implicit::Vector<double> best = gcn.parameters().values();
     implicit::Vector<double> dscores = implicit::Vector<double>::Zero(x.cols());
     const auto start = std::chrono::steady_clock::now();
@@ -132,13 +133,14 @@ class GcnDetector {
       for (std::size_t k = 0; k < split.train.size(); ++k)
         dscores(split.train[k]) = loss.Derivative(k, scores(split.train[k])) / loss.total_weight();
       adam.Step(gcn.parameters(), gcn.Gradient(dscores));
-      if (stopping.Improved(epoch, ValidationAuroc(AsStdVector(gcn.Forward()), anomalous, split))) {
+      const std::vector<double> all = AsStdVector(gcn.Forward());
+      if (Diverged(epoch, all, &result)) break;
+      if (stopping.Improved(epoch, ValidationAuroc(all, anomalous, split))) {
         best = gcn.parameters().values();
       } else if (stopping.ShouldStop(epoch)) {
         break;
       }
     }
-    Result result;
     stopping.Report(start, &result);
     gcn.parameters().values() = best;
     result.scores = AsStdVector(gcn.Forward());

@@ -48,6 +48,7 @@ class LogisticDetector {
     const WeightedLogisticLoss loss(anomalous, split.train);
     EarlyStopping stopping(options_.patience);
 
+    Result result;
     implicit::Vector<double> best = params.values();
     const auto start = std::chrono::steady_clock::now();
     for (int epoch = 1; epoch <= options_.epochs; ++epoch) {
@@ -59,14 +60,14 @@ class LogisticDetector {
         grad(d) += g;
       }
       adam.Step(params, grad / loss.total_weight());
-      if (stopping.Improved(epoch, implicit::Auroc(Scores(params, x, split.validation),
-                                                   Subset(anomalous, split.validation)))) {
+      const std::vector<double> validation = Scores(params, x, split.validation);
+      if (Diverged(epoch, validation, &result)) break;
+      if (stopping.Improved(epoch, implicit::Auroc(validation, Subset(anomalous, split.validation)))) {
         best = params.values();
       } else if (stopping.ShouldStop(epoch)) {
         break;
       }
     }
-    Result result;
     stopping.Report(start, &result);
     params.values() = best;
     std::vector<implicit::Index> all(static_cast<std::size_t>(x.cols()));

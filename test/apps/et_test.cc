@@ -78,8 +78,9 @@ BOOST_AUTO_TEST_CASE(tiny_training_run_writes_results_and_resumes) {
 // SIGKILL at five seeded random points of a training run (one thread,
 // a checkpoint after every step), then --resume to the same step count: the
 // resumed run ends bit-identical to the uninterrupted one (held-out MSE and
-// last training loss compared exactly: they are computed from the final
-// parameters and the last step's batch), and no checkpoint temporary is left.
+// the first and last training losses compared exactly: the MSE is computed
+// from the final parameters, the losses are kept in the checkpoints, also when
+// the kill came after the last one), and no checkpoint temporary is left.
 BOOST_AUTO_TEST_CASE(a_killed_run_resumes_bit_identically) {
   const std::string args = " --threads 1 --steps 150 --checkpoint-every 1 --json ";
   ScratchDir reference_dir;
@@ -88,6 +89,14 @@ BOOST_AUTO_TEST_CASE(a_killed_run_resumes_bit_identically) {
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   BOOST_REQUIRE(reference.exit_code == 0);
   const Json expected = implicit::testing::ReadJson(reference_dir.File("r.json"));
+  // Resumed from its own final checkpoint, a run trains nothing and reports
+  // the same losses and MSE (the case of a kill after the last checkpoint).
+  const auto again = RunCommand(Small(reference_dir) + args + reference_dir.File("again.json") + " --resume " +
+                                reference_dir.File("et.ckpt"));
+  BOOST_REQUIRE(again.exit_code == 0);
+  const Json same = implicit::testing::ReadJson(reference_dir.File("again.json"));
+  for (const char* field : {"heldout_mse", "first_train_loss", "last_train_loss"})
+    BOOST_TEST(same.at(field).get<double>() == expected.at(field).get<double>(), field);
   std::mt19937 rng(45);
   int killed = 0;
   for (int k = 0; k < 5; ++k) {
@@ -102,7 +111,7 @@ BOOST_AUTO_TEST_CASE(a_killed_run_resumes_bit_identically) {
       BOOST_TEST_INFO(resumed.out << resumed.err);
       BOOST_REQUIRE(resumed.exit_code == 0);
       const Json j = implicit::testing::ReadJson(dir.File("r.json"));
-      for (const char* field : {"heldout_mse", "last_train_loss", "hopfield_mse", "mean_fill_mse"})
+      for (const char* field : {"heldout_mse", "first_train_loss", "last_train_loss", "hopfield_mse", "mean_fill_mse"})
         BOOST_TEST(j.at(field).get<double>() == expected.at(field).get<double>(), field);
       BOOST_TEST(implicit::testing::TemporaryFiles(dir.path).empty());
     }

@@ -217,6 +217,40 @@ BOOST_AUTO_TEST_CASE(et_training_stops_where_a_solve_fails) {
                                         "implicit-graph");
 }
 
+// The divergence rule: with --lr 1e300 every detector's first steps blow its
+// scores (the ET: its equilibrium) up. Each training stops at the diverged
+// epoch and is scored with its best epoch's parameters; every detector and
+// seed still finishes with finite results, a line per run says so, the JSON
+// marks the runs, and the exit status is 3.
+BOOST_AUTO_TEST_CASE(diverging_trainings_end_cleanly) {
+  ScratchDir dir;
+  const auto r = RunCommand(kApp + " --models et,lr-raw,gcn --lr 1e300 --seeds 2 --epochs 20 --et-epochs 5 "
+                                   "--et-dim 4 --et-heads 1 --et-head-dim 2 --et-memories 4 --quiet --json " +
+                            dir.File("d.json"));
+  BOOST_TEST_INFO(r.out << r.err);
+  BOOST_TEST(r.exit_code == 3);
+  const Json j = implicit::testing::ReadJson(dir.File("d.json"));
+  BOOST_TEST(j.at("diverged_runs").get<int>() == 6);
+  for (const Json& detector : j.at("detectors")) {
+    for (const Json& seed : detector.at("per_seed")) {
+      BOOST_TEST_INFO(detector.at("name") << " seed " << seed.at("seed"));
+      const int diverged = seed.at("diverged_at_epoch").get<int>();
+      BOOST_TEST(diverged >= 1);
+      BOOST_TEST(seed.at("best_epoch").get<int>() < diverged);
+      BOOST_TEST(IsScore(seed.at("auroc")));
+      const std::string line = detector.at("name").get<std::string>() + ", seed " +
+                               std::to_string(seed.at("seed").get<int>()) + ": training diverged at epoch " +
+                               std::to_string(diverged);
+      BOOST_TEST(r.out.find(line) != std::string::npos);
+      BOOST_TEST(seed.at("divergence").get<std::string>().find("lower --lr") != std::string::npos);
+    }
+  }
+  // A sound learning rate: nothing diverges, exit status 0.
+  const Json sound = RunJson("--models lr-raw --seeds 1 --epochs 20", dir, "s.json");
+  BOOST_TEST(sound.at("diverged_runs").get<int>() == 0);
+  BOOST_TEST(sound.at("detectors")[0].at("per_seed")[0].at("diverged_at_epoch").get<int>() == 0);
+}
+
 BOOST_AUTO_TEST_CASE(bad_input_is_a_one_line_error) {
   ScratchDir dir;
   auto expect = [](const std::string& args, const std::string& what, int status) {
