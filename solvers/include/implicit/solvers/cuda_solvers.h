@@ -20,7 +20,9 @@
 // by Cholesky in double precision, applies the predicted-gain gate
 // (max_predicted_residual) and the fast-contraction rule (fast_contraction)
 // and forms the proposal q. memory is
-// limited to kMaxDeviceAndersonMemory.
+// limited to kMaxDeviceAndersonMemory. The CPU Anderson's Picard fallback
+// (FallbackOptions: warm-up, progress windows) is not mirrored yet: those
+// options are ignored here (docs/gpu.md, "Not on the device yet").
 //
 //   implicit::cuda::Context context;
 //   implicit::cuda::HopfieldCccpMap<double> map(context, patterns, 2.0);

@@ -141,7 +141,8 @@ struct Summary {
   // Energy-guarded acceleration (anderson, broyden), per sample: accelerated
   // steps accepted, trial points rejected (each followed by a shorter trial),
   // and safe steps f(z) taken instead of an accelerated one (after a failed
-  // descent gate or when no trial point passed; the history is then cleared).
+  // descent gate or when no trial point passed; the history is then cleared),
+  // and the Picard fallback's restarts from the best iterate.
   std::vector<int> sample_accelerated_steps;
   std::vector<int> sample_backtracks;
   std::vector<int> sample_fallbacks;

@@ -309,7 +309,10 @@ class PicardFallback {
     *restart = false;
     if (window_ == 0 && !plain_[b]) return false;
     const bool plain = Decide(b, monitor->best_residual(b), monitor->best_energy(b), restart);
-    if (*restart) monitor->RestartStallCount(b);
+    if (*restart) {
+      monitor->RestartStallCount(b);
+      monitor->CountFallback(b);
+    }
     if (!plain) monitor->ExemptFromStall(b);
     return plain;
   }
