@@ -1,17 +1,20 @@
 // Random user-like maps and the solver sweep over them (random_maps.h).
 #include "problems/random_maps.h"
 
+#include "common/format.h"
+#include "common/table.h"
+
 #include <implicit/core/energy_maps.h>
+#include <implicit/core/spectral_norm.h>
 #include <implicit/layers/entmax.h>
 #include <implicit/layers/modern_hopfield_energy.h>
 #include <implicit/solvers/registry.h>
-
-#include <Eigen/SVD>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <random>
+#include <sstream>
 #include <string>
 #include <stdexcept>
 #include <utility>
@@ -151,8 +154,6 @@ class Draw {
   std::mt19937_64 rng_;
 };
 
-double SpectralNorm(const Matrix<double>& m) { return Eigen::JacobiSVD<Matrix<double>>(m).singularValues()(0); }
-
 std::string Describe(const char* format, double a, double b, double c, double d) {
   char text[160];
   std::snprintf(text, sizeof text, format, a, b, c, d);
@@ -163,7 +164,7 @@ RandomMapCase MakeTanh(Draw& draw, int batch) {
   const int n = draw.Pick({8, 16, 32, 64});
   const double norm = draw.Uniform(0.5, 0.99);
   Matrix<double> w = draw.Normal(n, n);
-  w *= norm / SpectralNorm(w);
+  w *= norm / implicit::SpectralNorm(w);
   return {"tanh", Describe("tanh n=%g |W|=%.3f", n, norm, 0, 0),
           std::make_shared<TanhMap>(std::move(w), draw.Normal(n, batch)), Matrix<double>::Zero(n, batch)};
 }
@@ -187,7 +188,7 @@ RandomMapCase MakeMonotone(Draw& draw, int batch) {
   Matrix<double> monotone = a.transpose() * a + b - b.transpose();
   monotone.diagonal().array() += m;
   // The step that minimises the bound sqrt(1 - 2 a m + a^2 L^2) on the contraction factor.
-  const double lipschitz = SpectralNorm(monotone), step = m / (lipschitz * lipschitz);
+  const double lipschitz = implicit::SpectralNorm(monotone), step = m / (lipschitz * lipschitz);
   return {"monotone", Describe("monotone n=%g m=%.2f L=%.2f", n, m, lipschitz, 0),
           std::make_shared<MonotoneMap>(std::move(monotone), step, draw.Normal(n, batch)),
           Matrix<double>::Zero(n, batch)};
@@ -297,51 +298,48 @@ SweepResult RunSweep(const std::vector<RandomMapCase>& cases, const std::vector<
 
 std::string SweepTable(const SweepResult& result) {
   const SweepSettings& s = result.settings;
-  std::string out;
-  char line[256];
-  std::snprintf(line, sizeof line, "random-map sweep: %zu maps x %d samples, seed %u, tol %g, max %d iterations\n",
-                result.families.size(), s.batch, s.seed, s.tolerance, s.max_iterations);
-  out += line;
-  std::snprintf(line, sizeof line, "%-28s %11s %5s %12s %8s %12s %8s\n", "solver", "converged", "lost",
-                "evaluations", "/picard", "maps>picard", "seconds");
-  out += line;
+  std::ostringstream out;
+  out << "random-map sweep: " << result.families.size() << " maps x " << s.batch << " samples, seed " << s.seed
+      << ", tol " << Fmt(s.tolerance) << ", max " << s.max_iterations << " iterations\n";
+  const std::size_t maps = result.families.size();
   const double reference = static_cast<double>(result.rows.front().evaluations);
+  Table totals({"solver", "converged", "lost", "evaluations", "/picard", "maps>picard", "seconds"},
+               {false, true, true, true, true, true, true});
   for (const SweepRow& r : result.rows) {
-    std::snprintf(line, sizeof line, "%-28s %5d/%-5d %5d %12lld %8.3f %5d (%4.1f%%) %8.3f\n", r.solver.c_str(),
-                  r.converged, r.samples, r.lost, r.evaluations, r.evaluations / reference,
-                  r.maps_more_than_picard, 100.0 * r.maps_more_than_picard / result.families.size(), r.seconds);
-    out += line;
+    totals.AddRow({r.solver, std::to_string(r.converged) + "/" + std::to_string(r.samples), std::to_string(r.lost),
+                   std::to_string(r.evaluations), FmtFixed(r.evaluations / reference, 3),
+                   std::to_string(r.maps_more_than_picard) + " (" +
+                       FmtFixed(100.0 * r.maps_more_than_picard / static_cast<double>(maps), 1) + "%)",
+                   FmtFixed(r.seconds, 3)});
   }
+  totals.Print(out);
   // Per family: evaluations relative to Picard's.
   std::vector<std::string> families = result.families;
   std::sort(families.begin(), families.end());
   families.erase(std::unique(families.begin(), families.end()), families.end());
-  out += "evaluations / picard's, by family:\n";
-  std::snprintf(line, sizeof line, "%-28s", "solver");
-  out += line;
-  for (const std::string& f : families) {
-    std::snprintf(line, sizeof line, " %9s", f.c_str());
-    out += line;
-  }
-  out += "\n";
+  std::vector<std::string> header = {"solver"};
+  header.insert(header.end(), families.begin(), families.end());
+  std::vector<bool> right_aligned(header.size(), true);
+  right_aligned[0] = false;
+  Table by_family(header, right_aligned);
   for (const SweepRow& r : result.rows) {
-    std::snprintf(line, sizeof line, "%-28s", r.solver.c_str());
-    out += line;
+    std::vector<std::string> row = {r.solver};
     for (const std::string& f : families) {
       long long mine = 0, picard = 0;
-      for (std::size_t k = 0; k < result.families.size(); ++k) {
+      for (std::size_t k = 0; k < maps; ++k) {
         if (result.families[k] != f) continue;
         mine += r.map_evaluations[k];
         picard += result.rows.front().map_evaluations[k];
       }
-      std::snprintf(line, sizeof line, " %9.3f", static_cast<double>(mine) / static_cast<double>(picard));
-      out += line;
+      row.push_back(FmtFixed(static_cast<double>(mine) / static_cast<double>(picard), 3));
     }
-    out += "\n";
+    by_family.AddRow(row);
   }
+  out << "\nevaluations / picard's, by family:\n";
+  by_family.Print(out);
   for (const SweepRow& r : result.rows)
-    for (const std::string& l : r.lost_at) out += r.solver + " lost " + l + "\n";
-  return out;
+    for (const std::string& l : r.lost_at) out << r.solver << " lost " << l << "\n";
+  return out.str();
 }
 
 }  // namespace implicit_apps
