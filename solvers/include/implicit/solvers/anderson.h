@@ -197,7 +197,7 @@ class AndersonSolver : public Solver<Scalar> {
 template <typename Scalar>
 Summary AndersonSolver<Scalar>::Solve(const FixedPointMap<Scalar>& map, MatrixRef<Scalar> z) const {
   internal::BatchMonitor<Scalar> monitor(options_, name());
-  monitor.Begin(map, z);
+  monitor.Begin(map, z, /*keep_images=*/options_.progress_window > 0);  // the Picard fallback restarts
   const Index n = z.rows(), batch = z.cols(), m = options_.memory;
   const Scalar beta = static_cast<Scalar>(options_.mixing);
   internal::BatchEvaluator<Scalar> evaluator(map, batch, internal::UsesEnergy(options_, map));

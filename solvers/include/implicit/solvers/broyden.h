@@ -96,7 +96,7 @@ class BroydenSolver : public Solver<Scalar> {
 template <typename Scalar>
 Summary BroydenSolver<Scalar>::Solve(const FixedPointMap<Scalar>& map, MatrixRef<Scalar> z) const {
   internal::BatchMonitor<Scalar> monitor(options_, name());
-  monitor.Begin(map, z);
+  monitor.Begin(map, z, /*keep_images=*/options_.progress_window > 0);  // the Picard fallback restarts
   const Index n = z.rows(), batch = z.cols(), m = options_.memory;
   const Scalar tiny = std::sqrt(std::numeric_limits<Scalar>::epsilon());
   internal::BatchEvaluator<Scalar> evaluator(map, batch, internal::UsesEnergy(options_, map));

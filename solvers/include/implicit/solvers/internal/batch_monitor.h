@@ -32,6 +32,7 @@
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -69,13 +70,18 @@ class BatchMonitor {
   }
 
   // Forward solve: validates the problem's shapes, allocates all per-sample
-  // state, starts the clock.
-  void Begin(const FixedPointMap<Scalar>& map, ConstMatrixRef<Scalar> z) {
+  // state, starts the clock. keep_images: also keep f (and E) at each
+  // sample's kept iterate, for RestoreKept (the Picard fallback); off, the
+  // observations copy nothing but the kept iterates.
+  void Begin(const FixedPointMap<Scalar>& map, ConstMatrixRef<Scalar> z, bool keep_images = false) {
     CheckBatch((summary_.solver + ": initial state z").c_str(), z, map.dimension());
     start_ = std::chrono::steady_clock::now();
     kept_z_ = z;
-    kept_fz_.resize(z.rows(), z.cols());
-    kept_e_.resize(z.cols());
+    keep_images_ = keep_images;
+    if (keep_images_) {
+      kept_fz_.resize(z.rows(), z.cols());
+      kept_e_.resize(z.cols());
+    }
     Allocate(z.cols());
     if (options_.record_trace) summary_.trace.reserve(options_.max_iterations + 1);
   }
@@ -97,8 +103,9 @@ class BatchMonitor {
   void RestartStallCount(Index b) { judge_.RestartStallCount(b); }
   // Puts active sample b of a forward solve back at its kept (best) iterate:
   // z, f(z) and, with energies, E(z) as they were observed there. The
-  // Picard fallback restarts from it.
+  // Picard fallback restarts from it. Needs Begin(..., keep_images = true).
   void RestoreKept(Index b, MatrixRef<Scalar> z, MatrixRef<Scalar> fz, Vector<Scalar>* energies) const {
+    if (!keep_images_) throw std::logic_error("BatchMonitor::RestoreKept: Begin did not keep the images");
     if (!std::isfinite(judge_.kept_residual(b))) return;
     z.col(b) = kept_z_.col(b);
     fz.col(b) = kept_fz_.col(b);
@@ -160,6 +167,7 @@ class BatchMonitor {
         },
         [&](Index b) {
           kept_z_.col(b) = z.col(b);
+          if (!keep_images_) return;
           kept_fz_.col(b) = fz.col(b);
           if (energies != nullptr) kept_e_(b) = (*energies)(b);
         });
@@ -433,6 +441,7 @@ class BatchMonitor {
   std::vector<double> rhs_norm_;
   Matrix<Scalar> kept_z_, kept_fz_;  // forward solves only: kept iterates and f there
   Vector<Scalar> kept_e_;            // and E there (with an energy)
+  bool keep_images_ = false;         // kept_fz_ and kept_e_ are kept (Begin)
   std::vector<char> active_;
   std::vector<Index> active_columns_;
   int num_active_ = 0;

@@ -81,15 +81,14 @@ struct GuardOptions {
 
 // The Picard fallback's settings (PicardFallback below; Anderson and Broyden).
 struct FallbackOptions {
-  // Without an energy the first progress_window iterations are plain; then a
-  // sample whose accelerated steps do not bring its best residual down to
+  // A sample whose accelerated steps do not bring its best residual down to
   // progress_factor x its value at the start of a window of progress_window
   // iterations (and, with an energy, do not lower its best energy) restarts
   // from its best iterate with plain steps and a fresh history, for
   // progress_window iterations (doubling after each consecutive failed
   // window, up to 16 windows) and until they set a new best residual, then
-  // accelerates again. progress_window >= 0 (0 = no warm-up and no
-  // fallback); progress_factor in (0, 1).
+  // accelerates again. progress_window >= 0 (0 = no fallback);
+  // progress_factor in (0, 1).
   int progress_window = 5;
   double progress_factor = 0.5;
   // Maps without an energy: the first warmup_iterations iterations take the
@@ -264,8 +263,8 @@ class GuardedStepper {
 // The Picard fallback of Anderson and Broyden (FallbackOptions;
 // docs/acceleration.md): an accelerated sample is never left worse off than
 // Picard would leave it. Per sample:
-//  * warm-up (maps without an energy): the first progress_window iterations
-//    take the plain step. A map that converges within them needs no
+//  * warm-up (maps without an energy): the first warmup_iterations
+//    iterations take the plain step. A map that converges within them needs no
 //    acceleration, and the history then starts past the initial transient.
 //  * windows: progress_window accelerated iterations in a row must bring the
 //    best residual down to progress_factor x its value when the window
