@@ -145,6 +145,9 @@ bool ParseOptions(int argc, char** argv, Options* o) {
   AddList(app, "--autodiff-dims", &dimensions, "state dimensions n of --autodiff", "64,256,1024,4096");
   AddList(app, "--autodiff-energies", &o->autodiff_options.energies,
           "energies of --autodiff: retrieval, attention (at each dimension), et", "retrieval,attention,et");
+  AddList(app, "--autodiff-styles", &o->autodiff_options.styles,
+          "how --autodiff's functors are written: blocks (ad:: blocks), eigen (Eigen\n"
+          "expressions), loop (scalar loops, retrieval only)", "blocks,eigen,loop");
   app.add_flag("--graph-et", o->graph_et,
                "instead of the solvers: the graph Energy Transformer's map, VJP and\n"
                "parameter VJP on the shipped graphs, per call and per edge");
@@ -210,6 +213,9 @@ bool ParseOptions(int argc, char** argv, Options* o) {
   for (const std::string& e : o->autodiff_options.energies)
     Require(e == "retrieval" || e == "attention" || e == "et",
             "--autodiff-energies: unknown energy '" + Excerpt(e) + "' (retrieval, attention, et)");
+  for (const std::string& e : o->autodiff_options.styles)
+    Require(e == "blocks" || e == "eigen" || e == "loop",
+            "--autodiff-styles: unknown style '" + Excerpt(e) + "' (blocks, eigen, loop)");
   o->autodiff_options.repeat = std::min<long>(o->repeat, 3);  // --repeat is >= 1
   o->autodiff_options.quiet = o->quiet;
   for (const std::string& g : o->graph_options.graphs)

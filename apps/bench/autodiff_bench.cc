@@ -20,6 +20,7 @@
 #include <cmath>
 #include <functional>
 #include <iostream>
+#include <limits>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -49,6 +50,42 @@ struct Retrieval {
   }
 };
 
+// The same energy as a user first writes it: Eigen expressions (the
+// patterns need no cast; reverse_eigen.h records the product as one block)...
+struct RetrievalEigen {
+  Matrix<double> P;
+  double beta;
+  template <typename T>
+  T operator()(const Vector<T>& x, const Vector<T>&) const {
+    using std::log;
+    const Vector<T> s = beta * (P.transpose() * x);
+    const T m = s.maxCoeff();
+    return 0.5 * x.squaredNorm() - (m + log((s.array() - m).exp().sum())) / beta;
+  }
+};
+// ... or scalar loops.
+struct RetrievalLoop {
+  Matrix<double> P;
+  double beta;
+  template <typename T>
+  T operator()(const Vector<T>& x, const Vector<T>&) const {
+    using std::exp;
+    using std::log;
+    Vector<T> s(P.cols());
+    for (Index i = 0; i < P.cols(); ++i) {
+      T dot = T(0.0);
+      for (Index k = 0; k < P.rows(); ++k) dot += P(k, i) * x(k);
+      s(i) = beta * dot;
+    }
+    T m = s(0);
+    for (Index i = 1; i < s.size(); ++i) m = s(i) > m ? s(i) : m;
+    T sum = T(0.0), squares = T(0.0);
+    for (Index i = 0; i < s.size(); ++i) sum += exp(s(i) - m);
+    for (Index k = 0; k < x.size(); ++k) squares += x(k) * x(k);
+    return 0.5 * squares - (m + log(sum)) / beta;
+  }
+};
+
 // Attention over tokens of width `width` (x = the width x tokens matrix X):
 // K = W_K X, Q = W_Q X, E = 0.5|x|^2 - sum_t lse_s(beta K_s . Q_t) / beta -
 // 0.5 sum relu(Xi^T X)^2, every product one ad::Product.
@@ -68,6 +105,27 @@ struct Attention {
     for (Index i = 0; i < H.size(); ++i) relu(i) = ad::Max(H(i), T(0.0));
     T e = T(0.5) * ad::Dot(x, x) - T(0.5) * ad::Dot(relu, relu);
     for (Index t = 0; t < tokens; ++t) e -= ad::LogSumExp(S.col(t)) / T(beta);
+    return e;
+  }
+};
+
+// The attention energy in Eigen expressions.
+struct AttentionEigen {
+  Index tokens, width;
+  Matrix<double> beta_WK, WQ, Xi;
+  double beta;
+  template <typename T>
+  T operator()(const Vector<T>& x, const Vector<T>&) const {
+    using std::log;
+    const Eigen::Map<const Matrix<T>> X(x.data(), width, tokens);
+    const Matrix<T> K = beta_WK * X, Q = WQ * X;
+    const Matrix<T> S = K.transpose() * Q;
+    const Matrix<T> H = Xi.transpose() * X;
+    T e = 0.5 * x.squaredNorm() - 0.5 * H.cwiseMax(T(0.0)).squaredNorm();
+    for (Index t = 0; t < tokens; ++t) {
+      const T m = S.col(t).maxCoeff();
+      e -= (m + log((S.col(t).array() - m).exp().sum())) / beta;
+    }
     return e;
   }
 };
@@ -119,6 +177,43 @@ struct UserEnergyTransformer {
   }
 };
 
+// The Energy Transformer's energy in Eigen expressions, as a user writes it
+// from the paper: the same terms as UserEnergyTransformer, no ad:: block.
+struct EigenEnergyTransformer {
+  Index N, D, H, Y, M;
+  double beta, eps;
+  template <typename T>
+  T operator()(const Vector<T>& x, const Vector<T>& theta) const {
+    using std::log;
+    using std::sqrt;
+    const Eigen::Map<const Matrix<T>> WK(theta.data(), H * Y, D);
+    const Eigen::Map<const Matrix<T>> WQ(theta.data() + H * Y * D, H * Y, D);
+    const Eigen::Map<const Matrix<T>> Xi(theta.data() + 2 * H * Y * D, D, M);
+    const double d = static_cast<double>(D);
+    Matrix<T> G(D, N);
+    T e = T(0.0);
+    for (Index a = 0; a < N; ++a) {  // LayerNorm's energy: g_A . x_A - D s_A
+      const auto xa = x.segment(a * D, D);
+      const Vector<T> centred = xa.array() - xa.mean();
+      const T s = sqrt(centred.squaredNorm() / d + eps);
+      G.col(a) = centred / s;
+      e += G.col(a).dot(xa) - d * s;
+    }
+    const Matrix<T> K = WK * (beta * G), Q = WQ * G;  // every head's keys and queries
+    for (Index h = 0; h < H; ++h) {
+      const Matrix<T> S = K.middleRows(h * Y, Y).transpose() * Q.middleRows(h * Y, Y);
+      for (Index c = 0; c < N; ++c) {  // attention of token c over the others
+        Vector<T> s = S.col(c);
+        s(c) = T(-std::numeric_limits<double>::infinity());
+        const T m = s.maxCoeff();
+        e -= (m + log((s.array() - m).exp().sum())) / beta;
+      }
+    }
+    e -= 0.5 * (Xi.transpose() * G).cwiseMax(T(0.0)).squaredNorm();  // ReLU memories
+    return e;
+  }
+};
+
 // Seconds per sample of call(x) over the samples' columns: the median of
 // `repeat` calls.
 double SecondsPerSample(const std::function<void()>& call, long repeat, Index samples) {
@@ -126,7 +221,7 @@ double SecondsPerSample(const std::function<void()>& call, long repeat, Index sa
 }
 
 struct Row {
-  std::string energy;
+  std::string energy, style;
   Index n = 0;
   double value = 0;  // seconds per sample
   // Multiples of `value`; < 0: not measured.
@@ -139,7 +234,7 @@ struct Row {
 // Times value, gradient and HVP of `energy` in both modes on B samples, and
 // those of `closed` (the same energy in closed form) when given.
 template <typename Functor>
-Row Measure(const std::string& name, implicit::AutoDiffEnergy<Functor, double> energy,
+Row Measure(const std::string& name, const std::string& style, implicit::AutoDiffEnergy<Functor, double> energy,
             const implicit::Energy<double>* closed, const AutodiffBenchOptions& o, unsigned seed) {
   const Index n = energy.dimension(), B = o.samples;
   const Matrix<double> x = Gaussian(n, B, 1.0 / std::sqrt(static_cast<double>(n)), seed);
@@ -148,6 +243,7 @@ Row Measure(const std::string& name, implicit::AutoDiffEnergy<Functor, double> e
   Vector<double> e(B);
   Row row;
   row.energy = name;
+  row.style = style;
   row.n = n;
   row.value = SecondsPerSample([&] { energy.Value(x, e); }, o.repeat * 3, B);
   if (closed != nullptr) {  // the closed form is the same energy
@@ -239,9 +335,13 @@ std::string Ratio(double r) { return r < 0 ? "-" : FmtFixed(r, r < 10 ? 1 : 0); 
 
 Json RunAutodiffBench(const AutodiffBenchOptions& o) {
   std::vector<Row> rows;
-  std::optional<TrainingStep> user_step, closed_step;  // the et row's
+  // The et rows' training steps, by style.
+  std::optional<TrainingStep> blocks_step, eigen_step, closed_step;
   const auto wanted = [&](const char* energy) {
     return std::find(o.energies.begin(), o.energies.end(), energy) != o.energies.end();
+  };
+  const auto style = [&](const char* name) {
+    return std::find(o.styles.begin(), o.styles.end(), name) != o.styles.end();
   };
   for (long n : o.dimensions) {
     if (!wanted("retrieval") && !wanted("attention")) break;
@@ -251,16 +351,36 @@ Json RunAutodiffBench(const AutodiffBenchOptions& o) {
     closed_options.beta = 2.0;
     const implicit::ModernHopfieldEnergy<double> closed(P, closed_options);
     if (wanted("retrieval")) {
-      rows.push_back(Measure("retrieval", implicit::AutoDiffEnergy<Retrieval, double>(Retrieval{P, 2.0}, n),
-                             &closed, o, 11));
+      if (style("blocks")) {
+        rows.push_back(Measure("retrieval", "blocks",
+                               implicit::AutoDiffEnergy<Retrieval, double>(Retrieval{P, 2.0}, n), &closed, o, 11));
+      }
+      if (style("eigen")) {
+        rows.push_back(Measure("retrieval", "eigen",
+                               implicit::AutoDiffEnergy<RetrievalEigen, double>(RetrievalEigen{P, 2.0}, n),
+                               &closed, o, 11));
+      }
+      if (style("loop")) {
+        rows.push_back(Measure("retrieval", "loop",
+                               implicit::AutoDiffEnergy<RetrievalLoop, double>(RetrievalLoop{P, 2.0}, n),
+                               &closed, o, 11));
+      }
     }
     const Index width = 16, tokens = std::max<long>(1, n / width);
     const double beta = 1.0;
-    Attention a{tokens, width, beta * Gaussian(16, width, 0.25, 21), Gaussian(16, width, 0.25, 22),
-                Gaussian(width, 32, 0.25, 23), beta};
-    if (wanted("attention")) {
-      rows.push_back(
-          Measure("attention", implicit::AutoDiffEnergy<Attention, double>(a, tokens * width), nullptr, o, 31));
+    const Matrix<double> beta_WK = beta * Gaussian(16, width, 0.25, 21), WQ = Gaussian(16, width, 0.25, 22),
+                         Xi = Gaussian(width, 32, 0.25, 23);
+    if (wanted("attention") && style("blocks")) {
+      rows.push_back(Measure("attention", "blocks",
+                             implicit::AutoDiffEnergy<Attention, double>(
+                                 Attention{tokens, width, beta_WK, WQ, Xi, beta}, tokens * width),
+                             nullptr, o, 31));
+    }
+    if (wanted("attention") && style("eigen")) {
+      rows.push_back(Measure("attention", "eigen",
+                             implicit::AutoDiffEnergy<AttentionEigen, double>(
+                                 AttentionEigen{tokens, width, beta_WK, WQ, Xi, beta}, tokens * width),
+                             nullptr, o, 31));
     }
   }
   if (wanted("et")) {  // the Energy Transformer at implicit-et's sizes, against its closed form
@@ -272,49 +392,65 @@ Json RunAutodiffBench(const AutodiffBenchOptions& o) {
     eo.head_dim = 8;
     eo.num_memories = 32;
     implicit::EnergyTransformer<double> closed(eo);
-    const UserEnergyTransformer f{eo.num_tokens, eo.token_dim, eo.num_heads, eo.head_dim,
-                                  eo.num_memories, closed.beta(), eo.eps};
-    implicit::AutoDiffEnergy<UserEnergyTransformer, double> user(f, eo.num_tokens * eo.token_dim,
-                                                                 *closed.parameters());
-    rows.push_back(Measure("et", user, &closed, o, 41));
+    const Index n = eo.num_tokens * eo.token_dim;
     // A whole training step of each, on the same batch (the same iterates).
-    const Index n = user.dimension();
     const Matrix<double> z0 = Gaussian(n, o.samples, 1.0 / std::sqrt(static_cast<double>(n)), 51);
     const Matrix<double> target = Gaussian(n, o.samples, 1.0 / std::sqrt(static_cast<double>(n)), 52);
-    user.set_mode(implicit::AutoDiffMode::kReverse);
-    user_step = MeasureTrainingStep(user, z0, target, o.repeat);
+    const auto measure = [&](const char* name, auto functor, std::optional<TrainingStep>* step) {
+      using Functor = decltype(functor);
+      implicit::AutoDiffEnergy<Functor, double> user(functor, n, *closed.parameters());
+      rows.push_back(Measure("et", name, user, &closed, o, 41));
+      user.set_mode(implicit::AutoDiffMode::kReverse);
+      *step = MeasureTrainingStep(user, z0, target, o.repeat);
+    };
+    if (style("blocks")) {
+      measure("blocks",
+              UserEnergyTransformer{eo.num_tokens, eo.token_dim, eo.num_heads, eo.head_dim, eo.num_memories,
+                                    closed.beta(), eo.eps},
+              &blocks_step);
+    }
+    if (style("eigen")) {
+      measure("eigen",
+              EigenEnergyTransformer{eo.num_tokens, eo.token_dim, eo.num_heads, eo.head_dim, eo.num_memories,
+                                     closed.beta(), eo.eps},
+              &eigen_step);
+    }
     closed_step = MeasureTrainingStep(closed, z0, target, o.repeat);
   }
 
   std::cout << "User energies (AutoDiffEnergy): time per sample as a multiple of the value's\n"
-            << "(reverse mode: libimplicit's tape, ad::Dot and ad::LogSumExp one node each, ad::Product one block"
-            << "; closed form: ModernHopfieldEnergy; * forward mode timed on one sample, once)\n";
-  Table table({"energy", "n", "value us", "grad fwd", "grad rev", "grad closed", "hvp fwd", "hvp rev",
+            << "(style: how the functor is written -- blocks: ad::Dot, ad::LogSumExp, ad::Product; eigen: Eigen "
+            << "expressions; loop: scalar loops; closed form: the library's layer; * forward mode timed on one "
+            << "sample, once)\n";
+  Table table({"energy", "style", "n", "value us", "grad fwd", "grad rev", "grad closed", "hvp fwd", "hvp rev",
                "hvp closed", "vjp rev", "vjp closed"},
-              {false, true, true, true, true, true, true, true, true, true, true});
+              {false, false, true, true, true, true, true, true, true, true, true, true});
   for (const Row& r : rows) {
     const std::string star = r.forward_one_sample ? "*" : "";
-    table.AddRow({r.energy, std::to_string(r.n), FmtFixed(r.value * 1e6, 1),
+    table.AddRow({r.energy, r.style, std::to_string(r.n), FmtFixed(r.value * 1e6, 1),
                   Ratio(r.gradient_forward) + star, Ratio(r.gradient_reverse), Ratio(r.gradient_closed),
                   Ratio(r.hvp_forward) + star, Ratio(r.hvp_reverse), Ratio(r.hvp_closed),
                   Ratio(r.vjp_reverse), Ratio(r.vjp_closed)});
   }
   table.Print(std::cout);
-  if (user_step && closed_step) {
+  const auto print_step = [&](const char* style, const std::optional<TrainingStep>& step) {
+    if (!step || !closed_step) return;
     std::cout << "et training step of fixed work (30 Picard iterations on z - 0.1 grad E, 100 GMRES iterations "
-              << "of the IFT backward), per sample: user energy " << FmtFixed(user_step->seconds * 1e3, 2) << " ms ("
-              << user_step->forward_iterations << " + " << user_step->backward_iterations << " iterations), "
-              << "closed form " << FmtFixed(closed_step->seconds * 1e3, 2) << " ms ("
-              << closed_step->forward_iterations << " + " << closed_step->backward_iterations << "): "
-              << Ratio(user_step->seconds / closed_step->seconds) << "x\n";
-  }
+              << "of the IFT backward), per sample: user energy (" << style << ") "
+              << FmtFixed(step->seconds * 1e3, 2) << " ms (" << step->forward_iterations << " + "
+              << step->backward_iterations << " iterations), closed form " << FmtFixed(closed_step->seconds * 1e3, 2)
+              << " ms (" << closed_step->forward_iterations << " + " << closed_step->backward_iterations
+              << "): " << Ratio(step->seconds / closed_step->seconds) << "x\n";
+  };
+  print_step("blocks", blocks_step);
+  print_step("eigen", eigen_step);
   Json root;
-  root["settings"] = {{"patterns", o.patterns}, {"samples", o.samples}, {"repeat", o.repeat},
+  root["settings"] = {{"patterns", o.patterns}, {"styles", o.styles}, {"samples", o.samples}, {"repeat", o.repeat},
                       {"forward_budget", o.forward_budget}, {"reverse_mode", implicit::kHaveReverseMode}};
   root["results"] = Json::array();
   auto ratio = [](double r) { return r < 0 ? Json(nullptr) : Json(r); };
   for (const Row& r : rows) {
-    root["results"].push_back({{"energy", r.energy}, {"n", r.n}, {"value_seconds", r.value},
+    root["results"].push_back({{"energy", r.energy}, {"style", r.style}, {"n", r.n}, {"value_seconds", r.value},
                                {"gradient_forward", ratio(r.gradient_forward)},
                                {"gradient_reverse", ratio(r.gradient_reverse)},
                                {"gradient_closed_form", ratio(r.gradient_closed)},
@@ -325,14 +461,21 @@ Json RunAutodiffBench(const AutodiffBenchOptions& o) {
                                {"parameter_vjp_closed_form", ratio(r.vjp_closed)},
                                {"forward_one_sample", r.forward_one_sample}});
   }
-  if (user_step && closed_step) {
+  if (closed_step && (blocks_step || eigen_step)) {
     const auto step = [](const TrainingStep& t) {
       return Json{{"seconds", t.seconds}, {"forward_iterations", t.forward_iterations},
                   {"backward_iterations", t.backward_iterations}};
     };
-    root["et_training_step"] = {{"user_energy", step(*user_step)},
-                                {"closed_form", step(*closed_step)},
-                                {"ratio", user_step->seconds / closed_step->seconds}};
+    Json training = {{"closed_form", step(*closed_step)}};
+    if (blocks_step) {  // the user energy written with the blocks
+      training["user_energy"] = step(*blocks_step);
+      training["ratio"] = blocks_step->seconds / closed_step->seconds;
+    }
+    if (eigen_step) {  // and in Eigen expressions
+      training["eigen_energy"] = step(*eigen_step);
+      training["eigen_ratio"] = eigen_step->seconds / closed_step->seconds;
+    }
+    root["et_training_step"] = training;
   }
   return root;
 }

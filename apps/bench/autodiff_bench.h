@@ -28,6 +28,10 @@ struct AutodiffBenchOptions {
   // Energies measured: "retrieval" and "attention" at each dimension, "et"
   // once at implicit-et's sizes.
   std::vector<std::string> energies = {"retrieval", "attention", "et"};
+  // How the energies' functors are written: "blocks" (ad::Dot, ad::LogSumExp,
+  // ad::Product), "eigen" (Eigen expressions), "loop" (scalar loops; the
+  // retrieval energy only).
+  std::vector<std::string> styles = {"blocks", "eigen", "loop"};
   std::vector<long> dimensions = {64, 256, 1024, 4096};
   long patterns = 256;  // N of the retrieval energy
   long samples = 4;     // samples per timed call

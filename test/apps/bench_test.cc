@@ -194,10 +194,13 @@ BOOST_AUTO_TEST_CASE(autodiff_run_reports_every_ratio) {
   const Json j = implicit::testing::ReadJson(dir.File("a.json"));
   const bool reverse = j.at("settings").at("reverse_mode").get<bool>();
   BOOST_TEST(reverse == implicit::kHaveReverseMode);
-  BOOST_REQUIRE(j.at("results").size() == 2u);  // 2 energies x 1 dimension
+  // retrieval in 3 styles, attention in 2 (no scalar-loop attention), 1 dimension
+  BOOST_REQUIRE(j.at("results").size() == 5u);
   for (const Json& row : j.at("results")) {
     const std::string energy = row.at("energy").get<std::string>();
-    BOOST_TEST_CONTEXT(energy << " n " << row.at("n")) {
+    const std::string style = row.at("style").get<std::string>();
+    BOOST_TEST((style == "blocks" || style == "eigen" || (style == "loop" && energy == "retrieval")));
+    BOOST_TEST_CONTEXT(energy << " (" << style << ") n " << row.at("n")) {
       BOOST_TEST(row.at("value_seconds").get<double>() > 0);
       BOOST_TEST(row.at("gradient_forward").get<double>() > 0);
       BOOST_TEST(row.at("hvp_forward").get<double>() > 0);
@@ -210,6 +213,9 @@ BOOST_AUTO_TEST_CASE(autodiff_run_reports_every_ratio) {
   const auto bad = RunCommand(kApp + " --autodiff --autodiff-energies retrieval,nope");
   BOOST_TEST(bad.exit_code == 2);
   BOOST_TEST(bad.err.find("unknown energy 'nope'") != std::string::npos, bad.err);
+  const auto bad_style = RunCommand(kApp + " --autodiff --autodiff-styles eigen,fast");
+  BOOST_TEST(bad_style.exit_code == 2);
+  BOOST_TEST(bad_style.err.find("unknown style 'fast'") != std::string::npos, bad_style.err);
 }
 
 // --autodiff-energies et: the user-written Energy Transformer equals the
@@ -228,23 +234,25 @@ BOOST_AUTO_TEST_CASE(autodiff_energy_transformer_row_matches_its_closed_form) {
   BOOST_TEST_INFO("stdout:\n" << r.out << "\nstderr:\n" << r.err);
   BOOST_REQUIRE(r.exit_code == 0);
   const Json j = implicit::testing::ReadJson(dir.File("e.json"));
-  BOOST_REQUIRE(j.at("results").size() == 1u);
-  const Json& row = j.at("results")[0];
-  BOOST_TEST(row.at("energy").get<std::string>() == "et");
-  BOOST_TEST(row.at("n").get<int>() == 544);
-  for (const char* field : {"value_seconds", "gradient_forward", "gradient_reverse",
-                            "gradient_closed_form", "hvp_reverse", "hvp_closed_form",
-                            "parameter_vjp_reverse", "parameter_vjp_closed_form"}) {
-    BOOST_TEST(PositiveFinite(row.at(field)), field);
+  BOOST_REQUIRE(j.at("results").size() == 2u);  // written with the blocks and in Eigen
+  for (const Json& row : j.at("results")) {
+    BOOST_TEST(row.at("energy").get<std::string>() == "et");
+    BOOST_TEST(row.at("n").get<int>() == 544);
+    for (const char* field : {"value_seconds", "gradient_forward", "gradient_reverse",
+                              "gradient_closed_form", "hvp_reverse", "hvp_closed_form",
+                              "parameter_vjp_reverse", "parameter_vjp_closed_form"}) {
+      BOOST_TEST(PositiveFinite(row.at(field)), field << " (" << row.at("style") << ")");
+    }
   }
-  // The training step of fixed work: both energies do the same iterations.
+  // The training step of fixed work: every energy does the same iterations.
   const Json& step = j.at("et_training_step");
-  for (const char* energy : {"user_energy", "closed_form"}) {
+  for (const char* energy : {"user_energy", "eigen_energy", "closed_form"}) {
     BOOST_TEST(PositiveFinite(step.at(energy).at("seconds")), energy);
     BOOST_TEST(step.at(energy).at("forward_iterations").get<int>() == 30, energy);
     BOOST_TEST(step.at(energy).at("backward_iterations").get<int>() == 100, energy);
   }
   BOOST_TEST(PositiveFinite(step.at("ratio")));
+  BOOST_TEST(PositiveFinite(step.at("eigen_ratio")));
 #endif
 }
 

@@ -227,44 +227,9 @@ auto Product(const Eigen::MatrixBase<A>& a_in, const Eigen::MatrixBase<B>& b_in)
                                 "x" + std::to_string(b_in.cols()));
   }
   if constexpr (reverse::IsVar<SA>::value || reverse::IsVar<SB>::value) {
-    using V = typename T::Value;
-    const Index m = a_in.rows(), k = a_in.cols(), n = b_in.cols();
-    // Each entry read once (an expression of Vars records its nodes once).
-    const auto split = [](const auto& in, Matrix<V>* values, std::vector<std::int64_t>* ids) {
-      using S = typename std::decay_t<decltype(in)>::Scalar;
-      values->resize(in.rows(), in.cols());
-      ids->resize(static_cast<std::size_t>(in.size()));
-      bool any = false;
-      for (Index c = 0, i = 0; c < in.cols(); ++c) {
-        for (Index r = 0; r < in.rows(); ++r, ++i) {
-          const S x = in.coeff(r, c);
-          if constexpr (reverse::IsVar<S>::value) {
-            (*values)(r, c) = ValueOf(x);
-            (*ids)[static_cast<std::size_t>(i)] = x.index();
-            any = any || x.is_variable();
-          } else {
-            (*values)(r, c) = V(x);
-            (*ids)[static_cast<std::size_t>(i)] = -1;
-          }
-        }
-      }
-      return any;
-    };
-    Matrix<V> a, b;
-    std::vector<std::int64_t> a_ids, b_ids;
-    const bool a_variable = split(a_in.derived(), &a, &a_ids);
-    const bool b_variable = split(b_in.derived(), &b, &b_ids);
-    const bool variable = a_variable || b_variable;
-    Matrix<V> s;
-    ::implicit::internal::MatrixProduct(a, b, &s);
-    Matrix<T> out(m, n);
-    if (!variable || m * n == 0) {
-      for (Index i = 0; i < m * n; ++i) out(i) = T(s(i));
-      return out;
-    }
-    const std::int64_t first =
-        reverse::Tape<V>::ThisThread().PushProduct(m, k, n, a.data(), a_ids.data(), b.data(), b_ids.data());
-    for (Index i = 0; i < m * n; ++i) out(i) = T(s(i), first + i);
+    // One recorded block (reverse_eigen.h), as Eigen's own product of Vars.
+    Matrix<T> out;
+    reverse::internal::RecordProduct<typename T::Value>(a_in.derived(), b_in.derived(), &out);
     return out;
   } else {
     Matrix<T> out;

@@ -68,6 +68,18 @@ class AutoDiffEnergy : public Energy<Scalar> {
   static constexpr bool kHasInput =
       std::is_invocable<const Functor&, const Vector<Scalar>&, const Vector<Scalar>&,
                         const Vector<Scalar>&>::value;
+  static_assert(kHasInput || std::is_invocable<const Functor&, const Vector<Scalar>&, const Vector<Scalar>&>::value,
+                "AutoDiffEnergy: the functor must be callable as `template <typename T> T operator()(const "
+                "implicit::Vector<T>& x, const implicit::Vector<T>& theta) const`, or (x, c, theta) with a "
+                "per-sample input c");
+  static_assert(std::is_invocable<const Functor&, const Vector<ceres::Jet<Scalar, kChunk>>&,
+                                  const Vector<ceres::Jet<Scalar, kChunk>>&>::value ||
+                    std::is_invocable<const Functor&, const Vector<ceres::Jet<Scalar, kChunk>>&,
+                                      const Vector<ceres::Jet<Scalar, kChunk>>&,
+                                      const Vector<ceres::Jet<Scalar, kChunk>>&>::value,
+                "AutoDiffEnergy: the functor's operator() must be a template on the scalar type T (it is "
+                "called with dual numbers and tape variables, not only with Scalar): `template <typename T> "
+                "T operator()(const implicit::Vector<T>& x, const implicit::Vector<T>& theta) const`");
   // Reverse mode, unless the functor has opted out.
   static constexpr bool kCanReverse = !internal::ForwardModeOnly<Functor>::value;
 
@@ -344,6 +356,8 @@ class AutoDiffEnergy : public Energy<Scalar> {
           tape.AddKnownRun(x.data(), x.size(), z.data());
           tape.AddKnownRun(c.data(), c.size(), z.data() + dimension_);
           tape.AddKnownRun(theta.data(), theta.size(), z.data() + dimension_ + input_dimension_);
+          // The functor's data (its members) outlive the sweep: products read it in place.
+          const reverse::PersistentScope persistent(&functor_, sizeof(Functor));
           return Call<reverse::Var<V>>(x, c, theta);
         },
         gradient->data());

@@ -84,6 +84,24 @@ IMPLICIT_DIRECTIONAL_JET_COMPARISON(==)
 IMPLICIT_DIRECTIONAL_JET_COMPARISON(!=)
 #undef IMPLICIT_DIRECTIONAL_JET_COMPARISON
 
+// Numbers of type S with the nested dual ceres::Jet<DirectionalJet<S>, K>
+// (second-order forward mode), as ceres::Jet<S, K> has them: X(i, k) * x(k)
+// in a scalar loop, or X.transpose() * x in Eigen, without a cast.
+#define IMPLICIT_NESTED_JET_MIXED(op)                                                         \
+  template <typename S, int K>                                                                \
+  ceres::Jet<DirectionalJet<S>, K> operator op(const ceres::Jet<DirectionalJet<S>, K>& f, S s) { \
+    return f op ceres::Jet<DirectionalJet<S>, K>(DirectionalJet<S>(s));                       \
+  }                                                                                           \
+  template <typename S, int K>                                                                \
+  ceres::Jet<DirectionalJet<S>, K> operator op(S s, const ceres::Jet<DirectionalJet<S>, K>& f) { \
+    return ceres::Jet<DirectionalJet<S>, K>(DirectionalJet<S>(s)) op f;                       \
+  }
+IMPLICIT_NESTED_JET_MIXED(+)
+IMPLICIT_NESTED_JET_MIXED(-)
+IMPLICIT_NESTED_JET_MIXED(*)
+IMPLICIT_NESTED_JET_MIXED(/)
+#undef IMPLICIT_NESTED_JET_MIXED
+
 }  // namespace internal
 
 // How AutoDiffEnergy computes derivatives.
@@ -157,3 +175,16 @@ auto LiftWithDirection(const Eigen::MatrixBase<A>& x, const Eigen::MatrixBase<B>
 }  // namespace internal
 
 }  // namespace implicit
+
+namespace Eigen {
+// Numbers mix with the nested dual in Eigen expressions (see
+// IMPLICIT_NESTED_JET_MIXED above).
+template <typename S, int K, typename BinaryOp>
+struct ScalarBinaryOpTraits<ceres::Jet<implicit::internal::DirectionalJet<S>, K>, S, BinaryOp> {
+  typedef ceres::Jet<implicit::internal::DirectionalJet<S>, K> ReturnType;
+};
+template <typename S, int K, typename BinaryOp>
+struct ScalarBinaryOpTraits<S, ceres::Jet<implicit::internal::DirectionalJet<S>, K>, BinaryOp> {
+  typedef ceres::Jet<implicit::internal::DirectionalJet<S>, K> ReturnType;
+};
+}  // namespace Eigen

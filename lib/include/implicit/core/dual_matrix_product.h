@@ -36,7 +36,18 @@ bool IsAllZero(const V& x) {
   }
 }
 
-// *out = a b for matrices of numbers (Eigen's product) or of duals: then
+// x as a dual of type V: itself, or a number as a constant (zero tangents).
+template <typename V, typename X>
+V AsDual(const X& x) {
+  if constexpr (std::is_arithmetic<X>::value) {
+    return V(std::decay_t<decltype(V::a)>(x));
+  } else {
+    return x;
+  }
+}
+
+// *out = a b for matrices of numbers (Eigen's product) or of duals (either
+// factor may hold numbers, constants of the dual type): then
 // products of their parts, down to products of numbers, which Eigen
 // vectorises (a product of Jets it computes element by element, several times
 // slower). The values are a.a b.a; the tangents a.v_k b.a + a.a b.v_k, for
@@ -57,7 +68,7 @@ void MatrixProduct(const A& a, const B& b, Matrix<V>* out) {
       bool a_tangent = false, b_tangent = false;
       for (Index j = 0; j < k; ++j) {
         for (Index i = 0; i < m; ++i) {
-          const V x = a(i, j);
+          const V x = AsDual<V>(a(i, j));
           a_parts(i, j) = x.v[0];
           a_parts(i, k + j) = x.a;
           a_tangent = a_tangent || !IsAllZero(x.v[0]);
@@ -65,7 +76,7 @@ void MatrixProduct(const A& a, const B& b, Matrix<V>* out) {
       }
       for (Index j = 0; j < n; ++j) {
         for (Index i = 0; i < k; ++i) {
-          const V x = b(i, j);
+          const V x = AsDual<V>(b(i, j));
           b_parts(i, j) = x.a;
           b_parts(k + i, j) = x.v[0];
           b_tangent = b_tangent || !IsAllZero(x.v[0]);
@@ -90,7 +101,7 @@ void MatrixProduct(const A& a, const B& b, Matrix<V>* out) {
       bool a_tangent = false, b_tangent = false;
       for (Index j = 0; j < k; ++j) {
         for (Index i = 0; i < m; ++i) {
-          const V x = a(i, j);
+          const V x = AsDual<V>(a(i, j));
           a_value(i, j) = x.a;
           for (int t = 0; t < K; ++t) {
             a_tangents(t * m + i, j) = x.v[t];
@@ -100,7 +111,7 @@ void MatrixProduct(const A& a, const B& b, Matrix<V>* out) {
       }
       for (Index j = 0; j < n; ++j) {
         for (Index i = 0; i < k; ++i) {
-          const V x = b(i, j);
+          const V x = AsDual<V>(b(i, j));
           b_value(i, j) = x.a;
           for (int t = 0; t < K; ++t) {
             b_tangents(i, t * n + j) = x.v[t];

@@ -37,6 +37,7 @@
 #pragma once
 
 #include <implicit/core/dual_matrix_product.h>
+#include <implicit/core/gemm.h>
 #include <implicit/core/reverse_var.h>
 #include <implicit/core/types.h>
 
@@ -48,6 +49,7 @@
 #include <functional>
 #include <limits>
 #include <stdexcept>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -69,6 +71,16 @@ template <typename E>
 struct ExposesStorage<E, std::void_t<decltype(std::declval<const E&>().data()),
                                      decltype(std::declval<const E&>().innerStride())>>
     : std::true_type {};
+
+// The number type under V: V itself, or a dual's value part's (recursively).
+template <typename V, typename = void>
+struct NumberTypeOf {
+  using type = V;
+};
+template <typename V>
+struct NumberTypeOf<V, std::enable_if_t<IsDual<V>::value>> {
+  using type = typename NumberTypeOf<std::decay_t<decltype(std::declval<const V&>().a)>>::type;
+};
 
 }  // namespace internal
 
@@ -111,8 +123,8 @@ class Tape {
     numbers_.clear();
     known_runs_.clear();
     products_.clear();
-    product_values_.clear();
     product_nodes_.clear();
+    owned_used_ = 0;
     recording_ = true;
     recording_number_ = (recording_number_ + 1) & 0x7fffffff;
   }
@@ -196,41 +208,97 @@ class Tape {
     return static_cast<std::int32_t>(node);
   }
 
-  // The matrix product S = A B (A m x k, B k x n, each given column-major by
-  // its values and its entries' ids, an id < 0 for a constant) as a block of
-  // m n new nodes without operands, S's entries column-major; returns the
-  // first one's id. The reverse sweep differentiates the block at once when
-  // it reaches that first node: dA += dS B^T, dB += A^T dS.
-  std::int64_t PushProduct(Index m, Index k, Index n, const V* a_values, const std::int64_t* a_ids,
-                           const V* b_values, const std::int64_t* b_ids) {
+  // ---- Recorded matrix products (reverse_eigen.h records them) ----
+  // The number type under V (V itself, or a dual's value part's).
+  using Number = typename internal::NumberTypeOf<V>::type;
+  static constexpr bool kDual = !std::is_same<V, Number>::value;
+  static_assert(!kDual || internal::IsDual<V>::value,
+                "reverse::Tape: values are numbers or first-order duals of one tangent");
+
+  // A factor of a recorded product, as it is used in the product (op(F),
+  // rows x cols): constant numbers, or variables. Constants are `numbers`
+  // (a matrix of the caller's that outlives the sweeps, or one of the tape's
+  // own: owned >= 0), used transposed or not; variables are values (and, for
+  // dual V, tangents) in the tape's own matrices, column-major in the used
+  // orientation, with their nodes: consecutive from `first`, or one per entry
+  // at product_nodes_[ids ..) (-1 for a constant entry).
+  struct ProductFactor {
+    Index rows = 0, cols = 0;
+    internal::GemmOperand<Number> numbers;  // a constant's (data null when owned)
+    int owned = -1;                          // a constant in owned_[owned]
+    int values = -1, tangents = -1;          // a variable's, in owned_
+    std::int32_t first = -1;
+    std::size_t ids = kNoIds;
+    bool variable() const { return values >= 0; }
+  };
+  static constexpr std::size_t kNoIds = static_cast<std::size_t>(-1);
+
+  // A matrix of the tape's own for this recording (rows x cols, contents
+  // unspecified), kept until the next recording: its slot.
+  int OwnedMatrix(Index rows, Index cols) {
+    if (owned_used_ == owned_.size()) owned_.emplace_back();
+    owned_[owned_used_].resize(rows, cols);
+    return static_cast<int>(owned_used_++);
+  }
+  Matrix<Number>& Owned(int slot) { return owned_[static_cast<std::size_t>(slot)]; }
+  // How many numbers this recording's products hold in the tape's own
+  // matrices (their variables' values and tangents, and data copied because
+  // it was not persistent).
+  std::size_t owned_numbers() const {
+    std::size_t total = 0;
+    for (std::size_t i = 0; i < owned_used_; ++i) total += static_cast<std::size_t>(owned_[i].size());
+    return total;
+  }
+  // Per-entry nodes of a variable factor: where they start in product_nodes_.
+  std::size_t AddProductNodes(const std::int32_t* nodes, std::size_t count) {
+    const std::size_t at = product_nodes_.size();
+    product_nodes_.insert(product_nodes_.end(), nodes, nodes + count);
+    return at;
+  }
+
+  // S = alpha op(A) op(B) (A m x k, B k x n as used) recorded as a block of
+  // m n new nodes without operands, S's entries column-major; *value gets S
+  // and the first node's id is returned. The reverse sweep differentiates
+  // the block at once when it reaches that first node: d op(A) += alpha dS
+  // op(B)^T, d op(B) += alpha op(A)^T dS, each a matrix product of numbers.
+  std::int64_t PushProduct(const ProductFactor& a, const ProductFactor& b, Number alpha,
+                           Matrix<V>* value) {
     if (operands_.size() != (ends_.empty() ? 0 : ends_.back())) {
       throw std::logic_error("reverse::Tape::PushProduct: a node is open");
     }
+    if (a.cols != b.rows) {
+      throw std::invalid_argument("reverse::Tape::PushProduct: a " + std::to_string(a.rows) + "x" +
+                                  std::to_string(a.cols) + " times b " + std::to_string(b.rows) + "x" +
+                                  std::to_string(b.cols));
+    }
+    const Index m = a.rows, n = b.cols;
+    value->resize(m, n);
     const std::size_t outputs = static_cast<std::size_t>(m * n);
     if (outputs == 0) return -1;
     if (ends_.size() + outputs >= static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max())) {
       ThrowTooManyNodes();
     }
+    // The value (and for duals the tangent: op(A).v op(B) + op(A) op(B).v).
+    Matrix<Number>& s = product_scratch_[0];
+    s.resize(m, n);
+    internal::Gemm(alpha, Operand(a, false), Operand(b, false), Number(0), s.data(), m);
+    if constexpr (kDual) {
+      Matrix<Number>& t = product_scratch_[1];
+      t.setZero(m, n);
+      if (a.tangents >= 0) internal::Gemm(alpha, Operand(a, true), Operand(b, false), Number(1), t.data(), m);
+      if (b.tangents >= 0) internal::Gemm(alpha, Operand(a, false), Operand(b, true), Number(1), t.data(), m);
+      for (Index i = 0; i < m * n; ++i) {
+        (*value)(i).a = s(i);
+        (*value)(i).v[0] = t(i);
+      }
+    } else {
+      *value = s;
+    }
     Product p;
     p.first = static_cast<std::int32_t>(ends_.size());
-    p.m = m;
-    p.k = k;
-    p.n = n;
-    p.values = product_values_.size();
-    p.nodes = product_nodes_.size();
-    const Index a_size = m * k, b_size = k * n;
-    product_values_.insert(product_values_.end(), a_values, a_values + a_size);
-    product_values_.insert(product_values_.end(), b_values, b_values + b_size);
-    product_nodes_.resize(p.nodes + static_cast<std::size_t>(a_size + b_size));
-    std::int32_t* nodes = product_nodes_.data() + p.nodes;
-    const auto add_nodes = [&](const std::int64_t* ids, Index size, bool* variable) {
-      for (Index i = 0; i < size; ++i) {
-        *nodes++ = ids[i] < 0 ? -1 : Node(ids[i]);
-        *variable = *variable || ids[i] >= 0;
-      }
-    };
-    add_nodes(a_ids, a_size, &p.a_variable);
-    add_nodes(b_ids, b_size, &p.b_variable);
+    p.a = a;
+    p.b = b;
+    p.alpha = alpha;
     products_.push_back(p);
     ends_.insert(ends_.end(), outputs, operands_.size());
     return (static_cast<std::int64_t>(recording_number_) << 32) | static_cast<std::int64_t>(p.first);
@@ -308,31 +376,95 @@ class Tape {
  private:
   struct Product {
     std::int32_t first;  // its first node
-    Index m, k, n;
-    std::size_t values;  // A's and B's values: product_values_[values ..)
-    std::size_t nodes;   // their entries' nodes (-1: constant): product_nodes_[nodes ..)
-    bool a_variable = false, b_variable = false;
+    ProductFactor a, b;
+    Number alpha;
   };
 
-  // dA += dS B^T and dB += A^T dS into the adjoints of A's and B's nodes.
+  // Factor f as a product operand: its numbers (a constant) or its values or
+  // tangents (a variable; the tangent of a constant is none: data null).
+  internal::GemmOperand<Number> Operand(const ProductFactor& f, bool tangent) const {
+    if (!f.variable()) {
+      if (tangent) return {};
+      if (f.owned < 0) return f.numbers;
+      internal::GemmOperand<Number> o = f.numbers;
+      o.data = owned_[static_cast<std::size_t>(f.owned)].data();
+      return o;
+    }
+    const int slot = tangent ? f.tangents : f.values;
+    if (slot < 0) return {};
+    return {owned_[static_cast<std::size_t>(slot)].data(), f.rows, f.cols, f.rows, false};
+  }
+  static internal::GemmOperand<Number> Transposed(internal::GemmOperand<Number> o) {
+    o.transposed = !o.transposed;
+    return o;
+  }
+
+  // d op(A) += alpha dS op(B)^T and d op(B) += alpha op(A)^T dS into the
+  // adjoints of A's and B's nodes; for duals also the tangents:
+  // (L R).v = L.v R + L R.v.
   void BackwardProduct(const Product& p) const {
-    const Eigen::Map<const Matrix<V>> dS(adjoints_.data() + p.first, p.m, p.n);
-    const V* values = product_values_.data() + p.values;
-    const Eigen::Map<const Matrix<V>> A(values, p.m, p.k), B(values + p.m * p.k, p.k, p.n);
-    const std::int32_t* nodes = product_nodes_.data() + p.nodes;
-    const auto scatter = [&](const std::int32_t* to) {
-      const V* d = product_scratch_.data();
-      for (Index i = 0; i < product_scratch_.size(); ++i) {
-        if (to[i] >= 0) adjoints_[static_cast<std::size_t>(to[i])] += d[i];
+    const Index m = p.a.rows, n = p.b.cols;
+    internal::GemmOperand<Number> dS, dS_tangent;
+    if constexpr (kDual) {
+      Matrix<Number>& a = product_scratch_[0];
+      Matrix<Number>& t = product_scratch_[1];
+      a.resize(m, n);
+      t.resize(m, n);
+      const V* adjoint = adjoints_.data() + p.first;
+      for (Index i = 0; i < m * n; ++i) {
+        a(i) = adjoint[i].a;
+        t(i) = adjoint[i].v[0];
+      }
+      dS = {a.data(), m, n, m, false};
+      dS_tangent = {t.data(), m, n, m, false};
+    } else {
+      dS = {reinterpret_cast<const Number*>(adjoints_.data() + p.first), m, n, m, false};
+    }
+    if (p.a.variable()) {
+      AddToAdjoints(p.a, p.alpha, dS, dS_tangent, Transposed(Operand(p.b, false)),
+                    Transposed(Operand(p.b, true)));
+    }
+    if (p.b.variable()) {
+      AddToAdjoints(p.b, p.alpha, Transposed(Operand(p.a, false)), Transposed(Operand(p.a, true)), dS,
+                    dS_tangent);
+    }
+  }
+  // The adjoints of variable factor f's nodes += alpha L R (L, R: values;
+  // their tangents L_t, R_t when present, data null otherwise).
+  void AddToAdjoints(const ProductFactor& f, Number alpha, const internal::GemmOperand<Number>& L,
+                     const internal::GemmOperand<Number>& L_t, const internal::GemmOperand<Number>& R,
+                     const internal::GemmOperand<Number>& R_t) const {
+    const Index size = f.rows * f.cols;
+    if constexpr (!kDual) {
+      if (f.first >= 0) {  // straight into the adjoints of consecutive nodes
+        internal::Gemm(alpha, L, R, Number(1), reinterpret_cast<Number*>(adjoints_.data() + f.first), f.rows);
+        return;
+      }
+    }
+    Matrix<Number>& d = product_scratch_[2];
+    d.resize(f.rows, f.cols);
+    internal::Gemm(alpha, L, R, Number(0), d.data(), f.rows);
+    Matrix<Number>& d_t = product_scratch_[3];
+    if constexpr (kDual) {
+      d_t.setZero(f.rows, f.cols);
+      if (L_t.data != nullptr) internal::Gemm(alpha, L_t, R, Number(1), d_t.data(), f.rows);
+      if (R_t.data != nullptr) internal::Gemm(alpha, L, R_t, Number(1), d_t.data(), f.rows);
+    }
+    const auto add = [&](std::size_t node, Index i) {
+      if constexpr (kDual) {
+        adjoints_[node].a += d(i);
+        adjoints_[node].v[0] += d_t(i);
+      } else {
+        adjoints_[node] += d(i);
       }
     };
-    if (p.a_variable) {
-      internal::MatrixProduct(dS, B.transpose(), &product_scratch_);
-      scatter(nodes);
-    }
-    if (p.b_variable) {
-      internal::MatrixProduct(A.transpose(), dS, &product_scratch_);
-      scatter(nodes + p.m * p.k);
+    if (f.first >= 0) {
+      for (Index i = 0; i < size; ++i) add(static_cast<std::size_t>(f.first) + static_cast<std::size_t>(i), i);
+    } else {
+      const std::int32_t* nodes = product_nodes_.data() + f.ids;
+      for (Index i = 0; i < size; ++i) {
+        if (nodes[i] >= 0) add(static_cast<std::size_t>(nodes[i]), i);
+      }
     }
   }
 
@@ -344,17 +476,6 @@ class Tape {
         "reverse::Var: a variable of another recording (kept from an earlier evaluation or "
         "made on another thread) used in this one");
   }
-
-  // The number type under V (V itself, or a dual's value part's).
-  template <typename S, typename = void>
-  struct NumberType {
-    using type = S;
-  };
-  template <typename S>
-  struct NumberType<S, std::enable_if_t<!std::is_arithmetic<S>::value>> {
-    using type = typename NumberType<std::decay_t<decltype(std::declval<const S&>().a)>>::type;
-  };
-  using Number = typename NumberType<V>::type;
 
   struct Run {
     std::int32_t first;  // the first operand's node
@@ -376,10 +497,11 @@ class Tape {
   std::vector<Run> runs_;
   std::vector<Number> numbers_;
   std::vector<Product> products_;
-  std::vector<V> product_values_;
   std::vector<std::int32_t> product_nodes_;
+  std::vector<Matrix<Number>> owned_;  // the products' factors; owned_used_ in use
+  std::size_t owned_used_ = 0;
   mutable std::vector<V> adjoints_;
-  mutable Matrix<V> product_scratch_;
+  mutable Matrix<Number> product_scratch_[4];
   bool recording_ = false;
   std::int64_t recording_number_ = 0;  // < 2^31
 };
@@ -412,3 +534,5 @@ V Gradient(const V* z, Index size, F&& f, V* gradient) {
 
 // exp, log, sqrt, tanh, ... of Vars (found by argument-dependent lookup).
 #include <implicit/core/reverse_functions.h>
+// Eigen's products and sums of Vars recorded as whole matrices.
+#include <implicit/core/reverse_eigen.h>

@@ -1,0 +1,519 @@
+// Eigen expressions of reverse::Var recorded at the level of whole matrices:
+// what makes a user energy written in ordinary Eigen as cheap to
+// differentiate as one written with the ad:: blocks. Included by
+// reverse_tape.h; nothing to call.
+//
+//   template <typename T>
+//   T operator()(const implicit::Vector<T>& x, const implicit::Vector<T>&) const {
+//     const implicit::Vector<T> s = beta * (X.transpose() * x);  // X: the functor's Matrix<double>
+//     const T m = s.maxCoeff();
+//     return 0.5 * x.squaredNorm() - (m + log((s.array() - m).exp().sum())) / beta;
+//   }
+//
+// What is recorded how:
+//  * every matrix product of Eigen (A * B, A * x, x^T A, u v^T, x^T y) whose
+//    scalar is a Var is one block on the tape (Tape::PushProduct): its
+//    value and its reverse are products of numbers (internal::Gemm), two per
+//    sweep, instead of one tape node per multiply-add. A factor may be data
+//    (numbers: X.cast<T>() or, mixed, X itself), variables (x, a Map of
+//    theta, another product), transposed, negated or scaled by a number
+//    (beta * X^T); data stays numbers, no Var is made per coefficient.
+//  * data the functor holds (a Matrix, Map or Ref member of the functor, or a
+//    block of one) is read by the tape where it is: AutoDiffEnergy marks its
+//    functor's bytes as persistent while it records (PersistentScope below),
+//    and a product factor whose storage belongs to an object inside them is
+//    not copied. Any other data (a local matrix, an expression of numbers)
+//    is copied once per evaluation.
+//  * a sum of coefficients (sum(), squaredNorm(), dot(), norm(), mean()) is
+//    one node of n operands, not n - 1 additions; squaredNorm and dot read
+//    their operands directly (partials 2 x_i, and y_i and x_i).
+//  * other coefficient-wise operations (exp, log, tanh, max, arithmetic with
+//    numbers) record one node per coefficient, each small.
+//  * numbers mix with Vars in expressions (ScalarBinaryOpTraits below):
+//    X.transpose() * x with X of doubles needs no cast<T>().
+#pragma once
+
+#include <implicit/core/reverse_tape.h>
+
+#include <Eigen/Core>
+
+#include <cstdint>
+#include <type_traits>
+#include <vector>
+
+namespace implicit {
+namespace reverse {
+
+// Marks [begin, begin + size) as persistent on this thread while it exists:
+// data whose owning object (a Matrix, Map or Ref) lies there outlives the
+// recording's sweeps and is not copied into the tape. AutoDiffEnergy puts
+// one around its functor; nested scopes restore the outer one.
+class PersistentScope {
+ public:
+  PersistentScope(const void* begin, std::size_t size) : saved_(Current()) {
+    Current() = {static_cast<const char*>(begin), static_cast<const char*>(begin) + size};
+  }
+  ~PersistentScope() { Current() = saved_; }
+  PersistentScope(const PersistentScope&) = delete;
+  PersistentScope& operator=(const PersistentScope&) = delete;
+
+  // Whether the object at `object` lies in the current persistent region.
+  static bool Contains(const void* object) {
+    const Region& r = Current();
+    const std::less<const char*> before;
+    const char* p = static_cast<const char*>(object);
+    return r.begin != nullptr && !before(p, r.begin) && before(p, r.end);
+  }
+
+ private:
+  struct Region {
+    const char* begin = nullptr;
+    const char* end = nullptr;
+  };
+  static Region& Current() {
+    static thread_local Region region;
+    return region;
+  }
+  Region saved_;
+};
+
+namespace internal {
+
+template <typename T>
+struct IsConstantNullary : std::false_type {};
+template <typename S, typename Plain>
+struct IsConstantNullary<Eigen::CwiseNullaryOp<Eigen::internal::scalar_constant_op<S>, Plain>>
+    : std::true_type {};
+
+// The object that owns a stored expression's coefficients: the expression
+// itself (a Matrix, Map, Ref), or for a block the one it is a block of.
+template <typename E>
+const void* OwnerOf(const E& e) {
+  return &e;
+}
+template <typename X, int R, int C, bool I>
+const void* OwnerOf(const Eigen::Block<X, R, C, I>& b) {
+  return OwnerOf(b.nestedExpression());
+}
+
+// One factor of a product being recorded, built from an Eigen expression:
+// transpositions, negations and constant scalings are folded in
+// (`transposed`, `alpha`), a variable scalar factor is kept aside
+// (`scale`), and what remains is read as numbers or as Vars.
+template <typename V>
+struct FactorBuilder {
+  using Tape = reverse::Tape<V>;
+  using Number = typename Tape::Number;
+  using Factor = typename Tape::ProductFactor;
+
+  Tape& tape = Tape::ThisThread();
+  Factor factor;
+  Number alpha = Number(1);
+  bool transposed = false;
+  bool scaled = false;  // by the variable `scale`
+  Var<V> scale = Var<V>(1.0);
+
+  // A scalar factor s of the expression.
+  void Scale(const Var<V>& s) {
+    if (!s.is_variable() && internal_IsNumber(ValueOf(s))) {
+      alpha *= NumberPart(ValueOf(s));
+    } else {
+      scale = scaled ? scale * s : s;
+      scaled = true;
+    }
+  }
+  template <typename A, typename = std::enable_if_t<std::is_arithmetic<A>::value>>
+  void Scale(A s) {
+    alpha *= static_cast<Number>(s);
+  }
+
+  // Numbers (data): referenced when stored contiguously by an object in the
+  // persistent region, copied into the tape otherwise.
+  template <typename E>
+  void Numbers(const Eigen::MatrixBase<E>& e_in) {
+    const E& e = e_in.derived();
+    using S = typename E::Scalar;
+    constexpr bool kRowMajor = (E::Flags & Eigen::RowMajorBit) != 0;
+    if constexpr (std::is_same<S, Number>::value && Eigen::internal::has_direct_access<E>::ret) {
+      if (e.innerStride() == 1 && PersistentScope::Contains(OwnerOf(e))) {
+        // Stored column-major rows x cols, or row-major: its transpose column-major.
+        const Index rows = kRowMajor ? e.cols() : e.rows(), cols = kRowMajor ? e.rows() : e.cols();
+        factor.numbers = {e.data(), rows, cols, e.outerStride(), transposed != kRowMajor};
+        factor.rows = factor.numbers.op_rows();
+        factor.cols = factor.numbers.op_cols();
+        return;
+      }
+    }
+    factor.owned = tape.OwnedMatrix(e.rows(), e.cols());
+    Matrix<Number>& copy = tape.Owned(factor.owned);
+    copy = e.template cast<Number>();
+    factor.numbers = {nullptr, e.rows(), e.cols(), e.rows(), transposed};
+    factor.rows = factor.numbers.op_rows();
+    factor.cols = factor.numbers.op_cols();
+  }
+
+  // Vars: their values (and tangents) copied in the used orientation, their
+  // nodes consecutive or listed.
+  template <typename E>
+  void Vars(const E& e) {
+    const Index rows = transposed ? e.cols() : e.rows(), cols = transposed ? e.rows() : e.cols();
+    factor.rows = rows;
+    factor.cols = cols;
+    factor.values = tape.OwnedMatrix(rows, cols);
+    Number* values = tape.Owned(factor.values).data();
+    Number* tangents = nullptr;
+    if constexpr (Tape::kDual) {
+      factor.tangents = tape.OwnedMatrix(rows, cols);
+      tangents = tape.Owned(factor.tangents).data();
+    }
+    static thread_local std::vector<std::int32_t> nodes;
+    nodes.resize(static_cast<std::size_t>(rows * cols));
+    bool consecutive = rows * cols > 0, any_variable = false, any_tangent = false;
+    std::int32_t first = -1;
+    for (Index j = 0, i = 0; j < cols; ++j) {
+      for (Index r = 0; r < rows; ++r, ++i) {
+        const Var<V> x = transposed ? Var<V>(e.coeff(j, r)) : Var<V>(e.coeff(r, j));
+        const V& value = ValueOf(x);
+        if constexpr (Tape::kDual) {
+          values[i] = value.a;
+          tangents[i] = value.v[0];
+          any_tangent = any_tangent || tangents[i] != Number(0);
+        } else {
+          values[i] = value;
+        }
+        const std::int32_t node = x.is_variable() ? tape.Node(x.index()) : -1;
+        nodes[static_cast<std::size_t>(i)] = node;
+        any_variable = any_variable || node >= 0;
+        if (i == 0) first = node;
+        consecutive = consecutive && node >= 0 && node == first + static_cast<std::int32_t>(i);
+      }
+    }
+    if (!any_tangent) factor.tangents = -1;
+    if (!any_variable) {  // constants after all: numbers
+      factor.owned = factor.values;
+      factor.values = -1;
+      factor.tangents = -1;
+      factor.numbers = {nullptr, rows, cols, rows, false};
+      return;
+    }
+    if (consecutive) {
+      factor.first = first;
+    } else {
+      factor.ids = tape.AddProductNodes(nodes.data(), nodes.size());
+    }
+  }
+
+  // ---- the expression's patterns ----
+  template <typename E>
+  void Add(const Eigen::MatrixBase<E>& e) {
+    using S = typename E::Scalar;
+    if constexpr (std::is_arithmetic<S>::value) {
+      Numbers(e);
+    } else if constexpr (Eigen::internal::has_direct_access<E>::ret) {
+      Vars(e.derived());
+    } else {
+      const Matrix<Var<V>> evaluated = e;  // records its coefficients' nodes
+      Vars(evaluated);
+    }
+  }
+  template <typename E>
+  void Add(const Eigen::Transpose<E>& e) {
+    transposed = !transposed;
+    Add(e.nestedExpression());
+  }
+  template <typename S, typename E>
+  void Add(const Eigen::CwiseUnaryOp<Eigen::internal::scalar_cast_op<S, Var<V>>, E>& e) {
+    if constexpr (std::is_arithmetic<S>::value) {
+      Numbers(e.nestedExpression());
+    } else {
+      Add(static_cast<const Eigen::MatrixBase<Eigen::CwiseUnaryOp<Eigen::internal::scalar_cast_op<S, Var<V>>, E>>&>(e));
+    }
+  }
+  template <typename E>
+  void Add(const Eigen::CwiseUnaryOp<Eigen::internal::scalar_opposite_op<Var<V>>, E>& e) {
+    alpha = -alpha;
+    Add(e.nestedExpression());
+  }
+  template <typename S1, typename S2, typename L, typename R>
+  void Add(const Eigen::CwiseBinaryOp<Eigen::internal::scalar_product_op<S1, S2>, L, R>& e) {
+    using Lc = std::remove_const_t<L>;
+    using Rc = std::remove_const_t<R>;
+    if constexpr (IsConstantNullary<Lc>::value && !IsConstantNullary<Rc>::value) {
+      Scale(e.lhs().functor().m_other);
+      Add(e.rhs());
+    } else if constexpr (IsConstantNullary<Rc>::value && !IsConstantNullary<Lc>::value) {
+      Scale(e.rhs().functor().m_other);
+      Add(e.lhs());
+    } else {
+      using Xpr = Eigen::CwiseBinaryOp<Eigen::internal::scalar_product_op<S1, S2>, L, R>;
+      Add(static_cast<const Eigen::MatrixBase<Xpr>&>(e));
+    }
+  }
+
+ private:
+  template <typename X>
+  static bool internal_IsNumber(const X& x) {
+    if constexpr (Tape::kDual) {
+      return x.v[0] == Number(0);
+    } else {
+      (void)x;
+      return true;
+    }
+  }
+  template <typename X>
+  static Number NumberPart(const X& x) {
+    if constexpr (Tape::kDual) {
+      return x.a;
+    } else {
+      return x;
+    }
+  }
+};
+
+// *out = lhs * rhs, recorded as one product block (Tape::PushProduct).
+template <typename V, typename Lhs, typename Rhs>
+void RecordProduct(const Lhs& lhs, const Rhs& rhs, Matrix<Var<V>>* out) {
+  FactorBuilder<V> a, b;
+  a.Add(lhs);
+  b.Add(rhs);
+  Matrix<V> value;
+  const std::int64_t first = Tape<V>::ThisThread().PushProduct(a.factor, b.factor, a.alpha * b.alpha, &value);
+  out->resize(value.rows(), value.cols());
+  const bool variable = a.factor.variable() || b.factor.variable();
+  for (Index i = 0; i < value.size(); ++i) {
+    (*out)(i) = variable ? Var<V>(value(i), first + i) : Var<V>(value(i));
+  }
+  if (a.scaled || b.scaled) {
+    const Var<V> scale = a.scaled && b.scaled ? a.scale * b.scale : (a.scaled ? a.scale : b.scale);
+    for (Index i = 0; i < out->size(); ++i) (*out)(i) = scale * (*out)(i);
+  }
+}
+
+// The scalar type under an expression's Var (V of Var<V>), or void.
+template <typename S>
+struct VarValue {
+  using type = void;
+};
+template <typename V>
+struct VarValue<Var<V>> {
+  using type = V;
+};
+
+// Stored coefficients (a matrix, a map, a block of one): read at no cost.
+template <typename E>
+constexpr bool kStored = Eigen::internal::has_direct_access<std::decay_t<E>>::ret;
+// x.cwiseAbs2() and x.cwiseProduct(y) (or dot's conjugate product) of stored Vars.
+// A product of dual numbers (forward mode's ceres::Jet) by numbers.
+template <typename Lhs, typename Rhs>
+constexpr bool kDualTimesNumbers =
+    (::implicit::internal::IsDual<typename Lhs::Scalar>::value &&
+     std::is_arithmetic<typename Rhs::Scalar>::value) ||
+    (std::is_arithmetic<typename Lhs::Scalar>::value &&
+     ::implicit::internal::IsDual<typename Rhs::Scalar>::value);
+
+template <typename Xpr>
+struct IsAbs2 : std::false_type {};
+template <typename V, typename E>
+struct IsAbs2<Eigen::CwiseUnaryOp<Eigen::internal::scalar_abs2_op<Var<V>>, E>>
+    : std::integral_constant<bool, kStored<E>> {};
+template <typename Xpr>
+struct IsProductOfVars : std::false_type {};
+template <typename V, typename L, typename R>
+struct IsProductOfVars<Eigen::CwiseBinaryOp<Eigen::internal::scalar_conj_product_op<Var<V>, Var<V>>, L, R>>
+    : std::integral_constant<bool, kStored<L> && kStored<R>> {};
+template <typename V, typename L, typename R>
+struct IsProductOfVars<Eigen::CwiseBinaryOp<Eigen::internal::scalar_product_op<Var<V>, Var<V>>, L, R>>
+    : std::integral_constant<bool, kStored<L> && kStored<R>> {};
+
+// The coefficients of expression e (rows x cols), column by column.
+template <typename V, typename E>
+void ReadCoefficients(const E& e, Index rows, Index cols, std::vector<Var<V>>* out) {
+  const Eigen::internal::evaluator<E> coefficients(e);
+  out->resize(static_cast<std::size_t>(rows * cols));
+  for (Index j = 0, i = 0; j < cols; ++j) {
+    for (Index r = 0; r < rows; ++r, ++i) (*out)[static_cast<std::size_t>(i)] = coefficients.coeff(r, j);
+  }
+}
+
+// sum_i c_i of an expression's coefficients (given by `coefficients`, its
+// evaluator) as one node; the coefficients are computed first, each with its
+// own nodes, except for squaredNorm (a sum of abs2) and dot (a sum of
+// products) of stored vectors, whose operands are read directly.
+template <typename V, typename Xpr, typename Evaluator>
+Var<V> RecordSum(const Xpr& xpr, const Evaluator& coefficients) {
+  Tape<V>& tape = Tape<V>::ThisThread();
+  static thread_local std::vector<Var<V>> a, b;
+  const Index rows = xpr.rows(), cols = xpr.cols();
+  V value(0.0);
+  bool any = false;
+  const auto add = [&](const Var<V>& c, const V& partial) {
+    if (c.is_variable()) {
+      tape.AddOperand(c.index(), partial);
+      any = true;
+    }
+  };
+  if constexpr (IsAbs2<Xpr>::value) {
+    ReadCoefficients<V>(xpr.nestedExpression(), rows, cols, &a);
+    for (const Var<V>& x : a) value += ValueOf(x) * ValueOf(x);
+    for (const Var<V>& x : a) add(x, V(2.0) * ValueOf(x));
+  } else if constexpr (IsProductOfVars<Xpr>::value) {
+    ReadCoefficients<V>(xpr.lhs(), rows, cols, &a);
+    ReadCoefficients<V>(xpr.rhs(), rows, cols, &b);
+    for (std::size_t i = 0; i < a.size(); ++i) value += ValueOf(a[i]) * ValueOf(b[i]);
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      add(a[i], ValueOf(b[i]));
+      add(b[i], ValueOf(a[i]));
+    }
+  } else {
+    a.resize(static_cast<std::size_t>(rows * cols));
+    for (Index j = 0, i = 0; j < cols; ++j) {
+      for (Index r = 0; r < rows; ++r, ++i) {
+        a[static_cast<std::size_t>(i)] =
+            coefficients.coeffByOuterInner(Xpr::IsRowMajor ? r : j, Xpr::IsRowMajor ? j : r);
+      }
+    }
+    for (const Var<V>& x : a) value += ValueOf(x);
+    for (const Var<V>& x : a) add(x, V(1.0));
+  }
+  return any ? Var<V>(value, tape.Close()) : Var<V>(value);
+}
+
+}  // namespace internal
+}  // namespace reverse
+}  // namespace implicit
+
+namespace Eigen {
+
+// Numbers and Vars mix in expressions (the number as a constant).
+#define IMPLICIT_VAR_NUMBER_TRAITS(Number)                                         \
+  template <typename V, typename BinaryOp>                                         \
+  struct ScalarBinaryOpTraits<implicit::reverse::Var<V>, Number, BinaryOp> {      \
+    typedef implicit::reverse::Var<V> ReturnType;                                  \
+  };                                                                               \
+  template <typename V, typename BinaryOp>                                         \
+  struct ScalarBinaryOpTraits<Number, implicit::reverse::Var<V>, BinaryOp> {      \
+    typedef implicit::reverse::Var<V> ReturnType;                                  \
+  };
+IMPLICIT_VAR_NUMBER_TRAITS(double)
+IMPLICIT_VAR_NUMBER_TRAITS(float)
+IMPLICIT_VAR_NUMBER_TRAITS(int)
+#undef IMPLICIT_VAR_NUMBER_TRAITS
+
+namespace internal {
+
+// Products evaluated inside a larger expression. Eigen's product_evaluator
+// offers no way to specialise on the scalar type alone (its scalar
+// arguments are defaults that partial ordering cannot compare), so these
+// take the place of its general product evaluator for dense products of
+// every scalar type, in the same form as Eigen's own lazy-product
+// specialisation: for a Var scalar one recorded block, for any other scalar
+// exactly what Eigen's general evaluator does (evaluate into a temporary by
+// generic_product_impl). Lazy coefficient-based products of small fixed
+// sizes keep Eigen's evaluation.
+#define IMPLICIT_VAR_PRODUCT_EVALUATOR(Tag)                                                         \
+  template <typename Lhs, typename Rhs>                                                             \
+  struct product_evaluator<Product<Lhs, Rhs, DefaultProduct>, Tag, DenseShape, DenseShape>         \
+      : public evaluator<typename Product<Lhs, Rhs, DefaultProduct>::PlainObject> {                \
+    typedef Product<Lhs, Rhs, DefaultProduct> XprType;                                              \
+    typedef typename XprType::PlainObject PlainObject;                                              \
+    typedef evaluator<PlainObject> Base;                                                            \
+    enum { Flags = Base::Flags | EvalBeforeNestingBit };                                            \
+    explicit product_evaluator(const XprType& xpr) : m_result(xpr.rows(), xpr.cols()) {             \
+      ::new (static_cast<Base*>(this)) Base(m_result);                                              \
+      using Value = typename implicit::reverse::internal::VarValue<typename XprType::Scalar>::type; \
+      if constexpr (implicit::reverse::internal::kDualTimesNumbers<Lhs, Rhs>) {                     \
+        implicit::Matrix<typename XprType::Scalar> result;                                          \
+        implicit::internal::MatrixProduct(xpr.lhs(), xpr.rhs(), &result);                            \
+        m_result = result;                                                                          \
+      } else if constexpr (std::is_void<Value>::value) {                                            \
+        generic_product_impl<Lhs, Rhs, DenseShape, DenseShape, Tag>::evalTo(m_result, xpr.lhs(), xpr.rhs()); \
+      } else {                                                                                      \
+        implicit::Matrix<implicit::reverse::Var<Value>> result;                                     \
+        implicit::reverse::internal::RecordProduct<Value>(xpr.lhs(), xpr.rhs(), &result);            \
+        m_result = result;                                                                          \
+      }                                                                                             \
+    }                                                                                               \
+                                                                                                    \
+   protected:                                                                                       \
+    PlainObject m_result;                                                                           \
+  };
+IMPLICIT_VAR_PRODUCT_EVALUATOR(CoeffBasedProductMode)
+IMPLICIT_VAR_PRODUCT_EVALUATOR(OuterProduct)
+IMPLICIT_VAR_PRODUCT_EVALUATOR(InnerProduct)
+IMPLICIT_VAR_PRODUCT_EVALUATOR(GemvProduct)
+IMPLICIT_VAR_PRODUCT_EVALUATOR(GemmProduct)
+#undef IMPLICIT_VAR_PRODUCT_EVALUATOR
+
+// dst = A * B, dst += A * B, dst -= A * B with Var scalars: one recorded block.
+template <typename DstXprType, typename Lhs, typename Rhs, int Options, typename V>
+struct Assignment<DstXprType, Product<Lhs, Rhs, Options>,
+                  assign_op<implicit::reverse::Var<V>, implicit::reverse::Var<V>>, Dense2Dense,
+                  typename enable_if<(Options == DefaultProduct || Options == AliasFreeProduct)>::type> {
+  typedef Product<Lhs, Rhs, Options> SrcXprType;
+  static void run(DstXprType& dst, const SrcXprType& src,
+                  const assign_op<implicit::reverse::Var<V>, implicit::reverse::Var<V>>&) {
+    implicit::Matrix<implicit::reverse::Var<V>> result;
+    implicit::reverse::internal::RecordProduct<V>(src.lhs(), src.rhs(), &result);
+    if (dst.rows() != result.rows() || dst.cols() != result.cols()) dst.resize(result.rows(), result.cols());
+    dst = result;
+  }
+};
+template <typename DstXprType, typename Lhs, typename Rhs, int Options, typename V>
+struct Assignment<DstXprType, Product<Lhs, Rhs, Options>,
+                  add_assign_op<implicit::reverse::Var<V>, implicit::reverse::Var<V>>, Dense2Dense,
+                  typename enable_if<(Options == DefaultProduct || Options == AliasFreeProduct)>::type> {
+  typedef Product<Lhs, Rhs, Options> SrcXprType;
+  static void run(DstXprType& dst, const SrcXprType& src,
+                  const add_assign_op<implicit::reverse::Var<V>, implicit::reverse::Var<V>>&) {
+    implicit::Matrix<implicit::reverse::Var<V>> result;
+    implicit::reverse::internal::RecordProduct<V>(src.lhs(), src.rhs(), &result);
+    dst += result;
+  }
+};
+template <typename DstXprType, typename Lhs, typename Rhs, int Options, typename V>
+struct Assignment<DstXprType, Product<Lhs, Rhs, Options>,
+                  sub_assign_op<implicit::reverse::Var<V>, implicit::reverse::Var<V>>, Dense2Dense,
+                  typename enable_if<(Options == DefaultProduct || Options == AliasFreeProduct)>::type> {
+  typedef Product<Lhs, Rhs, Options> SrcXprType;
+  static void run(DstXprType& dst, const SrcXprType& src,
+                  const sub_assign_op<implicit::reverse::Var<V>, implicit::reverse::Var<V>>&) {
+    implicit::Matrix<implicit::reverse::Var<V>> result;
+    implicit::reverse::internal::RecordProduct<V>(src.lhs(), src.rhs(), &result);
+    dst -= result;
+  }
+};
+
+// dst = A * B with dual numbers (forward mode) and one factor of numbers:
+// products of numbers (internal::MatrixProduct); Eigen's mixed-scalar matrix
+// kernels do not take duals. Other products of duals keep Eigen's.
+template <typename DstXprType, typename Lhs, typename Rhs, int Options, typename P, int K>
+struct Assignment<DstXprType, Product<Lhs, Rhs, Options>, assign_op<ceres::Jet<P, K>, ceres::Jet<P, K>>,
+                  Dense2Dense, typename enable_if<(Options == DefaultProduct || Options == AliasFreeProduct)>::type> {
+  typedef Product<Lhs, Rhs, Options> SrcXprType;
+  static void run(DstXprType& dst, const SrcXprType& src, const assign_op<ceres::Jet<P, K>, ceres::Jet<P, K>>&) {
+    if constexpr (implicit::reverse::internal::kDualTimesNumbers<Lhs, Rhs>) {
+      implicit::Matrix<ceres::Jet<P, K>> result;
+      implicit::internal::MatrixProduct(src.lhs(), src.rhs(), &result);
+      dst = result;
+    } else {
+      if (dst.rows() != src.rows() || dst.cols() != src.cols()) dst.resize(src.rows(), src.cols());
+      generic_product_impl<Lhs, Rhs>::evalTo(dst, src.lhs(), src.rhs());
+    }
+  }
+};
+
+// sum() (and what is built on it: squaredNorm, dot, norm, mean) of Vars:
+// one node.
+template <typename V, typename Xpr>
+struct redux_impl<scalar_sum_op<implicit::reverse::Var<V>, implicit::reverse::Var<V>>, redux_evaluator<Xpr>,
+                  DefaultTraversal, NoUnrolling> {
+  typedef implicit::reverse::Var<V> Scalar;
+  template <typename XprType>
+  static Scalar run(const redux_evaluator<Xpr>& eval, const scalar_sum_op<Scalar, Scalar>&,
+                    const XprType& xpr) {
+    return implicit::reverse::internal::RecordSum<V>(xpr, eval);
+  }
+};
+
+}  // namespace internal
+}  // namespace Eigen

@@ -1,0 +1,213 @@
+// User energies written in ordinary Eigen (reverse_eigen.h): every recorded
+// operation -- products of data and variables in each orientation, scaled,
+// negated, chained, accumulated and aliased, inner and outer products, sums,
+// squared norms and dot products, coefficient-wise functions -- gives in
+// reverse mode the gradient, Hessian-vector product and parameter and input
+// vector-Jacobian products of forward mode (float and double) and of central
+// differences; data the functor holds is read in place, not copied into the
+// tape; edge shapes (1 x 1, empty) and non-finite values behave.
+#define BOOST_TEST_MODULE eigen_expressions
+#include <boost/test/unit_test.hpp>
+
+#include <implicit/core/autodiff_energy.h>
+
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "support/energy_checks.h"
+#include "support/mode_checks.h"
+#include "support/test_problems.h"
+
+using implicit::AutoDiffEnergy;
+using implicit::AutoDiffMode;
+using implicit::Index;
+using implicit::Matrix;
+using implicit::Vector;
+using implicit::testing::CheckAllProducts;
+using implicit::testing::ModePair;
+
+namespace {
+
+// An energy of x = N tokens of width D (the D x N matrix X) with an input c
+// (n values) and theta = (W_K, W_Q: Y x D each; s: 1 x 1), written as a user
+// writes Eigen: each term exercises one recorded operation. Its data and
+// numbers are of the energy's scalar type S (forward mode's duals mix with
+// numbers of their own type only).
+template <typename S>
+struct EigenStyle {
+  Index N, D, Y;
+  Matrix<S> Xi;  // D x M, the functor's data (read in place)
+  Matrix<S> A;   // D x D
+  S beta;
+  template <typename T>
+  T operator()(const Vector<T>& x, const Vector<T>& c, const Vector<T>& theta) const {
+    using std::log;
+    const S half(0.5), tenth(0.1);
+    const Eigen::Map<const Matrix<T>> X(x.data(), D, N);
+    const Eigen::Map<const Matrix<T>> WK(theta.data(), Y, D), WQ(theta.data() + Y * D, Y, D);
+    const T s = theta(2 * Y * D);
+    const Matrix<T> K = WK * X, Q = WQ * X;               // variables times variables
+    const Matrix<T> Sc = beta * (K.transpose() * Q);      // transposed, scaled by a number
+    T e = half * x.squaredNorm();                         // squaredNorm: one node
+    for (Index t = 0; t < N; ++t) {                       // log-sum-exp by hand
+      const T m = Sc.col(t).maxCoeff();
+      e -= (m + log((Sc.col(t).array() - m).exp().sum())) / beta;
+    }
+    const Matrix<T> H = Xi.transpose() * X;                // data (no cast) times variables
+    e -= half * H.cwiseMax(T(0.0)).squaredNorm();
+    const Matrix<S> local = half * Xi;                     // data that is not the functor's
+    e += tenth * (local.template cast<T>().transpose() * X).sum();  // cast data, copied
+    e += (s * (-Xi.transpose()) * X).array().tanh().sum(); // negated data, a variable scale
+    e += x.dot(c) + S(0.01) * c.squaredNorm() * x.sum();   // dot with the input
+    Vector<T> y = X.col(0);
+    y = A * y;                                             // aliased: y = A y
+    y += A.transpose() * X.col(1);                         // += a product
+    y -= (S(2) * A) * X.col(N - 1);                        // -= a scaled product
+    e += half * y.squaredNorm() + y.norm();
+    e += (X.col(0).transpose() * X.col(1))(0, 0);          // inner product
+    e += tenth * (X.col(1) * X.col(2).transpose()).array().square().sum();  // outer product
+    e += S(0.05) * (X.transpose() * X).diagonal().sum();   // Eigen's lazy diagonal of a product
+    e += X.colwise().sum().squaredNorm() / S(N) + X.row(0).mean();
+    return e;
+  }
+};
+
+template <typename Scalar>
+AutoDiffEnergy<EigenStyle<Scalar>, Scalar> MakeEigenStyle(Index B) {
+  const Index N = 4, D = 5, Y = 3, M = 6;
+  implicit::ParameterSet<Scalar> params;
+  params.Add("w_k", Y, D);
+  params.Add("w_q", Y, D);
+  params.Add("s", 1, 1);
+  params.Block("w_k") = implicit::testing::RandomMatrix<Scalar>(Y, D, 31, 0.5);
+  params.Block("w_q") = implicit::testing::RandomMatrix<Scalar>(Y, D, 32, 0.5);
+  params.Block("s")(0, 0) = Scalar(0.7);
+  EigenStyle<Scalar> f{N, D, Y, implicit::testing::RandomMatrix<Scalar>(D, M, 33),
+                       implicit::testing::RandomMatrix<Scalar>(D, D, 34, 0.4), Scalar(1.5)};
+  AutoDiffEnergy<EigenStyle<Scalar>, Scalar> energy(f, N * D, N * D, params);
+  energy.SetInput(implicit::testing::RandomMatrix<Scalar>(N * D, B, 35, 0.5));
+  return energy;
+}
+
+using Scalars = std::tuple<float, double>;
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(eigen_expressions_match_forward_mode, Scalar, Scalars) {
+  const Index B = 5;
+  const ModePair<EigenStyle<Scalar>, Scalar> pair(MakeEigenStyle<Scalar>(B));
+  const Matrix<Scalar> x = implicit::testing::RandomMatrix<Scalar>(pair.forward.dimension(), B, 36);
+  const Matrix<Scalar> v = implicit::testing::RandomMatrix<Scalar>(pair.forward.dimension(), B, 37);
+  // The ReLU memory term is on both sides of its kink.
+  const auto& f = pair.forward.functor();
+  const Matrix<Scalar> overlaps = f.Xi.transpose() * Eigen::Map<const Matrix<Scalar>>(x.data(), f.D, f.N * B);
+  BOOST_REQUIRE((overlaps.array() > 0).count() > 0 && (overlaps.array() < 0).count() > 0);
+  CheckAllProducts(pair.forward, pair.reverse, x, v, "Eigen-style energy");
+}
+
+BOOST_AUTO_TEST_CASE(eigen_expressions_match_central_differences) {
+  const Index B = 3;
+  AutoDiffEnergy<EigenStyle<double>, double> energy = MakeEigenStyle<double>(B);
+  energy.set_mode(AutoDiffMode::kReverse);
+  const Matrix<double> x = implicit::testing::RandomMatrix<double>(energy.dimension(), B, 38);
+  implicit::testing::CheckEnergyFiniteDifferences(energy, x, 1e-6, "Eigen-style energy (reverse)");
+}
+
+// Retrieval E(x) = 0.5|x|^2 - lse(beta P^T x) / beta with the patterns P held
+// by the functor (`own`) or copied into a local matrix at each evaluation.
+struct Retrieval {
+  Matrix<double> P;
+  bool own;
+  template <typename T>
+  T operator()(const Vector<T>& x, const Vector<T>&) const {
+    using std::log;
+    Vector<T> s;
+    if (own) {
+      s = 2.0 * (P.transpose() * x);
+    } else {
+      const Matrix<double> local = P;
+      s = 2.0 * (local.transpose() * x);
+    }
+    const T m = s.maxCoeff();
+    return 0.5 * x.squaredNorm() - (m + log((s.array() - m).exp().sum())) / 2.0;
+  }
+};
+
+// The functor's own data is read where it is: the tape holds O(n + N)
+// numbers of its own, not the n N of the patterns; a local copy is copied
+// (and differentiated the same).
+BOOST_AUTO_TEST_CASE(data_the_functor_holds_is_not_copied_into_the_tape) {
+  const Index n = 300, N = 40;
+  const Matrix<double> P = implicit::testing::RandomMatrix<double>(n, N, 51);
+  const Matrix<double> x = implicit::testing::RandomMatrix<double>(n, 2, 52, 0.1);
+  Matrix<double> g_own(n, 2), g_local(n, 2), h_own(n, 2), h_local(n, 2);
+  AutoDiffEnergy<Retrieval, double> own(Retrieval{P, true}, n), local(Retrieval{P, false}, n);
+  own.set_mode(AutoDiffMode::kReverse);
+  local.set_mode(AutoDiffMode::kReverse);
+  const auto& tape = implicit::reverse::Tape<double>::ThisThread();
+  own.Gradient(x, g_own);
+  const std::size_t own_numbers = tape.owned_numbers();
+  local.Gradient(x, g_local);
+  const std::size_t local_numbers = tape.owned_numbers();
+  BOOST_TEST(own_numbers <= static_cast<std::size_t>(2 * (n + N)));
+  BOOST_TEST(local_numbers >= static_cast<std::size_t>(n * N));
+  BOOST_TEST((g_own - g_local).norm() <= 1e-13 * g_own.norm());
+  const Matrix<double> v = implicit::testing::RandomMatrix<double>(n, 2, 53);
+  own.HessianVectorProduct(x, v, h_own);
+  local.HessianVectorProduct(x, v, h_local);
+  BOOST_TEST((h_own - h_local).norm() <= 1e-12 * h_own.norm());
+  implicit::testing::CheckEnergyFiniteDifferences(own, x, 1e-6, "retrieval with the functor's patterns");
+}
+
+// On the tape directly: products with an empty inner dimension (zero), of
+// 1 x 1 factors, sums of empty and one-entry vectors, and factors of
+// mismatched shapes (refused with std::invalid_argument).
+BOOST_AUTO_TEST_CASE(edge_shapes) {
+  namespace reverse = implicit::reverse;
+  using Var = reverse::Var<double>;
+  const Vector<double> z = implicit::testing::RandomMatrix<double>(3, 1, 61);
+  Vector<double> g(3);
+  const double e = reverse::Gradient<double>(
+      z.data(), 3,
+      [&](const Vector<Var>& x) {
+        const Matrix<Var> empty_inner = x.head(0) * x.tail(0).transpose();  // 0 x 0
+        const Matrix<Var> zeros = Matrix<Var>(2, 0) * Matrix<Var>(0, 3);     // 2 x 3 of zeros
+        const Matrix<Var> one = x.segment(1, 1) * x.segment(2, 1);          // 1 x 1
+        const Var none = x.head(0).sum() + x.head(0).squaredNorm();
+        return one(0, 0) + x.head(1).sum() + zeros.sum() + none + Var(double(empty_inner.size()));
+      },
+      g.data());
+  BOOST_TEST(e == z(1) * z(2) + z(0));
+  BOOST_TEST(g(0) == 1.0);
+  BOOST_TEST(g(1) == z(2));
+  BOOST_TEST(g(2) == z(1));
+  Matrix<Var> out;
+  BOOST_CHECK_THROW(reverse::Gradient<double>(
+                        z.data(), 3,
+                        [&](const Vector<Var>& x) {
+                          reverse::internal::RecordProduct<double>(x.head(2), x.tail(3), &out);  // 2x1 by 3x1
+                          return out(0, 0);
+                        },
+                        g.data()),
+                    std::invalid_argument);
+}
+
+// A NaN in one sample gives that sample a NaN gradient (through the recorded
+// products and sums) and leaves the others exact.
+BOOST_AUTO_TEST_CASE(a_non_finite_sample_is_isolated) {
+  const Index n = 20, N = 6;
+  AutoDiffEnergy<Retrieval, double> energy(Retrieval{implicit::testing::RandomMatrix<double>(n, N, 71), true}, n);
+  energy.set_mode(AutoDiffMode::kReverse);
+  Matrix<double> x = implicit::testing::RandomMatrix<double>(n, 3, 72, 0.1);
+  Matrix<double> clean(n, 3), g(n, 3);
+  energy.Gradient(x, clean);
+  x(4, 1) = std::numeric_limits<double>::quiet_NaN();
+  energy.Gradient(x, g);
+  BOOST_TEST(!g.col(1).allFinite());
+  BOOST_TEST(g.col(0) == clean.col(0));
+  BOOST_TEST(g.col(2) == clean.col(2));
+}
+
+}  // namespace
