@@ -871,6 +871,11 @@ struct TrainStats {
   std::vector<double> step_seconds, equilibrium_seconds;
   long backward_failures = 0, forward_unconverged = 0;
   long saved_step = -1;  // the last checkpoint this run wrote (-1: none)
+  // > 0: the step whose loss or gradient was not finite (training stopped
+  // there, with the parameters of the step before), and why.
+  long diverged_at_step = 0;
+  std::string divergence;
+  long kept_step = 0;  // then: the parameters kept are those after this many steps
 };
 
 // What is on disk at --checkpoint for the message of a failed run.
@@ -885,9 +890,10 @@ std::string CheckpointState(const Config& c, const TrainStats& ts, long start_st
 // Training steps start_step..c.steps-1. A checkpoint of the parameters after
 // k steps is written every --checkpoint-every steps, once step k + 1 has found
 // a finite loss and finite gradients with them (so never from a diverged
-// state); the final one by Run after the evaluation. A non-finite loss,
-// gradient or parameter stops the run with an error (exit 1) that says which
-// checkpoint is kept.
+// state); the final one by Run after the evaluation. A non-finite loss or
+// gradient (the divergence rule of every trainer, docs/programs.md) stops the
+// training there: the model goes back to the last parameters whose step had a
+// finite loss and gradients (ts.kept_step), and ts.diverged_at_step says where.
 TrainStats Train(const Config& c, const implicit::Communicator& comm, Workers& workers, Optimizers& adam,
                  const Matrix<double>& train, long start_step, const TrainingLosses& resumed) {
   EtModel& model = workers.main();
@@ -897,6 +903,10 @@ TrainStats Train(const Config& c, const implicit::Communicator& comm, Workers& w
   ts.losses = resumed;
   double smooth = -1;
   Vector<double> gm, ge;
+  // The last parameters with which a step's loss and gradients were finite,
+  // and how many steps they had been trained: what a diverged run keeps.
+  Vector<double> good_model = model.params().values(), good_energy = model.energy_params().values();
+  long good_step = start_step;
   for (long step = start_step; step < c.steps; ++step) {
     const auto step_start = std::chrono::steady_clock::now();
     std::mt19937 gen(static_cast<unsigned>(c.seed) * 7919u + static_cast<unsigned>(step) * 104729u + 1u);
@@ -907,12 +917,19 @@ TrainStats Train(const Config& c, const implicit::Communicator& comm, Workers& w
     adam.Decay(CosineDecay(step, c.steps));
     const StepStats st = workers.Gradients(c, batch, masks, comm, &gm, &ge);
     if (!std::isfinite(st.loss) || !gm.allFinite() || !ge.allFinite()) {
-      progress.Done();
-      throw std::runtime_error("training diverged at step " + std::to_string(step + 1) + " (loss " +
-                               Fmt(st.loss) + (std::isfinite(st.loss) ? ", gradient not finite" : "") +
-                               "; try a smaller --lr or --energy-lr): " + CheckpointState(c, ts, start_step) +
-                               "; --json and --image not written");
+      ts.diverged_at_step = step + 1;
+      ts.divergence = "loss " + Fmt(st.loss) + (std::isfinite(st.loss) ? ", gradient not finite" : "");
+      // Back to the parameters of the last finite step (those of this step
+      // came out of an update that already ran away).
+      model.params().values() = good_model;
+      model.energy_params().values() = good_energy;
+      workers.Sync();
+      ts.kept_step = good_step;
+      break;
     }
+    good_model = model.params().values();
+    good_energy = model.energy_params().values();
+    good_step = step;
     if (c.checkpoint_every > 0 && step > start_step && step % c.checkpoint_every == 0) {
       OnEveryRank(comm, [&] {  // written by rank 0 only; a failure stops every rank
         if (comm.is_root()) Save(c, step, model, adam, ts.losses);
@@ -995,10 +1012,16 @@ void PrintEvaluation(const Config& c, const TrainStats& ts, long start_step, con
   } else if (start_step >= c.steps) {
     std::cout << "nothing to do: --steps 0; trained 0 steps, evaluating the initial model\n";
   } else {
-    std::cout << "trained " << ts.step_seconds.size() << " steps in " << FmtFixed(ts.seconds, 1) << " s (median step "
-              << Fmt(Median(ts.step_seconds), 3) << " s, " << Fmt(Median(ts.equilibrium_seconds), 3)
-              << " s of it in the equilibrium solve and IFT backward pass); training loss "
-              << Fmt(ts.losses.first, 4) << " -> " << Fmt(ts.losses.last, 4) << "\n";
+    if (ts.diverged_at_step > 0) std::cout << "training diverged at step " << ts.diverged_at_step << "; ";
+    if (ts.step_seconds.empty()) {
+      std::cout << "trained 0 steps\n";
+    } else {
+      std::cout << "trained " << ts.step_seconds.size() << " steps in " << FmtFixed(ts.seconds, 1)
+                << " s (median step " << Fmt(Median(ts.step_seconds), 3) << " s, "
+                << Fmt(Median(ts.equilibrium_seconds), 3)
+                << " s of it in the equilibrium solve and IFT backward pass); training loss "
+                << Fmt(ts.losses.first, 4) << " -> " << Fmt(ts.losses.last, 4) << "\n";
+    }
   }
   if (!c.unroll) std::cout << "held-out forward: " << e.summary.BriefReport() << "\n";
   Table t({"held-out masked MSE", "value", "vs ET"}, {false, true, true});
@@ -1050,6 +1073,9 @@ void WriteJson(const Config& c, const TrainStats& ts, const Evaluation& e, Index
   const bool trained = !ts.step_seconds.empty();
   o["median_step_seconds"] = trained ? Json(Median(ts.step_seconds)) : Json(nullptr);
   o["median_equilibrium_seconds"] = trained ? Json(Median(ts.equilibrium_seconds)) : Json(nullptr);
+  o["diverged_at_step"] = ts.diverged_at_step > 0 ? Json(ts.diverged_at_step) : Json(nullptr);
+  o["divergence"] = ts.diverged_at_step > 0 ? Json(ts.divergence) : Json(nullptr);
+  o["kept_step"] = ts.diverged_at_step > 0 ? Json(ts.kept_step) : Json(nullptr);
   o["backward_failures"] = ts.backward_failures;
   o["forward_unconverged"] = ts.forward_unconverged;
   o["heldout_forward_status"] =
@@ -1121,12 +1147,21 @@ int Run(int argc, char** argv) {
     throw std::runtime_error("the held-out masked MSE of the trained model is not finite (" + Fmt(e.et_mse) +
                              "): " + CheckpointState(c, ts, start_step) + "; --json and --image not written");
   PrintEvaluation(c, ts, start_step, e);
+  const bool diverged = ts.diverged_at_step > 0;
+  if (diverged && comm.is_root()) {
+    std::cerr << "implicit-et: training diverged at step " << ts.diverged_at_step << " (" << ts.divergence
+              << "); lower --lr or --energy-lr: evaluated with the parameters after step " << ts.kept_step
+              << " (the last with a finite loss); " << CheckpointState(c, ts, start_step) << "\n";
+  }
   // Every output asked for is written (by rank 0), or the run fails naming
-  // each one that was not. The final checkpoint only when this run trained (a
-  // resumed checkpoint at or past --steps stays as it is).
-  if (!comm.is_root()) return 0;
+  // each one that was not. The final checkpoint only when this run trained
+  // to the end (a resumed checkpoint at or past --steps stays as it is, and
+  // a diverged run keeps the last good one).
+  if (!comm.is_root()) return diverged ? kDivergedExitStatus : 0;
   Outputs outputs;
-  if (start_step < c.steps) {
+  if (diverged) {
+    std::cout << "checkpoint: " << c.checkpoint << " not written (training diverged)\n";
+  } else if (start_step < c.steps) {
     outputs.Write("--checkpoint", c.checkpoint, [&] {
       Save(c, c.steps, model, adam, ts.losses);
       std::cout << "checkpoint: " << c.checkpoint << " (step " << c.steps << ")\n";
@@ -1137,7 +1172,7 @@ int Run(int argc, char** argv) {
   outputs.Write("--image", c.image, [&] { WriteImage(c, test, e); });
   outputs.Write("--json", c.json, [&] { WriteJson(c, ts, e, n_train, parameters); });
   outputs.Finish();
-  return 0;
+  return diverged ? kDivergedExitStatus : 0;
 }
 
 }  // namespace

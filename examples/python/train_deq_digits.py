@@ -9,10 +9,19 @@ never from unrolling. W is rescaled to spectral norm <= 0.9 so that the map is
 a contraction and every equilibrium exists. Prints per epoch the training loss,
 held-out accuracy, time, and the solvers' mean iterations.
 
+A training that diverges (a non-finite loss, gradient or parameter, or an
+equilibrium the solver cannot find: implicit.torch.ConvergenceError) stops at
+that batch, keeps
+the parameters of its best epoch, says "training diverged at epoch k: ...;
+lower --lr" on one line and exits with status 3, as libimplicit's programs do
+(docs/programs.md).
+
     PYTHONPATH=build/python python3 examples/python/train_deq_digits.py --epochs 10
 """
 import argparse
+import copy
 import gzip
+import math
 import os
 import sys
 import time
@@ -78,7 +87,10 @@ def main():
 
     print(f"{'epoch':>5} {'loss':>8} {'held-out acc':>12} {'time s':>7} "
           f"{'fwd iters':>9} {'bwd iters':>9}")
-    accuracy = 0.0
+    parameters = list(deq.parameters()) + list(head.parameters())
+    initial = (copy.deepcopy(deq.state_dict()), copy.deepcopy(head.state_dict()))
+    best = None  # (held-out accuracy, epoch, the modules' states)
+    diverged = None  # (epoch, cause)
     for epoch in range(1, args.epochs + 1):
         start = time.perf_counter()
         order = torch.randperm(args.train)
@@ -86,19 +98,45 @@ def main():
         for first in range(0, args.train, args.batch):
             index = order[first:first + args.batch]
             optimizer.zero_grad()
-            loss = torch.nn.functional.cross_entropy(head(deq(x_train[index])), y_train[index])
-            loss.backward()
+            try:
+                loss = torch.nn.functional.cross_entropy(head(deq(x_train[index])), y_train[index])
+                if not math.isfinite(loss.item()):
+                    diverged = (epoch, f"loss {loss.item()}")
+                    break
+                loss.backward()
+            except itorch.ConvergenceError as error:
+                diverged = (epoch, f"the equilibrium was not found ({error})")
+                break
+            if not all(p.grad is None or bool(torch.isfinite(p.grad).all()) for p in parameters):
+                diverged = (epoch, "gradient not finite")
+                break
             optimizer.step()
+            if not all(bool(torch.isfinite(p).all()) for p in parameters):
+                diverged = (epoch, "parameters not finite after the step")
+                break
             total += loss.item() * len(index)
             forward_iters += deq.last_forward_summary.iterations
             backward_iters += deq.last_backward_summary.iterations
             batches += 1
+        if diverged:
+            break
         with torch.no_grad():
             accuracy = (head(deq(x_test)).argmax(dim=1) == y_test).double().mean().item()
+        if best is None or accuracy > best[0]:
+            best = (accuracy, epoch, copy.deepcopy(deq.state_dict()), copy.deepcopy(head.state_dict()))
         print(f"{epoch:>5} {total / args.train:>8.4f} {accuracy:>12.4f} "
               f"{time.perf_counter() - start:>7.2f} {forward_iters / batches:>9.1f} "
               f"{backward_iters / batches:>9.1f}")
-    return 0 if accuracy > 0.5 else 1
+    if diverged:
+        states, kept = initial, "the initial parameters kept"
+        if best is not None:
+            states, kept = best[2:], f"epoch {best[1]} kept (held-out accuracy {best[0]:.4f})"
+        deq.load_state_dict(states[0])
+        head.load_state_dict(states[1])
+        print(f"train_deq_digits.py: training diverged at epoch {diverged[0]}: {diverged[1]}; "
+              f"lower --lr; {kept}", file=sys.stderr)
+        return 3
+    return 0 if best is not None and best[0] > 0.5 else 1
 
 
 if __name__ == "__main__":

@@ -53,7 +53,7 @@ struct EigenStyle {
     const Matrix<T> K = WK * X, Q = WQ * X;               // variables times variables
     const Matrix<T> Sc = beta * (K.transpose() * Q);      // transposed, scaled by a number
     T e = half * x.squaredNorm();                         // squaredNorm: one node
-    for (Index t = 0; t < N; ++t) {                       // log-sum-exp by hand
+    for (Index t = 0; t < N; ++t) {                       // log-sum-exp by hand: one node
       const T m = Sc.col(t).maxCoeff();
       e -= (m + log((Sc.col(t).array() - m).exp().sum())) / beta;
     }
@@ -72,6 +72,7 @@ struct EigenStyle {
     e += tenth * (X.col(1) * X.col(2).transpose()).array().square().sum();  // outer product
     e += S(0.05) * (X.transpose() * X).diagonal().sum();   // Eigen's lazy diagonal of a product
     e += X.colwise().sum().squaredNorm() / S(N) + X.row(0).mean();
+    e += S(0.01) * X.col(2).array().exp().sum();            // a sum of exp: one node
     return e;
   }
 };

@@ -39,3 +39,15 @@ def test_train_deq_digits_example_learns():
     losses = [float(row[1]) for row in rows]
     accuracy = float(rows[-1][2])
     assert losses[-1] < losses[0] and accuracy > 0.5
+
+
+def test_train_deq_digits_example_stops_a_diverging_training():
+    """The divergence rule of every trainer: one line, exit status 3."""
+    pytest.importorskip("torch", reason="python3-torch is not installed")
+    result = subprocess.run([sys.executable, os.path.join(EXAMPLES, "train_deq_digits.py"),
+                             "--train", "200", "--epochs", "2", "--lr", "1e308"],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 3, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "training diverged at epoch" in lines[0] and "lower --lr" in lines[0]

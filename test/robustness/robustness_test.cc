@@ -790,24 +790,31 @@ BOOST_AUTO_TEST_CASE(diverged_run_keeps_the_last_good_checkpoint) {
   const std::string ckpt = dir + "/run.ckpt";
   BOOST_REQUIRE(RunCommand(EtRun(sub, "--checkpoint " + ckpt + " --steps 2")).exit_code == 0);
   const std::string good = FileHash(ckpt);
+  // The divergence rule (docs/programs.md): one line, the run evaluated with
+  // the last finite parameters, the JSON marks the step, exit status 3, the
+  // last good checkpoint kept.
   for (const std::string& more : {std::string(""), std::string(" --checkpoint-every 1")}) {
     const CommandResult r = RunCommand(EtRun(sub, "--checkpoint " + ckpt + " --resume " + ckpt +
                                                       " --steps 8 --lr 1e300 --json " + dir + "/d.json" + more));
     BOOST_TEST_CONTEXT("stderr: " << r.err) {
-      BOOST_TEST(r.exit_code == 1);
+      BOOST_TEST(r.exit_code == 3);
       BOOST_TEST(CountLines(r.err) == 1);
-      BOOST_TEST(r.err.find("implicit-et: error: training diverged at step") == 0u);
+      BOOST_TEST(r.err.find("implicit-et: training diverged at step") == 0u);
+      BOOST_TEST(r.err.find("lower --lr") != std::string::npos);
       BOOST_TEST(r.err.find("'" + ckpt + "' (step 2)") != std::string::npos);
       BOOST_TEST(r.err.find("kept") != std::string::npos);
       BOOST_TEST(FileHash(ckpt) == good);
-      BOOST_TEST(FileHash(dir + "/d.json") == "missing");
+      const Json j = implicit::testing::ReadJson(dir + "/d.json");
+      BOOST_TEST(j.at("diverged_at_step").get<long>() >= 3);
+      BOOST_TEST(j.at("divergence").get<std::string>().find("loss") == 0u);
+      BOOST_TEST(std::isfinite(j.at("heldout_mse").get<double>()));
       BOOST_TEST(Temporaries(sub, "run.ckpt").empty());
     }
   }
   // Diverging after this run's own checkpoints: the last one is kept.
   const std::string fresh = dir + "/fresh.ckpt";
   const CommandResult d = RunCommand(EtRun(sub, "--checkpoint " + fresh + " --steps 8 --lr 1e300 --checkpoint-every 1"));
-  BOOST_TEST(d.exit_code == 1);
+  BOOST_TEST(d.exit_code == 3);
   BOOST_TEST(d.err.find("diverged") != std::string::npos);
   if (FileHash(fresh) != "missing") {
     const implicit::Checkpoint kept = implicit::LoadCheckpoint(fresh);

@@ -111,16 +111,12 @@ T DotOfNumbersAndVars(const Numbers& numbers, const Vars& vars, bool persistent 
   bool run = first >= 0;
   V value(0.0);
   for (Index i = 0; i < n; ++i) {
-    run = run && vars.coeff(i).index() == first + static_cast<std::int64_t>(i);
+    run = run && vars.coeff(i).index() == first + static_cast<std::int64_t>(i) && vars.coeff(i).unit_scale();
     value += V(numbers.coeff(i)) * ValueOf(vars.coeff(i));
   }
   if (run) return T(value, tape.PushRun(first, numbers, persistent));
   bool any = false;
-  for (Index i = 0; i < n; ++i) {
-    if (!vars.coeff(i).is_variable()) continue;
-    tape.AddOperand(vars.coeff(i).index(), V(numbers.coeff(i)));
-    any = true;
-  }
+  for (Index i = 0; i < n; ++i) any = tape.AddOperand(vars.coeff(i), V(numbers.coeff(i))) || any;
   return any ? T(value, tape.Close()) : T(value);
 }
 }  // namespace internal
@@ -150,10 +146,7 @@ typename Derived::Scalar LogSumExp(const Eigen::MatrixBase<Derived>& scores) {
     reverse::Tape<V>& tape = reverse::Tape<V>::ThisThread();
     bool any = false;
     for (Index i = 0; i < s.size(); ++i) {
-      const T si = s(i);
-      if (!si.is_variable()) continue;
-      tape.AddOperand(si.index(), shifted[static_cast<std::size_t>(i)] * inverse);
-      any = true;
+      any = tape.AddOperand(T(s(i)), shifted[static_cast<std::size_t>(i)] * inverse) || any;
     }
     return any ? T(lse, tape.Close()) : T(lse);
   } else {
@@ -190,9 +183,8 @@ auto Dot(const Eigen::MatrixBase<A>& a_in, const Eigen::MatrixBase<B>& b_in) {
       bool any = false;
       for (Index i = 0; i < n; ++i) value += ValueOf(a.coeff(i)) * ValueOf(b.coeff(i));
       for (Index i = 0; i < n; ++i) {
-        if (a.coeff(i).is_variable()) tape.AddOperand(a.coeff(i).index(), ValueOf(b.coeff(i)));
-        if (b.coeff(i).is_variable()) tape.AddOperand(b.coeff(i).index(), ValueOf(a.coeff(i)));
-        any = any || a.coeff(i).is_variable() || b.coeff(i).is_variable();
+        any = tape.AddOperand(a.coeff(i), ValueOf(b.coeff(i))) || any;
+        any = tape.AddOperand(b.coeff(i), ValueOf(a.coeff(i))) || any;
       }
       return any ? T(value, tape.Close()) : T(value);
     }

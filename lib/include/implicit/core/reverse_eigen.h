@@ -172,7 +172,7 @@ struct FactorBuilder {
     std::int32_t first = -1;
     for (Index j = 0, i = 0; j < cols; ++j) {
       for (Index r = 0; r < rows; ++r, ++i) {
-        const Var<V> x = transposed ? Var<V>(e.coeff(j, r)) : Var<V>(e.coeff(r, j));
+        const Var<V> x = (transposed ? Var<V>(e.coeff(j, r)) : Var<V>(e.coeff(r, j))).Materialized();
         const V& value = ValueOf(x);
         if constexpr (Tape::kDual) {
           values[i] = value.a;
@@ -325,6 +325,24 @@ template <typename V, typename L, typename R>
 struct IsProductOfVars<Eigen::CwiseBinaryOp<Eigen::internal::scalar_product_op<Var<V>, Var<V>>, L, R>>
     : std::integral_constant<bool, kStored<L> && kStored<R>> {};
 
+// exp(s) or exp(s - m) coefficient-wise, s stored Vars (possibly through
+// .array()), m a scalar: the log-sum-exp and softmax idiom.
+template <typename Xpr>
+struct ExpOfShifted : std::false_type {};
+template <typename V, typename E>
+struct ExpOfShifted<Eigen::CwiseUnaryOp<Eigen::internal::scalar_exp_op<Var<V>>, E>>
+    : std::integral_constant<bool, kStored<E>> {
+  static constexpr bool kShifted = false;
+};
+template <typename V, typename A, typename Plain>
+struct ExpOfShifted<Eigen::CwiseUnaryOp<
+    Eigen::internal::scalar_exp_op<Var<V>>,
+    const Eigen::CwiseBinaryOp<Eigen::internal::scalar_difference_op<Var<V>, Var<V>>, A,
+                               const Eigen::CwiseNullaryOp<Eigen::internal::scalar_constant_op<Var<V>>, Plain>>>>
+    : std::integral_constant<bool, kStored<A>> {
+  static constexpr bool kShifted = true;
+};
+
 // The coefficients of expression e (rows x cols), column by column.
 template <typename V, typename E>
 void ReadCoefficients(const E& e, Index rows, Index cols, std::vector<Var<V>>* out) {
@@ -337,8 +355,9 @@ void ReadCoefficients(const E& e, Index rows, Index cols, std::vector<Var<V>>* o
 
 // sum_i c_i of an expression's coefficients (given by `coefficients`, its
 // evaluator) as one node; the coefficients are computed first, each with its
-// own nodes, except for squaredNorm (a sum of abs2) and dot (a sum of
-// products) of stored vectors, whose operands are read directly.
+// own nodes, except for squaredNorm (a sum of abs2), dot (a sum of
+// products) and sums of exp(s - m) (log-sum-exp, softmax) of stored vectors,
+// whose operands are read directly.
 template <typename V, typename Xpr, typename Evaluator>
 Var<V> RecordSum(const Xpr& xpr, const Evaluator& coefficients) {
   Tape<V>& tape = Tape<V>::ThisThread();
@@ -346,12 +365,7 @@ Var<V> RecordSum(const Xpr& xpr, const Evaluator& coefficients) {
   const Index rows = xpr.rows(), cols = xpr.cols();
   V value(0.0);
   bool any = false;
-  const auto add = [&](const Var<V>& c, const V& partial) {
-    if (c.is_variable()) {
-      tape.AddOperand(c.index(), partial);
-      any = true;
-    }
-  };
+  const auto add = [&](const Var<V>& c, const V& partial) { any = tape.AddOperand(c, partial) || any; };
   if constexpr (IsAbs2<Xpr>::value) {
     ReadCoefficients<V>(xpr.nestedExpression(), rows, cols, &a);
     for (const Var<V>& x : a) value += ValueOf(x) * ValueOf(x);
@@ -364,6 +378,24 @@ Var<V> RecordSum(const Xpr& xpr, const Evaluator& coefficients) {
       add(a[i], ValueOf(b[i]));
       add(b[i], ValueOf(a[i]));
     }
+  } else if constexpr (ExpOfShifted<Xpr>::value) {
+    // sum_i exp(s_i - m): partials exp(s_i - m), and -sum for m.
+    using std::exp;
+    Var<V> m(0.0);
+    if constexpr (ExpOfShifted<Xpr>::kShifted) {
+      ReadCoefficients<V>(xpr.nestedExpression().lhs(), rows, cols, &a);
+      m = xpr.nestedExpression().rhs().functor().m_other;
+    } else {
+      ReadCoefficients<V>(xpr.nestedExpression(), rows, cols, &a);
+    }
+    static thread_local std::vector<V> e;
+    e.resize(a.size());
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      e[i] = exp(V(ValueOf(a[i]) - ValueOf(m)));
+      value += e[i];
+    }
+    for (std::size_t i = 0; i < a.size(); ++i) add(a[i], e[i]);
+    add(m, -value);
   } else {
     a.resize(static_cast<std::size_t>(rows * cols));
     for (Index j = 0, i = 0; j < cols; ++j) {

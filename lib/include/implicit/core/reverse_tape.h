@@ -72,23 +72,13 @@ struct ExposesStorage<E, std::void_t<decltype(std::declval<const E&>().data()),
                                      decltype(std::declval<const E&>().innerStride())>>
     : std::true_type {};
 
-// The number type under V: V itself, or a dual's value part's (recursively).
-template <typename V, typename = void>
-struct NumberTypeOf {
-  using type = V;
-};
-template <typename V>
-struct NumberTypeOf<V, std::enable_if_t<IsDual<V>::value>> {
-  using type = typename NumberTypeOf<std::decay_t<decltype(std::declval<const V&>().a)>>::type;
-};
-
 }  // namespace internal
 
 namespace reverse {
 
 // The nodes recorded on one thread for values of type V. Node i has the
-// partial derivatives partials_[ends_[i-1] .. ends_[i]) in the operands listed
-// at the same places of operands_, or is a run: a vector node over the
+// operands entries_[ends_[i-1] .. ends_[i]) (each a node and the partial
+// derivative in it), or is a run: a vector node over the
 // consecutive nodes first, first + 1, ... (a dot product of numbers with a
 // block of variables) whose partials are numbers (constants even when V is a
 // dual: their tangents are zero), stored once in numbers_; such a node has one
@@ -117,8 +107,7 @@ class Tape {
           "reverse-mode evaluations of the same scalar type are not supported)");
     }
     ends_.clear();
-    operands_.clear();
-    partials_.clear();
+    entries_.clear();
     runs_.clear();
     numbers_.clear();
     known_runs_.clear();
@@ -133,21 +122,23 @@ class Tape {
   // Appends a node (operands by their ids); returns its id.
   std::int64_t Push0() { return Close(); }
   std::int64_t Push1(std::int64_t a, const V& da) {
-    operands_.push_back(Node(a));
-    partials_.push_back(da);
+    entries_.Push(da, Node(a));
     return Close();
   }
   std::int64_t Push2(std::int64_t a, const V& da, std::int64_t b, const V& db) {
-    operands_.push_back(Node(a));
-    operands_.push_back(Node(b));
-    partials_.push_back(da);
-    partials_.push_back(db);
+    const std::int32_t na = Node(a), nb = Node(b);
+    entries_.Push(da, na);
+    entries_.Push(db, nb);
     return Close();
   }
   // A node of many operands: AddOperand for each, then Close.
-  void AddOperand(std::int64_t a, const V& da) {
-    operands_.push_back(Node(a));
-    partials_.push_back(da);
+  void AddOperand(std::int64_t a, const V& da) { entries_.Push(da, Node(a)); }
+  // The same for a Var (its partial times its scale; nothing for a constant).
+  // Returns whether it is a variable.
+  bool AddOperand(const Var<V>& a, const V& da) {
+    if (!a.is_variable()) return false;
+    entries_.Push(da * a.scale(), Node(a.index()));
+    return true;
   }
   // A node whose operands are the numbers.size() consecutive nodes of ids
   // first, first + 1, ..., with the partials `numbers` (a vector of numbers:
@@ -158,7 +149,7 @@ class Tape {
   // type) instead of copying it.
   template <typename Numbers>
   std::int64_t PushRun(std::int64_t first, const Numbers& numbers, bool persistent = false) {
-    if (operands_.size() != (ends_.empty() ? 0 : ends_.back())) {
+    if (entries_.size() != (ends_.empty() ? 0 : ends_.back())) {
       throw std::logic_error("reverse::Tape::PushRun: the node already has operands");
     }
     const Index count = numbers.size();
@@ -169,8 +160,7 @@ class Tape {
       throw std::length_error("reverse::Tape: more than 2^31 runs in one recording");
     }
     runs_.push_back({node, numbers_.size(), static_cast<std::size_t>(count), nullptr});
-    operands_.push_back(~static_cast<std::int32_t>(runs_.size() - 1));
-    partials_.push_back(V(0.0));  // unused
+    entries_.Push(V(0.0), ~static_cast<std::int32_t>(runs_.size() - 1));  // partial unused
     // Pointed to, or appended as a range (no zero-filling first), when stored
     // contiguously.
     using Stored = typename Numbers::Scalar;
@@ -191,10 +181,11 @@ class Tape {
     return Close();
   }
   std::int64_t Close() {
-    if (ends_.size() >= static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max())) {
+    if (ends_.size() >= static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max()) ||
+        entries_.size() >= static_cast<std::size_t>(std::numeric_limits<std::uint32_t>::max())) {
       ThrowTooManyNodes();
     }
-    ends_.push_back(operands_.size());
+    ends_.push_back(static_cast<std::uint32_t>(entries_.size()));
     return (static_cast<std::int64_t>(recording_number_) << 32) |
            static_cast<std::int64_t>(ends_.size() - 1);
   }
@@ -263,7 +254,7 @@ class Tape {
   // op(B)^T, d op(B) += alpha op(A)^T dS, each a matrix product of numbers.
   std::int64_t PushProduct(const ProductFactor& a, const ProductFactor& b, Number alpha,
                            Matrix<V>* value) {
-    if (operands_.size() != (ends_.empty() ? 0 : ends_.back())) {
+    if (entries_.size() != (ends_.empty() ? 0 : ends_.back())) {
       throw std::logic_error("reverse::Tape::PushProduct: a node is open");
     }
     if (a.cols != b.rows) {
@@ -275,7 +266,8 @@ class Tape {
     value->resize(m, n);
     const std::size_t outputs = static_cast<std::size_t>(m * n);
     if (outputs == 0) return -1;
-    if (ends_.size() + outputs >= static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max())) {
+    if (ends_.size() + outputs >= static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max()) ||
+        entries_.size() >= static_cast<std::size_t>(std::numeric_limits<std::uint32_t>::max())) {
       ThrowTooManyNodes();
     }
     // The value (and for duals the tangent: op(A).v op(B) + op(A) op(B).v).
@@ -300,7 +292,7 @@ class Tape {
     p.b = b;
     p.alpha = alpha;
     products_.push_back(p);
-    ends_.insert(ends_.end(), outputs, operands_.size());
+    ends_.insert(ends_.end(), outputs, static_cast<std::uint32_t>(entries_.size()));
     return (static_cast<std::int64_t>(recording_number_) << 32) | static_cast<std::int64_t>(p.first);
   }
 
@@ -313,7 +305,7 @@ class Tape {
     if (size <= 0) return;
     const std::int64_t first = vars[0].index();
     for (Index i = 0; i < size; ++i) {
-      if (first < 0 || vars[i].index() != first + static_cast<std::int64_t>(i)) {
+      if (first < 0 || vars[i].index() != first + static_cast<std::int64_t>(i) || !vars[i].unit_scale()) {
         throw std::logic_error("reverse::Tape::AddKnownRun: the Vars are not consecutive nodes");
       }
     }
@@ -359,15 +351,17 @@ class Tape {
       if (internal::IsAllZero(g)) continue;
       const std::size_t begin = i == 0 ? 0 : ends_[i - 1], end = ends_[i];
       if (begin == end) continue;
-      if (operands_[begin] < 0) {  // a run
-        const Run& run = runs_[static_cast<std::size_t>(~operands_[begin])];
+      const std::int32_t* operands = entries_.operands.data();
+      const V* partials = entries_.partials.data();
+      if (operands[begin] < 0) {  // a run
+        const Run& run = runs_[static_cast<std::size_t>(~operands[begin])];
         V* adjoint = adjoints_.data() + run.first;
         const Number* partial = run.held != nullptr ? run.held : numbers_.data() + run.begin;
         for (std::size_t k = 0; k < run.count; ++k) adjoint[k] += g * partial[k];
         continue;
       }
       for (std::size_t k = begin; k < end; ++k) {
-        adjoints_[static_cast<std::size_t>(operands_[k])] += partials_[k] * g;
+        adjoints_[static_cast<std::size_t>(operands[k])] += partials[k] * g;
       }
     }
     for (Index i = 0; i < count; ++i) adjoints[i] = adjoints_[static_cast<std::size_t>(i)];
@@ -469,7 +463,7 @@ class Tape {
   }
 
   [[noreturn]] IMPLICIT_REVERSE_COLD static void ThrowTooManyNodes() {
-    throw std::length_error("reverse::Tape: more than 2^31 nodes in one recording");
+    throw std::length_error("reverse::Tape: more than 2^31 nodes or 2^32 operands in one recording");
   }
   [[noreturn]] IMPLICIT_REVERSE_COLD static void ThrowForeignVar() {
     throw std::logic_error(
@@ -490,10 +484,24 @@ class Tape {
     const V* values;
   };
 
-  std::vector<std::size_t> ends_;
+  std::vector<std::uint32_t> ends_;
   std::vector<KnownRun> known_runs_;
-  std::vector<std::int32_t> operands_;
-  std::vector<V> partials_;
+  // The nodes' operands: partial derivative and node (or ~(a run's index)),
+  // in two arrays (no padding between a double and an int).
+  struct Entries {
+    std::vector<V> partials;
+    std::vector<std::int32_t> operands;
+    void Push(const V& partial, std::int32_t operand) {
+      partials.push_back(partial);
+      operands.push_back(operand);
+    }
+    std::size_t size() const { return operands.size(); }
+    void clear() {
+      partials.clear();
+      operands.clear();
+    }
+  };
+  Entries entries_;
   std::vector<Run> runs_;
   std::vector<Number> numbers_;
   std::vector<Product> products_;
@@ -520,7 +528,7 @@ V Gradient(const V* z, Index size, F&& f, V* gradient) {
   Vector<Var<V>> vars(size);
   for (Index i = 0; i < size; ++i) vars(i) = Var<V>::Independent(z[i]);
   tape.AddKnownRun(vars.data(), size, z);
-  const Var<V> out = f(static_cast<const Vector<Var<V>>&>(vars));
+  const Var<V> out = Var<V>(f(static_cast<const Vector<Var<V>>&>(vars))).Materialized();
   if (out.is_variable()) {
     tape.Adjoints(out.index(), size, gradient);
   } else {

@@ -7,12 +7,26 @@
 //   implicit::reverse::Var<double> y = x(0) * x(1) + 2.0;   // x: Vector<Var<double>>
 #pragma once
 
+#include <implicit/core/dual_matrix_product.h>
+
 #include <Eigen/Core>
 
 #include <cstdint>
 #include <type_traits>
 
 namespace implicit {
+namespace internal {
+// The number type under V: V itself, or a dual's value part's (recursively).
+template <typename V, typename = void>
+struct NumberTypeOf {
+  using type = V;
+};
+template <typename V>
+struct NumberTypeOf<V, std::enable_if_t<IsDual<V>::value>> {
+  using type = typename NumberTypeOf<std::decay_t<decltype(std::declval<const V&>().a)>>::type;
+};
+}  // namespace internal
+
 namespace reverse {
 
 template <typename V>
@@ -20,11 +34,16 @@ class Tape;
 
 // A scalar recorded on this thread's Tape<V> (index() >= 0: its node's id),
 // or a constant (index() < 0, nothing recorded). Constructs from numbers as a
-// constant.
+// constant. A variable is an affine function of its node: its derivative in
+// the node is scale() (1 for the node itself), so that a sum with a constant,
+// a product with a number, a negation or a division by a number records
+// nothing (its partials are multiplied in where the Var is used): a scalar
+// loop's `acc += X(k, i) * x(k)` records one node of two operands, not two.
 template <typename V>
 class Var {
  public:
   using Value = V;
+  using Number = typename internal::NumberTypeOf<V>::type;
   Var() : value_(0.0) {}
   Var(const V& value) : value_(value) {}  // NOLINT: constants convert implicitly
   template <typename A, typename = std::enable_if_t<std::is_arithmetic<A>::value &&
@@ -37,18 +56,33 @@ class Var {
   // them are left out).
   static Var Node(const V& value, const Var& a, const V& da) {
     if (a.index_ < 0) return Var(value);
-    return Var(value, Tape<V>::ThisThread().Push1(a.index_, da));
+    return Var(value, Tape<V>::ThisThread().Push1(a.index_, da * a.scale_));
   }
   static Var Node(const V& value, const Var& a, const V& da, const Var& b, const V& db) {
     if (a.index_ < 0) return Node(value, b, db);
     if (b.index_ < 0) return Node(value, a, da);
-    return Var(value, Tape<V>::ThisThread().Push2(a.index_, da, b.index_, db));
+    return Var(value, Tape<V>::ThisThread().Push2(a.index_, da * a.scale_, b.index_, db * b.scale_));
+  }
+  // value, as an affine function of a with derivative s: no node.
+  static Var Affine(const V& value, const Var& a, Number s) {
+    Var r(value, a.index_);
+    r.scale_ = a.scale_ * s;
+    return a.index_ < 0 ? Var(value) : r;
   }
   // A Var of node id `index` (the library's recorded operations).
   Var(const V& value, std::int64_t index) : value_(value), index_(index) {}
 
   std::int64_t index() const { return index_; }
   bool is_variable() const { return index_ >= 0; }
+  // d(this) / d(its node).
+  Number scale() const { return scale_; }
+  bool unit_scale() const { return scale_ == Number(1); }
+  // The same value as a Var whose derivative in its node is 1 (a node of
+  // its own when its scale is not).
+  Var Materialized() const {
+    if (index_ < 0 || unit_scale()) return *this;
+    return Var(value_, Tape<V>::ThisThread().Push1(index_, V(scale_)));
+  }
 
   Var& operator+=(const Var& b) { return *this = *this + b; }
   Var& operator-=(const Var& b) { return *this = *this - b; }
@@ -60,17 +94,26 @@ class Var {
   friend const V& ValueOf(const Var& a) { return a.value_; }
 
   friend Var operator+(const Var& a) { return a; }
-  friend Var operator-(const Var& a) { return Node(-a.value_, a, V(-1.0)); }
+  friend Var operator-(const Var& a) { return Affine(-a.value_, a, Number(-1)); }
   friend Var operator+(const Var& a, const Var& b) {
+    if (b.index_ < 0) return Affine(a.value_ + b.value_, a, Number(1));
+    if (a.index_ < 0) return Affine(a.value_ + b.value_, b, Number(1));
     return Node(a.value_ + b.value_, a, V(1.0), b, V(1.0));
   }
   friend Var operator-(const Var& a, const Var& b) {
+    if (b.index_ < 0) return Affine(a.value_ - b.value_, a, Number(1));
+    if (a.index_ < 0) return Affine(a.value_ - b.value_, b, Number(-1));
     return Node(a.value_ - b.value_, a, V(1.0), b, V(-1.0));
   }
   friend Var operator*(const Var& a, const Var& b) {
+    Number s;
+    if (a.index_ < 0 && IsNumber(a.value_, &s)) return Affine(a.value_ * b.value_, b, s);
+    if (b.index_ < 0 && IsNumber(b.value_, &s)) return Affine(a.value_ * b.value_, a, s);
     return Node(a.value_ * b.value_, a, b.value_, b, a.value_);
   }
   friend Var operator/(const Var& a, const Var& b) {
+    Number s;
+    if (b.index_ < 0 && IsNumber(b.value_, &s)) return Affine(a.value_ / b.value_, a, Number(1) / s);
     const V inverse = V(1.0) / b.value_;
     const V q = a.value_ * inverse;
     return Node(q, a, inverse, b, -q * inverse);
@@ -86,7 +129,19 @@ class Var {
 #undef IMPLICIT_VAR_COMPARISON
 
  private:
+  // Whether a constant's value is a number (a dual's tangents all zero): *s.
+  static bool IsNumber(const V& value, Number* s) {
+    if constexpr (std::is_same<V, Number>::value) {
+      *s = value;
+      return true;
+    } else {
+      *s = value.a;
+      return internal::IsAllZero(value.v[0]) && V::DIMENSION == 1;
+    }
+  }
+
   V value_;
+  Number scale_ = Number(1);
   std::int64_t index_ = -1;
 };
 
