@@ -159,6 +159,18 @@ struct FactorBuilder {
     const Index rows = transposed ? e.cols() : e.rows(), cols = transposed ? e.rows() : e.cols();
     factor.rows = rows;
     factor.cols = cols;
+    if constexpr (!Tape::kDual && Eigen::internal::has_direct_access<E>::ret) {
+      // A contiguous stretch of a known run (the functor's x, c or theta, or
+      // a Map of it): its values and nodes where they are, nothing read.
+      std::int64_t first = -1;
+      const V* known = nullptr;
+      if (!transposed && rows * cols > 0 && e.innerStride() == 1 && (cols == 1 || e.outerStride() == rows) &&
+          tape.FindKnownRun(e.data(), rows * cols, &first, &known)) {
+        factor.held = known;
+        factor.first = tape.Node(first);
+        return;
+      }
+    }
     factor.values = tape.OwnedMatrix(rows, cols);
     Number* values = tape.Owned(factor.values).data();
     Number* tangents = nullptr;

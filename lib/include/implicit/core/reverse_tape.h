@@ -218,9 +218,10 @@ class Tape {
     internal::GemmOperand<Number> numbers;  // a constant's (data null when owned)
     int owned = -1;                          // a constant in owned_[owned]
     int values = -1, tangents = -1;          // a variable's, in owned_
+    const Number* held = nullptr;            // or its values where they are (a known run)
     std::int32_t first = -1;
     std::size_t ids = kNoIds;
-    bool variable() const { return values >= 0; }
+    bool variable() const { return values >= 0 || held != nullptr; }
   };
   static constexpr std::size_t kNoIds = static_cast<std::size_t>(-1);
 
@@ -384,6 +385,7 @@ class Tape {
       o.data = owned_[static_cast<std::size_t>(f.owned)].data();
       return o;
     }
+    if (!tangent && f.held != nullptr) return {f.held, f.rows, f.cols, f.rows, false};
     const int slot = tangent ? f.tangents : f.values;
     if (slot < 0) return {};
     return {owned_[static_cast<std::size_t>(slot)].data(), f.rows, f.cols, f.rows, false};
