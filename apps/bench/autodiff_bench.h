@@ -3,7 +3,9 @@
 // For each state dimension n it times, per sample, the value of two energies
 // written as user functors (AutoDiffEnergy) and their gradient and
 // Hessian-vector product in forward mode (dual numbers) and in reverse mode
-// (libimplicit's tape; the functors use ad::Dot and ad::LogSumExp), each as a multiple of the value's time; for the retrieval
+// (libimplicit's tape), each as a multiple of the value's time, for each way
+// of writing the functor (--autodiff-styles: the ad:: blocks, Eigen
+// expressions, scalar loops); for the retrieval
 // energy also the built-in closed-form ModernHopfieldEnergy of the same energy:
 //   retrieval   E(x) = 0.5|x|^2 - lse(beta P^T x) / beta, P n x N patterns
 //   attention   x = T tokens of width 16 (n = 16 T); E = -sum_t lse_s(beta k_s.q_t)/beta

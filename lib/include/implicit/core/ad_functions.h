@@ -1,5 +1,8 @@
 // Building blocks for user energies (AutoDiffEnergy functors) that are fast
-// in every scalar type the functor is compiled for.
+// in every scalar type the functor is compiled for. Ordinary Eigen code is
+// as fast in reverse mode (its products and sums are recorded whole,
+// reverse_eigen.h); these remain for functors written against them and for
+// what Eigen has no word for (ad::Persistent, ad::LogSumExp of a vector).
 //
 // A functor templated on the scalar type T is evaluated in Scalar, in
 // forward-mode duals and, for reverse mode, on reverse::Var (reverse_tape.h), which

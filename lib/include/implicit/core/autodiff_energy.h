@@ -11,18 +11,20 @@
 //     double beta;
 //     template <typename T>
 //     T operator()(const implicit::Vector<T>& x, const implicit::Vector<T>& theta) const {
-//       implicit::Vector<T> s(X.cols());   // s = beta X^T x, one dot product each
-//       for (implicit::Index i = 0; i < X.cols(); ++i) s(i) = T(beta) * implicit::ad::Dot(X.col(i), x);
-//       // max-shifted; Dot and LogSumExp are one tape node each (ad_functions.h)
-//       return T(0.5) * x.squaredNorm() - implicit::ad::LogSumExp(s) / T(beta);
+//       const implicit::Vector<T> s = beta * (X.transpose() * x);   // one tape block
+//       const T m = s.maxCoeff();                                   // max-shifted
+//       using std::log;
+//       return 0.5 * x.squaredNorm() - (m + log((s.array() - m).exp().sum())) / beta;
 //     }
 //   };
 //   implicit::AutoDiffEnergy<SoftRetrieval, double> energy(SoftRetrieval{X, 2.0}, n);
 //
-// The functor is compiled for five scalar types (autodiff_mode.h): write dot
-// products with ad::Dot and matrix products with ad::Product (one tape node or
-// block, products of numbers in every type), not Eigen's products on T, which
-// are slow to compile for dual types and record one node per operation.
+// The functor is compiled for five scalar types (autodiff_mode.h). Write it
+// in ordinary Eigen: in reverse mode its matrix products are recorded as
+// whole blocks and its sums as single nodes (reverse_eigen.h), data it holds
+// is read in place, and numbers of the energy's scalar type mix with T
+// without a cast. The ad:: blocks (ad_functions.h) are an alternative of the
+// same speed.
 //
 // Parameters: pass a ParameterSet to the constructor; theta is its flat
 // values() vector (empty when there are none).

@@ -26,10 +26,12 @@
 // The functor is therefore compiled for five scalar types: Scalar,
 // ceres::Jet<Scalar, K> and the nested ceres::Jet<DirectionalJet<Scalar>, K>
 // (forward mode), reverse::Var<Scalar> and reverse::Var<DirectionalJet<Scalar>>
-// (reverse mode). Eigen matrix products (A * x, A * B) work on all of them but
-// instantiate Eigen's general matrix kernels for each dual type, which is slow
-// to compile (minutes for a few products, more in sanitizer or debug builds);
-// element-wise operations, reductions and ad::Dot are cheap.
+// (reverse mode). Eigen matrix products (A * x, A * B) work on all of them:
+// on Vars each is one recorded block (reverse_eigen.h), and a product of data
+// with forward mode's duals runs as products of numbers; a product of two
+// dual matrices in forward mode instantiates Eigen's general kernels for the
+// dual type, which is slow to compile (minutes for a few products, more in
+// sanitizer or debug builds).
 // A Var does not convert to its value, so a functor that computes with
 // extracted values (which would lose their derivatives) does not compile for
 // it; a functor that needs that (a bisection on values, say) declares

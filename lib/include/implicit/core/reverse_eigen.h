@@ -489,43 +489,25 @@ IMPLICIT_VAR_PRODUCT_EVALUATOR(GemmProduct)
 #undef IMPLICIT_VAR_PRODUCT_EVALUATOR
 
 // dst = A * B, dst += A * B, dst -= A * B with Var scalars: one recorded block.
-template <typename DstXprType, typename Lhs, typename Rhs, int Options, typename V>
-struct Assignment<DstXprType, Product<Lhs, Rhs, Options>,
-                  assign_op<implicit::reverse::Var<V>, implicit::reverse::Var<V>>, Dense2Dense,
-                  typename enable_if<(Options == DefaultProduct || Options == AliasFreeProduct)>::type> {
-  typedef Product<Lhs, Rhs, Options> SrcXprType;
-  static void run(DstXprType& dst, const SrcXprType& src,
-                  const assign_op<implicit::reverse::Var<V>, implicit::reverse::Var<V>>&) {
-    implicit::Matrix<implicit::reverse::Var<V>> result;
-    implicit::reverse::internal::RecordProduct<V>(src.lhs(), src.rhs(), &result);
-    if (dst.rows() != result.rows() || dst.cols() != result.cols()) dst.resize(result.rows(), result.cols());
-    dst = result;
-  }
-};
-template <typename DstXprType, typename Lhs, typename Rhs, int Options, typename V>
-struct Assignment<DstXprType, Product<Lhs, Rhs, Options>,
-                  add_assign_op<implicit::reverse::Var<V>, implicit::reverse::Var<V>>, Dense2Dense,
-                  typename enable_if<(Options == DefaultProduct || Options == AliasFreeProduct)>::type> {
-  typedef Product<Lhs, Rhs, Options> SrcXprType;
-  static void run(DstXprType& dst, const SrcXprType& src,
-                  const add_assign_op<implicit::reverse::Var<V>, implicit::reverse::Var<V>>&) {
-    implicit::Matrix<implicit::reverse::Var<V>> result;
-    implicit::reverse::internal::RecordProduct<V>(src.lhs(), src.rhs(), &result);
-    dst += result;
-  }
-};
-template <typename DstXprType, typename Lhs, typename Rhs, int Options, typename V>
-struct Assignment<DstXprType, Product<Lhs, Rhs, Options>,
-                  sub_assign_op<implicit::reverse::Var<V>, implicit::reverse::Var<V>>, Dense2Dense,
-                  typename enable_if<(Options == DefaultProduct || Options == AliasFreeProduct)>::type> {
-  typedef Product<Lhs, Rhs, Options> SrcXprType;
-  static void run(DstXprType& dst, const SrcXprType& src,
-                  const sub_assign_op<implicit::reverse::Var<V>, implicit::reverse::Var<V>>&) {
-    implicit::Matrix<implicit::reverse::Var<V>> result;
-    implicit::reverse::internal::RecordProduct<V>(src.lhs(), src.rhs(), &result);
-    dst -= result;
-  }
-};
+template <typename V, typename Dst, typename Src, typename Func>
+void AssignRecordedProduct(Dst& dst, const Src& src, const Func& func) {
+  implicit::Matrix<implicit::reverse::Var<V>> result;
+  implicit::reverse::internal::RecordProduct<V>(src.lhs(), src.rhs(), &result);
+  call_assignment_no_alias(dst, result, func);  // resizes dst for =
+}
+#define IMPLICIT_VAR_PRODUCT_ASSIGNMENT(Op)                                                                 \
+  template <typename DstXprType, typename Lhs, typename Rhs, int Options, typename V>                    \
+  struct Assignment<DstXprType, Product<Lhs, Rhs, Options>, Op<implicit::reverse::Var<V>, implicit::reverse::Var<V>>, \
+                    Dense2Dense, typename enable_if<(Options == DefaultProduct || Options == AliasFreeProduct)>::type> { \
+    static void run(DstXprType& dst, const Product<Lhs, Rhs, Options>& src,                              \
+                    const Op<implicit::reverse::Var<V>, implicit::reverse::Var<V>>& func) {             \
+      AssignRecordedProduct<V>(dst, src, func);                                                          \
+    }                                                                                                    \
+  };
+IMPLICIT_VAR_PRODUCT_ASSIGNMENT(assign_op)
+IMPLICIT_VAR_PRODUCT_ASSIGNMENT(add_assign_op)
+IMPLICIT_VAR_PRODUCT_ASSIGNMENT(sub_assign_op)
+#undef IMPLICIT_VAR_PRODUCT_ASSIGNMENT
 
 // dst = A * B with dual numbers (forward mode) and one factor of numbers:
 // products of numbers (internal::MatrixProduct); Eigen's mixed-scalar matrix
