@@ -37,7 +37,9 @@
 
 #include <Eigen/Core>
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <type_traits>
 #include <vector>
 
@@ -115,7 +117,7 @@ struct FactorBuilder {
 
   // A scalar factor s of the expression.
   void Scale(const Var<V>& s) {
-    if (!s.is_variable() && internal_IsNumber(ValueOf(s))) {
+    if (!s.is_variable() && IsNumberValue(ValueOf(s))) {
       alpha *= NumberPart(ValueOf(s));
     } else {
       scale = scaled ? scale * s : s;
@@ -264,7 +266,7 @@ struct FactorBuilder {
 
  private:
   template <typename X>
-  static bool internal_IsNumber(const X& x) {
+  static bool IsNumberValue(const X& x) {
     if constexpr (Tape::kDual) {
       return x.v[0] == Number(0);
     } else {
@@ -314,7 +316,6 @@ struct VarValue<Var<V>> {
 // Stored coefficients (a matrix, a map, a block of one): read at no cost.
 template <typename E>
 constexpr bool kStored = Eigen::internal::has_direct_access<std::decay_t<E>>::ret;
-// x.cwiseAbs2() and x.cwiseProduct(y) (or dot's conjugate product) of stored Vars.
 // A product of dual numbers (forward mode's ceres::Jet) by numbers.
 template <typename Lhs, typename Rhs>
 constexpr bool kDualTimesNumbers =
@@ -323,6 +324,7 @@ constexpr bool kDualTimesNumbers =
     (std::is_arithmetic<typename Lhs::Scalar>::value &&
      ::implicit::internal::IsDual<typename Rhs::Scalar>::value);
 
+// x.cwiseAbs2() and x.cwiseProduct(y) (or dot's conjugate product) of stored Vars.
 template <typename Xpr>
 struct IsAbs2 : std::false_type {};
 template <typename V, typename E>
