@@ -117,8 +117,9 @@ struct FactorBuilder {
 
   // A scalar factor s of the expression.
   void Scale(const Var<V>& s) {
-    if (!s.is_variable() && IsNumberValue(ValueOf(s))) {
-      alpha *= NumberPart(ValueOf(s));
+    Number number;
+    if (!s.is_variable() && Var<V>::IsNumber(ValueOf(s), &number)) {
+      alpha *= number;
     } else {
       scale = scaled ? scale * s : s;
       scaled = true;
@@ -264,24 +265,6 @@ struct FactorBuilder {
     }
   }
 
- private:
-  template <typename X>
-  static bool IsNumberValue(const X& x) {
-    if constexpr (Tape::kDual) {
-      return x.v[0] == Number(0);
-    } else {
-      (void)x;
-      return true;
-    }
-  }
-  template <typename X>
-  static Number NumberPart(const X& x) {
-    if constexpr (Tape::kDual) {
-      return x.a;
-    } else {
-      return x;
-    }
-  }
 };
 
 // *out = lhs * rhs, recorded as one product block (Tape::PushProduct).

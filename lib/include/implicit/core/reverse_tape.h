@@ -131,10 +131,9 @@ class Tape {
     entries_.Push(db, nb);
     return Close();
   }
-  // A node of many operands: AddOperand for each, then Close.
-  void AddOperand(std::int64_t a, const V& da) { entries_.Push(da, Node(a)); }
-  // The same for a Var (its partial times its scale; nothing for a constant).
-  // Returns whether it is a variable.
+  // A node of many operands: AddOperand for each, then Close. The partial
+  // da is in the Var; its scale is multiplied in, and a constant adds
+  // nothing. Returns whether it is a variable.
   bool AddOperand(const Var<V>& a, const V& da) {
     if (!a.is_variable()) return false;
     entries_.Push(da * a.scale(), Node(a.index()));
@@ -181,10 +180,7 @@ class Tape {
     return Close();
   }
   std::int64_t Close() {
-    if (ends_.size() >= static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max()) ||
-        entries_.size() >= static_cast<std::size_t>(std::numeric_limits<std::uint32_t>::max())) {
-      ThrowTooManyNodes();
-    }
+    CheckRoom(1);
     ends_.push_back(static_cast<std::uint32_t>(entries_.size()));
     return (static_cast<std::int64_t>(recording_number_) << 32) |
            static_cast<std::int64_t>(ends_.size() - 1);
@@ -267,10 +263,7 @@ class Tape {
     value->resize(m, n);
     const std::size_t outputs = static_cast<std::size_t>(m * n);
     if (outputs == 0) return -1;
-    if (ends_.size() + outputs >= static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max()) ||
-        entries_.size() >= static_cast<std::size_t>(std::numeric_limits<std::uint32_t>::max())) {
-      ThrowTooManyNodes();
-    }
+    CheckRoom(outputs + 1);  // the block, and room for one more node after it
     // The value (and for duals the tangent: op(A).v op(B) + op(A) op(B).v).
     Matrix<Number>& s = product_scratch_[0];
     s.resize(m, n);
@@ -464,6 +457,14 @@ class Tape {
     }
   }
 
+  // Throws when `nodes` more nodes would exceed the ids (2^31 nodes) or the
+  // 4-byte node ends (2^32 operands).
+  void CheckRoom(std::size_t nodes) const {
+    if (ends_.size() + nodes > static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max()) ||
+        entries_.size() >= static_cast<std::size_t>(std::numeric_limits<std::uint32_t>::max())) {
+      ThrowTooManyNodes();
+    }
+  }
   [[noreturn]] IMPLICIT_REVERSE_COLD static void ThrowTooManyNodes() {
     throw std::length_error("reverse::Tape: more than 2^31 nodes or 2^32 operands in one recording");
   }

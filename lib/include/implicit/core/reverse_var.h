@@ -74,6 +74,17 @@ class Var {
 
   std::int64_t index() const { return index_; }
   bool is_variable() const { return index_ >= 0; }
+  // Whether a constant's value is a plain number (a dual's tangent zero),
+  // and that number: *s.
+  static bool IsNumber(const V& value, Number* s) {
+    if constexpr (std::is_same<V, Number>::value) {
+      *s = value;
+      return true;
+    } else {
+      *s = value.a;
+      return internal::IsAllZero(value.v[0]) && V::DIMENSION == 1;
+    }
+  }
   // d(this) / d(its node).
   Number scale() const { return scale_; }
   bool unit_scale() const { return scale_ == Number(1); }
@@ -129,17 +140,6 @@ class Var {
 #undef IMPLICIT_VAR_COMPARISON
 
  private:
-  // Whether a constant's value is a number (a dual's tangents all zero): *s.
-  static bool IsNumber(const V& value, Number* s) {
-    if constexpr (std::is_same<V, Number>::value) {
-      *s = value;
-      return true;
-    } else {
-      *s = value.a;
-      return internal::IsAllZero(value.v[0]) && V::DIMENSION == 1;
-    }
-  }
-
   V value_;
   Number scale_ = Number(1);
   std::int64_t index_ = -1;
