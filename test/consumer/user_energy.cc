@@ -1,8 +1,8 @@
 // The README's user energy (modern Hopfield retrieval written once as a
-// functor) through the installed package: its equilibria by Picard, and its
-// gradient and Hessian-vector product in reverse mode (when the package was
-// built with ADOL-C) equal to forward mode's. Exits non-zero otherwise.
-#include <implicit/core/ad_functions.h>
+// functor in plain Eigen) through the installed package: its equilibria by
+// Picard, and its gradient and Hessian-vector product in reverse mode (the
+// product recorded as one block, reverse_eigen.h) equal to forward mode's.
+// Exits non-zero otherwise.
 #include <implicit/core/autodiff_energy.h>
 #include <implicit/core/energy_maps.h>
 #include <implicit/solvers/picard.h>
@@ -15,9 +15,10 @@ struct Retrieval {
   double beta;
   template <typename T>
   T operator()(const implicit::Vector<T>& x, const implicit::Vector<T>&) const {
-    implicit::Vector<T> s(X.cols());   // s_i = beta X_i . x
-    for (implicit::Index i = 0; i < X.cols(); ++i) s(i) = T(beta) * implicit::ad::Dot(X.col(i), x);
-    return T(0.5) * x.squaredNorm() - implicit::ad::LogSumExp(s) / T(beta);
+    const implicit::Vector<T> s = beta * (X.transpose() * x);   // one tape block in reverse mode
+    const T m = s.maxCoeff();                                   // max-shifted log-sum-exp
+    using std::log;
+    return 0.5 * x.squaredNorm() - (m + log((s.array() - m).exp().sum())) / beta;
   }
 };
 
