@@ -33,6 +33,7 @@
 #include "problems/problem_options.h"
 #include "problems/problem_run.h"
 
+#include <implicit/core/cpu_dispatch.h>
 #include <implicit/core/digits.h>
 
 #include <Eigen/Core>
@@ -457,12 +458,20 @@ std::string BuildFlagText() {
   return text;
 }
 
+std::string CpuLevelsText() {
+  std::string text;
+  for (implicit::CpuLevel l : implicit::AvailableCpuLevels()) text += (text.empty() ? "" : ", ") + std::string(implicit::ToString(l));
+  return text;
+}
+
 void PrintMachine() {
   std::cout << "machine: " << std::thread::hardware_concurrency() << " cores (" << UsableCores()
             << " usable by this process), " << CpuModel() << "\n"
             << "build: " << CompilerVersion() << ", Eigen " << EigenVersion() << " (SIMD "
             << Eigen::SimdInstructionSetsInUse() << ", " << Eigen::nbThreads() << " thread(s)); " << BuildFlagText()
-            << "\n";
+            << "\n"
+            << "kernels: " << implicit::ToString(implicit::ActiveCpuLevel()) << " (of " << CpuLevelsText()
+            << " available; IMPLICIT_CPU_LEVEL picks one)\n";
 }
 
 void PrintFloors(const Options& o, const std::vector<FloorRow>& floors) {
@@ -560,6 +569,9 @@ void WriteJson(const Options& o, const Measurements& m, const std::string& data_
   build["eigen"] = EigenVersion();
   build["eigen_simd"] = std::string(Eigen::SimdInstructionSetsInUse());
   build["eigen_threads"] = Eigen::nbThreads();
+  build["cpu_level"] = implicit::ToString(implicit::ActiveCpuLevel());
+  build["cpu_levels_available"] = Json::array();
+  for (implicit::CpuLevel l : implicit::AvailableCpuLevels()) build["cpu_levels_available"].push_back(implicit::ToString(l));
   for (const BuildFlag& f : BuildFlags()) build[f.name] = f.defined;
   root["settings"] = SettingsJson(o, data_source);
   root["floors"] = Json::array();

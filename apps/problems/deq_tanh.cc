@@ -3,6 +3,7 @@
 
 #include "common/format.h"
 
+#include <implicit/core/gemm.h>
 #include <implicit/core/spectral_norm.h>
 
 #include <Eigen/Dense>
@@ -26,7 +27,7 @@ class TanhDeqMapT : public implicit::FixedPointMap<S> {
   }
   Index dimension() const override { return W_.rows(); }
   void Evaluate(implicit::ConstMatrixRef<S> z, implicit::MatrixRef<S> out) const override {
-    out.noalias() = W_ * z;
+    implicit::internal::GemmInto<S>(out, W_, false, z);
     out += injection_;
     out = out.array().tanh().matrix();
   }
@@ -34,7 +35,7 @@ class TanhDeqMapT : public implicit::FixedPointMap<S> {
   bool SupportsColumnSubsets() const override { return true; }
   void EvaluateColumns(implicit::ConstMatrixRef<S> z, const std::vector<Index>& columns,
                        implicit::MatrixRef<S> out) const override {
-    out.noalias() = W_ * z;
+    implicit::internal::GemmInto<S>(out, W_, false, z);
     for (Index j = 0; j < z.cols(); ++j) out.col(j) += injection_.col(columns[j]);
     out = out.array().tanh().matrix();
   }
@@ -57,14 +58,14 @@ class TanhDeqMapT : public implicit::FixedPointMap<S> {
     Matrix<S> f(z.rows(), z.cols());
     Evaluate(z, f);
     Matrix<S> du = ((S(1) - f.array().square()) * u.array()).matrix();
-    out.noalias() = W_.transpose() * du;
+    implicit::internal::GemmInto<S>(out, W_, /*transpose_a=*/true, du);
   }
   const Matrix<S>& weights() const { return W_; }
 
  private:
   // out = diag(1 - f^2) W v at the points whose f is given.
   void ApplyJacobian(const Matrix<S>& f, implicit::ConstMatrixRef<S> v, implicit::MatrixRef<S> out) const {
-    out.noalias() = W_ * v;
+    implicit::internal::GemmInto<S>(out, W_, false, v);
     out.array() *= S(1) - f.array().square();
   }
 
@@ -95,7 +96,7 @@ class DeqTanhProblemT : public ProblemT<S> {
                      "the one GEMM of z <- tanh(W z + U x + b) on all B samples (U x + b is computed "
                      "once, at construction); the tanh and the solver's vector work are extra",
                      2.0 * double(kHidden) * double(kHidden) * double(B), repeats, [&] {
-                       out.noalias() = W * z;
+                       implicit::internal::GemmInto<S>(out, W, false, z);
                        return static_cast<double>(out(0, 0));
                      });
   }

@@ -1,6 +1,7 @@
 // Timing a problem's floor (FloorTiming, below).
 #pragma once
 
+#include <implicit/core/gemm.h>
 #include <implicit/core/types.h>
 
 #include <algorithm>
@@ -68,8 +69,8 @@ FloorTiming HopfieldTypeFloor(const Matrix<S>& X, const Matrix<S>& Z, const std:
   const std::string t = x_name + "^T Z (" + Shape(N, n) + " * " + Shape(n, B) + ") + " + x_name + " P (" +
                         Shape(n, N) + " * " + Shape(N, B) + ")";
   return TimeFloor(t, note, 4.0 * double(n) * double(N) * double(B), repeats, [&] {
-    scores.noalias() = X.transpose() * Z;
-    out.noalias() = X * P;
+    implicit::internal::GemmInto<S>(scores, X, /*transpose_a=*/true, Z);  // as the maps do them
+    implicit::internal::GemmInto<S>(out, X, false, P);
     return static_cast<double>(scores(0, 0) + out(0, 0));
   });
 }

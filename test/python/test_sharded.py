@@ -69,4 +69,6 @@ def test_two_processes_share_the_batch_and_agree(tmp_path):
     assert out.returncode == 0, out.stderr
     lines = [(tmp_path / ("rank%d.txt" % r)).read_text().split() for r in range(2)]
     assert [line[:4] for line in lines] == [["0", "2", "21", "21"], ["1", "2", "21", "21"]]
-    assert all(float(line[4]) == 0.0 for line in lines)
+    # Equal up to the order of summation (docs/mpi.md): a shard's products have
+    # other column counts, and AVX2/AVX-512 GEMMs round a column's sums by block.
+    assert all(float(line[4]) < 1e-12 for line in lines)

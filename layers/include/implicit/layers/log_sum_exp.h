@@ -29,6 +29,7 @@
 // processed on Eigen::nbThreads() threads, a column each (same results).
 #pragma once
 
+#include <implicit/core/cpu_dispatch.h>
 #include <implicit/core/types.h>
 
 #include <algorithm>
@@ -36,6 +37,7 @@
 #include <limits>
 #include <sstream>
 #include <stdexcept>
+#include <type_traits>
 
 namespace implicit {
 namespace internal {
@@ -131,6 +133,18 @@ inline int ColumnThreads(Index rows, Index cols) {
 }
 #endif
 
+// A per-thread scratch matrix (rows x cols) for the hot paths: the buffer only
+// grows, so repeated calls with the same or fewer entries do not allocate, and
+// each thread has its own, so const energies stay safe to call concurrently.
+// Slot tells apart the buffers one evaluation uses at the same time. The view
+// is valid until the next call with the same Scalar and Slot on this thread.
+template <typename Scalar, int Slot>
+Eigen::Map<Matrix<Scalar>> ThreadScratch(Index rows, Index cols) {
+  static thread_local Vector<Scalar> buffer;
+  if (buffer.size() < rows * cols) buffer.resize(rows * cols);
+  return Eigen::Map<Matrix<Scalar>>(buffer.data(), rows, cols);
+}
+
 // Throws unless mask is empty, N x 1 or N x B for scores of shape N x B.
 template <typename Scalar>
 void CheckScoreMask(const Matrix<Scalar>& mask, Index N, Index B, const char* who) {
@@ -147,12 +161,31 @@ void CheckScoreMask(const Matrix<Scalar>& mask, Index N, Index B, const char* wh
 // N x 1 or N x B; additive), and lse[b] = log sum exp(beta a_b + mask_b) when
 // lse != nullptr (B entries). With want_weights = false only lse is computed
 // and a holds beta a + mask on return. Does not allocate.
+// For float and double the pass is the CPU-dispatched kernel
+// (core/cpu_dispatch.h), and the special columns it leaves are finished here.
 template <typename Scalar>
 void ScaledColumnSoftmaxInPlace(MatrixRef<Scalar> a, Scalar beta, const Matrix<Scalar>& mask,
                                 Scalar* lse, const char* who, bool want_weights = true) {
   CheckScoreMask<Scalar>(mask, a.rows(), a.cols(), who);
 #ifdef _OPENMP
   const int threads = ColumnThreads(a.rows(), a.cols());
+#else
+  const int threads = 1;
+#endif
+  if constexpr (std::is_same_v<Scalar, float> || std::is_same_v<Scalar, double>) {
+    Scalar* l = lse != nullptr ? lse : ThreadScratch<Scalar, 9>(a.cols(), 1).data();
+    ScaledSoftmaxColumnsKernel<Scalar>(a.data(), a.rows(), a.cols(), a.outerStride(), beta,
+                                       mask.size() == 0 ? nullptr : mask.data(),
+                                       mask.cols() == 1 ? 0 : mask.rows(), l, want_weights, threads);
+    for (Index b = 0; b < a.cols(); ++b) {
+      if (std::isfinite(l[b])) continue;
+      auto col = a.col(b);  // holds beta a + mask, or a NaN sum's exponentials
+      Eigen::Ref<Vector<Scalar>> weights(col);
+      l[b] = SpecialSoftmaxColumn<Scalar>(col, l[b], std::isnan(l[b]), want_weights ? &weights : nullptr);
+    }
+    return;
+  }
+#ifdef _OPENMP
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
 #endif
   for (Index b = 0; b < a.cols(); ++b) {
@@ -170,18 +203,6 @@ void ScaledColumnSoftmaxInPlace(MatrixRef<Scalar> a, Scalar beta, const Matrix<S
     const Scalar l = want_weights ? SoftmaxColumn<Scalar>(col, col) : LogSumExpColumn<Scalar>(col);
     if (lse != nullptr) lse[b] = l;
   }
-}
-
-// A per-thread scratch matrix (rows x cols) for the hot paths: the buffer only
-// grows, so repeated calls with the same or fewer entries do not allocate, and
-// each thread has its own, so const energies stay safe to call concurrently.
-// Slot tells apart the buffers one evaluation uses at the same time. The view
-// is valid until the next call with the same Scalar and Slot on this thread.
-template <typename Scalar, int Slot>
-Eigen::Map<Matrix<Scalar>> ThreadScratch(Index rows, Index cols) {
-  static thread_local Vector<Scalar> buffer;
-  if (buffer.size() < rows * cols) buffer.resize(rows * cols);
-  return Eigen::Map<Matrix<Scalar>>(buffer.data(), rows, cols);
 }
 
 }  // namespace internal

@@ -37,6 +37,7 @@
 
 #include <implicit/core/energy.h>
 #include <implicit/core/parameters.h>
+#include <implicit/core/gemm.h>
 #include <implicit/core/types.h>
 #include <implicit/layers/entmax.h>
 
@@ -131,7 +132,7 @@ class SparseHopfieldEnergy : public Energy<Scalar> {
     Matrix<Scalar> p(num_patterns(), xi.cols());
     Weights(xi, p);
     grad = xi;
-    grad.noalias() -= patterns() * p;
+    internal::GemmInto<Scalar>(grad, patterns(), false, p, Scalar(-1), Scalar(1));
   }
 
   // xi <- X entmax(beta X^T xi), exactly (no cancellation in xi - grad E).
@@ -139,7 +140,7 @@ class SparseHopfieldEnergy : public Energy<Scalar> {
     internal::CheckShape("SparseHopfieldEnergy::CccpUpdate(out)", out, xi.rows(), xi.cols());
     Matrix<Scalar> p(num_patterns(), xi.cols());
     Weights(xi, p);
-    out.noalias() = patterns() * p;
+    internal::GemmInto<Scalar>(out, patterns(), false, p);
   }
 
   // The CCCP update X p and E from one score GEMM and one entmax pass.
@@ -199,8 +200,7 @@ void SparseHopfieldEnergy<Scalar>::Scores(
     MatrixRef<Scalar> scores) const {
   internal::CheckBatch("SparseHopfieldEnergy::Scores(xi)", xi, dimension());
   internal::CheckShape("SparseHopfieldEnergy::Scores(scores)", scores, num_patterns(), xi.cols());
-  scores.noalias() = patterns().transpose() * xi;
-  scores *= beta();
+  internal::GemmInto<Scalar>(scores, patterns(), /*transpose_a=*/true, xi, beta());
   for (size_t i = 0; i < mask_.size(); ++i) {
     if (!mask_[i]) scores.row(static_cast<Index>(i)).setConstant(-std::numeric_limits<Scalar>::infinity());
   }
@@ -215,7 +215,7 @@ void SparseHopfieldEnergy<Scalar>::CccpUpdateAndValue(
   Matrix<Scalar> p(num_patterns(), xi.cols());
   WeightsAndValues(xi, p, values, "SparseHopfieldEnergy::CccpUpdateAndValue(xi)",
                    "SparseHopfieldEnergy::CccpUpdateAndValue(values)");
-  out.noalias() = patterns() * p;
+  internal::GemmInto<Scalar>(out, patterns(), false, p);
 }
 
 template <typename Scalar>
@@ -228,7 +228,7 @@ void SparseHopfieldEnergy<Scalar>::GradientAndValue(
   WeightsAndValues(xi, p, values, "SparseHopfieldEnergy::GradientAndValue(xi)",
                    "SparseHopfieldEnergy::GradientAndValue(values)");
   grad = xi;
-  grad.noalias() -= patterns() * p;
+  internal::GemmInto<Scalar>(grad, patterns(), false, p, Scalar(-1), Scalar(1));
 }
 
 template <typename Scalar>

@@ -10,6 +10,7 @@
 //   kernel.Value(W, nullptr, eval, x, values);           // W: n x N couplings
 #pragma once
 
+#include <implicit/core/gemm.h>
 #include <implicit/core/types.h>
 
 #include <stdexcept>
@@ -27,10 +28,18 @@ template <typename Scalar>
 struct SeparableEnergy {
   Scalar q = Scalar(1);
 
+  // The unit inputs W^T x (N x B), the energy's large product.
+  template <typename WT>
+  static Matrix<Scalar> Scores(const WT& W, ConstMatrixRef<Scalar> x) {
+    Matrix<Scalar> s(W.cols(), x.cols());
+    GemmInto<Scalar>(s, W, /*transpose_a=*/true, x);
+    return s;
+  }
+
   template <typename WT, typename Eval>
   void Value(const WT& W, const Vector<Scalar>* bias, const Eval& eval,
              ConstMatrixRef<Scalar> x, VectorRef<Scalar> values) const {
-    const Matrix<Scalar> s = W.transpose() * x;
+    const Matrix<Scalar> s = Scores(W, x);
     Matrix<Scalar> g;
     eval(s, &g, nullptr, nullptr);
     values = (Scalar(0.5) * q) * x.colwise().squaredNorm().transpose() -
@@ -42,13 +51,14 @@ struct SeparableEnergy {
   void RetrievalAndValue(const WT& W, const Vector<Scalar>* bias, const Eval& eval,
                          ConstMatrixRef<Scalar> x, Matrix<Scalar>* r,
                          VectorRef<Scalar> values) const {
-    const Matrix<Scalar> s = W.transpose() * x;
+    const Matrix<Scalar> s = Scores(W, x);
     Matrix<Scalar> g, dg;
     eval(s, &g, &dg, nullptr);
     values = (Scalar(0.5) * q) * x.colwise().squaredNorm().transpose() -
              g.colwise().sum().transpose();
     if (bias != nullptr) values.noalias() -= x.transpose() * (*bias);
-    r->noalias() = W * dg;
+    r->resize(W.rows(), x.cols());
+    GemmInto<Scalar>(*r, W, false, dg);
     if (bias != nullptr) r->colwise() += *bias;
   }
   // grad = q x - bias - W G'(W^T x);   *retrieval (optional) = bias + W G'(W^T x).
@@ -62,17 +72,18 @@ struct SeparableEnergy {
   template <typename WT, typename Eval>
   void Retrieval(const WT& W, const Vector<Scalar>* bias, const Eval& eval,
                  ConstMatrixRef<Scalar> x, Matrix<Scalar>* r) const {
-    const Matrix<Scalar> s = W.transpose() * x;
+    const Matrix<Scalar> s = Scores(W, x);
     Matrix<Scalar> dg;
     eval(s, nullptr, &dg, nullptr);
-    r->noalias() = W * dg;
+    r->resize(W.rows(), x.cols());
+    GemmInto<Scalar>(*r, W, false, dg);
     if (bias != nullptr) r->colwise() += *bias;
   }
   // H v = q v - W (G''(s) .* W^T v).
   template <typename WT, typename Eval>
   void HessianVectorProduct(const WT& W, const Eval& eval, ConstMatrixRef<Scalar> x,
                             ConstMatrixRef<Scalar> v, MatrixRef<Scalar> out) const {
-    const Matrix<Scalar> s = W.transpose() * x;
+    const Matrix<Scalar> s = Scores(W, x);
     Matrix<Scalar> d2g;
     eval(s, nullptr, nullptr, &d2g);
     const Matrix<Scalar> wv = (d2g.array() * (W.transpose() * v).array()).matrix();
@@ -83,7 +94,7 @@ struct SeparableEnergy {
   template <typename WT, typename Eval>
   Matrix<Scalar> WeightVjp(const WT& W, const Eval& eval, ConstMatrixRef<Scalar> x,
                            ConstMatrixRef<Scalar> u) const {
-    const Matrix<Scalar> s = W.transpose() * x;
+    const Matrix<Scalar> s = Scores(W, x);
     Matrix<Scalar> dg, d2g;
     eval(s, nullptr, &dg, &d2g);
     const Matrix<Scalar> wu = (d2g.array() * (W.transpose() * u).array()).matrix();

@@ -1,14 +1,19 @@
 // internal::Gemm: C = beta C + alpha op(A) op(B) on column-major numbers
-// (float or double), compiled once in the library (lib/src/gemm.cc) with
-// Eigen's matrix product, so that code which only needs a product of plain
-// numbers (the reverse tape's recorded products, reverse_products.h) does not
-// instantiate Eigen's product kernels in every translation unit.
+// (float or double), compiled in the library with Eigen's matrix product for
+// each CPU level and run at the level chosen at run time (cpu_dispatch.h).
+// Code that only needs a product of plain numbers (the reverse tape's recorded
+// products) does not instantiate Eigen's product kernels in every translation
+// unit, and the attention energies' large products (GemmInto) run with AVX2 or
+// AVX-512 where the CPU has them, whatever the build's flags.
 //
 //   implicit::internal::GemmOperand<double> a{x.data(), n, N, n, /*transposed=*/true};
 //   implicit::internal::Gemm<double>(1.0, a, b, 0.0, out.data(), N);   // out = x^T b
+//   implicit::internal::GemmInto<double>(out, x, /*transpose_a=*/true, b);  // the same on Eigen objects
 #pragma once
 
 #include <implicit/core/types.h>
+
+#include <type_traits>
 
 namespace implicit {
 namespace internal {
@@ -36,6 +41,33 @@ extern template void Gemm<float>(float, const GemmOperand<float>&, const GemmOpe
                                  float*, Index);
 extern template void Gemm<double>(double, const GemmOperand<double>&, const GemmOperand<double>&,
                                   double, double*, Index);
+
+// c = beta c + alpha op(a) b, op(a) = a^T when transpose_a, on Eigen matrices
+// or views (columns contiguous); c must not alias a or b (as Eigen's
+// noalias()). float and double run internal::Gemm; other scalar types Eigen's
+// own product.
+template <typename Scalar>
+void GemmInto(MatrixRef<Scalar> c, ConstMatrixRef<Scalar> a, bool transpose_a, ConstMatrixRef<Scalar> b,
+              Scalar alpha = Scalar(1), Scalar beta = Scalar(0)) {
+  if constexpr (std::is_same_v<Scalar, float> || std::is_same_v<Scalar, double>) {
+    const Index rows = transpose_a ? a.cols() : a.rows();
+    CheckShape("internal::GemmInto(c)", c, rows, b.cols());
+    Gemm<Scalar>(alpha, GemmOperand<Scalar>{a.data(), a.rows(), a.cols(), a.outerStride(), transpose_a},
+                 GemmOperand<Scalar>{b.data(), b.rows(), b.cols(), b.outerStride(), false}, beta, c.data(),
+                 c.outerStride());
+  } else {
+    if (beta == Scalar(0)) {
+      c.setZero();
+    } else if (beta != Scalar(1)) {
+      c *= beta;
+    }
+    if (transpose_a) {
+      c.noalias() += alpha * (a.transpose() * b);
+    } else {
+      c.noalias() += alpha * (a * b);
+    }
+  }
+}
 
 }  // namespace internal
 }  // namespace implicit

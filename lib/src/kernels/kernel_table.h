@@ -1,0 +1,54 @@
+// The table of CPU kernels one instruction-set level provides (see
+// lib/include/implicit/core/cpu_dispatch.h). Plain pointers and integers only:
+// this header is included by the per-level kernel units, which must not see
+// any libimplicit header (every inline function they compiled would be a
+// second, differently compiled definition of it; kernels.inc explains).
+#pragma once
+
+#include <cstddef>
+
+namespace implicit {
+namespace internal {
+
+// A column-major matrix of rows x cols numbers at data[i + j * stride],
+// used as itself or, when transposed, as its transpose.
+template <typename Number>
+struct KernelOperand {
+  const Number* data;
+  std::ptrdiff_t rows, cols, stride;
+  bool transposed;
+};
+
+template <typename Number>
+struct KernelsFor {
+  // c (m x n, column stride c_stride) = beta c + alpha op(a) op(b), with
+  // Eigen's products on up to `threads` threads. Shapes already checked.
+  void (*gemm)(Number alpha, const KernelOperand<Number>& a, const KernelOperand<Number>& b, Number beta,
+               Number* c, std::ptrdiff_t c_stride, int threads);
+  // Column by column of the rows x cols matrix a (column stride `stride`):
+  // a <- beta a + mask (mask: nullptr, one column, or one per column at
+  // mask_stride), then, when the column's maximum m is finite and the sum of
+  // exp(a - m) is not NaN, lse[j] = m + log(sum) and (want_weights) the
+  // column becomes softmax; otherwise the column keeps beta a + mask and
+  // lse[j] is m when m is not finite, NaN when the sum was NaN: the caller
+  // applies the rules for such columns (log_sum_exp.h). Columns are shared
+  // among `threads` OpenMP threads.
+  void (*scaled_softmax_columns)(Number* a, std::ptrdiff_t rows, std::ptrdiff_t cols, std::ptrdiff_t stride,
+                                 Number beta, const Number* mask, std::ptrdiff_t mask_stride, Number* lse,
+                                 bool want_weights, int threads);
+};
+
+struct KernelTable {
+  KernelsFor<float> f;
+  KernelsFor<double> d;
+};
+
+// One per compiled level (kernels_<level>.cc).
+const KernelTable& GenericKernels();
+#ifdef IMPLICIT_CPU_DISPATCH_X86
+const KernelTable& X86_64_V3Kernels();
+const KernelTable& X86_64_V4Kernels();
+#endif
+
+}  // namespace internal
+}  // namespace implicit

@@ -1,0 +1,250 @@
+// Runtime CPU dispatch (cpu_dispatch.h): every kernel level this machine runs
+// is forced in turn, and its products, softmax passes and a whole attention
+// energy agree with references computed here in long double (and with the
+// generic level) to round-off; the special softmax columns (all masked, +inf,
+// NaN) keep their rules at every level; levels are named, parsed and
+// refused as documented.
+#define BOOST_TEST_MODULE cpu_dispatch
+#include <boost/test/unit_test.hpp>
+
+#include <implicit/core/cpu_dispatch.h>
+#include <implicit/core/gemm.h>
+#include <implicit/layers/log_sum_exp.h>
+#include <implicit/layers/modern_hopfield_energy.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <stdexcept>
+#include <string>
+
+using implicit::CpuLevel;
+using implicit::Index;
+using implicit::Matrix;
+using implicit::Vector;
+
+namespace {
+
+// Restores the level that was active when the test started.
+struct LevelGuard {
+  CpuLevel saved = implicit::ActiveCpuLevel();
+  ~LevelGuard() { implicit::SetCpuLevel(saved); }
+};
+
+template <typename S>
+Matrix<S> Random(Index rows, Index cols, unsigned seed) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<double> normal;
+  Matrix<S> m(rows, cols);
+  for (Index j = 0; j < cols; ++j)
+    for (Index i = 0; i < rows; ++i) m(i, j) = static_cast<S>(normal(gen));
+  return m;
+}
+
+template <typename S>
+double Tolerance() {
+  return std::is_same_v<S, float> ? 2e-5 : 1e-13;
+}
+
+// max |a - b| / (1 + max |b|)
+template <typename A, typename B>
+double RelativeError(const A& a, const B& b) {
+  double worst = 0, scale = 1;
+  for (Index j = 0; j < b.cols(); ++j)
+    for (Index i = 0; i < b.rows(); ++i) {
+      worst = std::max(worst, std::abs(static_cast<double>(a(i, j)) - static_cast<double>(b(i, j))));
+      scale = std::max(scale, 1 + std::abs(static_cast<double>(b(i, j))));
+    }
+  return worst / scale;
+}
+
+// c = beta c + alpha op(a) op(b) of every orientation, on strided operands
+// (blocks of larger matrices), against a long double triple loop.
+template <typename S>
+void CheckGemm() {
+  const Index m = 37, n = 29, k = 70;  // not multiples of any vector width
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      const Matrix<S> a_store = Random<S>(ta ? k + 3 : m + 3, ta ? m : k, 1);
+      const Matrix<S> b_store = Random<S>(tb ? n + 2 : k + 2, tb ? k : n, 2);
+      const auto a = a_store.topRows(ta ? k : m);
+      const auto b = b_store.topRows(tb ? n : k);
+      Matrix<S> c_store = Random<S>(m + 4, n, 3);
+      const Matrix<S> c0 = c_store.topRows(m);
+      const S alpha = S(0.75), beta = S(-0.5);
+      Matrix<long double> expected(m, n);
+      for (Index i = 0; i < m; ++i)
+        for (Index j = 0; j < n; ++j) {
+          long double sum = 0;
+          for (Index l = 0; l < k; ++l) {
+            const long double x = ta ? a(l, i) : a(i, l), y = tb ? b(j, l) : b(l, j);
+            sum += x * y;
+          }
+          expected(i, j) = alpha * sum + beta * static_cast<long double>(c0(i, j));
+        }
+      implicit::internal::Gemm<S>(alpha, {a.data(), a.rows(), a.cols(), a_store.rows(), ta},
+                                  {b.data(), b.rows(), b.cols(), b_store.rows(), tb}, beta, c_store.data(),
+                                  c_store.rows());
+      BOOST_TEST(RelativeError(c_store.topRows(m), expected) < Tolerance<S>() * k,
+                 "ta " << ta << " tb " << tb);
+      const Matrix<S> untouched = Random<S>(m + 4, n, 3).bottomRows(4);
+      BOOST_TEST((c_store.bottomRows(4).array() == untouched.array()).all(), "rows outside c were written");
+    }
+  }
+  // beta = 0 overwrites whatever c held, NaN included.
+  const Matrix<S> a = Random<S>(5, 4, 4), b = Random<S>(4, 3, 5);
+  Matrix<S> c = Matrix<S>::Constant(5, 3, std::numeric_limits<S>::quiet_NaN());
+  implicit::internal::GemmInto<S>(c, a, false, b);
+  BOOST_TEST(RelativeError(c, (a * b).eval()) < Tolerance<S>() * 4);
+  Matrix<S> bad(4, 3);
+  BOOST_CHECK_THROW(implicit::internal::GemmInto<S>(bad, a, false, b), std::invalid_argument);
+}
+
+// softmax(beta a + mask) and lse of each column, in long double.
+template <typename S>
+void ReferenceSoftmax(const Matrix<S>& a, S beta, const Matrix<S>& mask, Matrix<S>* p, Vector<S>* lse) {
+  p->resize(a.rows(), a.cols());
+  lse->resize(a.cols());
+  for (Index j = 0; j < a.cols(); ++j) {
+    long double m = -INFINITY;
+    std::vector<long double> s(a.rows());
+    for (Index i = 0; i < a.rows(); ++i) {
+      s[i] = static_cast<long double>(beta) * a(i, j) + (mask.size() ? mask(i, mask.cols() == 1 ? 0 : j) : S(0));
+      m = std::max(m, s[i]);
+    }
+    long double sum = 0;
+    for (Index i = 0; i < a.rows(); ++i) sum += std::exp(s[i] - m);
+    for (Index i = 0; i < a.rows(); ++i) (*p)(i, j) = static_cast<S>(std::exp(s[i] - m) / sum);
+    (*lse)(j) = static_cast<S>(m + std::log(sum));
+  }
+}
+
+template <typename S>
+void CheckSoftmax() {
+  const Index N = 301, B = 9;
+  const S beta = S(3);
+  const S inf = std::numeric_limits<S>::infinity();
+  const Matrix<S> a = Random<S>(N, B, 7);
+  Matrix<S> shared_mask = Matrix<S>::Zero(N, 1), per_sample = Random<S>(N, B, 8);
+  for (Index i = 0; i < N; i += 5) shared_mask(i, 0) = -inf;
+  for (const Matrix<S>& mask : {Matrix<S>(), shared_mask, per_sample}) {
+    Matrix<S> expected_p;
+    Vector<S> expected_lse;
+    ReferenceSoftmax<S>(a, beta, mask, &expected_p, &expected_lse);
+    Matrix<S> p = a;
+    Vector<S> lse(B);
+    implicit::internal::ScaledColumnSoftmaxInPlace<S>(p, beta, mask, lse.data(), "test");
+    BOOST_TEST(RelativeError(p, expected_p) < Tolerance<S>() * 10);
+    BOOST_TEST(RelativeError(lse, expected_lse) < Tolerance<S>() * 10);
+    for (Index i = 0; i < N && mask.cols() == 1 && mask.size(); i += 5) BOOST_TEST(p(i, 0) == S(0));
+    // lse alone: a holds beta a + mask afterwards.
+    Matrix<S> scaled = a;
+    Vector<S> lse_only(B);
+    implicit::internal::ScaledColumnSoftmaxInPlace<S>(scaled, beta, mask, lse_only.data(), "test", false);
+    BOOST_TEST(RelativeError(lse_only, expected_lse) < Tolerance<S>() * 10);
+    Matrix<S> expected_scaled = beta * a;
+    if (mask.size()) {
+      for (Index j = 0; j < B; ++j) expected_scaled.col(j) += mask.col(mask.cols() == 1 ? 0 : j);
+    }
+    // (to round-off: with FMA, beta a + mask is rounded once)
+    const auto finite = expected_scaled.array().isFinite();
+    BOOST_TEST(RelativeError(finite.select(scaled, S(0)).eval(), finite.select(expected_scaled, S(0)).eval()) <
+               Tolerance<S>());
+    BOOST_TEST(((scaled.array() == -inf) == (expected_scaled.array() == -inf)).all());
+  }
+  // Special columns: all masked, two +inf scores, a NaN; the others normal.
+  Matrix<S> s = Random<S>(N, 4, 9);
+  s.col(0).setConstant(-inf);
+  s(3, 1) = inf;
+  s(40, 1) = inf;
+  s(7, 2) = std::numeric_limits<S>::quiet_NaN();
+  Vector<S> lse(4);
+  Matrix<S> p = s;
+  implicit::internal::ScaledColumnSoftmaxInPlace<S>(p, S(1), Matrix<S>(), lse.data(), "test");
+  BOOST_TEST(p.col(0).isZero());
+  BOOST_TEST(lse(0) == -inf);
+  BOOST_TEST(p(3, 1) == S(0.5));
+  BOOST_TEST(p(40, 1) == S(0.5));
+  BOOST_TEST(p.col(1).sum() == S(1));
+  BOOST_TEST(lse(1) == inf);
+  BOOST_TEST(p.col(2).hasNaN());
+  BOOST_TEST(std::isnan(lse(2)));
+  BOOST_TEST(std::abs(p.col(3).sum() - S(1)) < 10 * Tolerance<S>());
+  BOOST_TEST(std::isfinite(lse(3)));
+}
+
+// The modern Hopfield energy's CCCP update, gradient and HVP at this level
+// against the generic level's.
+template <typename S>
+void CheckHopfieldAgainstGeneric(CpuLevel level) {
+  typename implicit::ModernHopfieldEnergy<S>::Options o;
+  o.beta = 2.0;
+  implicit::ModernHopfieldEnergy<S> energy(Random<S>(64, 300, 11), o);
+  const Matrix<S> xi = Random<S>(64, 50, 12) * S(0.3), v = Random<S>(64, 50, 13);
+  auto evaluate = [&](Matrix<S>* update, Matrix<S>* grad, Matrix<S>* hvp, Vector<S>* value) {
+    update->resize(64, 50);
+    grad->resize(64, 50);
+    hvp->resize(64, 50);
+    value->resize(50);
+    energy.CccpUpdateAndValue(xi, *update, *value);
+    energy.Gradient(xi, *grad);
+    energy.HessianVectorProduct(xi, v, *hvp);
+  };
+  implicit::SetCpuLevel(CpuLevel::kGeneric);
+  Matrix<S> u0, g0, h0;
+  Vector<S> e0;
+  evaluate(&u0, &g0, &h0, &e0);
+  implicit::SetCpuLevel(level);
+  Matrix<S> u, g, h;
+  Vector<S> e;
+  evaluate(&u, &g, &h, &e);
+  const double tol = Tolerance<S>() * 1000;
+  BOOST_TEST(RelativeError(u, u0) < tol);
+  BOOST_TEST(RelativeError(g, g0) < tol);
+  BOOST_TEST(RelativeError(h, h0) < tol);
+  BOOST_TEST(RelativeError(e, e0) < tol);
+  BOOST_TEST(RelativeError((xi - g).eval(), u) < tol);  // the update is xi - grad E
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(levels_are_named_parsed_and_listed) {
+  const auto levels = implicit::AvailableCpuLevels();
+  BOOST_REQUIRE(!levels.empty());
+  BOOST_TEST((levels.front() == CpuLevel::kGeneric));
+  for (CpuLevel l : {CpuLevel::kGeneric, CpuLevel::kX86_64_V3, CpuLevel::kX86_64_V4}) {
+    CpuLevel parsed;
+    BOOST_TEST(implicit::ParseCpuLevel(implicit::ToString(l), &parsed));
+    BOOST_TEST((parsed == l));
+  }
+  CpuLevel parsed;
+  BOOST_TEST(!implicit::ParseCpuLevel("avx512", &parsed));
+  if (std::getenv("IMPLICIT_CPU_LEVEL") == nullptr) {
+    BOOST_TEST((implicit::ActiveCpuLevel() == levels.back()), "the highest level runs by default");
+  }
+  BOOST_TEST_MESSAGE("levels available here: " << levels.size() << ", active: "
+                                                << implicit::ToString(implicit::ActiveCpuLevel()));
+  LevelGuard guard;
+  BOOST_CHECK_THROW(implicit::SetCpuLevel(static_cast<CpuLevel>(17)), std::invalid_argument);
+  for (CpuLevel l : {CpuLevel::kX86_64_V3, CpuLevel::kX86_64_V4}) {
+    bool available = false;
+    for (CpuLevel a : levels) available = available || a == l;
+    if (!available) BOOST_CHECK_THROW(implicit::SetCpuLevel(l), std::invalid_argument);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(every_level_computes_the_same_products_and_softmaxes) {
+  LevelGuard guard;
+  for (CpuLevel level : implicit::AvailableCpuLevels()) {
+    BOOST_TEST_CONTEXT("level " << implicit::ToString(level)) {
+      implicit::SetCpuLevel(level);
+      BOOST_TEST((implicit::ActiveCpuLevel() == level));
+      CheckGemm<float>();
+      CheckGemm<double>();
+      CheckSoftmax<float>();
+      CheckSoftmax<double>();
+      CheckHopfieldAgainstGeneric<float>(level);
+      CheckHopfieldAgainstGeneric<double>(level);
+    }
+  }
+}
