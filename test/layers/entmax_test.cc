@@ -126,6 +126,36 @@ BOOST_AUTO_TEST_CASE(closed_forms_equal_bisection) {
   BOOST_TEST((Apply(s, 1.5 + 1e-7) - closed).norm() <= 1e-5);
 }
 
+// The closed forms sort only the entries that can be in the support (shifted
+// score >= -1, with a margin): columns with most entries far below the
+// maximum, and entries right at that bound, still give the bisection's
+// weights and satisfy the optimality conditions.
+BOOST_AUTO_TEST_CASE(closed_forms_with_entries_at_and_below_the_support_bound) {
+  const Index N = 400;
+  Matrix<double> s = RandomMatrix<double>(N, 4, 5, 40.0);  // a wide spread: few entries near the max
+  const double m0 = s.col(0).maxCoeff(), m1 = s.col(1).maxCoeff();
+  s(3, 0) = m0 - 2.0;  // z = (s - m) / 2 = -1 exactly: the 1.5-entmax bound
+  s(4, 0) = m0 - 2.0 * (1.0 + 1e-4);  // inside the margin, outside the support
+  s(3, 1) = m1 - 1.0;  // z = s - m = -1 exactly: the sparsemax bound
+  s(4, 1) = m1 - 0.999;
+  s.col(2).setConstant(1.0);  // all tied: uniform weights
+  s(7, 3) = s.col(3).maxCoeff() + 100.0;  // one dominant entry: weight 1
+  Matrix<double> closed(N, 4), bisect(N, 4);
+  entmax::Entmax15<double>(s, closed);
+  entmax::Bisect<double>(s, 1.5, bisect);
+  BOOST_TEST((closed - bisect).cwiseAbs().maxCoeff() <= 1e-12);
+  for (Index b = 0; b < 4; ++b) CheckKkt(s.col(b), closed.col(b), 1.5, 1e-9);
+  BOOST_TEST(closed(3, 0) == 0.0);
+  BOOST_TEST((closed.col(2).array() == closed(0, 2)).all());
+  BOOST_TEST(closed(7, 3) == 1.0);
+  entmax::Sparsemax<double>(s, closed);
+  entmax::Bisect<double>(s, 2.0, bisect);
+  BOOST_TEST((closed - bisect).cwiseAbs().maxCoeff() <= 1e-12);
+  for (Index b = 0; b < 4; ++b) CheckKkt(s.col(b), closed.col(b), 2.0, 1e-9);
+  BOOST_TEST(closed(3, 1) == 0.0);
+  BOOST_TEST(closed(7, 3) == 1.0);
+}
+
 BOOST_AUTO_TEST_CASE(entmax_approaches_softmax_as_alpha_tends_to_one) {
   const Matrix<double> s = RandomMatrix<double>(10, 4, 5, 1.0);
   const Matrix<double> soft = Apply(s, 1.0);

@@ -195,6 +195,44 @@ BOOST_AUTO_TEST_CASE(bernoulli_prior_has_interactions_of_all_orders) {
   BOOST_TEST(prior.dK(1e4, 0) == 1.0);
 }
 
+// The vectorised matrix evaluation of the Bernoulli prior equals its per-entry
+// K and K' and long double sigmoids (K'' = sigmoid(z) sigmoid(-z) to full
+// relative accuracy) over arguments from -1e4 to 1e4, with one p for all units
+// and with one per unit; too few per-unit values are refused.
+BOOST_AUTO_TEST_CASE(bernoulli_prior_matrix_evaluation_equals_the_entrywise_one) {
+  const Index M = 5, B = 41;
+  Matrix<double> t(M, B);
+  for (Index b = 0; b < B; ++b)
+    for (Index mu = 0; mu < M; ++mu) t(mu, b) = (b - 20) * (b - 20) * (b < 20 ? -25.0 : 25.0) + 0.1 * mu;
+  Vector<double> per_unit(M);
+  per_unit << 0.05, 0.3, 0.5, 0.7, 0.999;
+  for (const Vector<double>& p : {Vector<double>(Vector<double>::Constant(1, 0.3)), per_unit}) {
+    implicit::BernoulliPrior<double> prior(p);
+    Matrix<double> k, dk, d2k;
+    prior.Evaluate(t, &k, &dk, &d2k);
+    for (Index b = 0; b < B; ++b) {
+      for (Index mu = 0; mu < M; ++mu) {
+        BOOST_TEST_CONTEXT("t = " << t(mu, b) << ", unit " << mu) {
+          BOOST_TEST(k(mu, b) == prior.K(t(mu, b), mu), boost::test_tools::tolerance(1e-14));
+          // sigmoid(z) and sigmoid(z) sigmoid(-z), z = t + logit p, in long double
+          const long double pm = p.size() == 1 ? p(0) : p(mu);
+          const long double z = t(mu, b) + std::log(pm) - std::log1p(-pm);
+          const long double s = 1 / (1 + std::exp(-z)), s_minus = 1 / (1 + std::exp(z));
+          // (relative error |z| eps: z itself is rounded, and exp magnifies it)
+          const double tol = 4e-16 * (4 + std::abs(static_cast<double>(z)));
+          BOOST_TEST(dk(mu, b) == static_cast<double>(s), boost::test_tools::tolerance(tol));
+          BOOST_TEST(d2k(mu, b) == static_cast<double>(s * s_minus), boost::test_tools::tolerance(tol));
+          BOOST_TEST(dk(mu, b) == prior.dK(t(mu, b), mu), boost::test_tools::tolerance(tol));
+          BOOST_TEST(std::isfinite(k(mu, b)));
+        }
+      }
+    }
+  }
+  implicit::BernoulliPrior<double> two_units(Vector<double>::Constant(2, 0.4));
+  Matrix<double> k;
+  BOOST_CHECK_THROW(two_units.Evaluate(t, &k, nullptr, nullptr), std::invalid_argument);
+}
+
 // -(1/beta) log sum_mu exp(-beta E_mu(v)) over one-constant-unit RBMs with
 // weights x_mu is the modern Hopfield energy 0.5|v|^2 - (1/beta) lse(beta X^T v).
 BOOST_AUTO_TEST_CASE(constant_units_mix_into_the_modern_hopfield_energy) {

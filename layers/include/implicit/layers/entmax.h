@@ -100,16 +100,25 @@ auto FiniteMax(const Col& col) -> typename Col::Scalar {
   return m;
 }
 
-// The finite, max-shifted entries of a column (times `scale`), sorted in
-// decreasing order.
+// The max-shifted entries z = (s - m) * scale of a column that are >= lower,
+// sorted in decreasing order. The sort-based closed forms need only the
+// entries that can be in the support: theirs have tau >= -1 (the largest
+// entry, z = 0, alone has weight <= 1), so entries with z < -1 never are;
+// they pass lower = kSupportBound, which leaves a margin far above rounding.
+// Sorting those few instead of the whole column is most of entmax's cost.
 template <typename Col, typename S>
-void SortedShifted(const Col& col, S m, S scale, std::vector<S>* z) {
+void SortedShifted(const Col& col, S m, S scale, S lower, std::vector<S>* z) {
   z->clear();
   for (Index i = 0; i < col.size(); ++i) {
-    if (col(i) > -std::numeric_limits<S>::infinity()) z->push_back((col(i) - m) * scale);
+    const S shifted = (col(i) - m) * scale;  // -inf for masked entries
+    if (shifted >= lower) z->push_back(shifted);
   }
   std::sort(z->begin(), z->end(), std::greater<S>());
 }
+// Lower bound on the shifted entries that can be in a sparsemax or 1.5-entmax
+// support (tau >= -1), with a margin.
+template <typename S>
+constexpr S kSupportBound = S(-1.001);
 
 // q_i = p_i^{2 - alpha} on the support (p_i > 0), 0 elsewhere.
 template <typename S>
@@ -174,7 +183,7 @@ template <typename S>
 void Sparsemax(ConstMatrixRef<S> scores, MatrixRef<S> p) {
   std::vector<S> z;
   auto threshold = [&](Index b, S m) {
-    detail::SortedShifted(scores.col(b), m, S(1), &z);
+    detail::SortedShifted(scores.col(b), m, S(1), detail::kSupportBound<S>, &z);
     S cumsum(0), tau(0);
     for (size_t j = 0; j < z.size(); ++j) {
       cumsum += z[j];
@@ -195,7 +204,7 @@ template <typename S>
 void Entmax15(ConstMatrixRef<S> scores, MatrixRef<S> p) {
   std::vector<S> z;
   auto threshold = [&](Index b, S m) {
-    detail::SortedShifted(scores.col(b), m, S(0.5), &z);
+    detail::SortedShifted(scores.col(b), m, S(0.5), detail::kSupportBound<S>, &z);
     S sum1(0), sum2(0), tau(-1);  // k = 1: z_(1) = 0, tau = -1
     for (size_t j = 0; j < z.size(); ++j) {
       sum1 += z[j];
