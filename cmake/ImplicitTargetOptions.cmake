@@ -3,12 +3,6 @@
 function(implicit_target_options target)
   target_compile_options(${target} PRIVATE
     $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra>)
-  if(IMPLICIT_NATIVE)
-    # GCC 12 reports -Wmaybe-uninitialized inside Eigen's AVX-512 reductions
-    # (avx512fintrin.h), a false positive of the intrinsics, not of our code.
-    target_compile_options(${target} PRIVATE
-      $<$<COMPILE_LANGUAGE:CXX>:-Wno-maybe-uninitialized>)
-  endif()
   if(IMPLICIT_GCC_FEWER_COLLECTIONS AND CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
     target_compile_options(${target} PRIVATE
       $<$<COMPILE_LANGUAGE:CXX>:--param=ggc-min-expand=400 --param=ggc-min-heapsize=4194304>)

@@ -27,7 +27,7 @@ class TanhDeqMapT : public implicit::FixedPointMap<S> {
   }
   Index dimension() const override { return W_.rows(); }
   void Evaluate(implicit::ConstMatrixRef<S> z, implicit::MatrixRef<S> out) const override {
-    implicit::internal::GemmInto<S>(out, W_, false, z);
+    implicit::GemmInto<S>(out, W_, false, z);
     out += injection_;
     out = out.array().tanh().matrix();
   }
@@ -35,7 +35,7 @@ class TanhDeqMapT : public implicit::FixedPointMap<S> {
   bool SupportsColumnSubsets() const override { return true; }
   void EvaluateColumns(implicit::ConstMatrixRef<S> z, const std::vector<Index>& columns,
                        implicit::MatrixRef<S> out) const override {
-    implicit::internal::GemmInto<S>(out, W_, false, z);
+    implicit::GemmInto<S>(out, W_, false, z);
     for (Index j = 0; j < z.cols(); ++j) out.col(j) += injection_.col(columns[j]);
     out = out.array().tanh().matrix();
   }
@@ -58,14 +58,14 @@ class TanhDeqMapT : public implicit::FixedPointMap<S> {
     Matrix<S> f(z.rows(), z.cols());
     Evaluate(z, f);
     Matrix<S> du = ((S(1) - f.array().square()) * u.array()).matrix();
-    implicit::internal::GemmInto<S>(out, W_, /*transpose_a=*/true, du);
+    implicit::GemmInto<S>(out, W_, /*transpose_a=*/true, du);
   }
   const Matrix<S>& weights() const { return W_; }
 
  private:
   // out = diag(1 - f^2) W v at the points whose f is given.
   void ApplyJacobian(const Matrix<S>& f, implicit::ConstMatrixRef<S> v, implicit::MatrixRef<S> out) const {
-    implicit::internal::GemmInto<S>(out, W_, false, v);
+    implicit::GemmInto<S>(out, W_, false, v);
     out.array() *= S(1) - f.array().square();
   }
 
@@ -96,7 +96,7 @@ class DeqTanhProblemT : public ProblemT<S> {
                      "the one GEMM of z <- tanh(W z + U x + b) on all B samples (U x + b is computed "
                      "once, at construction); the tanh and the solver's vector work are extra",
                      2.0 * double(kHidden) * double(kHidden) * double(B), repeats, [&] {
-                       implicit::internal::GemmInto<S>(out, W, false, z);
+                       implicit::GemmInto<S>(out, W, false, z);
                        return static_cast<double>(out(0, 0));
                      });
   }

@@ -69,8 +69,8 @@ FloorTiming HopfieldTypeFloor(const Matrix<S>& X, const Matrix<S>& Z, const std:
   const std::string t = x_name + "^T Z (" + Shape(N, n) + " * " + Shape(n, B) + ") + " + x_name + " P (" +
                         Shape(n, N) + " * " + Shape(N, B) + ")";
   return TimeFloor(t, note, 4.0 * double(n) * double(N) * double(B), repeats, [&] {
-    implicit::internal::GemmInto<S>(scores, X, /*transpose_a=*/true, Z);  // as the maps do them
-    implicit::internal::GemmInto<S>(out, X, false, P);
+    implicit::GemmInto<S>(scores, X, /*transpose_a=*/true, Z);  // as the maps do them
+    implicit::GemmInto<S>(out, X, false, P);
     return static_cast<double>(scores(0, 0) + out(0, 0));
   });
 }

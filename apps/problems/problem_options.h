@@ -38,9 +38,11 @@ inline void AddProblemOptions(CLI::App& app, ProblemSelection* p, bool with_floo
   }
 }
 
-// After parsing: checks the names (UsageError for an unknown one); prints the
-// names and returns false for --list-problems.
-inline bool CheckProblemSelection(const ProblemSelection& p) {
+// After parsing: expands "all" (the default the help shows) to every problem,
+// checks the names (UsageError for an unknown one); prints the names and
+// returns false for --list-problems.
+inline bool CheckProblemSelection(ProblemSelection& p) {
+  if (p.names.size() == 1 && p.names[0] == "all") p.names = ProblemNames();
   if (p.list) {
     for (const std::string& name : ProblemNames()) std::cout << name << "\n";
     return false;

@@ -132,6 +132,12 @@ BOOST_AUTO_TEST_CASE(every_registered_problem_runs_alone) {
   const auto help = RunCommand(kApp + " --help");
   for (const std::string& problem : implicit::testing::RegisteredProblems(kApp))
     BOOST_TEST(help.out.find(problem) != std::string::npos, problem << " missing in --help");
+  // "all", the default --help shows, names every problem when given.
+  const auto all = RunCommand(kApp + " --quiet --problem all --solvers picard --patterns 2 --max-iter 2 --json " +
+                              dir.File("all.json"));
+  BOOST_REQUIRE(all.exit_code == 0);
+  BOOST_TEST(implicit::testing::ReadJson(dir.File("all.json")).at("results").size() ==
+             implicit::testing::RegisteredProblems(kApp).size());
 }
 
 // --solver-options reaches the solver through the registry: one iteration is

@@ -94,10 +94,10 @@ void CheckGemm() {
   // beta = 0 overwrites whatever c held, NaN included.
   const Matrix<S> a = Random<S>(5, 4, 4), b = Random<S>(4, 3, 5);
   Matrix<S> c = Matrix<S>::Constant(5, 3, std::numeric_limits<S>::quiet_NaN());
-  implicit::internal::GemmInto<S>(c, a, false, b);
+  implicit::GemmInto<S>(c, a, false, b);
   BOOST_TEST(RelativeError(c, (a * b).eval()) < Tolerance<S>() * 4);
   Matrix<S> bad(4, 3);
-  BOOST_CHECK_THROW(implicit::internal::GemmInto<S>(bad, a, false, b), std::invalid_argument);
+  BOOST_CHECK_THROW(implicit::GemmInto<S>(bad, a, false, b), std::invalid_argument);
 }
 
 // softmax(beta a + mask) and lse of each column, in long double.

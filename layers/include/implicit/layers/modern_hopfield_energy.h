@@ -155,7 +155,7 @@ class ModernHopfieldEnergy : public Energy<Scalar> {
     internal::CheckShape("ModernHopfieldEnergy::CccpUpdate(out)", out, n_, xi.cols());
     const Scalar b = CheckedBeta("ModernHopfieldEnergy::CccpUpdate");
     const auto p = Weights(xi, b, nullptr, true, "ModernHopfieldEnergy::CccpUpdate");
-    internal::GemmInto<Scalar>(out, patterns(), false, p);
+    GemmInto<Scalar>(out, patterns(), false, p);
   }
 
   // The CCCP update and E from one score GEMM X^T xi, one softmax pass (p and
@@ -203,7 +203,7 @@ class ModernHopfieldEnergy : public Energy<Scalar> {
   Eigen::Map<Matrix<Scalar>> Weights(ConstMatrixRef<Scalar> xi, Scalar b, Scalar* lse,
                                      bool want_weights, const char* who) const {
     auto p = internal::ThreadScratch<Scalar, 0>(N_, xi.cols());
-    internal::GemmInto<Scalar>(p, patterns(), /*transpose_a=*/true, xi);
+    GemmInto<Scalar>(p, patterns(), /*transpose_a=*/true, xi);
     internal::ScaledColumnSoftmaxInPlace<Scalar>(p, b, mask_, lse, who, want_weights);
     return p;
   }
@@ -257,7 +257,7 @@ void ModernHopfieldEnergy<Scalar>::Attention(ConstMatrixRef<Scalar> xi, MatrixRe
   internal::CheckBatch("ModernHopfieldEnergy::Attention(xi)", xi, n_);
   internal::CheckShape("ModernHopfieldEnergy::Attention(p)", p, N_, xi.cols());
   const Scalar b = CheckedBeta("ModernHopfieldEnergy::Attention");
-  internal::GemmInto<Scalar>(p, patterns(), /*transpose_a=*/true, xi);
+  GemmInto<Scalar>(p, patterns(), /*transpose_a=*/true, xi);
   internal::ScaledColumnSoftmaxInPlace<Scalar>(p, b, mask_, nullptr,
                                                "ModernHopfieldEnergy::Attention");
 }
@@ -283,7 +283,7 @@ void ModernHopfieldEnergy<Scalar>::Gradient(
   const Scalar b = CheckedBeta("ModernHopfieldEnergy::Gradient");
   const auto p = Weights(xi, b, nullptr, true, "ModernHopfieldEnergy::Gradient");
   grad = xi;
-  internal::GemmInto<Scalar>(grad, patterns(), false, p, Scalar(-1), Scalar(1));
+  GemmInto<Scalar>(grad, patterns(), false, p, Scalar(-1), Scalar(1));
 }
 
 template <typename Scalar>
@@ -298,7 +298,7 @@ void ModernHopfieldEnergy<Scalar>::CccpUpdateAndValue(
   auto lse = internal::ThreadScratch<Scalar, 1>(xi.cols(), 1);
   const auto p = Weights(xi, b, lse.data(), true, "ModernHopfieldEnergy::CccpUpdateAndValue");
   StoreValues(xi, lse, b, values);  // before out is written: out may alias xi
-  internal::GemmInto<Scalar>(out, patterns(), false, p);
+  GemmInto<Scalar>(out, patterns(), false, p);
 }
 
 template <typename Scalar>
@@ -314,7 +314,7 @@ void ModernHopfieldEnergy<Scalar>::GradientAndValue(
   const auto p = Weights(xi, b, lse.data(), true, "ModernHopfieldEnergy::GradientAndValue");
   StoreValues(xi, lse, b, values);
   grad = xi;
-  internal::GemmInto<Scalar>(grad, patterns(), false, p, Scalar(-1), Scalar(1));
+  GemmInto<Scalar>(grad, patterns(), false, p, Scalar(-1), Scalar(1));
 }
 
 template <typename Scalar>
@@ -328,10 +328,10 @@ void ModernHopfieldEnergy<Scalar>::HessianVectorProduct(
   const Scalar b = CheckedBeta("ModernHopfieldEnergy::HessianVectorProduct");
   const auto p = Weights(xi, b, nullptr, true, "ModernHopfieldEnergy::HessianVectorProduct");
   auto w = internal::ThreadScratch<Scalar, 2>(N_, xi.cols());
-  internal::GemmInto<Scalar>(w, patterns(), /*transpose_a=*/true, v);
+  GemmInto<Scalar>(w, patterns(), /*transpose_a=*/true, v);
   internal::SoftmaxJacobianProduct<Scalar>(p, w, w);
   out = v;
-  internal::GemmInto<Scalar>(out, patterns(), false, w, -b, Scalar(1));
+  GemmInto<Scalar>(out, patterns(), false, w, -b, Scalar(1));
 }
 
 template <typename Scalar>

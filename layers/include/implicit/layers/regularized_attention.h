@@ -132,7 +132,7 @@ class SparseHopfieldEnergy : public Energy<Scalar> {
     Matrix<Scalar> p(num_patterns(), xi.cols());
     Weights(xi, p);
     grad = xi;
-    internal::GemmInto<Scalar>(grad, patterns(), false, p, Scalar(-1), Scalar(1));
+    GemmInto<Scalar>(grad, patterns(), false, p, Scalar(-1), Scalar(1));
   }
 
   // xi <- X entmax(beta X^T xi), exactly (no cancellation in xi - grad E).
@@ -140,7 +140,7 @@ class SparseHopfieldEnergy : public Energy<Scalar> {
     internal::CheckShape("SparseHopfieldEnergy::CccpUpdate(out)", out, xi.rows(), xi.cols());
     Matrix<Scalar> p(num_patterns(), xi.cols());
     Weights(xi, p);
-    internal::GemmInto<Scalar>(out, patterns(), false, p);
+    GemmInto<Scalar>(out, patterns(), false, p);
   }
 
   // The CCCP update X p and E from one score GEMM and one entmax pass.
@@ -200,7 +200,7 @@ void SparseHopfieldEnergy<Scalar>::Scores(
     MatrixRef<Scalar> scores) const {
   internal::CheckBatch("SparseHopfieldEnergy::Scores(xi)", xi, dimension());
   internal::CheckShape("SparseHopfieldEnergy::Scores(scores)", scores, num_patterns(), xi.cols());
-  internal::GemmInto<Scalar>(scores, patterns(), /*transpose_a=*/true, xi, beta());
+  GemmInto<Scalar>(scores, patterns(), /*transpose_a=*/true, xi, beta());
   for (size_t i = 0; i < mask_.size(); ++i) {
     if (!mask_[i]) scores.row(static_cast<Index>(i)).setConstant(-std::numeric_limits<Scalar>::infinity());
   }
@@ -215,7 +215,7 @@ void SparseHopfieldEnergy<Scalar>::CccpUpdateAndValue(
   Matrix<Scalar> p(num_patterns(), xi.cols());
   WeightsAndValues(xi, p, values, "SparseHopfieldEnergy::CccpUpdateAndValue(xi)",
                    "SparseHopfieldEnergy::CccpUpdateAndValue(values)");
-  internal::GemmInto<Scalar>(out, patterns(), false, p);
+  GemmInto<Scalar>(out, patterns(), false, p);
 }
 
 template <typename Scalar>
@@ -228,7 +228,7 @@ void SparseHopfieldEnergy<Scalar>::GradientAndValue(
   WeightsAndValues(xi, p, values, "SparseHopfieldEnergy::GradientAndValue(xi)",
                    "SparseHopfieldEnergy::GradientAndValue(values)");
   grad = xi;
-  internal::GemmInto<Scalar>(grad, patterns(), false, p, Scalar(-1), Scalar(1));
+  GemmInto<Scalar>(grad, patterns(), false, p, Scalar(-1), Scalar(1));
 }
 
 template <typename Scalar>

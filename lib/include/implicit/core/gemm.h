@@ -1,14 +1,16 @@
-// internal::Gemm: C = beta C + alpha op(A) op(B) on column-major numbers
-// (float or double), compiled in the library with Eigen's matrix product for
-// each CPU level and run at the level chosen at run time (cpu_dispatch.h).
-// Code that only needs a product of plain numbers (the reverse tape's recorded
-// products) does not instantiate Eigen's product kernels in every translation
-// unit, and the attention energies' large products (GemmInto) run with AVX2 or
-// AVX-512 where the CPU has them, whatever the build's flags.
+// Matrix products at the CPU's best level. GemmInto(c, a, transpose_a, b):
+// c = beta c + alpha op(a) b on Eigen matrices of float or double, run by the
+// library's GEMM compiled for each x86-64 level and chosen at run time
+// (cpu_dispatch.h), so a default build (no -march) multiplies with AVX2 or
+// AVX-512 where the CPU has them. The attention energies' large products use
+// it, and so can a map or energy of your own. internal::Gemm is the same on
+// raw column-major operands (the reverse tape's recorded products), so such
+// code instantiates no Eigen product kernel of its own.
 //
+//   implicit::GemmInto<double>(scores, X, /*transpose_a=*/true, z);   // scores = X^T z
+//   implicit::GemmInto<double>(out, X, false, p, -1.0, 1.0);          // out -= X p
 //   implicit::internal::GemmOperand<double> a{x.data(), n, N, n, /*transposed=*/true};
 //   implicit::internal::Gemm<double>(1.0, a, b, 0.0, out.data(), N);   // out = x^T b
-//   implicit::internal::GemmInto<double>(out, x, /*transpose_a=*/true, b);  // the same on Eigen objects
 #pragma once
 
 #include <implicit/core/types.h>
@@ -42,19 +44,24 @@ extern template void Gemm<float>(float, const GemmOperand<float>&, const GemmOpe
 extern template void Gemm<double>(double, const GemmOperand<double>&, const GemmOperand<double>&,
                                   double, double*, Index);
 
+}  // namespace internal
+
 // c = beta c + alpha op(a) b, op(a) = a^T when transpose_a, on Eigen matrices
 // or views (columns contiguous); c must not alias a or b (as Eigen's
-// noalias()). float and double run internal::Gemm; other scalar types Eigen's
-// own product.
+// noalias()). float and double run internal::Gemm at the CPU's best level
+// (`c.noalias() = a * b` in your own code runs what your flags allow); other
+// scalar types Eigen's product. Throws std::invalid_argument when the shapes
+// do not match.
 template <typename Scalar>
 void GemmInto(MatrixRef<Scalar> c, ConstMatrixRef<Scalar> a, bool transpose_a, ConstMatrixRef<Scalar> b,
               Scalar alpha = Scalar(1), Scalar beta = Scalar(0)) {
   if constexpr (std::is_same_v<Scalar, float> || std::is_same_v<Scalar, double>) {
     const Index rows = transpose_a ? a.cols() : a.rows();
-    CheckShape("internal::GemmInto(c)", c, rows, b.cols());
-    Gemm<Scalar>(alpha, GemmOperand<Scalar>{a.data(), a.rows(), a.cols(), a.outerStride(), transpose_a},
-                 GemmOperand<Scalar>{b.data(), b.rows(), b.cols(), b.outerStride(), false}, beta, c.data(),
-                 c.outerStride());
+    internal::CheckShape("GemmInto(c)", c, rows, b.cols());
+    using Operand = internal::GemmOperand<Scalar>;
+    internal::Gemm<Scalar>(alpha, Operand{a.data(), a.rows(), a.cols(), a.outerStride(), transpose_a},
+                           Operand{b.data(), b.rows(), b.cols(), b.outerStride(), false}, beta, c.data(),
+                           c.outerStride());
   } else {
     if (beta == Scalar(0)) {
       c.setZero();
@@ -69,5 +76,4 @@ void GemmInto(MatrixRef<Scalar> c, ConstMatrixRef<Scalar> a, bool transpose_a, C
   }
 }
 
-}  // namespace internal
 }  // namespace implicit
