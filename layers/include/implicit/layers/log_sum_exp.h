@@ -183,25 +183,25 @@ void ScaledColumnSoftmaxInPlace(MatrixRef<Scalar> a, Scalar beta, const Matrix<S
       Eigen::Ref<Vector<Scalar>> weights(col);
       l[b] = SpecialSoftmaxColumn<Scalar>(col, l[b], std::isnan(l[b]), want_weights ? &weights : nullptr);
     }
-    return;
-  }
+  } else {
 #ifdef _OPENMP
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
 #endif
-  for (Index b = 0; b < a.cols(); ++b) {
-    auto col = a.col(b);
-    if (mask.size() == 0) {
-      if (beta != Scalar(1)) col *= beta;
-    } else {
-      const auto m = mask.col(mask.cols() == 1 ? 0 : b);
-      if (beta != Scalar(1)) {
-        col = beta * col + m;
+    for (Index b = 0; b < a.cols(); ++b) {
+      auto col = a.col(b);
+      if (mask.size() == 0) {
+        if (beta != Scalar(1)) col *= beta;
       } else {
-        col += m;
+        const auto m = mask.col(mask.cols() == 1 ? 0 : b);
+        if (beta != Scalar(1)) {
+          col = beta * col + m;
+        } else {
+          col += m;
+        }
       }
+      const Scalar l = want_weights ? SoftmaxColumn<Scalar>(col, col) : LogSumExpColumn<Scalar>(col);
+      if (lse != nullptr) lse[b] = l;
     }
-    const Scalar l = want_weights ? SoftmaxColumn<Scalar>(col, col) : LogSumExpColumn<Scalar>(col);
-    if (lse != nullptr) lse[b] = l;
   }
 }
 
