@@ -25,14 +25,8 @@ struct KernelsFor {
   // Eigen's products on up to `threads` threads. Shapes already checked.
   void (*gemm)(Number alpha, const KernelOperand<Number>& a, const KernelOperand<Number>& b, Number beta,
                Number* c, std::ptrdiff_t c_stride, int threads);
-  // Column by column of the rows x cols matrix a (column stride `stride`):
-  // a <- beta a + mask (mask: nullptr, one column, or one per column at
-  // mask_stride), then, when the column's maximum m is finite and the sum of
-  // exp(a - m) is not NaN, lse[j] = m + log(sum) and (want_weights) the
-  // column becomes softmax; otherwise the column keeps beta a + mask and
-  // lse[j] is m when m is not finite, NaN when the sum was NaN: the caller
-  // applies the rules for such columns (log_sum_exp.h). Columns are shared
-  // among `threads` OpenMP threads.
+  // The softmax pass, with the contract of internal::ScaledSoftmaxColumnsKernel
+  // (core/cpu_dispatch.h), which forwards to it.
   void (*scaled_softmax_columns)(Number* a, std::ptrdiff_t rows, std::ptrdiff_t cols, std::ptrdiff_t stride,
                                  Number beta, const Number* mask, std::ptrdiff_t mask_stride, Number* lse,
                                  bool want_weights, int threads);
