@@ -62,13 +62,13 @@ converged samples, evaluations and its time per sample-iteration as a multiple
 of the floor's time per sample:
   x floor = (solve seconds / sample evaluations) / (floor seconds / B).)";
 
-// The default solver list: every registered solver but newton, whose dense
+// The default solver list: libimplicit's solvers but newton, whose dense
 // Jacobian costs n Jacobian-vector products per iteration: one iteration on
 // the 1797 Hopfield queries alone takes longer than the whole default run
 // should.
 std::vector<std::string> DefaultSolvers() {
   std::vector<std::string> names;
-  for (const std::string& n : AvailableSolvers())
+  for (const std::string& n : BuiltInSolvers())
     if (n != "newton") names.push_back(n);
   return names;
 }
@@ -112,9 +112,10 @@ bool ParseOptions(int argc, char** argv, Options* o) {
   o->problems.settings.beta = 2.0;
   AddProblemOptions(app, &o->problems, true);
   AddList(app, "--solvers", &o->solvers,
-          "comma-separated solver names, or \"all\" for every registered one\n"
-          "(default: all registered but newton, whose dense Jacobian costs n\n"
-          "Jacobian-vector products per iteration)",
+          "comma-separated solver names, or \"all\" for every registered one,\n"
+          "the KINSOL / PETSc backends built in included (default: libimplicit's\n"
+          "but newton, whose dense Jacobian costs n Jacobian-vector products per\n"
+          "iteration)",
           JoinNames(DefaultSolvers(), ","));
   app.add_option("--patterns", o->patterns, "stored patterns = queries B of every problem, up to 1797")
       ->check(IntIn(1, 1000000))
@@ -205,7 +206,7 @@ bool ParseOptions(int argc, char** argv, Options* o) {
     if (app.count("--max-iter") > 0) o->sweep_settings.max_iterations = static_cast<int>(o->max_iter);
     o->sweep_settings.seed = static_cast<unsigned>(o->seed);
   }
-  if (o->solvers.size() == 1 && o->solvers[0] == "all") o->solvers = AvailableSolvers();
+  ExpandAllSolvers(&o->solvers);
   for (const std::string& s : o->solvers) CheckSolverName(s);
   o->problems.settings.seed = static_cast<unsigned>(o->seed);
   if (!dimensions.empty()) {

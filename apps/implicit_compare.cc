@@ -48,7 +48,7 @@ namespace {
 
 struct Options {
   ProblemSelection problems;
-  std::vector<std::string> solvers = AvailableSolvers();
+  std::vector<std::string> solvers = BuiltInSolvers();
   std::vector<std::string> solver_option_values;
   SolverOptionMap solver_options;
   double tol = 1e-8;
@@ -62,7 +62,10 @@ bool ParseOptions(int argc, char** argv, Options* o) {
   CLI::App app("Runs forward solvers on built-in equilibrium problems and compares them.", "implicit-compare");
   ConfigureApp(app);
   AddProblemOptions(app, &o->problems, false);
-  AddList(app, "--solvers", &o->solvers, "comma-separated solver names", "all registered");
+  AddList(app, "--solvers", &o->solvers,
+          "comma-separated solver names, or all: libimplicit's and the\n"
+          "KINSOL / PETSc backends built in (kinsol-*, petsc-*)",
+          "libimplicit's");
   app.add_option("--solver-options", o->solver_option_values,
                  "solver-specific options SOLVER:KEY=VALUE,... (registry keys, e.g.\n"
                  "anderson:memory=10,mixing=0.5); repeat it or separate solvers by ';'")
@@ -88,6 +91,7 @@ bool ParseOptions(int argc, char** argv, Options* o) {
                  "(picard, anderson); the other runs are reported as skipped")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   if (!Parse(app, argc, argv) || !CheckProblemSelection(o->problems)) return false;
+  ExpandAllSolvers(&o->solvers);
   for (const std::string& s : o->solvers) CheckSolverName(s);
   o->solver_options = ParseSolverOptions("--solver-options", o->solver_option_values);
   for (const auto& entry : o->solver_options)
@@ -165,7 +169,9 @@ Result RunOne(const Options& o, const Problem& problem, const std::string& solve
     r.status = r.skipped ? "skipped" : "";
   }
   if (r.skipped) return r;
-  implicit::SolverOptions common = RunOptions(o.tol, o.max_iter, true);
+  // The backends solve sample by sample: no batch iterations to trace.
+  const bool backend = implicit::SolverLibrary(solver_name) != "libimplicit";
+  implicit::SolverOptions common = RunOptions(o.tol, o.max_iter, !backend);
   common.callback = [&](const implicit::IterationSummary& it) {
     progress.Update(prefix + ": iteration " + std::to_string(it.iteration) + ", residual " +
                     Fmt(it.max_residual, 3) + ", " + std::to_string(it.num_converged) + "/" +
@@ -251,6 +257,7 @@ void PrintTable(const Options& o, const std::vector<Result>& results, double sec
 
 Json ResultJson(const Result& r) {
   Json o = RunJson(r);
+  o["library"] = implicit::SolverLibrary(r.solver);
   if (!r.ran()) {
     o["message"] = r.message;
     o["converged_samples"] = 0;
@@ -300,12 +307,12 @@ void WriteJson(const Options& o, const std::vector<Result>& results, const std::
 }
 
 void WriteCsv(const std::string& path, const std::vector<Result>& results) {
-  Table csv({"problem", "solver", "status", "iterations", "function_evaluations", "jacobian_products", "residual",
+  Table csv({"problem", "solver", "library", "status", "iterations", "function_evaluations", "jacobian_products", "residual",
              "seconds", "samples", "converged_samples", "message"});
   for (const Result& r : results) {
     const implicit::Summary& s = r.summary;
     auto cell = [&](const std::string& text) { return r.ran() ? text : std::string(); };
-    csv.AddRow({r.problem, r.solver, r.status, cell(std::to_string(s.iterations)),
+    csv.AddRow({r.problem, r.solver, implicit::SolverLibrary(r.solver), r.status, cell(std::to_string(s.iterations)),
                 cell(std::to_string(s.function_evaluations)), cell(std::to_string(s.jacobian_products)),
                 cell(FmtExact(s.absolute_residual)), cell(FmtExact(s.wall_time_seconds)), std::to_string(r.samples),
                 r.ran() ? std::to_string(s.num_converged()) : "0", r.ran() ? s.message : r.message});

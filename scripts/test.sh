@@ -78,6 +78,7 @@ build/_consumer/implicit_train_deq
 build/_consumer/implicit_user_energy
 build/_consumer/implicit_cuda_check
 build/_consumer/implicit_mpi_check
+build/_consumer/implicit_backends_check
 if command -v mpirun >/dev/null && grep -q "^IMPLICIT_WITH_MPI:BOOL=ON" build/CMakeCache.txt; then
   OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
     mpirun -np 2 --oversubscribe build/_consumer/implicit_mpi_check
@@ -110,7 +111,9 @@ if [ "${SKIP_SANITIZE:-0}" != "1" ]; then
   # library tested here. MPI too: Open MPI's own allocations at MPI_Finalize
   # read as leaks; the communicator tests run here in one process (the
   # single-process communicator, ShardedSolve and the data-parallel checks),
-  # and under mpirun -np 2 in the Release pass.
+  # and under mpirun -np 2 in the Release pass. PETSc for the same reason
+  # (it initialises Open MPI); its backend runs in the Release pass, KINSOL's
+  # in both.
   # Compiled by clang++-14 where it can link OpenMP (install-deps.sh installs
   # it): at -O0 with the sanitizers it compiles this project about twice as
   # fast as g++ (the whole pass's build: 11 min of CPU time against 24). g++
@@ -128,6 +131,7 @@ if [ "${SKIP_SANITIZE:-0}" != "1" ]; then
   case "$sanitize_suites" in *programs*|*robustness*) sanitize_apps=ON ;; esac
   cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DIMPLICIT_SANITIZE=ON "${sanitizer_compiler[@]}" \
         -DIMPLICIT_BUILD_APPS=$sanitize_apps -DIMPLICIT_WITH_CUDA=OFF -DIMPLICIT_PYTHON=OFF -DIMPLICIT_WITH_MPI=OFF \
+        -DIMPLICIT_WITH_PETSC=OFF \
         -DIMPLICIT_GCC_FEWER_COLLECTIONS=$fewer_collections -DIMPLICIT_TEST_SUITES="$sanitize_suites" \
         -DCMAKE_CXX_FLAGS_DEBUG="-O0 -g1"
   cmake --build build-asan -j "$jobs"

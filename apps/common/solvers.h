@@ -6,6 +6,8 @@
 #include "common/format.h"
 
 #include <implicit/core/map.h>
+#include <implicit/solvers/kinsol.h>
+#include <implicit/solvers/petsc.h>
 #include <implicit/solvers/registry.h>
 #include <implicit/solvers/solver.h>
 
@@ -20,7 +22,26 @@
 
 namespace implicit_apps {
 
-inline std::vector<std::string> AvailableSolvers() { return implicit::SolverNames(); }
+// Every registered solver: libimplicit's, then the KINSOL and PETSc backends
+// this build has (registered here, once).
+inline std::vector<std::string> AvailableSolvers() {
+  implicit::kinsol::RegisterSolvers();
+  implicit::petsc::RegisterSolvers();
+  return implicit::SolverNames();
+}
+
+// libimplicit's own solvers (the programs' default lists).
+inline std::vector<std::string> BuiltInSolvers() {
+  std::vector<std::string> names;
+  for (const std::string& name : AvailableSolvers())
+    if (implicit::SolverLibrary(name) == "libimplicit") names.push_back(name);
+  return names;
+}
+
+// The solver list of a --solvers option: "all" is every registered solver.
+inline void ExpandAllSolvers(std::vector<std::string>* names) {
+  if (names->size() == 1 && (*names)[0] == "all") *names = AvailableSolvers();
+}
 
 // Throws UsageError for a name that is not a registered solver.
 inline void CheckSolverName(const std::string& name) {

@@ -44,6 +44,7 @@ from ._implicit import (  # noqa: F401
     mpi_available,
     process_count,
     process_rank,
+    solver_library,
     solver_names,
     solver_needs_energy,
     solver_needs_jacobian_products,
@@ -58,7 +59,7 @@ __all__ = [
     "IterationSummary", "LinearSolveSummary", "Map", "ModernHopfieldEnergy", "PythonMap",
     "RbmEnergy", "Solver", "SparseHopfieldEnergy", "Summary", "backward",
     "check_backward_options", "entmax",
-    "entmax_jacobian_vector_product", "mpi_available", "process_count", "process_rank", "solve", "solver_names",
+    "entmax_jacobian_vector_product", "mpi_available", "process_count", "process_rank", "solve", "solver_library", "solver_names",
     "solver_needs_energy",
     "solver_needs_jacobian_products", "solver_option_names", "sparsemax",
 ]

@@ -2,6 +2,8 @@
 #include "handles.h"
 
 #include <implicit/core/mpi.h>
+#include <implicit/solvers/kinsol.h>
+#include <implicit/solvers/petsc.h>
 #include <implicit/solvers/registry.h>
 #include <implicit/solvers/sharded_solve.h>
 #include <implicit/solvers/solver.h>
@@ -214,7 +216,14 @@ would (C++ ShardedSolve). Started without mpirun it is the plain solve. The map
 must be the same function for every sample (no per-sample data).)")
       .def("__repr__", [](const PySolver& s) { return "<Solver " + s.name + ">"; });
 
-  m.def("solver_names", &SolverNames, "The registered solver names.");
+  // The KINSOL and PETSc backends this build has join the registry with the module.
+  kinsol::RegisterSolvers();
+  petsc::RegisterSolvers();
+  m.def("solver_names", &SolverNames,
+        "The registered solver names: libimplicit's, then the KINSOL (kinsol-*) and PETSc (petsc-*)\n"
+        "backends this build has.");
+  m.def("solver_library", &SolverLibrary, py::arg("name"),
+        "Who implements the solver: 'libimplicit', 'SUNDIALS KINSOL <version>' or 'PETSc <version>'.");
   m.def("mpi_available", [] { return mpi::Available(); },
         "Whether this build has MPI (then solve(sharded=True) under mpirun splits the batch).");
   m.def("process_rank", [] { return Processes().rank(); },

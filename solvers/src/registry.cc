@@ -5,14 +5,11 @@
 #include <implicit/solvers/lbfgs.h>
 #include <implicit/solvers/newton.h>
 #include <implicit/solvers/picard.h>
+#include <implicit/solvers/internal/option_fields.h>
 #include <implicit/solvers/registry.h>
 
-#include <algorithm>
 #include <cctype>
-#include <cerrno>
-#include <climits>
-#include <cstdlib>
-#include <functional>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -22,99 +19,21 @@
 namespace implicit {
 namespace {
 
-// Thrown by a value parser; `expected` describes the wanted syntax.
-struct BadValue {
-  std::string expected;
-};
-
-template <typename T>
-T ParseValue(const std::string& text);
-
-template <>
-int ParseValue<int>(const std::string& text) {
-  errno = 0;
-  char* end = nullptr;
-  const long value = std::strtol(text.c_str(), &end, 10);
-  if (text.empty() || end != text.c_str() + text.size() || errno == ERANGE ||
-      value < INT_MIN || value > INT_MAX) {
-    throw BadValue{"an integer"};
-  }
-  return static_cast<int>(value);
-}
-
-template <>
-double ParseValue<double>(const std::string& text) {
-  errno = 0;
-  char* end = nullptr;
-  const double value = std::strtod(text.c_str(), &end);
-  if (text.empty() || std::isspace(static_cast<unsigned char>(text[0])) ||
-      end != text.c_str() + text.size() || errno == ERANGE) {
-    throw BadValue{"a real number"};
-  }
-  return value;
-}
-
-template <>
-bool ParseValue<bool>(const std::string& text) {
-  std::string t = text;
-  std::transform(t.begin(), t.end(), t.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  if (t == "true" || t == "1" || t == "yes" || t == "on") return true;
-  if (t == "false" || t == "0" || t == "no" || t == "off") return false;
-  throw BadValue{"a boolean (true/false, 1/0, yes/no, on/off)"};
-}
-
-template <>
-std::string ParseValue<std::string>(const std::string& text) {
-  return text;
-}
-
-// One settable field of an Options struct O.
+using internal::OptionFields;
+using internal::WithSharedFields;
 template <typename O>
-struct Field {
-  std::string name;
-  std::function<void(O&, const std::string&)> set;
-};
-template <typename O>
-using Fields = std::vector<Field<O>>;
-
-template <typename O, typename Get>
-Field<O> MakeField(const char* name, Get get) {
-  return {name, [get](O& options, const std::string& text) {
-            auto& field = get(options);
-            field = ParseValue<std::decay_t<decltype(field)>>(text);
-          }};
-}
-
-#define IMPLICIT_OPTION_FIELD(field) \
-  MakeField<O>(#field, [](O& o) -> decltype((o.field)) { return o.field; })
-
-template <typename O>
-Fields<O> SharedFields() {
-  return {IMPLICIT_OPTION_FIELD(max_iterations),       IMPLICIT_OPTION_FIELD(max_evaluations),
-          IMPLICIT_OPTION_FIELD(absolute_tolerance),
-          IMPLICIT_OPTION_FIELD(relative_tolerance),   IMPLICIT_OPTION_FIELD(max_stall_iterations),
-          IMPLICIT_OPTION_FIELD(divergence_threshold), IMPLICIT_OPTION_FIELD(record_trace),
-          IMPLICIT_OPTION_FIELD(use_energy)};
-}
-
-template <typename O>
-Fields<O> With(Fields<O> own) {
-  Fields<O> all = SharedFields<O>();
-  for (Field<O>& f : own) all.push_back(std::move(f));
-  return all;
-}
+using Fields = OptionFields<O>;
 
 template <typename S>
 Fields<typename PicardSolver<S>::Options> PicardFields() {
   using O = typename PicardSolver<S>::Options;
-  return With<O>({IMPLICIT_OPTION_FIELD(damping)});
+  return WithSharedFields<O>({IMPLICIT_OPTION_FIELD(damping)});
 }
 
 template <typename S>
 Fields<typename AndersonSolver<S>::Options> AndersonFields() {
   using O = typename AndersonSolver<S>::Options;
-  return With<O>({IMPLICIT_OPTION_FIELD(memory), IMPLICIT_OPTION_FIELD(mixing),
+  return WithSharedFields<O>({IMPLICIT_OPTION_FIELD(memory), IMPLICIT_OPTION_FIELD(mixing),
                   IMPLICIT_OPTION_FIELD(ridge), IMPLICIT_OPTION_FIELD(condition_limit),
                   IMPLICIT_OPTION_FIELD(max_predicted_residual), IMPLICIT_OPTION_FIELD(fast_contraction),
                   IMPLICIT_OPTION_FIELD(sufficient_decrease), IMPLICIT_OPTION_FIELD(max_backtracks),
@@ -126,7 +45,7 @@ Fields<typename AndersonSolver<S>::Options> AndersonFields() {
 template <typename S>
 Fields<typename BroydenSolver<S>::Options> BroydenFields() {
   using O = typename BroydenSolver<S>::Options;
-  return With<O>({IMPLICIT_OPTION_FIELD(memory), IMPLICIT_OPTION_FIELD(fast_contraction),
+  return WithSharedFields<O>({IMPLICIT_OPTION_FIELD(memory), IMPLICIT_OPTION_FIELD(fast_contraction),
                   IMPLICIT_OPTION_FIELD(sufficient_decrease), IMPLICIT_OPTION_FIELD(max_backtracks),
                   IMPLICIT_OPTION_FIELD(backtrack_factor), IMPLICIT_OPTION_FIELD(residual_factor),
                   IMPLICIT_OPTION_FIELD(progress_window), IMPLICIT_OPTION_FIELD(progress_factor),
@@ -136,7 +55,7 @@ Fields<typename BroydenSolver<S>::Options> BroydenFields() {
 template <typename S>
 Fields<typename NewtonSolver<S>::Options> NewtonFields() {
   using O = typename NewtonSolver<S>::Options;
-  return With<O>({IMPLICIT_OPTION_FIELD(trust_region),
+  return WithSharedFields<O>({IMPLICIT_OPTION_FIELD(trust_region),
                   IMPLICIT_OPTION_FIELD(initial_trust_region_radius),
                   IMPLICIT_OPTION_FIELD(dense_jacobian_max_dimension),
                   IMPLICIT_OPTION_FIELD(newton_krylov), IMPLICIT_OPTION_FIELD(max_threads),
@@ -150,7 +69,7 @@ Fields<typename NewtonSolver<S>::Options> NewtonFields() {
 template <typename S>
 Fields<typename LbfgsSolver<S>::Options> LbfgsFields() {
   using O = typename LbfgsSolver<S>::Options;
-  return With<O>({IMPLICIT_OPTION_FIELD(memory), IMPLICIT_OPTION_FIELD(eigenvalue_scaling),
+  return WithSharedFields<O>({IMPLICIT_OPTION_FIELD(memory), IMPLICIT_OPTION_FIELD(eigenvalue_scaling),
                   IMPLICIT_OPTION_FIELD(curvature_threshold),
                   IMPLICIT_OPTION_FIELD(sufficient_decrease), IMPLICIT_OPTION_FIELD(max_backtracks),
                   IMPLICIT_OPTION_FIELD(backtrack_factor), IMPLICIT_OPTION_FIELD(residual_factor)});
@@ -159,11 +78,9 @@ Fields<typename LbfgsSolver<S>::Options> LbfgsFields() {
 template <typename S>
 Fields<typename GradientFlowSolver<S>::Options> GradientFlowFields() {
   using O = typename GradientFlowSolver<S>::Options;
-  return With<O>({IMPLICIT_OPTION_FIELD(step_size), IMPLICIT_OPTION_FIELD(check_monotone),
+  return WithSharedFields<O>({IMPLICIT_OPTION_FIELD(step_size), IMPLICIT_OPTION_FIELD(check_monotone),
                   IMPLICIT_OPTION_FIELD(monotone_tolerance)});
 }
-
-#undef IMPLICIT_OPTION_FIELD
 
 struct Entry {
   const char* name;
@@ -175,18 +92,43 @@ const Entry kEntries[] = {
     {"newton", false, true},  {"lbfgs", true, false},     {"gradient_flow", true, false},
 };
 
-std::string JoinNames(const std::vector<std::string>& names) {
-  std::string s;
-  for (std::size_t i = 0; i < names.size(); ++i) s += (i ? ", " : "") + names[i];
-  return s;
+// The solvers added by RegisterSolver, in the order they were added.
+struct Registered {
+  std::mutex mutex;
+  std::vector<SolverRegistration> solvers;
+};
+Registered& RegisteredSolvers() {
+  static Registered registered;
+  return registered;
 }
 
-const Entry& FindEntry(const std::string& name) {
+const Entry* FindBuiltIn(const std::string& name) {
   for (const Entry& e : kEntries) {
-    if (name == e.name) return e;
+    if (name == e.name) return &e;
+  }
+  return nullptr;
+}
+
+// A copy of the registration of `name`. Throws std::invalid_argument for an
+// unknown solver; a built-in one gives a registration without factories.
+SolverRegistration FindSolver(const std::string& name) {
+  if (const Entry* e = FindBuiltIn(name)) {
+    SolverRegistration r;
+    r.name = e->name;
+    r.library = "libimplicit";
+    r.needs_energy = e->needs_energy;
+    r.needs_jacobian_products = e->needs_jacobian_products;
+    return r;
+  }
+  {
+    Registered& registered = RegisteredSolvers();
+    std::lock_guard<std::mutex> lock(registered.mutex);
+    for (const SolverRegistration& r : registered.solvers) {
+      if (r.name == name) return r;
+    }
   }
   throw std::invalid_argument("unknown solver \"" + name + "\"; valid solvers: " +
-                              JoinNames(SolverNames()));
+                              internal::JoinOptionNames(SolverNames()));
 }
 
 template <typename SolverT>
@@ -194,23 +136,15 @@ struct Tag {
   using type = SolverT;
 };
 
-// Calls visit(Tag<SolverT>, fields) for the solver `name`.
+// Calls visit(Tag<SolverT>, fields) for the built-in solver `name`.
 template <typename S, typename Visit>
 auto Dispatch(const std::string& name, Visit&& visit) {
-  const std::string canonical = FindEntry(name).name;
-  if (canonical == "picard") return visit(Tag<PicardSolver<S>>{}, PicardFields<S>());
-  if (canonical == "anderson") return visit(Tag<AndersonSolver<S>>{}, AndersonFields<S>());
-  if (canonical == "broyden") return visit(Tag<BroydenSolver<S>>{}, BroydenFields<S>());
-  if (canonical == "newton") return visit(Tag<NewtonSolver<S>>{}, NewtonFields<S>());
-  if (canonical == "lbfgs") return visit(Tag<LbfgsSolver<S>>{}, LbfgsFields<S>());
+  if (name == "picard") return visit(Tag<PicardSolver<S>>{}, PicardFields<S>());
+  if (name == "anderson") return visit(Tag<AndersonSolver<S>>{}, AndersonFields<S>());
+  if (name == "broyden") return visit(Tag<BroydenSolver<S>>{}, BroydenFields<S>());
+  if (name == "newton") return visit(Tag<NewtonSolver<S>>{}, NewtonFields<S>());
+  if (name == "lbfgs") return visit(Tag<LbfgsSolver<S>>{}, LbfgsFields<S>());
   return visit(Tag<GradientFlowSolver<S>>{}, GradientFlowFields<S>());
-}
-
-template <typename O>
-std::vector<std::string> NamesOf(const Fields<O>& fields) {
-  std::vector<std::string> names;
-  for (const Field<O>& f : fields) names.push_back(f.name);
-  return names;
 }
 
 std::string Trim(const std::string& s) {
@@ -225,42 +159,55 @@ std::string Trim(const std::string& s) {
 std::vector<std::string> SolverNames() {
   std::vector<std::string> names;
   for (const Entry& e : kEntries) names.push_back(e.name);
+  Registered& registered = RegisteredSolvers();
+  std::lock_guard<std::mutex> lock(registered.mutex);
+  for (const SolverRegistration& r : registered.solvers) names.push_back(r.name);
   return names;
 }
 
 std::vector<std::string> SolverOptionNames(const std::string& name) {
-  return Dispatch<double>(name, [](auto, const auto& fields) { return NamesOf(fields); });
+  const SolverRegistration r = FindSolver(name);
+  if (r.library != "libimplicit") return r.option_names;
+  return Dispatch<double>(name, [](auto, const auto& fields) { return internal::OptionFieldNames(fields); });
 }
 
-bool SolverNeedsEnergy(const std::string& name) { return FindEntry(name).needs_energy; }
+bool SolverNeedsEnergy(const std::string& name) { return FindSolver(name).needs_energy; }
 
 bool SolverNeedsJacobianProducts(const std::string& name) {
-  return FindEntry(name).needs_jacobian_products;
+  return FindSolver(name).needs_jacobian_products;
+}
+
+std::string SolverLibrary(const std::string& name) { return FindSolver(name).library; }
+
+void RegisterSolver(SolverRegistration registration) {
+  const std::string& name = registration.name;
+  if (name.empty() || !registration.make_float || !registration.make_double || registration.library.empty())
+    throw std::invalid_argument("RegisterSolver: a registration needs a name, a library and both factories");
+  if (FindBuiltIn(name) != nullptr)
+    throw std::invalid_argument("RegisterSolver: \"" + name + "\" is a built-in solver's name");
+  Registered& registered = RegisteredSolvers();
+  std::lock_guard<std::mutex> lock(registered.mutex);
+  for (const SolverRegistration& r : registered.solvers) {
+    if (r.name == name)
+      throw std::invalid_argument("RegisterSolver: \"" + name + "\" is already registered (by " + r.library + ")");
+  }
+  registered.solvers.push_back(std::move(registration));
 }
 
 template <typename Scalar>
 std::unique_ptr<Solver<Scalar>> MakeSolver(const std::string& name,
                                            const std::map<std::string, std::string>& options,
                                            const SolverOptions& base) {
-  return Dispatch<Scalar>(name, [&](auto tag, const auto& fields)
-                                    -> std::unique_ptr<Solver<Scalar>> {
+  const SolverRegistration r = FindSolver(name);
+  if (r.library != "libimplicit") {
+    if constexpr (std::is_same_v<Scalar, float>) return r.make_float(options, base);
+    else return r.make_double(options, base);
+  }
+  return Dispatch<Scalar>(name, [&](auto tag, const auto& fields) -> std::unique_ptr<Solver<Scalar>> {
     using SolverT = typename decltype(tag)::type;
     typename SolverT::Options solver_options;
     static_cast<SolverOptions&>(solver_options) = base;
-    for (const auto& [key, value] : options) {
-      auto field = std::find_if(fields.begin(), fields.end(),
-                                [&key = key](const auto& f) { return f.name == key; });
-      if (field == fields.end()) {
-        throw std::invalid_argument(name + ": unknown option \"" + key +
-                                    "\"; valid options: " + JoinNames(NamesOf(fields)));
-      }
-      try {
-        field->set(solver_options, value);
-      } catch (const BadValue& bad) {
-        throw std::invalid_argument(name + ": option " + key + "=\"" + value +
-                                    "\": expected " + bad.expected);
-      }
-    }
+    internal::ApplyOptions(name, fields, options, &solver_options);
     return std::make_unique<SolverT>(solver_options);  // validates the values
   });
 }

@@ -6,6 +6,9 @@
 
 #include "support/app_runner.h"
 
+#include <implicit/solvers/kinsol.h>
+#include <implicit/solvers/petsc.h>
+
 #include <fstream>
 #include <map>
 #include <set>
@@ -90,7 +93,36 @@ BOOST_AUTO_TEST_CASE(small_comparison_writes_sane_json_and_csv) {
   }
   const std::string csv = implicit::testing::ReadFile(dir.File("r.csv"));
   BOOST_TEST(CountLines(csv) == static_cast<int>(rows.size()) + 1);
-  BOOST_TEST(csv.find("problem,solver,status") == 0u);
+  BOOST_TEST(csv.find("problem,solver,library,status") == 0u);
+  // The default list is libimplicit's own solvers.
+  for (const Json& row : rows) BOOST_TEST(row.at("library").get<std::string>() == "libimplicit");
+}
+
+// --solvers all adds the KINSOL and PETSc backends this build has, each row
+// naming its library; on the contractive deq-tanh their fixed-point methods
+// converge like Picard, and the plot is drawn without their (absent) traces.
+BOOST_AUTO_TEST_CASE(all_solvers_include_the_backends) {
+  ScratchDir dir;
+  const auto r = RunCommand(kApp + " --quiet --problem deq-tanh --solvers all --patterns 6 --json " +
+                            dir.File("r.json"));
+  BOOST_TEST_INFO("stdout:\n" << r.out << "\nstderr:\n" << r.err);
+  BOOST_REQUIRE(r.exit_code == 0);
+  std::map<std::string, std::pair<std::string, std::string>> rows;  // solver -> (library, status)
+  const Json j = implicit::testing::ReadJson(dir.File("r.json"));
+  for (const Json& row : j.at("results"))
+    rows[row.at("solver").get<std::string>()] = {row.at("library").get<std::string>(),
+                                                 row.at("status").get<std::string>()};
+  BOOST_TEST(rows.at("picard").first == "libimplicit");
+  const bool kinsol = implicit::kinsol::Available(), petsc = implicit::petsc::Available();
+  BOOST_TEST(rows.count("kinsol-anderson") == (kinsol ? 1u : 0u));
+  BOOST_TEST(rows.count("petsc-anderson") == (petsc ? 1u : 0u));
+  if (kinsol) {
+    BOOST_TEST(rows.at("kinsol-picard").first.rfind("SUNDIALS KINSOL", 0) == 0u);
+    for (const char* name : {"kinsol-picard", "kinsol-anderson", "kinsol-newton-gmres"})
+      BOOST_TEST(rows.at(name).second == "converged", name);
+  }
+  if (petsc) BOOST_TEST(rows.at("petsc-anderson").first.rfind("PETSc", 0) == 0u);
+  if (!kinsol && !petsc) BOOST_TEST_MESSAGE("no solver backend in this build: only libimplicit's rows checked");
 }
 
 BOOST_AUTO_TEST_CASE(selection_and_plot) {

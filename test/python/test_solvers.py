@@ -18,7 +18,11 @@ def map_for(solver, energy):
     return implicit.CccpMap(energy)
 
 
-@pytest.mark.parametrize("name", implicit.solver_names())
+BUILT_IN = [n for n in implicit.solver_names() if implicit.solver_library(n) == "libimplicit"]
+BACKENDS = [n for n in implicit.solver_names() if implicit.solver_library(n) != "libimplicit"]
+
+
+@pytest.mark.parametrize("name", BUILT_IN)
 def test_every_solver_finds_a_fixed_point(name, dtype):
     energy, z = hopfield_problem(dtype)
     f = map_for(name, energy)
@@ -33,6 +37,27 @@ def test_every_solver_finds_a_fixed_point(name, dtype):
     assert np.all(residual <= 10 * tol)
     # A fixed point of the CCCP / root map is a stationary point of E.
     assert np.all(np.linalg.norm(energy.gradient(z), axis=0) <= 10 * tol)
+
+
+def test_backend_solvers_are_reachable_by_name():
+    """The KINSOL / PETSc backends this build has: listed after libimplicit's,
+    with their library, and solving through the same call (their plain
+    fixed-point iteration is the CCCP step Picard takes)."""
+    assert implicit.solver_names()[:len(BUILT_IN)] == BUILT_IN
+    if not BACKENDS:
+        pytest.skip("this build has neither KINSOL nor PETSc (apt-get install libsundials-dev)")
+    for name in BACKENDS:
+        assert implicit.solver_library(name).startswith(("SUNDIALS KINSOL", "PETSc")), name
+    energy, reference = hopfield_problem()
+    f = implicit.CccpMap(energy)
+    implicit.solve(f, reference, "picard", {"absolute_tolerance": 1e-11, "max_iterations": 5000})
+    for name in [n for n in BACKENDS if n == "kinsol-picard"]:
+        _, z = hopfield_problem()
+        summary = implicit.solve(f, z, name, {"absolute_tolerance": 1e-11, "max_iterations": 5000})
+        assert summary.is_converged(), summary.full_report()
+        assert np.max(np.abs(z - reference)) <= 1e-8
+    with pytest.raises(ValueError, match="record_trace"):
+        implicit.Solver(BACKENDS[0], record_trace=True)
 
 
 def test_solution_is_written_in_place_without_copy():

@@ -21,10 +21,17 @@
 // Value syntax: integers and reals as in C (e.g. 100, 1e-8, 0.5); booleans
 // true/false, 1/0, yes/no, on/off; strings verbatim (e.g.
 // trust_region=dogleg).
+//
+// Solvers from other libraries join the registry at run time
+// (RegisterSolver): the SUNDIALS KINSOL and PETSc SNES backends
+// (implicit::kinsol::RegisterSolvers(), implicit::petsc::RegisterSolvers() in
+// kinsol.h and petsc.h), or a user's own. SolverNames() lists them after the
+// built-in ones; SolverLibrary() says whose each one is.
 #pragma once
 
 #include <implicit/solvers/solver.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -32,8 +39,36 @@
 
 namespace implicit {
 
-// The registered solver names: picard, anderson, broyden, newton, lbfgs, gradient_flow.
+// The registered solver names: picard, anderson, broyden, newton, lbfgs,
+// gradient_flow, then those added by RegisterSolver in the order they were added.
 std::vector<std::string> SolverNames();
+
+// Who implements the solver: "libimplicit" for the built-in ones, else the
+// registration's library (e.g. "SUNDIALS KINSOL 6.4.1"). Throws
+// std::invalid_argument for an unknown solver.
+std::string SolverLibrary(const std::string& name);
+
+// A solver from outside the built-in set, reachable by name like them.
+template <typename Scalar>
+using SolverFactory = std::function<std::unique_ptr<Solver<Scalar>>(
+    const std::map<std::string, std::string>& options, const SolverOptions& base)>;
+struct SolverRegistration {
+  std::string name;
+  std::string library;  // e.g. "PETSc 3.18.5"
+  bool needs_energy = false;
+  bool needs_jacobian_products = false;
+  std::vector<std::string> option_names;  // every key the factories accept
+  // Build the solver as MakeSolver does: `base` for the shared fields, the
+  // string options on top; throw std::invalid_argument for an unknown key or
+  // a bad value.
+  SolverFactory<float> make_float;
+  SolverFactory<double> make_double;
+};
+
+// Adds a solver to the registry (thread-safe). Throws std::invalid_argument
+// for a registration without a name, library or factory, and for a name
+// that is taken (built-in or registered before).
+void RegisterSolver(SolverRegistration registration);
 
 // The option keys `name` accepts (shared ones first). Throws
 // std::invalid_argument for an unknown solver.

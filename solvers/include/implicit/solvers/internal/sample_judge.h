@@ -145,11 +145,14 @@ class SampleJudge {
   void set_relative(Index b, double relative) { relative_[b] = relative; }
   std::vector<double> TakeRelative() { return std::move(relative_); }
 
- private:
+  // The tolerance rule alone: has a sample with residual r and scale
+  // (|f(z_b)| forward, |rhs_b| linear) converged?
   bool Converged(double r, double scale) const {
     if (rules_.add_tolerances) return r <= Threshold(scale);
     return r <= absolute_tolerance_ || r <= relative_tolerance_ * scale;
   }
+
+ private:
 
   double relative_tolerance_, absolute_tolerance_, divergence_threshold_;
   int max_stall_iterations_;
