@@ -204,18 +204,6 @@ internal::OptionFields<typename KinsolSolver<S>::Options> Fields(Method method) 
   return {};
 }
 
-template <typename S>
-SolverFactory<S> Factory(Method method) {
-  return [method](const std::map<std::string, std::string>& values,
-                  const SolverOptions& base) -> std::unique_ptr<Solver<S>> {
-    typename KinsolSolver<S>::Options options;
-    static_cast<SolverOptions&>(options) = base;
-    options.method = method;
-    internal::ApplyOptions(MethodName(method), Fields<S>(method), values, &options);
-    return std::make_unique<KinsolSolver<S>>(options);  // validates the values
-  };
-}
-
 }  // namespace
 
 bool Available(std::string* why) {
@@ -232,15 +220,9 @@ std::string Version() {
 void RegisterSolvers() {
   static std::once_flag once;
   std::call_once(once, [] {
-    for (Method method : {Method::kPicard, Method::kAnderson, Method::kNewtonGmres}) {
-      SolverRegistration r;
-      r.name = MethodName(method);
-      r.library = "SUNDIALS KINSOL " + Version();
-      r.option_names = internal::OptionFieldNames(Fields<double>(method));
-      r.make_float = Factory<float>(method);
-      r.make_double = Factory<double>(method);
-      RegisterSolver(std::move(r));
-    }
+    internal::RegisterBackendSolvers<KinsolSolver>("SUNDIALS KINSOL " + Version(),
+                                                   {Method::kPicard, Method::kAnderson, Method::kNewtonGmres},
+                                                   &Fields<float>, &Fields<double>);
   });
 }
 

@@ -443,18 +443,6 @@ internal::OptionFields<typename PetscSolver<S>::Options> Fields(Method method) {
   return {};
 }
 
-template <typename S>
-SolverFactory<S> Factory(Method method) {
-  return [method](const std::map<std::string, std::string>& values,
-                  const SolverOptions& base) -> std::unique_ptr<Solver<S>> {
-    typename PetscSolver<S>::Options options;
-    static_cast<SolverOptions&>(options) = base;
-    options.method = method;
-    internal::ApplyOptions(MethodName(method), Fields<S>(method), values, &options);
-    return std::make_unique<PetscSolver<S>>(options);  // validates the values
-  };
-}
-
 }  // namespace
 
 bool Available(std::string* why) {
@@ -471,16 +459,10 @@ std::string Version() {
 void RegisterSolvers() {
   static std::once_flag once;
   std::call_once(once, [] {
-    for (Method method : {Method::kAnderson, Method::kNgmres, Method::kQuasiNewton, Method::kNewtonLineSearch,
-                          Method::kNonlinearCg}) {
-      SolverRegistration r;
-      r.name = MethodName(method);
-      r.library = "PETSc " + Version();
-      r.option_names = internal::OptionFieldNames(Fields<double>(method));
-      r.make_float = Factory<float>(method);
-      r.make_double = Factory<double>(method);
-      RegisterSolver(std::move(r));
-    }
+    internal::RegisterBackendSolvers<PetscSolver>(
+        "PETSc " + Version(),
+        {Method::kAnderson, Method::kNgmres, Method::kQuasiNewton, Method::kNewtonLineSearch, Method::kNonlinearCg},
+        &Fields<float>, &Fields<double>);
   });
 }
 

@@ -1,5 +1,8 @@
 // libFuzzer harness: the run-time solver option parser (ParseOptionList and
-// MakeSolver, solvers/src/registry.cc). The first byte picks a solver, the
+// MakeSolver, solvers/src/registry.cc), over libimplicit's solvers and the
+// KINSOL backend's when the build has it (kinsol-*, registered after the
+// built-in ones, so bytes 0-5 keep naming the built-in solvers; PETSc's are
+// left out: it would start MPI in the fuzzer). The first byte picks a solver, the
 // rest is an option list such as "memory=5,mixing=0.5". Any text must either
 // be rejected with std::invalid_argument or give a solver; a solver built
 // from accepted options must then run on a small contractive problem without
@@ -8,6 +11,7 @@
 
 #include <implicit/core/energy.h>
 #include <implicit/core/energy_maps.h>
+#include <implicit/solvers/kinsol.h>
 #include <implicit/solvers/registry.h>
 
 #include <cmath>
@@ -59,7 +63,10 @@ bool CheapToRun(const std::map<std::string, std::string>& options) {
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using implicit_fuzz::Check;
   if (size == 0) return 0;
-  static const std::vector<std::string> names = implicit::SolverNames();
+  static const std::vector<std::string> names = [] {
+    implicit::kinsol::RegisterSolvers();
+    return implicit::SolverNames();
+  }();
   const std::string& name = names[data[0] % names.size()];
   const std::string text(reinterpret_cast<const char*>(data + 1), size - 1);
   std::map<std::string, std::string> options;

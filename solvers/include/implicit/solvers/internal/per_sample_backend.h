@@ -37,14 +37,19 @@
 
 #include <implicit/core/map.h>
 #include <implicit/core/types.h>
+#include <implicit/solvers/internal/option_fields.h>
 #include <implicit/solvers/internal/sample_judge.h>
+#include <implicit/solvers/registry.h>
 #include <implicit/solvers/solver.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <functional>
+#include <initializer_list>
 #include <limits>
+#include <map>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -295,6 +300,38 @@ Summary SolvePerSample(const std::string& name, const SolverOptions& options, co
   if (whole_batch) summary.message += "; the map cannot evaluate one sample alone: each evaluation ran the whole batch";
   summary.wall_time_seconds = seconds();
   return summary;
+}
+
+// The factory of one backend method for the registry: SolverT<S>::Options
+// derives from SolverOptions and has a `method` field; MethodName(method)
+// (found by argument-dependent lookup) names the solver, fields(method) its
+// option keys.
+template <template <typename> class SolverT, typename S, typename Method>
+SolverFactory<S> BackendFactory(Method method, OptionFields<typename SolverT<S>::Options> (*fields)(Method)) {
+  return [method, fields](const std::map<std::string, std::string>& values,
+                          const SolverOptions& base) -> std::unique_ptr<Solver<S>> {
+    typename SolverT<S>::Options options;
+    static_cast<SolverOptions&>(options) = base;
+    options.method = method;
+    ApplyOptions(MethodName(method), fields(method), values, &options);
+    return std::make_unique<SolverT<S>>(options);  // validates the values
+  };
+}
+
+// Registers one solver per method of a backend under `library`.
+template <template <typename> class SolverT, typename Method>
+void RegisterBackendSolvers(const std::string& library, std::initializer_list<Method> methods,
+                            OptionFields<typename SolverT<float>::Options> (*fields_float)(Method),
+                            OptionFields<typename SolverT<double>::Options> (*fields_double)(Method)) {
+  for (Method method : methods) {
+    SolverRegistration r;
+    r.name = MethodName(method);
+    r.library = library;
+    r.option_names = OptionFieldNames(fields_double(method));
+    r.make_float = BackendFactory<SolverT, float>(method, fields_float);
+    r.make_double = BackendFactory<SolverT, double>(method, fields_double);
+    RegisterSolver(std::move(r));
+  }
 }
 
 }  // namespace internal
