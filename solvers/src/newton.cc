@@ -125,8 +125,16 @@ Summary NewtonSolver<Scalar>::Solve(const FixedPointMap<Scalar>& map, MatrixRef<
   if (internal::UsesEnergy(options_, map) && map.HasSymmetricJacobian()) {
     return SolveOnEnergy(map, z);
   }
-  if (UsesNewtonKrylov(map.dimension())) return SolveKrylov(map, z);
-  return SolveDense(map, z);
+  if (!UsesNewtonKrylov(map.dimension())) return SolveDense(map, z);
+  Summary summary = SolveKrylov(map, z);
+  const Options defaults;
+  if (options_.trust_region != defaults.trust_region ||
+      options_.initial_trust_region_radius != defaults.initial_trust_region_radius ||
+      options_.max_threads != defaults.max_threads) {
+    summary.message += "; trust_region, initial_trust_region_radius and max_threads configure the dense path "
+                       "(newton_krylov=false) and were not used";
+  }
+  return summary;
 }
 
 // ---- dense path: Ceres trust region, one problem per sample ---------------
@@ -389,6 +397,23 @@ Summary NewtonSolver<Scalar>::SolveDenseInLockstep(const FixedPointMap<Scalar>& 
 }
 
 // ---- matrix-free path: inexact Newton-Krylov with backtracking -------------
+
+// Eisenstat and Walker's choice 2 (gamma 0.9, alpha 2) for the batch: the
+// slowest sample's reduction |g_k| / |g_k-1| sets eta_k = 0.9 ratio^2, kept at
+// least 0.9 eta_k-1^2 while that exceeds 0.1 (no sudden tightening), at most
+// kMaxForcingTerm, and at least half of tolerance / the largest |g_k| (no
+// solving the last step more accurately than the tolerance needs).
+namespace {
+constexpr double kInitialForcingTerm = 0.5;
+constexpr double kMaxForcingTerm = 0.9;
+double EisenstatWalker(double previous_eta, double ratio, double tolerance_over_norm) {
+  double eta = 0.9 * ratio * ratio;
+  const double safeguard = 0.9 * previous_eta * previous_eta;
+  if (safeguard > 0.1) eta = std::max(eta, safeguard);
+  eta = std::max(eta, 0.5 * tolerance_over_norm);
+  return std::min(eta, kMaxForcingTerm);
+}
+}  // namespace
 template <typename Scalar>
 Summary NewtonSolver<Scalar>::SolveKrylov(const FixedPointMap<Scalar>& map,
                                           MatrixRef<Scalar> z) const {
@@ -410,9 +435,13 @@ Summary NewtonSolver<Scalar>::SolveKrylov(const FixedPointMap<Scalar>& map,
     monitor.CountJacobianProducts();
   };
   LinearSolverOptions krylov;
-  krylov.tolerance = options_.forcing_term;
   krylov.restart = options_.krylov_restart;
   krylov.max_iterations = options_.max_krylov_iterations;
+  // The forcing term: constant, or Eisenstat-Walker's choice 2 (forcing_term 0).
+  const bool eisenstat_walker = options_.forcing_term == 0.0;
+  double eta = eisenstat_walker ? kInitialForcingTerm : options_.forcing_term;
+  std::vector<double> previous_norm(batch, 0.0);
+  bool first = true;
 
   map.Evaluate(z, fz);
   monitor.CountEvaluations();
@@ -420,14 +449,21 @@ Summary NewtonSolver<Scalar>::SolveKrylov(const FixedPointMap<Scalar>& map,
     // ---- GMRES (linear_solvers.h) on J_g d = -g, all samples in lockstep;
     // finished samples get rhs 0 and so d = 0 ----
     g = fz - z;
+    double ratio = 0.0, largest = 0.0;
     for (Index b = 0; b < batch; ++b) {
       g_norm[b] = static_cast<double>(g.col(b).norm());
       if (monitor.active(b)) {
         rhs.col(b) = -g.col(b);
+        if (previous_norm[b] > 0.0) ratio = std::max(ratio, g_norm[b] / previous_norm[b]);
+        largest = std::max(largest, g_norm[b]);
       } else {
         rhs.col(b).setZero();
       }
     }
+    if (eisenstat_walker && !first) eta = EisenstatWalker(eta, ratio, options_.absolute_tolerance / largest);
+    first = false;
+    previous_norm = g_norm;
+    krylov.tolerance = eta;
     d.setZero();
     const LinearSolveSummary inner = GmresSolve<Scalar>(jacobian_g, rhs, d, krylov);
     for (Index b = 0; b < batch; ++b) {

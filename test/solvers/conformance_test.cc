@@ -53,8 +53,8 @@ const std::vector<Config>& Configs() {
       if (name == "gradient_flow") config.options["step_size"] = "1";
       c.push_back(config);
     }
-    c.push_back({"newton_dogleg", "newton", {{"trust_region", "dogleg"}}});
-    c.push_back({"newton_krylov", "newton", {{"newton_krylov", "true"}}});
+    c.push_back({"newton_dogleg", "newton", {{"newton_krylov", "false"}, {"trust_region", "dogleg"}}});
+    c.push_back({"newton_dense", "newton", {{"newton_krylov", "false"}}});
     c.push_back({"broyden_residual_guard", "broyden", {{"residual_factor", "1"}}});
     c.push_back({"gradient_flow_monotone", "gradient_flow",
                  {{"step_size", "1"}, {"check_monotone", "true"}}});

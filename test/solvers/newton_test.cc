@@ -160,6 +160,7 @@ BOOST_AUTO_TEST_CASE(large_batches_run_in_chunks_of_max_threads) {
     BOOST_TEST_CONTEXT(what) {
       const bool subsets = inner != &deq;
       NewtonSolver<double>::Options options;
+      options.newton_krylov = false;  // the dense path's lockstep
       options.absolute_tolerance = 1e-11;
       CallRecorder one_lockstep(*inner), chunked(*inner);
       Matrix<double> z_whole = z0, z_chunked = z0;
@@ -212,6 +213,7 @@ BOOST_AUTO_TEST_CASE(levenberg_marquardt_solves_affine_contraction) {
   AffineMap<double> map = MakeAffine(n, 0.9, 1);
   Matrix<double> z = testing::RandomMatrix<double>(n, B, 3);
   NewtonSolver<double>::Options options;
+  options.newton_krylov = false;  // Ceres' Levenberg-Marquardt
   options.absolute_tolerance = 1e-12;
   Summary s = NewtonSolver<double>(options).Solve(map, z);
   BOOST_TEST(s.IsConverged(), s.FullReport());
@@ -228,6 +230,7 @@ BOOST_AUTO_TEST_CASE(dogleg_solves_tanh_deq_in_float_and_double) {
     map.SetInput(testing::RandomMatrix<double>(d, B, 12));
     Matrix<double> z = Matrix<double>::Zero(n, B);
     NewtonSolver<double>::Options options;
+    options.newton_krylov = false;
     options.trust_region = strategy;
     options.absolute_tolerance = 1e-11;
     Summary s = NewtonSolver<double>(options).Solve(map, z);
@@ -238,6 +241,7 @@ BOOST_AUTO_TEST_CASE(dogleg_solves_tanh_deq_in_float_and_double) {
     mapf.SetInput(testing::RandomMatrix<float>(d, B, 12));
     Matrix<float> zf = Matrix<float>::Zero(n, B);
     NewtonSolver<float>::Options optionsf;
+    optionsf.newton_krylov = false;
     optionsf.trust_region = strategy;
     optionsf.absolute_tolerance = 1e-5;
     Summary sf = NewtonSolver<float>(optionsf).Solve(mapf, zf);
@@ -254,6 +258,7 @@ BOOST_AUTO_TEST_CASE(summary_counts_batched_evaluations_and_jacobian_rounds) {
   testing::SpyMap<double> spy(map);
   Matrix<double> z = Matrix<double>::Zero(n, B);
   NewtonSolver<double>::Options options;
+  options.newton_krylov = false;
   options.record_trace = true;
   Summary s = NewtonSolver<double>(options).Solve(spy, z);
   BOOST_TEST(s.IsConverged());
@@ -321,7 +326,9 @@ BOOST_AUTO_TEST_CASE(map_exception_propagates_without_hanging) {
   TanhDeqMap<double> map(4, 2, 0.5, 5);
   map.SetInput(testing::RandomMatrix<double>(2, 2, 6));
   Matrix<double> z = Matrix<double>::Zero(4, 3);
-  BOOST_CHECK_THROW(NewtonSolver<double>().Solve(map, z), std::invalid_argument);
+  NewtonSolver<double>::Options dense;
+  dense.newton_krylov = false;
+  BOOST_CHECK_THROW(NewtonSolver<double>(dense).Solve(map, z), std::invalid_argument);
 }
 
 BOOST_AUTO_TEST_CASE(failing_sample_does_not_affect_the_others) {
@@ -379,6 +386,7 @@ BOOST_AUTO_TEST_CASE(newton_krylov_matches_dense_newton) {
   testing::SpyMap<double> spy(map);
   Matrix<double> dense = Matrix<double>::Zero(n, B), krylov = dense;
   NewtonSolver<double>::Options options;
+  options.newton_krylov = false;
   options.absolute_tolerance = 1e-11;
   Summary sd = NewtonSolver<double>(options).Solve(map, dense);
   options.newton_krylov = true;
@@ -396,9 +404,13 @@ BOOST_AUTO_TEST_CASE(newton_krylov_matches_dense_newton) {
 BOOST_AUTO_TEST_CASE(large_dimension_goes_matrix_free) {
   const Index n = 3000, B = 2;
   ElementwiseMap map(testing::RandomMatrix<double>(n, 1, 61));
-  NewtonSolver<double> solver;  // default dense_jacobian_max_dimension = 500
+  NewtonSolver<double> solver;  // matrix-free by default
   BOOST_TEST(solver.UsesNewtonKrylov(n));
-  BOOST_TEST(!solver.UsesNewtonKrylov(500));
+  BOOST_TEST(solver.UsesNewtonKrylov(5));
+  NewtonSolver<double>::Options dense;  // the dense path up to dense_jacobian_max_dimension = 500
+  dense.newton_krylov = false;
+  BOOST_TEST(NewtonSolver<double>(dense).UsesNewtonKrylov(n));
+  BOOST_TEST(!NewtonSolver<double>(dense).UsesNewtonKrylov(500));
   Matrix<double> z = Matrix<double>::Zero(n, B);
   Summary s = solver.Solve(map, z);
   BOOST_TEST(s.IsConverged(), s.FullReport());

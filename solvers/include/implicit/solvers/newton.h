@@ -13,7 +13,10 @@
 // then taken through the same energy guard as Anderson's
 // (internal/guarded_step.h: Armijo backtracking on E, safe-step fallback).
 // No threads, no dense Jacobian, O(n B) memory.
-// Dense path (n <= dense_jacobian_max_dimension): every sample is its own
+// Dense path (newton_krylov = false and n <= dense_jacobian_max_dimension;
+// trust_region, initial_trust_region_radius and max_threads configure it; a
+// Krylov solve with any of them changed says in its message that they were
+// not used): every sample is its own
 // Ceres nonlinear least-squares problem min 0.5 |g(z_b)|^2 (one residual block
 // of size n), solved with Ceres' trust-region machinery, Levenberg-Marquardt or
 // dogleg. The Jacobian J_g = J_f - I is assembled from the map's Jacobian-vector
@@ -35,11 +38,13 @@
 // the chunks' (MergeShardSummaries: iterations the largest chunk's, evaluations
 // summed, no trace; the iteration callback sees each chunk's iterations).
 //
-// Matrix-free path (n > dense_jacobian_max_dimension, or newton_krylov = true):
-// inexact Newton-Krylov. Each iteration solves J_g d = -g per sample with
-// restarted GMRES on Jacobian-vector products (all samples' Krylov iterations
-// share one batched JVP per inner step; GmresSolve of linear_solvers.h), to the relative accuracy
-// forcing_term, then backtracks t = 1, 1/2, 1/4, ... until
+// Matrix-free path (the default for maps without an energy: newton_krylov =
+// true, or n > dense_jacobian_max_dimension): inexact Newton-Krylov, no
+// threads. Each iteration solves J_g d = -g per sample with restarted GMRES on
+// Jacobian-vector products (all samples' Krylov iterations share one batched
+// JVP per inner step; GmresSolve of linear_solvers.h), to the relative
+// accuracy forcing_term (Eisenstat-Walker by default), then backtracks
+// t = 1, 1/2, 1/4, ... until
 // |g(z + t d)| <= (1 - sufficient_decrease t) |g(z)|. Memory is
 // O(n krylov_restart B): nothing of size n^2 is allocated.
 //
@@ -54,6 +59,7 @@
 // requesting sample has already met the tolerance).
 //
 //   implicit::NewtonSolver<double>::Options options;
+//   options.newton_krylov = false;       // the dense Ceres path
 //   options.trust_region = "dogleg";
 //   options.absolute_tolerance = 1e-12;
 //   implicit::NewtonSolver<double> solver(options);
@@ -84,9 +90,10 @@ class NewtonSolver : public Solver<Scalar> {
     // Largest state dimension n for which the dense n x n Jacobian is built;
     // above it the matrix-free Newton-Krylov path is used. >= 0.
     int dense_jacobian_max_dimension = 500;
-    // Use the matrix-free Newton-Krylov path whatever n is (for testing it at
-    // small n, or when JVPs are much cheaper than n of them).
-    bool newton_krylov = false;
+    // The matrix-free Newton-Krylov path whatever n is (the default: GMRES
+    // needs far fewer JVPs than the n of a dense Jacobian, and no threads);
+    // false: the dense Ceres path up to dense_jacobian_max_dimension.
+    bool newton_krylov = true;
     // Dense path: the most Ceres worker threads run at once, i.e. the largest
     // chunk of samples solved in lockstep (see above). >= 1.
     int max_threads = 128;
@@ -98,8 +105,10 @@ class NewtonSolver : public Solver<Scalar> {
     // per Newton step. >= 1.
     int max_krylov_iterations = 100;
     // Inexact-Newton forcing term eta of the Krylov path: GMRES stops when
-    // |J_g d + g| <= eta |g|. In (0, 1).
-    double forcing_term = 1e-3;
+    // |J_g d + g| <= eta |g|. 0: Eisenstat-Walker's choice 2 (eta 0.5 at the
+    // first step, then 0.9 (|g_k| / |g_k-1|)^2 of the batch's slowest sample,
+    // safeguarded; newton.cc); else a constant in (0, 1).
+    double forcing_term = 0.0;
     // The guard's fields (internal/guarded_step.h). On the Krylov path,
     // max_backtracks (default 20 here) bounds the backtracking rounds per Newton
     // step (each one batched evaluation of f; a sample whose |g| does not
@@ -131,8 +140,8 @@ class NewtonSolver : public Solver<Scalar> {
       if (max_krylov_iterations < 1)
         return fail("max_krylov_iterations must be >= 1, got " +
                     std::to_string(max_krylov_iterations));
-      if (!(forcing_term > 0.0 && forcing_term < 1.0))
-        return fail("forcing_term must be in (0, 1), got " + std::to_string(forcing_term));
+      if (!(forcing_term >= 0.0 && forcing_term < 1.0))
+        return fail("forcing_term must be 0 (Eisenstat-Walker) or in (0, 1), got " + std::to_string(forcing_term));
       return true;
     }
   };
