@@ -13,7 +13,8 @@
 // Under mpirun the batch of every problem whose map is the same for all
 // samples is split over the ranks (ShardedSolve: the table and JSON report the
 // merged Summary; iterations are the slowest rank's, evaluations summed; no
-// residual trace, so the plot has no line for such runs); rank 0 prints.
+// residual trace, so the plot draws such runs, like the KINSOL and PETSc
+// backends' sample-by-sample solves, as their end point); rank 0 prints.
 // With --device cuda the problems that have a device map (hopfield-digits,
 // sparse-hopfield with alpha 2) are solved on the GPU by the device solvers
 // (picard, anderson; docs/gpu.md), with the same options and the same table;
@@ -38,6 +39,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -340,19 +342,31 @@ void Plot(const std::string& path, const std::vector<std::string>& problems, con
   for (const std::string& problem : problems) {
     std::vector<std::string> it_plots, time_plots;
     for (const Result& r : results) {
-      if (r.problem != problem || !r.ran() || r.summary.trace.empty()) continue;
+      if (r.problem != problem || !r.ran()) continue;
       std::vector<double> it, sec, res;
       for (const auto& t : r.summary.trace) {
         it.push_back(t.iteration);
         sec.push_back(t.seconds);
         res.push_back(t.max_residual);
       }
+      // A run without a trace (a backend's sample-by-sample solve, a sharded
+      // one) is drawn as its end point: the most iterations, the wall time,
+      // the largest final residual.
+      const bool end_only = it.empty();
+      const double final_residual = r.summary.absolute_residual;
+      if (end_only) {
+        if (!(final_residual > 0.0) || !std::isfinite(final_residual)) continue;
+        it.push_back(r.summary.iterations);
+        sec.push_back(r.summary.wall_time_seconds);
+        res.push_back(final_residual);
+      }
       const std::string a = "it" + std::to_string(block), b = "t" + std::to_string(block);
       ++block;
       data += GnuplotData(a, it, res) + GnuplotData(b, sec, res, true);
       const long colour = 1 + (std::find(solvers.begin(), solvers.end(), r.solver) - solvers.begin());
-      const std::string style = " with linespoints pt 7 ps 0.4 lt " + std::to_string(colour) + " title " +
-                                GnuplotQuote(r.solver) + " noenhanced";
+      const std::string style = (end_only ? std::string(" with points pt 9 ps 1.2") : " with linespoints pt 7 ps 0.4") +
+                                " lt " + std::to_string(colour) + " title " +
+                                GnuplotQuote(r.solver + (end_only ? " (end)" : "")) + " noenhanced";
       it_plots.push_back("$" + a + style);
       time_plots.push_back("$" + b + style);
     }
