@@ -78,8 +78,8 @@ def main():
     header = "| solver | library | " + " | ".join(p for p, _ in RUNS) + " |"
     lines = [BEGIN,
              "Converged samples, mean evaluations of f per sample (the start and the backends' final check",
-             "included), wall time; **bold**: every sample converged; — : the solver does not apply (needs an",
-             "energy). Tolerance 1e-8 on |f(z) − z| per sample, at most 200 iterations per solve. Machine: " +
+             "included), wall time; **bold**: every sample converged; — : the solver does not apply to the map",
+             "(it needs an energy, or Jacobian-vector products). Tolerance 1e-8 on |f(z) − z| per sample, at most 200 iterations per solve. Machine: " +
              cpu_name() + ", %d cores; regenerate with `scripts/compare-backends.py`." % os.cpu_count(),
              "",
              header, "|" + "---|" * (len(RUNS) + 2)]
