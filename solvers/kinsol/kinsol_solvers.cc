@@ -129,6 +129,8 @@ internal::LibraryVerdict SolveSample(const typename KinsolSolver<Scalar>::Option
   auto uu = Own(N_VMake_Serial(n, u, context), free_vector, "N_VMake_Serial");
   auto scale = Own(N_VNew_Serial(n, context), free_vector, "N_VNew_Serial");
   N_VConst(1.0, scale.get());
+  // Declared before KINSOL's memory, so freed after it (KINFree first, as SUNDIALS documents).
+  std::unique_ptr<_generic_SUNLinearSolver, int (*)(SUNLinearSolver)> linear(nullptr, SUNLinSolFree);
   auto free_kinsol = [](void* mem) { KINFree(&mem); };
   auto kin = Own(KINCreate(context), free_kinsol, "KINCreate");
   void* mem = kin.get();
@@ -140,7 +142,6 @@ internal::LibraryVerdict SolveSample(const typename KinsolSolver<Scalar>::Option
   // |F|_inf <= tol / sqrt(n) implies |F|_2 <= tol, libimplicit's absolute rule.
   Check(KINSetFuncNormTol(mem, o.absolute_tolerance / std::sqrt(static_cast<double>(n))), "KINSetFuncNormTol");
 
-  std::unique_ptr<_generic_SUNLinearSolver, int (*)(SUNLinearSolver)> linear(nullptr, SUNLinSolFree);
   int strategy = KIN_FP;
   if (o.method == Method::kAnderson) {
     Check(KINSetDampingAA(mem, o.damping), "KINSetDampingAA");
