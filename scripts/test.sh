@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The test command: installs dependencies, builds libimplicit in Release with
 # its programs, Python module and the tests of the programs and backends, runs
-# them (ctest; the Python tests through pytest, label `python`), installs the
+# them (ctest; the Python tests through pytest, label `python`), builds the API
+# reference (Doxygen, target `docs`, warnings are errors), installs the
 # package, builds a consumer project against it and runs the Python example
-# against the installed module, then builds and runs the unit and backend
-# tests under AddressSanitizer + UBSan, and runs the parsers'
+# against the installed module, then builds and runs every suite (unit,
+# backends, programs, robustness) under AddressSanitizer + UBSan, and runs the parsers'
 # libFuzzer harnesses briefly (scripts/fuzz.sh).
 #   scripts/test.sh            everything
 #   SKIP_SANITIZE=1 scripts/test.sh   skip the sanitizer pass (the unit tests then run in Release)
@@ -71,6 +72,10 @@ cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DIMPLICIT_BUILD_TESTS=O
 cmake --build build -j "$jobs"
 (cd build && ctest -j "$jobs" --output-on-failure)
 stage "Release build and tests"
+
+echo "== API reference (Doxygen over the public headers; any warning fails)"
+cmake --build build --target docs
+stage "API reference"
 
 echo "== Install and build the consumer project against the installed package"
 rm -rf build/_install build/_consumer

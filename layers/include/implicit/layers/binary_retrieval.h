@@ -1,22 +1,27 @@
-// Binary (+-1) retrieval in a classical Hopfield network or dense associative
-// memory (dense_associative_memory.h has the family): patterns X (n x N), an
-// interaction function F (interaction_function.h) and the binary energy
-// E(s) = - sum_mu F(xi_mu . s), s in {-1,+1}^n (BinaryEnergy).
-//
-// RetrieveBinary runs the binary dynamics: each neuron i is set to the sign
-// that gives the lower energy with the others held fixed,
-//   s_i <- sign( sum_mu F(xi_mu,i + t_mu) - F(-xi_mu,i + t_mu) ),  t_mu = sum_{j != i} xi_mu,j s_j,
-// asynchronously (one neuron at a time; never increases E, always reaches a
-// fixed point) or synchronously (all neurons from the same state; may
-// oscillate with period 2). For F quadratic this is the classical rule
-// s_i <- sign(sum_{j != i} W_ij s_j) with W = X X^T (no self-coupling).
-//
-//   Matrix<double> X = ...;                      // n x N, +-1 patterns
-//   Matrix<double> s = corrupted;                // n x B, +-1 probes
-//   implicit::BinaryRetrievalOptions o;          // asynchronous, random order
-//   auto summary = implicit::RetrieveBinary<double>(X, implicit::Interaction::Polynomial(3), s, o);
-//   // s now holds the retrieved states; summary.converged[b] says whether
-//   // sample b reached a fixed point.
+/// \file
+/// Binary (+-1) retrieval in a classical Hopfield network or dense associative
+/// memory (dense_associative_memory.h has the family). Patterns X (n x N), an
+/// interaction function F (interaction_function.h) and the binary energy
+/// E(s) = - sum_mu F(xi_mu . s), s in {-1,+1}^n (BinaryEnergy).
+///
+/// RetrieveBinary runs the binary dynamics: each neuron i is set to the sign
+/// that gives the lower energy with the others held fixed,
+/// \code{.unparsed}
+///   s_i <- sign( sum_mu F(xi_mu,i + t_mu) - F(-xi_mu,i + t_mu) ),  t_mu = sum_{j != i} xi_mu,j s_j,
+/// \endcode
+/// asynchronously (one neuron at a time; never increases E, always reaches a
+/// fixed point) or synchronously (all neurons from the same state; may
+/// oscillate with period 2). For F quadratic this is the classical rule
+/// s_i <- sign(sum_{j != i} W_ij s_j) with W = X X^T (no self-coupling).
+///
+/// \code
+///   Matrix<double> X = ...;                      // n x N, +-1 patterns
+///   Matrix<double> s = corrupted;                // n x B, +-1 probes
+///   implicit::BinaryRetrievalOptions o;          // asynchronous, random order
+///   auto summary = implicit::RetrieveBinary<double>(X, implicit::Interaction::Polynomial(3), s, o);
+///   // s now holds the retrieved states; summary.converged[b] says whether
+///   // sample b reached a fixed point.
+/// \endcode
 #pragma once
 
 #include <implicit/core/types.h>
@@ -36,18 +41,25 @@ namespace implicit {
 // ---------------------------------------------------------------------------
 // Binary (+-1) dynamics.
 
+/// Options of RetrieveBinary: synchronous or asynchronous updates, sweep
+/// limit and visiting order.
 struct BinaryRetrievalOptions {
-  // false: asynchronous, one neuron at a time, each update seeing the previous
-  // ones (never increases the energy). true: synchronous, all neurons updated
-  // from the same state (may cycle with period 2).
+  /// false (the default): asynchronous, one neuron at a time, each update seeing the previous
+  /// ones (never increases the energy). true: synchronous, all neurons updated
+  /// from the same state (may cycle with period 2).
   bool synchronous = false;
-  // Maximum number of sweeps (one sweep = every neuron considered once) per sample.
+  /// Maximum number of sweeps (one sweep = every neuron considered once) per
+  /// sample (>= 1; default 100).
   int max_sweeps = 100;
-  // Asynchronous only: visit the neurons in a fresh random order each sweep
-  // (seeded by `seed` and the sample index), else in index order.
+  /// Asynchronous only: visit the neurons in a fresh random order each sweep
+  /// (seeded by `seed` and the sample index; the default), else in index order.
   bool random_order = true;
+  /// Seed of the random visiting order (combined with the sample index, so
+  /// that every sample gets its own order); unused unless random_order.
   unsigned seed = 0;
 
+  /// True when the options are usable (max_sweeps >= 1); otherwise false, with
+  /// the reason written to *error when error is not nullptr.
   bool IsValid(std::string* error) const {
     if (max_sweeps < 1) {
       if (error) *error = "max_sweeps must be >= 1, got " + std::to_string(max_sweeps);
@@ -57,13 +69,15 @@ struct BinaryRetrievalOptions {
   }
 };
 
+/// What RetrieveBinary did, per sample (one entry per column of the states).
 struct BinaryRetrievalSummary {
-  // Per sample: reached a fixed point (a whole sweep without a flip).
+  /// Per sample: reached a fixed point (a whole sweep without a flip).
   std::vector<char> converged;
-  // Per sample: sweeps performed (including the final sweep without flips).
+  /// Per sample: sweeps performed (including the final sweep without flips).
   std::vector<int> sweeps;
-  // Per sample: total number of neuron flips.
+  /// Per sample: total number of neuron flips.
   std::vector<long> flips;
+  /// The number of samples that reached a fixed point.
   int num_converged() const {
     return static_cast<int>(std::count(converged.begin(), converged.end(), 1));
   }
@@ -71,11 +85,11 @@ struct BinaryRetrievalSummary {
 
 namespace internal {
 
-// Runs the binary dynamics on sigma (n x B, entries +-1 on entry; any nonzero
-// value is read as its sign). W (n x N) holds the couplings in double; for
-// neuron i of a sample with current overlaps s = W^T sigma (N), gain(i, s,
-// sigma_i) returns G with E(sigma_i = -1) - E(sigma_i = +1) having the sign of
-// G. sigma_i <- sign(G), unchanged when G == 0 or not finite.
+/// Runs the binary dynamics on sigma (n x B, entries +-1 on entry; any nonzero
+/// value is read as its sign). W (n x N) holds the couplings in double; for
+/// neuron i of a sample with current overlaps s = W^T sigma (N), gain(i, s,
+/// sigma_i) returns G with E(sigma_i = -1) - E(sigma_i = +1) having the sign of
+/// G. sigma_i <- sign(G), unchanged when G == 0 or not finite.
 template <typename Scalar, typename Gain>
 BinaryRetrievalSummary RunBinaryDynamics(const Matrix<double>& W, MatrixRef<Scalar> sigma,
                                          const BinaryRetrievalOptions& options, const Gain& gain,
@@ -130,9 +144,9 @@ BinaryRetrievalSummary RunBinaryDynamics(const Matrix<double>& W, MatrixRef<Scal
   return summary;
 }
 
-// sign-preserving sum_mu F(t_mu + d_mu) - F(t_mu - d_mu), computed so that it
-// neither overflows (exponential: max-shifted; polynomial: scaled by `scale`,
-// an upper bound of |t| + |d|) nor loses the sign.
+/// sign-preserving sum_mu F(t_mu + d_mu) - F(t_mu - d_mu), computed so that it
+/// neither overflows (exponential: max-shifted; polynomial: scaled by `scale`,
+/// an upper bound of |t| + |d|) nor loses the sign.
 inline double InteractionFlipGain(const Interaction& f, const Vector<double>& t,
                                   const Vector<double>& d, double scale) {
   const Index N = t.size();
@@ -168,9 +182,17 @@ inline double InteractionFlipGain(const Interaction& f, const Vector<double>& t,
 
 }  // namespace internal
 
-// Binary retrieval in a dense associative memory with patterns X (n x N) and
-// interaction F: updates the +-1 states sigma (n x B) in place (see the top of
-// this file). Throws std::invalid_argument on bad options or shapes.
+/// Binary retrieval in a dense associative memory with patterns X (n x N) and
+/// interaction F: updates the +-1 states sigma (n x B) in place (see the top of
+/// this file). Returns, per sample, whether it converged, the sweeps and the
+/// flips.
+/// \param patterns The stored patterns X, n x N, one pattern per column.
+/// \param interaction The interaction function F.
+/// \param sigma The states, n x B: +-1 probes on entry (any nonzero value is
+///   read as its sign), the retrieved +-1 states on return.
+/// \param options Synchronous or asynchronous updates, sweep limit, order.
+/// \throws std::invalid_argument when the options or the interaction are
+///   invalid, the patterns are empty, or sigma is not n x B with B >= 1.
 template <typename Scalar>
 BinaryRetrievalSummary RetrieveBinary(ConstMatrixRef<Scalar> patterns,
                                       const Interaction& interaction, MatrixRef<Scalar> sigma,
@@ -191,7 +213,11 @@ BinaryRetrievalSummary RetrieveBinary(ConstMatrixRef<Scalar> patterns,
   return internal::RunBinaryDynamics<Scalar>(X, sigma, options, gain, "RetrieveBinary");
 }
 
-// values(b) = -sum_mu F(xi_mu . sigma_b), the binary energy (any states).
+/// Computes the binary energy of each state (column) of sigma (n x B; any
+/// states, not only +-1) for the patterns X (n x N, one per column).
+/// values(b) = -sum_mu F(xi_mu . sigma_b); values has length B.
+/// \throws std::invalid_argument when sigma is not n x B with B >= 1 or values
+///   does not have length B.
 template <typename Scalar>
 void BinaryEnergy(ConstMatrixRef<Scalar> patterns, const Interaction& interaction,
                   ConstMatrixRef<Scalar> sigma, VectorRef<Scalar> values) {

@@ -1,36 +1,43 @@
-// DenseAssociativeMemoryEnergy: the continuous energy of a dense associative
-// memory (Krotov & Hopfield; dense_associative_memory.h has the family) with
-// N stored patterns xi_mu (columns of X, n x N) and an interaction function F
-// (interaction_function.h):
-//
-//   continuous states, kEuclidean:     E(x) = - sum_mu F(xi_mu . x) + 0.5 |x|^2
-//   continuous states in the box, kBox: E(x) = - sum_mu F(xi_mu . x) + (1/T) sum_i phi(x_i),
-//       x in (-1, 1)^n, phi(x) = (1+x)/2 log((1+x)/2) + (1-x)/2 log((1-x)/2)
-//       (the entropy barrier of the classical continuous Hopfield network; T > 0)
-//
-// DenseAssociativeMemoryEnergy is the continuous energy (an Energy with
-// closed-form gradient, Hessian-vector product and parameter VJP w.r.t.
-// learnable patterns). Update rules (CccpUpdate), valid CCCP steps when F is
-// convex (quadratic, even n, rectified, exponential):
-//   kEuclidean: x <- X F'(X^T x)              (= x - grad E)
-//   kBox:       x <- tanh(T X F'(X^T x))      (the continuous Hopfield update)
-// Which domain fits: kEuclidean is bounded below only where F grows at most
-// quadratically (quadratic F with |X|_2 < 1, or locally); for higher degrees and
-// the exponential a stored pattern is a saddle of the kEuclidean energy, so use
-// kBox (bounded below: F is continuous on the box), whose minima approach the
-// +-1 patterns as T grows. For kBox, CccpMap's Jacobian products are those of
-// the gradient step (I - hess E), not of the tanh update: fine for Picard /
-// Anderson and for implicit differentiation (the fixed points are the same),
-// use EnergyRootMap for Newton. CccpUpdateAndValue / GradientAndValue give E
-// with the update from one product X^T x; no per-sample data, so
-// SupportsSubsets() is true.
-//
-//   implicit::DenseAssociativeMemoryEnergy<double>::Options o;
-//   o.interaction = implicit::Interaction::Exponential(2.0);
-//   o.domain = implicit::StateDomain::kBox;
-//   implicit::DenseAssociativeMemoryEnergy<double> energy(X, o);   // X: n x N
-//   implicit::CccpMap<double> map(energy);
-//   implicit::PicardSolver<double>().Solve(map, x);                // x: n x B
+/// \file
+/// DenseAssociativeMemoryEnergy: the continuous energy of a dense associative
+/// memory (Krotov & Hopfield; dense_associative_memory.h has the family) with
+/// N stored patterns xi_mu (columns of X, n x N) and an interaction function F
+/// (interaction_function.h):
+///
+/// \code{.unparsed}
+///   continuous states, kEuclidean:     E(x) = - sum_mu F(xi_mu . x) + 0.5 |x|^2
+///   continuous states in the box, kBox: E(x) = - sum_mu F(xi_mu . x) + (1/T) sum_i phi(x_i),
+///       x in (-1, 1)^n, phi(x) = (1+x)/2 log((1+x)/2) + (1-x)/2 log((1-x)/2)
+///       (the entropy barrier of the classical continuous Hopfield network; T > 0)
+/// \endcode
+///
+/// DenseAssociativeMemoryEnergy is the continuous energy (an Energy with
+/// closed-form gradient, Hessian-vector product and parameter VJP w.r.t.
+/// learnable patterns). Update rules (CccpUpdate), valid CCCP steps when F is
+/// convex (quadratic, even n, rectified, exponential):
+/// \code{.unparsed}
+///   kEuclidean: x <- X F'(X^T x)              (= x - grad E)
+///   kBox:       x <- tanh(T X F'(X^T x))      (the continuous Hopfield update)
+/// \endcode
+/// Which domain fits: kEuclidean is bounded below only where F grows at most
+/// quadratically (quadratic F with |X|_2 < 1, or locally); for higher degrees and
+/// the exponential a stored pattern is a saddle of the kEuclidean energy, so use
+/// kBox (bounded below: F is continuous on the box), whose minima approach the
+/// +-1 patterns as T grows. For kBox, CccpMap's Jacobian products are those of
+/// the gradient step (I - hess E), not of the tanh update: fine for Picard /
+/// Anderson and for implicit differentiation (the fixed points are the same),
+/// use EnergyRootMap for Newton. CccpUpdateAndValue / GradientAndValue give E
+/// with the update from one product X^T x; no per-sample data, so
+/// SupportsSubsets() is true.
+///
+/// \code
+///   implicit::DenseAssociativeMemoryEnergy<double>::Options o;
+///   o.interaction = implicit::Interaction::Exponential(2.0);
+///   o.domain = implicit::StateDomain::kBox;
+///   implicit::DenseAssociativeMemoryEnergy<double> energy(X, o);   // X: n x N
+///   implicit::CccpMap<double> map(energy);
+///   implicit::PicardSolver<double>().Solve(map, x);                // x: n x B
+/// \endcode
 #pragma once
 
 #include <implicit/core/energy.h>
@@ -48,23 +55,34 @@
 namespace implicit {
 
 // ---------------------------------------------------------------------------
-// The state domain of a continuous dense associative memory (see above).
+/// The state domain of a continuous dense associative memory: kEuclidean
+/// (states in R^n, energy + 0.5 |x|^2) or kBox (states in (-1, 1)^n, energy +
+/// the entropy barrier (1/T) sum_i phi(x_i)).
 enum class StateDomain { kEuclidean, kBox };
 
-// E(x) = -sum_mu F(xi_mu . x) + 0.5 |x|^2 (kEuclidean) or + (1/T) sum_i phi(x_i)
-// (kBox), continuous states.
+/// The continuous energy of a dense associative memory with stored patterns X
+/// (n x N) and an interaction function F.
+/// E(x) = -sum_mu F(xi_mu . x) + 0.5 |x|^2 (kEuclidean) or + (1/T) sum_i phi(x_i)
+/// (kBox), continuous states; the file comment has the update rules and which
+/// domain fits.
 template <typename Scalar>
 class DenseAssociativeMemoryEnergy : public Energy<Scalar> {
  public:
+  /// The interaction function, state domain and trainability.
   struct Options {
-    // The interaction function F.
+    /// The interaction function F (default: quadratic, the classical network).
     Interaction interaction;
-    // kEuclidean (+ 0.5|x|^2) or kBox (entropy barrier on (-1, 1)^n).
+    /// kEuclidean (+ 0.5|x|^2, the default) or kBox (entropy barrier on (-1, 1)^n).
     StateDomain domain = StateDomain::kEuclidean;
-    // kBox only: the gain T > 0 of the update x <- tanh(T X F'(X^T x)).
+    /// kBox only: the gain T > 0 of the update x <- tanh(T X F'(X^T x))
+    /// (default 1).
     double box_gain = 1.0;
-    // Trainable patterns: parameter block "X" (n x N). False: fixed data.
+    /// Trainable patterns: parameter block "X" (n x N). False (the default):
+    /// fixed data.
     bool learn_patterns = false;
+    /// True when the options are usable (a valid interaction, box_gain finite
+    /// and > 0); otherwise false, with the reason written to *error when error
+    /// is not nullptr.
     bool IsValid(std::string* error) const {
       if (!interaction.IsValid(error)) {
         if (error) *error = "interaction." + *error;
@@ -78,7 +96,10 @@ class DenseAssociativeMemoryEnergy : public Energy<Scalar> {
     }
   };
 
-  // patterns: n x N. Throws on invalid options or empty patterns.
+  /// Builds the energy of the stored patterns (n x N, one pattern per column;
+  /// copied into block "X" when learn_patterns).
+  /// \throws std::invalid_argument when the options are invalid or the
+  ///   patterns are empty.
   DenseAssociativeMemoryEnergy(Matrix<Scalar> patterns, const Options& options)
       : options_(options) {
     std::string error;
@@ -98,44 +119,48 @@ class DenseAssociativeMemoryEnergy : public Energy<Scalar> {
     }
   }
 
+  /// The options the energy was built with.
   const Options& options() const { return options_; }
   Index dimension() const override { return n_; }
+  /// The stored patterns X (n x N): the parameter block "X" when
+  /// learn_patterns, else the fixed data.
   ConstMatrixRef<Scalar> patterns() const {
     if (options_.learn_patterns) return params_.Block("X");
     return X_;
   }
 
-  // kBox: +inf outside [-1, 1]^n.
+  /// kBox: +inf outside [-1, 1]^n.
   void Value(ConstMatrixRef<Scalar> x, VectorRef<Scalar> values) const override {
     internal::CheckBatch("DenseAssociativeMemoryEnergy::Value(x)", x, n_);
     internal::CheckShape("DenseAssociativeMemoryEnergy::Value(values)", values, x.cols(), 1);
     kernel_.Value(patterns(), nullptr, Eval(), x, values);
     AddBarrier(x, values);
   }
-  // kEuclidean: x - X F'(X^T x); kBox: atanh(x) / T - X F'(X^T x).
+  /// kEuclidean: x - X F'(X^T x); kBox: atanh(x) / T - X F'(X^T x).
   void Gradient(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> grad) const override {
     internal::CheckBatch("DenseAssociativeMemoryEnergy::Gradient(x)", x, n_);
     internal::CheckShape("DenseAssociativeMemoryEnergy::Gradient(grad)", grad, n_, x.cols());
     kernel_.Gradient(patterns(), nullptr, Eval(), x, grad);
     if (box_) grad += (x.array().atanh() / T_).matrix();
   }
-  // kEuclidean: x <- X F'(X^T x); kBox: x <- tanh(T X F'(X^T x)).
+  /// kEuclidean: x <- X F'(X^T x); kBox: x <- tanh(T X F'(X^T x)).
   void CccpUpdate(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> out) const override;
-  // The update and E from one product X^T x.
+  /// The update and E from one product X^T x.
   void CccpUpdateAndValue(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> out,
                           VectorRef<Scalar> values) const override;
-  // grad E and E from one product X^T x.
+  /// grad E and E from one product X^T x.
   void GradientAndValue(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> grad,
                         VectorRef<Scalar> values) const override;
-  // No per-sample data: any subset of a batch's columns may be evaluated.
+  /// No per-sample data: any subset of a batch's columns may be evaluated.
   bool SupportsSubsets() const override { return true; }
   void HessianVectorProduct(ConstMatrixRef<Scalar> x, ConstMatrixRef<Scalar> v,
                             MatrixRef<Scalar> out) const override;
 
   Index num_parameters() const override { return params_.size(); }
   ParameterSet<Scalar>* parameters() override { return params_.size() > 0 ? &params_ : nullptr; }
+  /// The trainable parameters (block "X" when learn_patterns; empty otherwise).
   const ParameterSet<Scalar>& parameter_set() const { return params_; }
-  // d/dX sum_b <grad E(x_b), u_b> = -(U F'(S)^T + Xb (F''(S) .* X^T U)^T), S = X^T Xb.
+  /// d/dX sum_b <grad E(x_b), u_b> = -(U F'(S)^T + Xb (F''(S) .* X^T U)^T), S = X^T Xb.
   void ParameterVectorJacobianProduct(ConstMatrixRef<Scalar> x, ConstMatrixRef<Scalar> u,
                                       VectorRef<Scalar> out) const override;
 
@@ -146,8 +171,8 @@ class DenseAssociativeMemoryEnergy : public Energy<Scalar> {
       f.Evaluate(s, g, dg, d2g);
     };
   }
-  // out = the CCCP update from the retrieval r = X F'(X^T x): r for kEuclidean,
-  // tanh(T r) for kBox.
+  /// out = the CCCP update from the retrieval r = X F'(X^T x): r for kEuclidean,
+  /// tanh(T r) for kBox.
   void StoreUpdate(const Matrix<Scalar>& r, MatrixRef<Scalar> out) const {
     if (box_) {
       out = (T_ * r.array()).tanh().matrix();
@@ -155,9 +180,9 @@ class DenseAssociativeMemoryEnergy : public Energy<Scalar> {
       out = r;
     }
   }
-  // kBox: values += (1/T) sum_i phi(x_i); nothing for kEuclidean.
+  /// kBox: values += (1/T) sum_i phi(x_i); nothing for kEuclidean.
   void AddBarrier(ConstMatrixRef<Scalar> x, VectorRef<Scalar> values) const;
-  // phi(x) = u log u + w log w, u = (1+x)/2, w = (1-x)/2; 0 log 0 = 0.
+  /// phi(x) = u log u + w log w, u = (1+x)/2, w = (1-x)/2; 0 log 0 = 0.
   static Scalar Barrier(Scalar x) {
     if (!(x >= Scalar(-1) && x <= Scalar(1))) return std::numeric_limits<Scalar>::infinity();
     const Scalar u = (Scalar(1) + x) / Scalar(2), w = (Scalar(1) - x) / Scalar(2);

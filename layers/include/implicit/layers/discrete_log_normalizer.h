@@ -1,12 +1,15 @@
-// DiscreteLogNormalizer: the log-normaliser of a discrete base measure over N
-// keys K (d x N) with log-weights m, log Z(eta) = lse(K^T eta + m), as an
-// Energy of the query eta: its gradient K softmax(K^T eta + m) is softmax
-// attention, its Hessian K (diag p - p p^T) K^T the covariance of the keys
-// (log_normalizer.h has the family). The keys may be trainable (block "K").
-//
-//   implicit::DiscreteLogNormalizer<double> logz(keys);  // keys: d x N
-//   implicit::Matrix<double> attn(d, B);
-//   logz.Gradient(eta, attn);                             // K softmax(K^T eta)
+/// \file
+/// DiscreteLogNormalizer: the log-normaliser of a discrete base measure over N
+/// keys K (d x N) with log-weights m, log Z(eta) = lse(K^T eta + m), as an
+/// Energy of the query eta: its gradient K softmax(K^T eta + m) is softmax
+/// attention, its Hessian K (diag p - p p^T) K^T the covariance of the keys
+/// (log_normalizer.h has the family). The keys may be trainable (block "K").
+///
+/// \code
+///   implicit::DiscreteLogNormalizer<double> logz(keys);  // keys: d x N
+///   implicit::Matrix<double> attn(d, B);
+///   logz.Gradient(eta, attn);                             // K softmax(K^T eta)
+/// \endcode
 #pragma once
 
 #include <implicit/core/types.h>
@@ -19,17 +22,25 @@
 
 namespace implicit {
 
-// log Z(eta) = log sum_i exp(k_i . eta + m_i) over the keys K (d x N).
+/// The log-normaliser of a discrete base measure over the keys K (d x N), as a
+/// function of the query eta (d x B): softmax attention as a gradient.
+/// log Z(eta) = log sum_i exp(k_i . eta + m_i), with the log-weights m set by
+/// SetLogBaseMeasure (0 by default).
 template <typename Scalar>
 class DiscreteLogNormalizer : public LogNormalizerBase<Scalar> {
   using Base = LogNormalizerBase<Scalar>;
 
  public:
+  /// Whether the keys are trained.
   struct Options {
-    // Trainable keys: parameter block "K" (d x N). False: fixed data.
+    /// Trainable keys: parameter block "K" (d x N). False (the default): fixed
+    /// data.
     bool learn_keys = false;
   };
 
+  /// Builds log Z over the keys (d x N, one key per column; copied into block
+  /// "K" when learn_keys), with the uniform counting measure.
+  /// \throws std::invalid_argument when the keys are empty.
   explicit DiscreteLogNormalizer(Matrix<Scalar> keys, const Options& options = Options())
       : Base("DiscreteLogNormalizer"), options_(options) {
     if (keys.rows() == 0 || keys.cols() == 0) {
@@ -47,13 +58,17 @@ class DiscreteLogNormalizer : public LogNormalizerBase<Scalar> {
   }
 
   Index dimension() const override { return d_; }
+  /// The number of keys N.
   Index num_keys() const { return N_; }
+  /// The keys K (d x N): the parameter block "K" when learn_keys, else the
+  /// fixed data.
   ConstMatrixRef<Scalar> keys() const {
     if (options_.learn_keys) return params_.Block("K");
     return K_;
   }
-  // Log weights m of the intrinsic measure (N x 1 or N x B); -inf removes a
-  // key (masking). Empty = uniform counting measure.
+  /// Log weights m of the intrinsic measure (N x 1 or N x B); -inf removes a
+  /// key (masking). Empty = uniform counting measure.
+  /// \throws std::invalid_argument when m is not empty and does not have N rows.
   void SetLogBaseMeasure(Matrix<Scalar> m) {
     if (m.size() != 0 && m.rows() != N_) {
       throw std::invalid_argument("DiscreteLogNormalizer::SetLogBaseMeasure(m): expected " +
@@ -62,34 +77,35 @@ class DiscreteLogNormalizer : public LogNormalizerBase<Scalar> {
     mask_ = std::move(m);
   }
 
-  // p = softmax(K^T eta + m) (N x B): the tilted measure on the keys.
+  /// p = softmax(K^T eta + m) (N x B): the tilted measure on the keys.
   void Weights(ConstMatrixRef<Scalar> eta, MatrixRef<Scalar> p) const {
     internal::CheckBatch("DiscreteLogNormalizer::Weights(eta)", eta, d_);
     internal::CheckShape("DiscreteLogNormalizer::Weights(p)", p, N_, eta.cols());
     p = Head(eta, "DiscreteLogNormalizer::Weights").p;
   }
-  // out = V p: the attention output for values V (d_v x N). With V = K this is
-  // grad log Z; in general it is d/dt log Z(eta, t) at t = 0 for the family with
-  // sufficient statistic (k_i, v_i).
+  /// out = V p: the attention output for values V (d_v x N). With V = K this is
+  /// grad log Z; in general it is d/dt log Z(eta, t) at t = 0 for the family with
+  /// sufficient statistic (k_i, v_i). eta: d x B; out: d_v x B.
+  /// \throws std::invalid_argument when eta, values or out have the wrong shape.
   void ExpectedValues(ConstMatrixRef<Scalar> eta, ConstMatrixRef<Scalar> values,
                       MatrixRef<Scalar> out) const;
 
-  // log Z (-inf when every key is masked).
+  /// log Z (-inf when every key is masked).
   void Value(ConstMatrixRef<Scalar> eta, VectorRef<Scalar> values) const override {
     internal::CheckBatch("DiscreteLogNormalizer::Value(eta)", eta, d_);
     internal::CheckShape("DiscreteLogNormalizer::Value(values)", values, eta.cols(), 1);
     values = Head(eta, "DiscreteLogNormalizer::Value").lse;
   }
-  // grad log Z = K p (0 when every key is masked).
+  /// grad log Z = K p (0 when every key is masked).
   void Gradient(ConstMatrixRef<Scalar> eta, MatrixRef<Scalar> grad) const override {
     internal::CheckBatch("DiscreteLogNormalizer::Gradient(eta)", eta, d_);
     internal::CheckShape("DiscreteLogNormalizer::Gradient(grad)", grad, d_, eta.cols());
     grad.noalias() = keys() * Head(eta, "DiscreteLogNormalizer::Gradient").p;
   }
-  // grad log Z and log Z from one softmax head.
+  /// grad log Z and log Z from one softmax head.
   void GradientAndValue(ConstMatrixRef<Scalar> eta, MatrixRef<Scalar> grad,
                         VectorRef<Scalar> values) const override;
-  // The same function for every sample unless the base measure is per sample (N x B).
+  /// The same function for every sample unless the base measure is per sample (N x B).
   bool SupportsSubsets() const override { return mask_.size() == 0 || mask_.cols() == 1; }
   void HessianVectorProduct(ConstMatrixRef<Scalar> eta, ConstMatrixRef<Scalar> v,
                             MatrixRef<Scalar> out) const override {
@@ -98,7 +114,7 @@ class DiscreteLogNormalizer : public LogNormalizerBase<Scalar> {
     internal::CheckShape("DiscreteLogNormalizer::HessianVectorProduct(out)", out, d_, eta.cols());
     out = Head(eta, "DiscreteLogNormalizer::HessianVectorProduct").CovarianceProduct(keys(), v, Scalar(1));
   }
-  // d/dK sum_b <K p_b, u_b> = U P^T + Eta W^T, W = (diag p - p p^T) K^T U.
+  /// d/dK sum_b <K p_b, u_b> = U P^T + Eta W^T, W = (diag p - p p^T) K^T U.
   void ParameterVectorJacobianProduct(ConstMatrixRef<Scalar> eta, ConstMatrixRef<Scalar> u,
                                       VectorRef<Scalar> out) const override;
 

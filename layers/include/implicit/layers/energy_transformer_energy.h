@@ -1,57 +1,64 @@
-// The Energy Transformer block (Hoover et al., 2023) as an Energy: one
-// recurrent block whose forward pass descends a single scalar energy of the
-// tokens.
-//
-// State layout. One sample is N tokens of dimension D, x_A in R^D. The sample's
-// column (length N*D) stores the tokens one after another: entries
-// [A*D, (A+1)*D) are token A. Equivalently the column is the D x N matrix
-// [x_1 ... x_N] (one token per column) stored column-major, or the N x D token
-// matrix stored row-major. EnergyTransformer::Tokens(col) gives that D x N view.
-//
-// Energy (per sample), with g_A = LayerNorm(x_A) = gamma (x_A - mean) / s_A +
-// delta, s_A = sqrt(var(x_A) + eps) (scalar gamma > 0, delta):
-//
-//   E    = E_LN + E_ATT + E_HN
-//   E_LN = sum_A (g_A . x_A - L(x_A)),  L(x_A) = D gamma s_A + delta sum_i x_Ai
-//        = -sum_A D gamma eps / s_A     (the same number, computed this way)
-//   E_ATT = -(1/beta) sum_h sum_C log sum_{B != C} exp(beta K_hB . Q_hC),
-//           K_h = W_K[h] G, Q_h = W_Q[h] G  (W_K[h], W_Q[h]: Y x D),
-//           beta = Options::beta, by default 1/sqrt(Y)
-//           (Options::exclude_self = false keeps B = C in the sum)
-//   E_HN = -0.5 sum_{B,mu} ReLU(xi_mu . g_B)^2      (EnergyTransformerMemory::kRelu)
-//        or -(1/beta_m) sum_B log sum_mu exp(beta_m xi_mu . g_B)  (kSoftmax)
-//
-// With F = E_ATT + E_HN a function of G, g = grad L (L is convex for gamma > 0)
-// and M_A = dg_A/dx_A = hess L (symmetric, PSD):
-//   DescentDirection  dE/dg = x + dF/dG            (the ET dynamics direction)
-//   Gradient          dE/dx = M (x + dF/dG)        per token
-//   dE/dt along x' = -dE/dg is -(dE/dg)^T M (dE/dg) <= 0: the energy never
-//   increases along x <- x - a dE/dg for small enough a. (dE/dg vanishes where
-//   dE/dx does, up to the null direction 1 of M per token: LayerNorm ignores
-//   shifts of a token.)
-//   HessianVectorProduct  exact closed form: dM[v] (x + dF/dG) + M (v + H_F (M v)),
-//   H_F the Hessian of F in G; no finite differences, no dual numbers.
-//
-// Parameters (ParameterSet, in this order): "W_K" and "W_Q" ((H*Y) x D: rows
-// h*Y .. h*Y+Y-1 are head h; absent when num_heads = 0), "Xi" (D x M, one
-// memory per column; absent when num_memories = 0), and "gamma", "delta"
-// (1 x 1 each) when Options::learnable_layer_norm. ParameterVectorJacobianProduct
-// gives d/dtheta sum_b <dE/dx(x_b), u_b> in closed form.
-//
-// GradientAndValue gives E with dE/dx in one pass per sample. The plain energy
-// has no per-sample data (SupportsSubsets() is true: a solver may evaluate any
-// subset of the batch's columns); ClampedEnergy's clamps are per sample (false).
-//
-// The fixed-point map of the ET dynamics, with clamped tokens for image
-// completion, is EnergyTransformerMap (energy_transformer_map.h).
-//
-//   implicit::EnergyTransformer<double>::Options o;
-//   o.num_tokens = 16; o.token_dim = 32; o.num_heads = 4; o.head_dim = 8;
-//   o.num_memories = 64;                       // ReLU^2 Hopfield memory
-//   implicit::EnergyTransformer<double> et(o); // random init, see Initialize()
-//   implicit::Matrix<double> x = ...;          // (16*32) x B, token-major
-//   implicit::Matrix<double> d(x.rows(), x.cols());
-//   for (int t = 0; t < 20; ++t) { et.DescentDirection(x, d); x -= 0.1 * d; }
+/// \file
+/// The Energy Transformer block (Hoover et al., 2023) as an Energy: one
+/// recurrent block whose forward pass descends a single scalar energy of the
+/// tokens.
+///
+/// State layout. One sample is N tokens of dimension D, x_A in R^D. The sample's
+/// column (length N*D) stores the tokens one after another: entries
+/// [A*D, (A+1)*D) are token A. Equivalently the column is the D x N matrix
+/// [x_1 ... x_N] (one token per column) stored column-major, or the N x D token
+/// matrix stored row-major. EnergyTransformer::Tokens(col) gives that D x N view.
+///
+/// Energy (per sample), with g_A = LayerNorm(x_A) = gamma (x_A - mean) / s_A +
+/// delta, s_A = sqrt(var(x_A) + eps) (scalar gamma > 0, delta):
+///
+/// \code{.unparsed}
+///   E    = E_LN + E_ATT + E_HN
+///   E_LN = sum_A (g_A . x_A - L(x_A)),  L(x_A) = D gamma s_A + delta sum_i x_Ai
+///        = -sum_A D gamma eps / s_A     (the same number, computed this way)
+///   E_ATT = -(1/beta) sum_h sum_C log sum_{B != C} exp(beta K_hB . Q_hC),
+///           K_h = W_K[h] G, Q_h = W_Q[h] G  (W_K[h], W_Q[h]: Y x D),
+///           beta = Options::beta, by default 1/sqrt(Y)
+///           (Options::exclude_self = false keeps B = C in the sum)
+///   E_HN = -0.5 sum_{B,mu} ReLU(xi_mu . g_B)^2      (EnergyTransformerMemory::kRelu)
+///        or -(1/beta_m) sum_B log sum_mu exp(beta_m xi_mu . g_B)  (kSoftmax)
+/// \endcode
+///
+/// With F = E_ATT + E_HN a function of G, g = grad L (L is convex for gamma > 0)
+/// and M_A = dg_A/dx_A = hess L (symmetric, PSD):
+/// \code{.unparsed}
+///   DescentDirection  dE/dg = x + dF/dG            (the ET dynamics direction)
+///   Gradient          dE/dx = M (x + dF/dG)        per token
+///   dE/dt along x' = -dE/dg is -(dE/dg)^T M (dE/dg) <= 0: the energy never
+///   increases along x <- x - a dE/dg for small enough a. (dE/dg vanishes where
+///   dE/dx does, up to the null direction 1 of M per token: LayerNorm ignores
+///   shifts of a token.)
+///   HessianVectorProduct  exact closed form: dM[v] (x + dF/dG) + M (v + H_F (M v)),
+///   H_F the Hessian of F in G; no finite differences, no dual numbers.
+/// \endcode
+///
+/// Parameters (ParameterSet, in this order): "W_K" and "W_Q" ((H*Y) x D: rows
+/// h*Y .. h*Y+Y-1 are head h; absent when num_heads = 0), "Xi" (D x M, one
+/// memory per column; absent when num_memories = 0), and "gamma", "delta"
+/// (1 x 1 each) when Options::learnable_layer_norm. ParameterVectorJacobianProduct
+/// gives d/dtheta sum_b <dE/dx(x_b), u_b> in closed form.
+///
+/// GradientAndValue gives E with dE/dx in one pass per sample. The plain energy
+/// has no per-sample data (SupportsSubsets() is true: a solver may evaluate any
+/// subset of the batch's columns); ClampedEnergy's clamps are per sample (false).
+///
+/// The fixed-point map of the ET dynamics, with clamped tokens for image
+/// completion, is EnergyTransformerMap (energy_transformer_map.h).
+///
+/// \code
+///   implicit::EnergyTransformer<double>::Options o;
+///   o.num_tokens = 16; o.token_dim = 32; o.num_heads = 4; o.head_dim = 8;
+///   o.num_memories = 64;                       // ReLU^2 Hopfield memory
+///   implicit::EnergyTransformer<double> et(o); // random init, see Initialize()
+///   implicit::Matrix<double> x = ...;          // (16*32) x B, token-major
+///   implicit::Matrix<double> d(x.rows(), x.cols());
+///   for (int t = 0; t < 20; ++t) { et.DescentDirection(x, d); x -= 0.1 * d; }
+/// \endcode
 #pragma once
 
 #include <implicit/core/energy.h>
@@ -65,56 +72,71 @@
 
 namespace implicit {
 
+/// The Energy Transformer block as an Energy of the tokens: E = E_LN + E_ATT +
+/// E_HN over the token-major state (N*D x B), with the closed-form Hessian and
+/// parameter products, and the residual r = dE/dg of its dynamics (the file
+/// comment has the formulas and the parameter blocks).
 template <typename Scalar>
 class EnergyTransformer : public Energy<Scalar>, private internal::EnergyTransformerTokenNorm<Scalar> {
   using Base = internal::EnergyTransformerTokenNorm<Scalar>;
 
  public:
+  /// The options (EnergyTransformerOptions).
   using Options = EnergyTransformerOptions;
 
-  // Parameters start as N(0, 1/D) entries (seed 0); see Initialize().
+  /// Parameters start as N(0, 1/D) entries (seed 0); see Initialize().
+  /// \throws std::invalid_argument when the options are invalid.
   explicit EnergyTransformer(const Options& options) : Base(options) {
     Initialize(0, 1.0 / std::sqrt(static_cast<double>(options.token_dim)));
   }
 
-  // Redraws W_K, W_Q and Xi with i.i.d. N(0, stddev^2) entries (gamma and
-  // delta are left alone).
+  /// Redraws W_K, W_Q and Xi with i.i.d. N(0, stddev^2) entries (gamma and
+  /// delta are left alone).
   void Initialize(unsigned seed, double stddev);
 
+  /// The options the energy was built with.
   const Options& options() const { return options_; }
+  /// The number of tokens N per sample.
   Index num_tokens() const { return options_.num_tokens; }
+  /// The dimension D of one token.
   Index token_dim() const { return options_.token_dim; }
   Index dimension() const override { return options_.num_tokens * options_.token_dim; }
+  /// The attention inverse temperature beta in use (Options::beta, or
+  /// 1/sqrt(head_dim) when that is 0).
   Scalar beta() const { return beta_; }
-  // The LayerNorm gain and bias, and the D x N token view of one sample's
-  // column (token A = column A): energy_transformer_token_norm.h.
+  ///@{
+  /// The LayerNorm gain and bias, and the D x N token view of one sample's
+  /// column (token A = column A): energy_transformer_token_norm.h.
   using Base::delta;
   using Base::gamma;
   using Base::Tokens;
+  ///@}
 
-  // g = LayerNorm(x) token by token (same layout as x).
+  /// g = LayerNorm(x) token by token (same layout as x).
+  /// \throws std::invalid_argument when x is not (N*D) x B (B >= 1) or g is
+  ///   not its shape.
   void LayerNorm(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> g) const;
 
   void Value(ConstMatrixRef<Scalar> x, VectorRef<Scalar> values) const override;
 
-  // dE/dg = x + dF/dG: the direction of the Energy Transformer dynamics.
+  /// dE/dg = x + dF/dG: the direction of the Energy Transformer dynamics.
   void DescentDirection(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> out) const override;
 
   void Gradient(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> grad) const override;
 
-  // dE/dx and E from one pass over each sample (the softmaxes' log-sum-exps
-  // come with them).
+  /// dE/dx and E from one pass over each sample (the softmaxes' log-sum-exps
+  /// come with them).
   void GradientAndValue(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> grad,
                         VectorRef<Scalar> values) const override;
-  // x - dE/dx (Energy's default CCCP update) and E in one pass.
+  /// x - dE/dx (Energy's default CCCP update) and E in one pass.
   void CccpUpdateAndValue(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> out,
                           VectorRef<Scalar> values) const override {
     GradientAndValue(x, out, values);
     out = x - out;
   }
-  // Each sample's energy depends on its own tokens only (no per-sample
-  // inputs): any subset of a batch's columns may be evaluated. (ClampedEnergy,
-  // which clamps per sample, may not.)
+  /// Each sample's energy depends on its own tokens only (no per-sample
+  /// inputs): any subset of a batch's columns may be evaluated. (ClampedEnergy,
+  /// which clamps per sample, may not.)
   bool SupportsSubsets() const override { return true; }
 
   void HessianVectorProduct(ConstMatrixRef<Scalar> x, ConstMatrixRef<Scalar> v,
@@ -122,6 +144,8 @@ class EnergyTransformer : public Energy<Scalar>, private internal::EnergyTransfo
 
   Index num_parameters() const override { return params_.size(); }
   ParameterSet<Scalar>* parameters() override { return &params_; }
+  /// The trainable parameters ("W_K", "W_Q", "Xi", and "gamma", "delta" when
+  /// learnable_layer_norm; the file comment has their shapes).
   const ParameterSet<Scalar>& parameter_set() const { return params_; }
 
   void ParameterVectorJacobianProduct(ConstMatrixRef<Scalar> x, ConstMatrixRef<Scalar> u,
@@ -133,13 +157,19 @@ class EnergyTransformer : public Energy<Scalar>, private internal::EnergyTransfo
   // shifting a token), they are isolated, so implicit differentiation uses r
   // (EnergyTransformerMap below). dr/dx = I + H_F M is not symmetric.
 
-  // out = (dr/dx) v = v + H_F (M v).
+  /// out = (dr/dx) v = v + H_F (M v).
+  /// \throws std::invalid_argument when x is not (N*D) x B (B >= 1) or v or
+  ///   out is not its shape.
   void DescentJacobianProduct(ConstMatrixRef<Scalar> x, ConstMatrixRef<Scalar> v,
                               MatrixRef<Scalar> out) const;
-  // out = (dr/dx)^T u = u + M (H_F u).
+  /// out = (dr/dx)^T u = u + M (H_F u).
+  /// \throws std::invalid_argument when x is not (N*D) x B (B >= 1) or u or
+  ///   out is not its shape.
   void DescentJacobianTransposeProduct(ConstMatrixRef<Scalar> x, ConstMatrixRef<Scalar> u,
                                        MatrixRef<Scalar> out) const;
-  // out = d/dtheta sum_b <r(x_b; theta), u_b>   (num_parameters() x 1).
+  /// out = d/dtheta sum_b <r(x_b; theta), u_b>   (num_parameters() x 1).
+  /// \throws std::invalid_argument when x is not (N*D) x B (B >= 1), u is not
+  ///   its shape or out does not have num_parameters() entries.
   void DescentParameterVectorJacobianProduct(ConstMatrixRef<Scalar> x, ConstMatrixRef<Scalar> u,
                                              VectorRef<Scalar> out) const;
 
@@ -148,11 +178,11 @@ class EnergyTransformer : public Energy<Scalar>, private internal::EnergyTransfo
   using Base::beta_;
   using Base::options_;
   using Base::params_;
-  // The attention and memory terms F (energy_transformer_forces.h).
+  /// The attention and memory terms F (energy_transformer_forces.h).
   using Base::Forces;
   using Base::ForcesHvp;
   using Base::ForcesParameterVjp;
-  // The token LayerNorm and its chain rule (energy_transformer_token_norm.h).
+  /// The token LayerNorm and its chain rule (energy_transformer_token_norm.h).
   using Base::ApplyM;
   using Base::DerivativeOfM;
   using Base::LayerNormEnergy;
@@ -167,7 +197,7 @@ class EnergyTransformer : public Energy<Scalar>, private internal::EnergyTransfo
     internal::CheckShape((name + "(out)").c_str(), out, x.rows(), x.cols());
   }
 
-  // r = x + dF/dG (and the caches for the second-order products).
+  /// r = x + dF/dG (and the caches for the second-order products).
   void Residual(const Scalar* column, Sample* s, Matrix<Scalar>* r) const {
     Normalize(column, s);
     Forces(s, r);

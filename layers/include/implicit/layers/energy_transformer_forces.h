@@ -1,16 +1,19 @@
-// The attention and Hopfield-memory terms of the Energy Transformer,
-// F(G) = E_ATT + E_HN, as a function of one sample's LayerNorm'd tokens G
-// (D x N): the value, dF/dG, the G-Hessian product H_F dG and the parameter
-// product d/dtheta <dF/dG, z>, with the per-sample caches they share (Sample).
-// Internal: the base of EnergyTransformerTokenNorm (energy_transformer_token_norm.h),
-// which adds the LayerNorm Lagrangian and the chain rule through LayerNorm,
-// and so of EnergyTransformer (energy_transformer_energy.h); it owns the
-// options, the parameters (W_K, W_Q, Xi, and gamma, delta) and beta.
-//
-//   // inside EnergyTransformer, per sample:
-//   Normalize(column, &s);                // s.g = LayerNorm(tokens)
-//   Scalar F = Forces(&s, &dFdG, true);   // F and dF/dG, caches filled
-//   ForcesHvp(s, dG, &hvp);               // H_F dG from the caches
+/// \file
+/// The attention and Hopfield-memory terms of the Energy Transformer,
+/// F(G) = E_ATT + E_HN, as a function of one sample's LayerNorm'd tokens G
+/// (D x N): the value, dF/dG, the G-Hessian product H_F dG and the parameter
+/// product d/dtheta <dF/dG, z>, with the per-sample caches they share (Sample).
+/// Internal: the base of EnergyTransformerTokenNorm (energy_transformer_token_norm.h),
+/// which adds the LayerNorm Lagrangian and the chain rule through LayerNorm,
+/// and so of EnergyTransformer (energy_transformer_energy.h); it owns the
+/// options, the parameters (W_K, W_Q, Xi, and gamma, delta) and beta.
+///
+/// \code
+///   // inside EnergyTransformer, per sample:
+///   Normalize(column, &s);                // s.g = LayerNorm(tokens)
+///   Scalar F = Forces(&s, &dFdG, true);   // F and dF/dG, caches filled
+///   ForcesHvp(s, dG, &hvp);               // H_F dG from the caches
+/// \endcode
 #pragma once
 
 #include <implicit/core/parameters.h>
@@ -33,8 +36,8 @@ class EnergyTransformerForces {
  protected:
   using Options = EnergyTransformerOptions;
 
-  // Validates the options and registers the parameters (EnergyTransformer
-  // draws W_K, W_Q and Xi; gamma and delta start at the options' values).
+  /// Validates the options and registers the parameters (EnergyTransformer
+  /// draws W_K, W_Q and Xi; gamma and delta start at the options' values).
   explicit EnergyTransformerForces(const Options& options) : options_(options) {
     std::string error;
     if (!options.IsValid(&error)) {
@@ -57,9 +60,9 @@ class EnergyTransformerForces {
                                     : Scalar(1);
   }
 
-  // Redraws W_K, W_Q and Xi with i.i.d. N(0, stddev^2) entries, column by
-  // column (gamma and delta keep their values): the Initialize of the image
-  // and graph Energy Transformers.
+  /// Redraws W_K, W_Q and Xi with i.i.d. N(0, stddev^2) entries, column by
+  /// column (gamma and delta keep their values): the Initialize of the image
+  /// and graph Energy Transformers.
   void DrawWeights(unsigned seed, double stddev) {
     std::mt19937 gen(seed);
     std::normal_distribution<double> dist(0.0, stddev);
@@ -71,25 +74,25 @@ class EnergyTransformerForces {
     }
   }
 
-  // Everything one sample's products need.
+  /// Everything one sample's products need.
   struct Sample {
-    Matrix<Scalar> xhat;  // D x N, (x - mean) / s
-    Vector<Scalar> s;     // N, sqrt(var + eps)
-    Matrix<Scalar> g;     // D x N, gamma xhat + delta
-    // All heads stacked, rows h*Y .. h*Y+Y-1 for head h ((H*Y) x N each):
-    // K = W_K G, Q = W_Q G, and per head QPt = Q_h P_h^T, KP = K_h P_h.
+    Matrix<Scalar> xhat;  ///< D x N, (x - mean) / s
+    Vector<Scalar> s;     ///< N, sqrt(var + eps)
+    Matrix<Scalar> g;     ///< D x N, gamma xhat + delta
+    /// All heads stacked, rows h*Y .. h*Y+Y-1 for head h ((H*Y) x N each):
+    /// K = W_K G, Q = W_Q G, and per head QPt = Q_h P_h^T, KP = K_h P_h.
     Matrix<Scalar> K, Q, QPt, KP;
-    std::vector<Matrix<Scalar>> P;        // per head N x N (P(:,C): softmax over B)
-    Matrix<Scalar> S;                     // memory scores Xi^T G (M x N)
-    Matrix<Scalar> R;                     // ReLU(S), or softmax(beta_m S) per column
+    std::vector<Matrix<Scalar>> P;        ///< per head N x N (P(:,C): softmax over B)
+    Matrix<Scalar> S;                     ///< memory scores Xi^T G (M x N)
+    Matrix<Scalar> R;                     ///< ReLU(S), or softmax(beta_m S) per column
   };
 
-  // Fills the caches, and dF/dG when grad != nullptr; returns F(G) = E_ATT +
-  // E_HN when with_value (otherwise 0: the log-sum-exps cost as much as the
-  // softmaxes and only Value() needs them).
+  /// Fills the caches, and dF/dG when grad != nullptr; returns F(G) = E_ATT +
+  /// E_HN when with_value (otherwise 0: the log-sum-exps cost as much as the
+  /// softmaxes and only Value() needs them).
   Scalar Forces(Sample* s, Matrix<Scalar>* grad, bool with_value = false) const;
 
-  // out = H_F dG (the G-Hessian of F along dG), from the caches of Forces().
+  /// out = H_F dG (the G-Hessian of F along dG), from the caches of Forces().
   template <typename Derived>
   void ForcesHvp(const Sample& s, const Eigen::MatrixBase<Derived>& dG, Matrix<Scalar>* out) const {
     const Index M = options_.num_memories;
@@ -108,9 +111,9 @@ class EnergyTransformerForces {
     }
   }
 
-  // The derivatives of QPt and KP (see Sample) along dG, all heads stacked:
-  //   k_side = d(Q_h P_h^T) = dQ_h P_h^T + Q_h dP_h^T,  q_side = d(K_h P_h) = dK_h P_h + K_h dP_h
-  // with dK = W_K dG, dQ = W_Q dG, dP_h = beta J_softmax(P_h) (dK_h^T Q_h + K_h^T dQ_h).
+  /// The derivatives of QPt and KP (see Sample) along dG, all heads stacked:
+  ///   k_side = d(Q_h P_h^T) = dQ_h P_h^T + Q_h dP_h^T,  q_side = d(K_h P_h) = dK_h P_h + K_h dP_h
+  /// with dK = W_K dG, dQ = W_Q dG, dP_h = beta J_softmax(P_h) (dK_h^T Q_h + K_h^T dQ_h).
   template <typename Derived>
   void AttentionDirection(const Sample& s, const Eigen::MatrixBase<Derived>& dG,
                           Matrix<Scalar>* k_side, Matrix<Scalar>* q_side) const {
@@ -135,10 +138,10 @@ class EnergyTransformerForces {
     }
   }
 
-  // dR = d(ReLU or softmax of the memory scores) along dS.
+  /// dR = d(ReLU or softmax of the memory scores) along dS.
   void MemoryDirection(const Sample& s, const Matrix<Scalar>& dS, Matrix<Scalar>* dR) const;
 
-  // flat += d/dtheta <dF/dG(G; theta), z> for W_K, W_Q, Xi.
+  /// flat += d/dtheta <dF/dG(G; theta), z> for W_K, W_Q, Xi.
   void ForcesParameterVjp(const Sample& s, const Matrix<Scalar>& z, Vector<Scalar>* flat) const;
 
   Options options_;
@@ -248,6 +251,8 @@ void EnergyTransformerForces<Scalar>::ForcesParameterVjp(
 
 }  // namespace internal
 
+/// \cond INTERNAL
 IMPLICIT_EXTERN_TEMPLATE_CLASS(internal::EnergyTransformerForces);
+/// \endcond
 
 }  // namespace implicit

@@ -1,31 +1,34 @@
-// EnergyTransformerMap: the Energy Transformer (energy_transformer_energy.h)
-// as a fixed-point map, for forward solvers and implicit differentiation, with
-// clamped tokens for image completion.
-//
-// Forward pass and training: EnergyTransformerMap is the fixed-point map
-// x <- x - a dE/dg of the ET dynamics, with exact Jacobian, parameter and
-// input products, for any forward solver (Picard, Anderson, GradientFlowSolver
-// via its energy()) and for implicit differentiation (ImplicitLayer). Its fixed
-// points are the zeros of dE/dg, which are stationary points of E. (Solving
-// grad E = 0 through EnergyRootMap / GradientStepMap also works forward, but E
-// is invariant to shifting a token, so grad E = 0 does not pin a token's mean
-// and the IFT system of those maps is singular.) The ET output is usually read
-// out as LayerNorm(x*) (EnergyTransformer::LayerNorm()).
-//
-// Masked tokens (image completion): SetClamp(mask, image) lets only the free
-// (masked) tokens move while the others stay clamped at their values, which
-// become the map's input; ClampedEnergy (implicit/core/clamped_energy.h) does
-// the same for any energy. TokenMask() (token_mask.h) expands a per-token mask
-// (N x B) to the coordinate mask.
-//
-//   implicit::EnergyTransformer<double> et(o);  // energy_transformer_energy.h
-//   // Image completion: masked patches free, the rest clamped at their values;
-//   // trained by implicit differentiation through the equilibrium.
-//   implicit::EnergyTransformerMap<double> map(et, 0.5);  // x <- x - 0.5 dE/dg
-//   map.SetClamp(implicit::TokenMask<double>(token_is_masked, 32), image);
-//   implicit::ImplicitLayer<double> layer(map, anderson_solver);
-//   layer.Forward(z);                                     // z <- completion
-//   auto grads = layer.Backward(dLdz);                    // d loss / d theta
+/// \file
+/// EnergyTransformerMap: the Energy Transformer (energy_transformer_energy.h)
+/// as a fixed-point map, for forward solvers and implicit differentiation, with
+/// clamped tokens for image completion.
+///
+/// Forward pass and training: EnergyTransformerMap is the fixed-point map
+/// x <- x - a dE/dg of the ET dynamics, with exact Jacobian, parameter and
+/// input products, for any forward solver (Picard, Anderson, GradientFlowSolver
+/// via its energy()) and for implicit differentiation (ImplicitLayer). Its fixed
+/// points are the zeros of dE/dg, which are stationary points of E. (Solving
+/// grad E = 0 through EnergyRootMap / GradientStepMap also works forward, but E
+/// is invariant to shifting a token, so grad E = 0 does not pin a token's mean
+/// and the IFT system of those maps is singular.) The ET output is usually read
+/// out as LayerNorm(x*) (EnergyTransformer::LayerNorm()).
+///
+/// Masked tokens (image completion): SetClamp(mask, image) lets only the free
+/// (masked) tokens move while the others stay clamped at their values, which
+/// become the map's input; ClampedEnergy (implicit/core/clamped_energy.h) does
+/// the same for any energy. TokenMask() (token_mask.h) expands a per-token mask
+/// (N x B) to the coordinate mask.
+///
+/// \code
+///   implicit::EnergyTransformer<double> et(o);  // energy_transformer_energy.h
+///   // Image completion: masked patches free, the rest clamped at their values;
+///   // trained by implicit differentiation through the equilibrium.
+///   implicit::EnergyTransformerMap<double> map(et, 0.5);  // x <- x - 0.5 dE/dg
+///   map.SetClamp(implicit::TokenMask<double>(token_is_masked, 32), image);
+///   implicit::ImplicitLayer<double> layer(map, anderson_solver);
+///   layer.Forward(z);                                     // z <- completion
+///   auto grads = layer.Backward(dLdz);                    // d loss / d theta
+/// \endcode
 #pragma once
 
 #include <implicit/core/clamped_energy.h>
@@ -44,29 +47,36 @@
 
 namespace implicit {
 
-// The Energy Transformer dynamics as a fixed-point map, for solvers and for
-// implicit differentiation:
-//
-//   f(x) = x - a r(x),   r = dE/dg = x + dF/dG   (a = step > 0; a = 1 gives
-//                                                 f(x) = -dF/dG(LayerNorm(x)))
-//
-// Its fixed points are the zeros of r, where the dynamics stop. These are
-// isolated, whereas grad E = 0 is not (E is invariant to shifting a token), so
-// the IFT backward pass (I - J)^T u = g is well posed here but singular for
-// GradientStepMap / EnergyRootMap of the ET energy. J = I - a (I + H_F M) is
-// not symmetric (HasSymmetricJacobian() is false: GMRES, not MINRES).
-//
-// Masked tokens: SetClamp(free_mask, values) (n x B, 1 = free) keeps the
-// clamped coordinates at `values` (the map's input, input_dimension() = n):
-//   f(x) = m (.) (y - a r(y)) + (1 - m) (.) c,   y = m (.) x + (1 - m) (.) c,
-// and InputVectorJacobianProduct gives the gradient with respect to c.
-// energy() is the ET energy (or, with a clamp, the matching ClampedEnergy), so
-// GradientFlowSolver follows exactly these dynamics.
-//
-// Holds a reference: the EnergyTransformer must outlive it.
+/// The Energy Transformer dynamics as a fixed-point map, for solvers and for
+/// implicit differentiation:
+///
+/// \code{.unparsed}
+///   f(x) = x - a r(x),   r = dE/dg = x + dF/dG   (a = step > 0; a = 1 gives
+///                                                 f(x) = -dF/dG(LayerNorm(x)))
+/// \endcode
+///
+/// Its fixed points are the zeros of r, where the dynamics stop. These are
+/// isolated, whereas grad E = 0 is not (E is invariant to shifting a token), so
+/// the IFT backward pass (I - J)^T u = g is well posed here but singular for
+/// GradientStepMap / EnergyRootMap of the ET energy. J = I - a (I + H_F M) is
+/// not symmetric (HasSymmetricJacobian() is false: GMRES, not MINRES).
+///
+/// Masked tokens: SetClamp(free_mask, values) (n x B, 1 = free) keeps the
+/// clamped coordinates at `values` (the map's input, input_dimension() = n):
+/// \code{.unparsed}
+///   f(x) = m (.) (y - a r(y)) + (1 - m) (.) c,   y = m (.) x + (1 - m) (.) c,
+/// \endcode
+/// and InputVectorJacobianProduct gives the gradient with respect to c.
+/// energy() is the ET energy (or, with a clamp, the matching ClampedEnergy), so
+/// GradientFlowSolver follows exactly these dynamics.
+///
+/// Holds a reference: the EnergyTransformer must outlive it.
 template <typename Scalar>
 class EnergyTransformerMap : public FixedPointMap<Scalar> {
  public:
+  /// The map x <- x - step dE/dg of the energy et (held by reference), with no
+  /// clamp.
+  /// \throws std::invalid_argument when step is not finite and > 0.
   explicit EnergyTransformerMap(EnergyTransformer<Scalar>& et, Scalar step = Scalar(1))
       : et_(et), clamped_(et), step_(step) {
     if (!(step > Scalar(0)) || !std::isfinite(static_cast<double>(step))) {
@@ -75,20 +85,27 @@ class EnergyTransformerMap : public FixedPointMap<Scalar> {
     }
   }
 
-  // Clamp the coordinates where free_mask is 0 at `values` (both n x B).
+  /// Clamp the coordinates where free_mask is 0 at `values` (both n x B).
+  /// \throws std::invalid_argument when free_mask is not n x B (B >= 1), values
+  ///   has another shape, or an entry of free_mask is not 0 or 1.
   void SetClamp(Matrix<Scalar> free_mask, Matrix<Scalar> values) {
     clamped_.SetClamp(std::move(free_mask), std::move(values));
     has_clamp_ = true;
   }
-  // Replaces the clamped values (same shape as in SetClamp).
+  /// Replaces the clamped values (same shape as in SetClamp).
+  /// \throws std::invalid_argument before SetClamp, or when values does not
+  ///   have the clamp's shape.
   void SetInput(Matrix<Scalar> values) {
     if (!has_clamp_) {
       throw std::invalid_argument("EnergyTransformerMap::SetInput: call SetClamp first");
     }
     clamped_.SetInput(std::move(values));
   }
+  /// Removes the clamp: every coordinate is free again (input_dimension() 0).
   void ClearClamp() { has_clamp_ = false; }
+  /// True while a clamp set by SetClamp is in force.
   bool has_clamp() const { return has_clamp_; }
+  /// The step a of the dynamics x <- x - a dE/dg.
   Scalar step() const { return step_; }
 
   Index dimension() const override { return et_.dimension(); }
@@ -113,8 +130,8 @@ class EnergyTransformerMap : public FixedPointMap<Scalar> {
     return has_clamp_ ? static_cast<const Energy<Scalar>*>(&clamped_)
                       : static_cast<const Energy<Scalar>*>(&et_);
   }
-  // Active set: the clamp is per sample, so a block of samples is evaluated
-  // with their clamps (EvaluateColumns); without one any subset is a batch.
+  /// Active set: the clamp is per sample, so a block of samples is evaluated
+  /// with their clamps (EvaluateColumns); without one any subset is a batch.
   bool SupportsSubsets() const override { return !has_clamp_ && et_.SupportsSubsets(); }
   bool SupportsColumnSubsets() const override { return et_.SupportsSubsets(); }
   void EvaluateColumns(ConstMatrixRef<Scalar> x, const std::vector<Index>& columns,
@@ -131,15 +148,15 @@ class EnergyTransformerMap : public FixedPointMap<Scalar> {
 
  private:
   void Mask(MatrixRef<Scalar> m) const { m.array() *= clamped_.free_mask().array(); }
-  // out = m (.) (y - a r(y)) + (1 - m) (.) c with y = m (.) x + (1 - m) (.) c,
-  // for the free mask m and clamped values c of x's samples.
+  /// out = m (.) (y - a r(y)) + (1 - m) (.) c with y = m (.) x + (1 - m) (.) c,
+  /// for the free mask m and clamped values c of x's samples.
   void ClampedStep(ConstMatrixRef<Scalar> x, const Matrix<Scalar>& mask, const Matrix<Scalar>& clamped,
                    MatrixRef<Scalar> out) const {
     const Matrix<Scalar> y = ClampedEnergy<Scalar>::Merge(x, mask, clamped);
     et_.DescentDirection(y, out);
     out = (mask.array() * (y - step_ * out).array() + (Scalar(1) - mask.array()) * clamped.array()).matrix();
   }
-  // J v = m (.) (w - a dr/dy w), w = m (.) v   (transpose: dr/dy^T); no clamp: m = 1.
+  /// J v = m (.) (w - a dr/dy w), w = m (.) v   (transpose: dr/dy^T); no clamp: m = 1.
   void Product(ConstMatrixRef<Scalar> x, ConstMatrixRef<Scalar> v, MatrixRef<Scalar> out,
                bool transpose) const;
 

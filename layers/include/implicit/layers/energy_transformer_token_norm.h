@@ -1,16 +1,19 @@
-// The token side of the Energy Transformer (energy_transformer_energy.h): the
-// layout of a sample's column as N tokens of dimension D, the LayerNorm of
-// each token, g_A = gamma (x_A - mean) / s_A + delta, and the chain rule
-// through it: M = dg/dx per token (symmetric, PSD: the Hessian of the convex
-// Lagrangian L), its derivative dM along a direction, and the Lagrangian term
-// E_LN = -sum_A D gamma eps / s_A of the energy. Internal: a base of
-// EnergyTransformer, above the attention and memory terms
-// (EnergyTransformerForces, whose options and gamma, delta it reads).
-//
-//   // inside EnergyTransformer, per sample:
-//   Normalize(column, &s);              // s.g = LayerNorm(tokens), s.xhat, s.s
-//   ApplyM(s, r, gamma(), &mr);         // mr = M r, token by token
-//   Scalar e_ln = LayerNormEnergy(s);   // E_LN of the sample
+/// \file
+/// The token side of the Energy Transformer (energy_transformer_energy.h): the
+/// layout of a sample's column as N tokens of dimension D, the LayerNorm of
+/// each token, g_A = gamma (x_A - mean) / s_A + delta, and the chain rule
+/// through it: M = dg/dx per token (symmetric, PSD: the Hessian of the convex
+/// Lagrangian L), its derivative dM along a direction, and the Lagrangian term
+/// E_LN = -sum_A D gamma eps / s_A of the energy. Internal: a base of
+/// EnergyTransformer, above the attention and memory terms
+/// (EnergyTransformerForces, whose options and gamma, delta it reads).
+///
+/// \code
+///   // inside EnergyTransformer, per sample:
+///   Normalize(column, &s);              // s.g = LayerNorm(tokens), s.xhat, s.s
+///   ApplyM(s, r, gamma(), &mr);         // mr = M r, token by token
+///   Scalar e_ln = LayerNormEnergy(s);   // E_LN of the sample
+/// \endcode
 #pragma once
 
 #include <implicit/core/types.h>
@@ -32,7 +35,7 @@ class EnergyTransformerTokenNorm : public EnergyTransformerForces<Scalar> {
 
   explicit EnergyTransformerTokenNorm(const Options& options) : Base(options) {}
 
-  // The LayerNorm gain gamma and bias delta (parameters when learnable).
+  /// The LayerNorm gain gamma and bias delta (parameters when learnable).
   Scalar gamma() const {
     return options_.learnable_layer_norm ? params_.Block("gamma")(0, 0)
                                          : static_cast<Scalar>(options_.gamma);
@@ -42,21 +45,21 @@ class EnergyTransformerTokenNorm : public EnergyTransformerForces<Scalar> {
                                          : static_cast<Scalar>(options_.delta);
   }
 
-  // The D x N token view of one sample's column (token A = column A).
+  /// The D x N token view of one sample's column (token A = column A).
   Eigen::Map<const Matrix<Scalar>> Tokens(const Scalar* column) const {
     return Eigen::Map<const Matrix<Scalar>>(column, options_.token_dim, options_.num_tokens);
   }
-  // The same view of column b of an output.
+  /// The same view of column b of an output.
   Eigen::Map<Matrix<Scalar>> Out(MatrixRef<Scalar> m, Index b) const {
     return Eigen::Map<Matrix<Scalar>>(m.col(b).data(), options_.token_dim, options_.num_tokens);
   }
 
-  // The token LayerNorm with the current gamma and delta.
+  /// The token LayerNorm with the current gamma and delta.
   ColumnLayerNorm<Scalar> TokenNorm() const {
     return ColumnLayerNorm<Scalar>{gamma(), delta(), static_cast<Scalar>(options_.eps)};
   }
 
-  // s->xhat, s->s and s->g = LayerNorm of the tokens of one sample's column.
+  /// s->xhat, s->s and s->g = LayerNorm of the tokens of one sample's column.
   void Normalize(const Scalar* column, Sample* s) const {
     s->xhat.resize(options_.token_dim, options_.num_tokens);
     s->s.resize(options_.num_tokens);
@@ -65,14 +68,15 @@ class EnergyTransformerTokenNorm : public EnergyTransformerForces<Scalar> {
     s->g = (ln.gamma * s->xhat).array() + ln.delta;
   }
 
-  // E_LN = sum_A (g_A . x_A - L(x_A)) = -sum_A D gamma eps / s_A, from Normalize's s.
+  /// The LayerNorm term of one sample's energy, from Normalize's s.
+  /// E_LN = sum_A (g_A . x_A - L(x_A)) = -sum_A D gamma eps / s_A.
   Scalar LayerNormEnergy(const Sample& s) const {
     const Scalar D = static_cast<Scalar>(options_.token_dim);
     return -D * gamma() * static_cast<Scalar>(options_.eps) * s.s.cwiseInverse().sum();
   }
 
-  // out = M r per token, M = (gamma/s)(I - 1 1^T / D - xhat xhat^T / D): the
-  // LayerNorm Jacobian (with gain gamma_value).
+  /// out = M r per token, M = (gamma/s)(I - 1 1^T / D - xhat xhat^T / D): the
+  /// LayerNorm Jacobian (with gain gamma_value).
   template <typename Derived>
   void ApplyM(const Sample& s, const Eigen::MatrixBase<Derived>& r, Scalar gamma_value,
               Matrix<Scalar>* out) const {
@@ -80,7 +84,7 @@ class EnergyTransformerTokenNorm : public EnergyTransformerForces<Scalar> {
     ColumnLayerNorm<Scalar>::JacobianProductAt(s.xhat, s.s, gamma_value, r, *out);
   }
 
-  // out = (d/dt M(x + t v))|_{t=0} r per token: the third derivative of L.
+  /// out = (d/dt M(x + t v))|_{t=0} r per token: the third derivative of L.
   template <typename Derived>
   void DerivativeOfM(const Sample& s, const Eigen::MatrixBase<Derived>& v, const Matrix<Scalar>& r,
                      Matrix<Scalar>* out) const {
@@ -91,6 +95,8 @@ class EnergyTransformerTokenNorm : public EnergyTransformerForces<Scalar> {
 
 }  // namespace internal
 
+/// \cond INTERNAL
 IMPLICIT_EXTERN_TEMPLATE_CLASS(internal::EnergyTransformerTokenNorm);
+/// \endcond
 
 }  // namespace implicit

@@ -1,47 +1,56 @@
-// Attention weights as a regularised argmax over the probability simplex.
-//
-//   p(s) = argmax_{p in simplex} <p, s> - Omega(p)
-//
-// with Omega a convex regulariser (Martins & Astudillo; Blondel, Martins &
-// Niculae; Peters, Niculae & Martins). The Tsallis family
-//
-//   Omega_alpha(p) = (sum_i p_i^alpha - 1) / (alpha (alpha - 1))   alpha > 1
-//   Omega_1(p)     = sum_i p_i log p_i                               (Shannon)
-//
-// gives alpha-entmax, p_i = [(alpha - 1) s_i - tau]_+^{1 / (alpha - 1)} with
-// tau chosen so that sum p = 1: alpha = 1 is softmax, alpha = 2 sparsemax
-// (Euclidean projection onto the simplex), alpha = 1.5 "entmax15". Every
-// alpha > 1 gives sparse weights.
-//
-// This header provides, column by column over an N x B score matrix (column b
-// = the N scores of sample b):
-//   Softmax, Sparsemax, Entmax15       closed forms (the last two sort-based)
-//   Bisect                             any alpha > 1, by bisection on tau
-//   Entmax                             dispatch on alpha (1, 1.5, 2 exact forms)
-//   JacobianVectorProduct              dp/ds v = (diag(q) - q q^T / sum q) v,
-//                                      q_i = p_i^{2 - alpha} on the support
-//   AlphaDerivative                    dp/dalpha at fixed scores (alpha > 1)
-//   Conjugate                          Omega*(s) = max_p <p,s> - Omega(p), the
-//                                      value of the max (log-sum-exp for alpha=1)
-//   Regularizer, LogSumExp
-//
-// Numerics: every column is shifted by its largest finite score first (all
-// maps are shift-invariant and Omega*(s + c) = Omega*(s) + c), so scores of
-// 1e8 are fine. Entries equal to -infinity are *masked*: they get exactly
-// zero weight and do not enter the conjugate. A column whose entries are all
-// -inf gets p = 0 and Omega* = -inf. NaN and +inf scores are not supported.
-// dp/ds is symmetric, so the vector-Jacobian product is the same function.
-//
-//   implicit::Matrix<double> s = ...;                     // N x B scores
-//   implicit::Matrix<double> p(s.rows(), s.cols());
-//   implicit::entmax::Entmax<double>(s, 1.5, p);          // sparse weights
-//   implicit::Vector<double> omega_star(s.cols());
-//   implicit::entmax::Conjugate<double>(s, p, 1.5, omega_star);
-//   implicit::Matrix<double> jv(s.rows(), s.cols());
-//   implicit::entmax::JacobianVectorProduct<double>(p, 1.5, v, jv);
-//
-// For alpha very close to 1 (alpha - 1 < 1e-3 in double, < 1e-1 in float) the
-// bisection loses accuracy (the exponent 1/(alpha-1) is huge): use alpha = 1.
+/// \file
+/// Attention weights as a regularised argmax over the probability simplex.
+///
+/// \code{.unparsed}
+///   p(s) = argmax_{p in simplex} <p, s> - Omega(p)
+/// \endcode
+///
+/// with Omega a convex regulariser (Martins & Astudillo; Blondel, Martins &
+/// Niculae; Peters, Niculae & Martins). The Tsallis family
+///
+/// \code{.unparsed}
+///   Omega_alpha(p) = (sum_i p_i^alpha - 1) / (alpha (alpha - 1))   alpha > 1
+///   Omega_1(p)     = sum_i p_i log p_i                               (Shannon)
+/// \endcode
+///
+/// gives alpha-entmax, p_i = [(alpha - 1) s_i - tau]_+^{1 / (alpha - 1)} with
+/// tau chosen so that sum p = 1: alpha = 1 is softmax, alpha = 2 sparsemax
+/// (Euclidean projection onto the simplex), alpha = 1.5 "entmax15". Every
+/// alpha > 1 gives sparse weights.
+///
+/// This header provides, column by column over an N x B score matrix (column b
+/// = the N scores of sample b):
+/// \code{.unparsed}
+///   Softmax, Sparsemax, Entmax15       closed forms (the last two sort-based)
+///   Bisect                             any alpha > 1, by bisection on tau
+///   Entmax                             dispatch on alpha (1, 1.5, 2 exact forms)
+///   JacobianVectorProduct              dp/ds v = (diag(q) - q q^T / sum q) v,
+///                                      q_i = p_i^{2 - alpha} on the support
+///   AlphaDerivative                    dp/dalpha at fixed scores (alpha > 1)
+///   Conjugate                          Omega*(s) = max_p <p,s> - Omega(p), the
+///                                      value of the max (log-sum-exp for alpha=1)
+///   Regularizer, LogSumExp
+/// \endcode
+///
+/// Numerics: every column is shifted by its largest finite score first (all
+/// maps are shift-invariant and Omega*(s + c) = Omega*(s) + c), so scores of
+/// 1e8 are fine. Entries equal to -infinity are *masked*: they get exactly
+/// zero weight and do not enter the conjugate. A column whose entries are all
+/// -inf gets p = 0 and Omega* = -inf. NaN and +inf scores are not supported.
+/// dp/ds is symmetric, so the vector-Jacobian product is the same function.
+///
+/// \code
+///   implicit::Matrix<double> s = ...;                     // N x B scores
+///   implicit::Matrix<double> p(s.rows(), s.cols());
+///   implicit::entmax::Entmax<double>(s, 1.5, p);          // sparse weights
+///   implicit::Vector<double> omega_star(s.cols());
+///   implicit::entmax::Conjugate<double>(s, p, 1.5, omega_star);
+///   implicit::Matrix<double> jv(s.rows(), s.cols());
+///   implicit::entmax::JacobianVectorProduct<double>(p, 1.5, v, jv);
+/// \endcode
+///
+/// For alpha very close to 1 (alpha - 1 < 1e-3 in double, < 1e-1 in float) the
+/// bisection loses accuracy (the exponent 1/(alpha-1) is huge): use alpha = 1.
 #pragma once
 
 #include <implicit/core/types.h>
@@ -58,6 +67,7 @@
 
 namespace implicit {
 namespace entmax {
+/// \cond INTERNAL
 namespace detail {
 
 template <typename Derived>
@@ -91,7 +101,7 @@ inline void CheckAlpha(const char* function, double alpha, bool allow_one) {
   }
 }
 
-// Largest entry of a column, skipping -inf; -inf when every entry is -inf.
+/// Largest entry of a column, skipping -inf; -inf when every entry is -inf.
 template <typename Col>
 auto FiniteMax(const Col& col) -> typename Col::Scalar {
   using S = typename Col::Scalar;
@@ -100,12 +110,12 @@ auto FiniteMax(const Col& col) -> typename Col::Scalar {
   return m;
 }
 
-// The max-shifted entries z = (s - m) * scale of a column that are >= lower,
-// sorted in decreasing order. The sort-based closed forms need only the
-// entries that can be in the support: theirs have tau >= -1 (the largest
-// entry, z = 0, alone has weight <= 1), so entries with z < -1 never are;
-// they pass lower = kSupportBound, which leaves a margin far above rounding.
-// Sorting those few instead of the whole column is most of entmax's cost.
+/// The max-shifted entries z = (s - m) * scale of a column that are >= lower,
+/// sorted in decreasing order. The sort-based closed forms need only the
+/// entries that can be in the support: theirs have tau >= -1 (the largest
+/// entry, z = 0, alone has weight <= 1), so entries with z < -1 never are;
+/// they pass lower = kSupportBound, which leaves a margin far above rounding.
+/// Sorting those few instead of the whole column is most of entmax's cost.
 template <typename Col, typename S>
 void SortedShifted(const Col& col, S m, S scale, S lower, std::vector<S>* z) {
   z->clear();
@@ -115,12 +125,12 @@ void SortedShifted(const Col& col, S m, S scale, S lower, std::vector<S>* z) {
   }
   std::sort(z->begin(), z->end(), std::greater<S>());
 }
-// Lower bound on the shifted entries that can be in a sparsemax or 1.5-entmax
-// support (tau >= -1), with a margin.
+/// Lower bound on the shifted entries that can be in a sparsemax or 1.5-entmax
+/// support (tau >= -1), with a margin.
 template <typename S>
 constexpr S kSupportBound = S(-1.001);
 
-// q_i = p_i^{2 - alpha} on the support (p_i > 0), 0 elsewhere.
+/// q_i = p_i^{2 - alpha} on the support (p_i > 0), 0 elsewhere.
 template <typename S>
 S SupportWeight(S p, S alpha) {
   if (!(p > S(0))) return S(0);
@@ -130,10 +140,10 @@ S SupportWeight(S p, S alpha) {
   return std::pow(p, S(2) - alpha);
 }
 
-// The thresholded maps, column by column: for each column with a finite
-// score, m = its largest score, tau = threshold(b, m), and p_i = weight(s_i - m,
-// tau) >= 0 renormalised to sum to one (exact in theory; removes rounding
-// drift); a column whose scores are all -inf (every entry masked) gets p = 0.
+/// The thresholded maps, column by column: for each column with a finite
+/// score, m = its largest score, tau = threshold(b, m), and p_i = weight(s_i - m,
+/// tau) >= 0 renormalised to sum to one (exact in theory; removes rounding
+/// drift); a column whose scores are all -inf (every entry masked) gets p = 0.
 template <typename S, typename Threshold, typename Weight>
 void ThresholdedColumns(const char* function, ConstMatrixRef<S> scores, MatrixRef<S> p,
                         const Threshold& threshold, const Weight& weight) {
@@ -157,9 +167,12 @@ void ThresholdedColumns(const char* function, ConstMatrixRef<S> scores, MatrixRe
 }
 
 }  // namespace detail
+/// \endcond
 
-// values(b) = log sum_i exp(s_ib), max-shifted; -inf for an all-masked column.
-// The kernel of log_sum_exp.h (ColumnLogSumExp), with entmax's argument checks.
+/// values(b) = log sum_i exp(s_ib), max-shifted; -inf for an all-masked column.
+/// The kernel of log_sum_exp.h (ColumnLogSumExp), with entmax's argument checks.
+/// \throws std::invalid_argument when scores is empty or values does not have
+///   one entry per column.
 template <typename S>
 void LogSumExp(ConstMatrixRef<S> scores, VectorRef<S> values) {
   detail::CheckScores("LogSumExp", scores);
@@ -167,8 +180,9 @@ void LogSumExp(ConstMatrixRef<S> scores, VectorRef<S> values) {
   ColumnLogSumExp<S>(scores, values);
 }
 
-// p.col(b) = softmax(s.col(b)), max-shifted. p may alias scores. The kernel of
-// log_sum_exp.h (ColumnSoftmax), with entmax's argument checks.
+/// p.col(b) = softmax(s.col(b)), max-shifted. p may alias scores. The kernel of
+/// log_sum_exp.h (ColumnSoftmax), with entmax's argument checks.
+/// \throws std::invalid_argument when scores is empty or p is not its shape.
 template <typename S>
 void Softmax(ConstMatrixRef<S> scores, MatrixRef<S> p) {
   detail::CheckScores("Softmax", scores);
@@ -176,9 +190,10 @@ void Softmax(ConstMatrixRef<S> scores, MatrixRef<S> p) {
   ColumnSoftmax<S>(scores, p);
 }
 
-// p.col(b) = sparsemax(s.col(b)) = Euclidean projection of the scores onto the
-// simplex (alpha = 2), by sorting: support size k = max{k : 1 + k z_(k) >
-// sum_{j<=k} z_(j)}, tau = (sum_{j<=k} z_(j) - 1) / k, p = [s - tau]_+.
+/// p.col(b) = sparsemax(s.col(b)) = Euclidean projection of the scores onto the
+/// simplex (alpha = 2), by sorting: support size k = max{k : 1 + k z_(k) >
+/// sum_{j<=k} z_(j)}, tau = (sum_{j<=k} z_(j) - 1) / k, p = [s - tau]_+.
+/// \throws std::invalid_argument when scores is empty or p is not its shape.
 template <typename S>
 void Sparsemax(ConstMatrixRef<S> scores, MatrixRef<S> p) {
   std::vector<S> z;
@@ -196,10 +211,11 @@ void Sparsemax(ConstMatrixRef<S> scores, MatrixRef<S> p) {
                                 [](S z, S tau) { return std::max(S(0), z - tau); });
 }
 
-// p.col(b) = 1.5-entmax(s.col(b)) = [s/2 - tau]_+^2 in closed form (sort-based):
-// for the k largest z = s/2, tau_k = mean_k - sqrt((1 - k (msq_k - mean_k^2)) / k)
-// solves sum_{j<=k} (z_(j) - tau)^2 = 1; the support is the largest k with
-// tau_k <= z_(k).
+/// p.col(b) = 1.5-entmax(s.col(b)) = [s/2 - tau]_+^2 in closed form (sort-based):
+/// for the k largest z = s/2, tau_k = mean_k - sqrt((1 - k (msq_k - mean_k^2)) / k)
+/// solves sum_{j<=k} (z_(j) - tau)^2 = 1; the support is the largest k with
+/// tau_k <= z_(k).
+/// \throws std::invalid_argument when scores is empty or p is not its shape.
 template <typename S>
 void Entmax15(ConstMatrixRef<S> scores, MatrixRef<S> p) {
   std::vector<S> z;
@@ -223,11 +239,13 @@ void Entmax15(ConstMatrixRef<S> scores, MatrixRef<S> p) {
   });
 }
 
-// p.col(b) = alpha-entmax(s.col(b)) for any alpha > 1 by bisection on tau in
-// p_i = [(alpha-1) z_i - tau]_+^{1/(alpha-1)}, z = s - max s. The bracket
-// [-1, -(1/n)^{alpha-1}] always holds the root; the bisection runs until the
-// bracket cannot shrink in floating point (at most max_iterations halvings),
-// and p is renormalised to sum to one.
+/// p.col(b) = alpha-entmax(s.col(b)) for any alpha > 1 by bisection on tau in
+/// p_i = [(alpha-1) z_i - tau]_+^{1/(alpha-1)}, z = s - max s. The bracket
+/// [-1, -(1/n)^{alpha-1}] always holds the root; the bisection runs until the
+/// bracket cannot shrink in floating point (at most max_iterations halvings),
+/// and p is renormalised to sum to one.
+/// \throws std::invalid_argument when alpha is not finite and > 1,
+///   max_iterations < 1, scores is empty or p is not its shape.
 template <typename S>
 void Bisect(ConstMatrixRef<S> scores, S alpha, MatrixRef<S> p, int max_iterations = 200) {
   detail::CheckAlpha("Bisect", static_cast<double>(alpha), false);
@@ -270,8 +288,10 @@ void Bisect(ConstMatrixRef<S> scores, S alpha, MatrixRef<S> p, int max_iteration
                                 [&](S z, S tau) { return power(am1 * z - tau); });
 }
 
-// alpha-entmax with the exact closed forms where they exist: alpha = 1
-// softmax, 1.5 Entmax15, 2 Sparsemax, any other alpha > 1 Bisect.
+/// alpha-entmax with the exact closed forms where they exist: alpha = 1
+/// softmax, 1.5 Entmax15, 2 Sparsemax, any other alpha > 1 Bisect.
+/// \throws std::invalid_argument when alpha is not finite and >= 1, scores is
+///   empty or p is not its shape.
 template <typename S>
 void Entmax(ConstMatrixRef<S> scores, S alpha, MatrixRef<S> p) {
   detail::CheckAlpha("Entmax", static_cast<double>(alpha), true);
@@ -286,9 +306,11 @@ void Entmax(ConstMatrixRef<S> scores, S alpha, MatrixRef<S> p) {
   }
 }
 
-// out.col(b) = (dp/ds)(s_b) v_b = q (.) v - q (q.v) / sum q with q_i = p_i^{2-alpha}
-// on the support of p (softmax: diag(p) - p p^T). Takes p = Entmax(s, alpha),
-// not s. Symmetric, so this is also the vector-Jacobian product. out may alias v.
+/// out.col(b) = (dp/ds)(s_b) v_b = q (.) v - q (q.v) / sum q with q_i = p_i^{2-alpha}
+/// on the support of p (softmax: diag(p) - p p^T). Takes p = Entmax(s, alpha),
+/// not s. Symmetric, so this is also the vector-Jacobian product. out may alias v.
+/// \throws std::invalid_argument when alpha is not finite and >= 1 or v or out
+///   is not the shape of p.
 template <typename S>
 void JacobianVectorProduct(ConstMatrixRef<S> p, S alpha, ConstMatrixRef<S> v, MatrixRef<S> out) {
   detail::CheckAlpha("JacobianVectorProduct", static_cast<double>(alpha), true);
@@ -311,11 +333,13 @@ void JacobianVectorProduct(ConstMatrixRef<S> p, S alpha, ConstMatrixRef<S> v, Ma
   }
 }
 
-// out.col(b) = dp/dalpha at fixed scores, for alpha > 1, from p = Entmax(s, alpha):
-//   dp_i/dalpha = (p_i - qh_i) / (alpha-1)^2 - (p_i log p_i - qh_i H) / (alpha-1)
-// with q_i = p_i^{2-alpha} on the support, qh = q / sum q and H = sum p log p.
-// (Differentiate log p_i = log((alpha-1) s_i - tau) / (alpha-1) with tau(alpha)
-// fixed by sum p = 1.) Ill-conditioned as alpha -> 1.
+/// out.col(b) = dp/dalpha at fixed scores, for alpha > 1, from p = Entmax(s, alpha):
+///   dp_i/dalpha = (p_i - qh_i) / (alpha-1)^2 - (p_i log p_i - qh_i H) / (alpha-1)
+/// with q_i = p_i^{2-alpha} on the support, qh = q / sum q and H = sum p log p.
+/// (Differentiate log p_i = log((alpha-1) s_i - tau) / (alpha-1) with tau(alpha)
+/// fixed by sum p = 1.) Ill-conditioned as alpha -> 1.
+/// \throws std::invalid_argument when alpha is not finite and > 1 or out is not
+///   the shape of p.
 template <typename S>
 void AlphaDerivative(ConstMatrixRef<S> p, S alpha, MatrixRef<S> out) {
   detail::CheckAlpha("AlphaDerivative", static_cast<double>(alpha), false);
@@ -337,7 +361,9 @@ void AlphaDerivative(ConstMatrixRef<S> p, S alpha, MatrixRef<S> out) {
   }
 }
 
-// values(b) = Omega_alpha(p.col(b)) (Tsallis, or sum p log p for alpha = 1).
+/// values(b) = Omega_alpha(p.col(b)) (Tsallis, or sum p log p for alpha = 1).
+/// \throws std::invalid_argument when alpha is not finite and >= 1 or values
+///   does not have one entry per column of p.
 template <typename S>
 void Regularizer(ConstMatrixRef<S> p, S alpha, VectorRef<S> values) {
   detail::CheckAlpha("Regularizer", static_cast<double>(alpha), true);
@@ -359,11 +385,14 @@ void Regularizer(ConstMatrixRef<S> p, S alpha, VectorRef<S> values) {
   }
 }
 
-// values(b) = Omega*_alpha(s_b) = <p_b, s_b> - Omega_alpha(p_b), the value of
-// the regularised max, given p = Entmax(scores, alpha). alpha = 1 returns the
-// log-sum-exp of the scores (p unused except for its shape). Computed on the
-// max-shifted scores; masked (-inf) entries do not contribute; -inf for an
-// all-masked column. Its gradient with respect to s is p (Danskin).
+/// values(b) = Omega*_alpha(s_b) = <p_b, s_b> - Omega_alpha(p_b), the value of
+/// the regularised max, given p = Entmax(scores, alpha). alpha = 1 returns the
+/// log-sum-exp of the scores (p unused except for its shape). Computed on the
+/// max-shifted scores; masked (-inf) entries do not contribute; -inf for an
+/// all-masked column. Its gradient with respect to s is p (Danskin).
+/// \throws std::invalid_argument when scores is empty, alpha is not finite and
+///   >= 1, p is not the shape of scores or values does not have one entry per
+///   column.
 template <typename S>
 void Conjugate(ConstMatrixRef<S> scores, ConstMatrixRef<S> p, S alpha, VectorRef<S> values) {
   detail::CheckScores("Conjugate", scores);

@@ -1,11 +1,14 @@
-// ExplicitBlockMap: a user's explicit block z <- f(z; x, theta), written once as
-// a functor templated on the scalar type, as a FixedPointMap whose every
-// product is exact (forward-mode dual numbers, ceres::Jet, like
-// AutoDiffEnergy). The functor's form and costs are described in deq_layer.h.
-//
-//   implicit::ExplicitBlockMap<TanhBlock, double> map(TanhBlock{n, p}, n, p, params);
-//   map.SetInput(x);                                     // p x B
-//   implicit::AndersonSolver<double>().Solve(map, z);    // z <- z*
+/// \file
+/// ExplicitBlockMap: a user's explicit block z <- f(z; x, theta), written once as
+/// a functor templated on the scalar type, as a FixedPointMap whose every
+/// product is exact (forward-mode dual numbers, ceres::Jet, like
+/// AutoDiffEnergy). The functor's form and costs are described in deq_layer.h.
+///
+/// \code
+///   implicit::ExplicitBlockMap<TanhBlock, double> map(TanhBlock{n, p}, n, p, params);
+///   map.SetInput(x);                                     // p x B
+///   implicit::AndersonSolver<double>().Solve(map, z);    // z <- z*
+/// \endcode
 #pragma once
 
 #include <implicit/core/map.h>
@@ -24,17 +27,21 @@
 
 namespace implicit {
 
-// A user's explicit block as a FixedPointMap with exact derivatives (see the top
-// of this file for the functor's form). The functor must write every entry of
-// *out (already sized n) and must not depend on other samples.
+/// A user's explicit block as a FixedPointMap with exact derivatives (deq_layer.h
+/// describes the functor's form). The functor must write every entry of
+/// *out (already sized n) and must not depend on other samples.
 template <typename Functor, typename Scalar, int kChunk = 8>
 class ExplicitBlockMap : public FixedPointMap<Scalar> {
   static_assert(kChunk >= 1, "ExplicitBlockMap: kChunk must be at least 1");
 
  public:
-  using Dual1 = ceres::Jet<Scalar, 1>;       // one direction (JVP)
-  using DualK = ceres::Jet<Scalar, kChunk>;  // kChunk directions (VJPs)
+  using Dual1 = ceres::Jet<Scalar, 1>;       ///< The dual number of one direction (JVP).
+  using DualK = ceres::Jet<Scalar, kChunk>;  ///< The dual number of kChunk directions (VJPs).
 
+  /// Wraps the functor as a map of the state z (dimension n) with an input
+  /// injection of input_dimension rows (0: none) and the parameters theta
+  /// (their values are passed to the functor; empty when nothing is learned).
+  /// \throws std::invalid_argument when dimension < 1 or input_dimension < 0.
   ExplicitBlockMap(Functor functor, Index dimension, Index input_dimension = 0,
                    ParameterSet<Scalar> parameters = ParameterSet<Scalar>())
       : functor_(std::move(functor)),
@@ -51,8 +58,10 @@ class ExplicitBlockMap : public FixedPointMap<Scalar> {
     }
   }
 
+  /// The wrapped functor.
   const Functor& functor() const { return functor_; }
-  // x: input_dimension x B.
+  /// Sets the input injection x: input_dimension x B.
+  /// \throws std::invalid_argument when x does not have input_dimension rows.
   void SetInput(Matrix<Scalar> x) {
     if (x.rows() != p_) {
       std::ostringstream s;
@@ -62,6 +71,7 @@ class ExplicitBlockMap : public FixedPointMap<Scalar> {
     }
     x_ = std::move(x);
   }
+  /// The input injection x of the last SetInput (input_dimension x B).
   const Matrix<Scalar>& input() const { return x_; }
 
   Index dimension() const override { return n_; }
@@ -95,7 +105,7 @@ class ExplicitBlockMap : public FixedPointMap<Scalar> {
       for (Index i = 0; i < n_; ++i) out(i, b) = fd(i).v[0];
     }
   }
-  // out.col(b) = J_b^T u_b, column block by column block of J (forward mode).
+  /// out.col(b) = J_b^T u_b, column block by column block of J (forward mode).
   void VectorJacobianProduct(ConstMatrixRef<Scalar> z, ConstMatrixRef<Scalar> u,
                              MatrixRef<Scalar> out) const override {
     Check("ExplicitBlockMap::VectorJacobianProduct", z);

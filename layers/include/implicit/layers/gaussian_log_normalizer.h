@@ -1,11 +1,14 @@
-// GaussianLogNormalizer: the log-normaliser of a Gaussian base measure
-// N(mu, Sigma), log Z(eta) = mu . eta + 0.5 eta^T Sigma eta, as an Energy of the
-// query eta (gradient mu + Sigma eta, Hessian Sigma; log_normalizer.h has the
-// family). Mean and covariance may be trainable (blocks "mu", "Sigma").
-//
-//   implicit::GaussianLogNormalizer<double> logz(mu, Sigma);  // d, d x d
-//   implicit::Matrix<double> grad(d, B);
-//   logz.Gradient(eta, grad);                                  // mu + Sigma eta
+/// \file
+/// GaussianLogNormalizer: the log-normaliser of a Gaussian base measure
+/// N(mu, Sigma) as an Energy of the query eta. log Z(eta) = mu . eta + 0.5 eta^T
+/// Sigma eta (gradient mu + Sigma eta, Hessian Sigma; log_normalizer.h has the
+/// family). Mean and covariance may be trainable (blocks "mu", "Sigma").
+///
+/// \code
+///   implicit::GaussianLogNormalizer<double> logz(mu, Sigma);  // d, d x d
+///   implicit::Matrix<double> grad(d, B);
+///   logz.Gradient(eta, grad);                                  // mu + Sigma eta
+/// \endcode
 #pragma once
 
 #include <implicit/core/types.h>
@@ -17,21 +20,30 @@
 
 namespace implicit {
 
-// log Z(eta) = mu . eta + 0.5 eta^T Sigma eta  (Gaussian intrinsic measure
-// N(mu, Sigma)). Sigma is used through its symmetric part (Sigma + Sigma^T)/2,
-// so that grad log Z = mu + Sigma eta for a symmetric Sigma and the parameter
-// derivative stays symmetric.
+/// The log-normaliser of a Gaussian intrinsic measure N(mu, Sigma), as a
+/// function of the query eta (d x B).
+/// log Z(eta) = mu . eta + 0.5 eta^T Sigma eta. Sigma is used through its symmetric part (Sigma + Sigma^T)/2,
+/// so that grad log Z = mu + Sigma eta for a symmetric Sigma and the parameter
+/// derivative stays symmetric.
 template <typename Scalar>
 class GaussianLogNormalizer : public LogNormalizerBase<Scalar> {
   using Base = LogNormalizerBase<Scalar>;
 
  public:
+  /// Whether the mean and the covariance are trained.
   struct Options {
-    // Trainable mean (block "mu", d x 1) and covariance (block "Sigma", d x d).
+    ///@{
+    /// Trainable mean (block "mu", d x 1) and covariance (block "Sigma", d x d);
+    /// both true by default. False: fixed data.
     bool learn_mean = true;
     bool learn_covariance = true;
+    ///@}
   };
 
+  /// Builds log Z for the mean (length d) and the covariance (d x d; used
+  /// through its symmetric part), copied into the trainable blocks.
+  /// \throws std::invalid_argument when the mean is empty or the covariance is
+  ///   not d x d.
   GaussianLogNormalizer(Vector<Scalar> mean, Matrix<Scalar> covariance,
                         const Options& options = Options())
       : Base("GaussianLogNormalizer"), options_(options) {
@@ -53,10 +65,12 @@ class GaussianLogNormalizer : public LogNormalizerBase<Scalar> {
   }
 
   Index dimension() const override { return d_; }
+  /// The mean mu (length d): block "mu" when learn_mean, else the fixed data.
   Vector<Scalar> mean() const {
     return options_.learn_mean ? Vector<Scalar>(params_.Block("mu")) : mu_;
   }
-  // The symmetric part of Sigma.
+  /// The covariance in use: the symmetric part (Sigma + Sigma^T)/2 of Sigma
+  /// (block "Sigma" when learn_covariance, else the fixed data).
   Matrix<Scalar> covariance() const {
     const Matrix<Scalar> S = options_.learn_covariance ? Matrix<Scalar>(params_.Block("Sigma")) : Sigma_;
     return Scalar(0.5) * (S + S.transpose());
@@ -69,14 +83,14 @@ class GaussianLogNormalizer : public LogNormalizerBase<Scalar> {
     values = eta.transpose() * mean();
     values += Scalar(0.5) * (eta.array() * Se.array()).colwise().sum().transpose().matrix();
   }
-  // mu + Sigma eta.
+  /// mu + Sigma eta.
   void Gradient(ConstMatrixRef<Scalar> eta, MatrixRef<Scalar> grad) const override {
     internal::CheckBatch("GaussianLogNormalizer::Gradient(eta)", eta, d_);
     internal::CheckShape("GaussianLogNormalizer::Gradient(grad)", grad, d_, eta.cols());
     grad.noalias() = covariance() * eta;
     grad.colwise() += mean();
   }
-  // mu + Sigma eta and log Z from one product Sigma eta.
+  /// mu + Sigma eta and log Z from one product Sigma eta.
   void GradientAndValue(ConstMatrixRef<Scalar> eta, MatrixRef<Scalar> grad,
                         VectorRef<Scalar> values) const override;
   bool SupportsSubsets() const override { return true; }
@@ -87,7 +101,7 @@ class GaussianLogNormalizer : public LogNormalizerBase<Scalar> {
     internal::CheckShape("GaussianLogNormalizer::HessianVectorProduct(out)", out, d_, eta.cols());
     out.noalias() = covariance() * v;
   }
-  // d/dmu = sum_b u_b;  d/dSigma = 0.5 sum_b (u_b eta_b^T + eta_b u_b^T).
+  /// d/dmu = sum_b u_b;  d/dSigma = 0.5 sum_b (u_b eta_b^T + eta_b u_b^T).
   void ParameterVectorJacobianProduct(ConstMatrixRef<Scalar> eta, ConstMatrixRef<Scalar> u,
                                       VectorRef<Scalar> out) const override;
 

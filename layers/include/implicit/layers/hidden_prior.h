@@ -1,17 +1,22 @@
-// Hidden-unit priors of the RBM-effective energies (rbm.h), each given by its
-// cumulant generating function K_mu(t) = log E[exp(t h_mu)] with K' and K''
-// (CGFs are convex: K'' >= 0). Integrating out hidden unit mu of an RBM adds
-// -K_mu(w_mu . v) to the energy of the visible units.
-//   GaussianPrior(m, s)  K(t) = m t + s^2 t^2 / 2   -> classical quadratic Hopfield
-//   PoissonPrior(l)      K(t) = l (e^t - 1)          -> exponential dense memory
-//   BernoulliPrior(p)    K(t) = log(1 - p + p e^t)   -> interactions of all orders
-//   ConstantPrior(c)     K(t) = c t                  (h = c with certainty)
-//   CustomPrior          any K with K', K'' given as callables of (t, mu)
-// Scalars apply to every hidden unit; vectors give one value per unit.
-//
-//   auto prior = std::make_shared<implicit::PoissonPrior<double>>(0.5);
-//   implicit::Matrix<double> t = W.transpose() * v, k, dk;   // M x B
-//   prior->Evaluate(t, &k, &dk, nullptr);                     // K(t), K'(t)
+/// \file
+/// Hidden-unit priors of the RBM-effective energies (rbm.h), each given by its
+/// cumulant generating function K_mu(t) = log E[exp(t h_mu)] with K' and K''
+/// (CGFs are convex: K'' >= 0). Integrating out hidden unit mu of an RBM adds
+/// -K_mu(w_mu . v) to the energy of the visible units.
+/// \code{.unparsed}
+///   GaussianPrior(m, s)  K(t) = m t + s^2 t^2 / 2   -> classical quadratic Hopfield
+///   PoissonPrior(l)      K(t) = l (e^t - 1)          -> exponential dense memory
+///   BernoulliPrior(p)    K(t) = log(1 - p + p e^t)   -> interactions of all orders
+///   ConstantPrior(c)     K(t) = c t                  (h = c with certainty)
+///   CustomPrior          any K with K', K'' given as callables of (t, mu)
+/// \endcode
+/// Scalars apply to every hidden unit; vectors give one value per unit.
+///
+/// \code
+///   auto prior = std::make_shared<implicit::PoissonPrior<double>>(0.5);
+///   implicit::Matrix<double> t = W.transpose() * v, k, dk;   // M x B
+///   prior->Evaluate(t, &k, &dk, nullptr);                     // K(t), K'(t)
+/// \endcode
 #pragma once
 
 #include <implicit/core/types.h>
@@ -24,18 +29,27 @@
 
 namespace implicit {
 
-// The cumulant generating function K_mu(t) = log E[exp(t h_mu)] of the prior of
-// hidden unit mu. Implement K, dK, d2K (scalar); Evaluate (row mu of t = unit
-// mu) loops over them by default, built-in priors vectorise it.
+/// The cumulant generating function K_mu(t) = log E[exp(t h_mu)] of the prior of
+/// hidden unit mu. Implement K, dK, d2K (scalar); Evaluate (row mu of t = unit
+/// mu) loops over them by default, built-in priors vectorise it.
 template <typename Scalar>
 class HiddenPrior {
  public:
   virtual ~HiddenPrior() = default;
+  /// A short name of the prior ("gaussian", "poisson", "bernoulli",
+  /// "constant", or the CustomPrior's), for messages.
   virtual std::string name() const = 0;
+  /// K_mu(t), the CGF of hidden unit mu at t. The built-in priors throw
+  /// std::invalid_argument when they hold per-unit values and mu is not one of
+  /// their units.
   virtual Scalar K(Scalar t, Index mu) const = 0;
+  /// K_mu'(t), the first derivative of the CGF (the mean of h_mu under the
+  /// prior tilted by t).
   virtual Scalar dK(Scalar t, Index mu) const = 0;
+  /// K_mu''(t) >= 0, the second derivative of the CGF (the variance of h_mu
+  /// under the tilted prior).
   virtual Scalar d2K(Scalar t, Index mu) const = 0;
-  // Entry-wise K, K', K'' of t (M x B); any output may be nullptr.
+  /// Entry-wise K, K', K'' of t (M x B); any output may be nullptr.
   virtual void Evaluate(const Matrix<Scalar>& t, Matrix<Scalar>* k, Matrix<Scalar>* dk,
                         Matrix<Scalar>* d2k) const;
 };
@@ -59,7 +73,7 @@ void HiddenPrior<Scalar>::Evaluate(
 }
 
 namespace internal {
-// A per-unit parameter: one value for every unit, or one per unit.
+/// A per-unit parameter: one value for every unit, or one per unit.
 template <typename Scalar>
 Scalar PerUnit(const Vector<Scalar>& v, Index mu, const char* who) {
   if (v.size() == 1) return v(0);
@@ -71,17 +85,22 @@ Scalar PerUnit(const Vector<Scalar>& v, Index mu, const char* who) {
 }
 }  // namespace internal
 
-// Gaussian N(m, s^2): K(t) = m t + s^2 t^2 / 2. Scalars apply to every unit;
-// vectors give one value per hidden unit.
+/// Gaussian N(m, s^2): K(t) = m t + s^2 t^2 / 2. Scalars apply to every unit;
+/// vectors give one value per hidden unit.
 template <typename Scalar>
 class GaussianPrior : public HiddenPrior<Scalar> {
  public:
+  ///@{
+  /// The prior N(mean, stddev^2): one mean and standard deviation for every
+  /// hidden unit (scalars), or one per unit (vectors of length M).
+  /// \throws std::invalid_argument when a vector is empty.
   explicit GaussianPrior(Scalar mean = Scalar(0), Scalar stddev = Scalar(1))
       : GaussianPrior(Vector<Scalar>::Constant(1, mean), Vector<Scalar>::Constant(1, stddev)) {}
   GaussianPrior(Vector<Scalar> mean, Vector<Scalar> stddev)
       : m_(std::move(mean)), s_(std::move(stddev)) {
     if (m_.size() == 0 || s_.size() == 0) throw std::invalid_argument("GaussianPrior: empty parameters");
   }
+  ///@}
   std::string name() const override { return "gaussian"; }
   Scalar K(Scalar t, Index mu) const override {
     const Scalar s = internal::PerUnit(s_, mu, "GaussianPrior");
@@ -100,15 +119,20 @@ class GaussianPrior : public HiddenPrior<Scalar> {
   Vector<Scalar> m_, s_;
 };
 
-// Poisson(l): K(t) = l (e^t - 1).
+/// Poisson(l): K(t) = l (e^t - 1).
 template <typename Scalar>
 class PoissonPrior : public HiddenPrior<Scalar> {
  public:
+  ///@{
+  /// The prior Poisson(rate): one rate for every hidden unit (scalar), or one
+  /// per unit (vector of length M).
+  /// \throws std::invalid_argument when the rates are empty or negative.
   explicit PoissonPrior(Scalar rate = Scalar(1)) : PoissonPrior(Vector<Scalar>::Constant(1, rate)) {}
   explicit PoissonPrior(Vector<Scalar> rate) : l_(std::move(rate)) {
     if (l_.size() == 0 || (l_.array() < Scalar(0)).any())
       throw std::invalid_argument("PoissonPrior: rates must be non-empty and >= 0");
   }
+  ///@}
   std::string name() const override { return "poisson"; }
   Scalar K(Scalar t, Index mu) const override {
     return internal::PerUnit(l_, mu, "PoissonPrior") * std::expm1(t);
@@ -143,16 +167,22 @@ void PoissonPrior<Scalar>::Evaluate(
   if (d2k) *d2k = e;
 }
 
-// Bernoulli(p) on {0, 1}: K(t) = log(1 - p + p e^t), K' = sigmoid(t + logit p),
-// K'' = K'(1 - K'). Computed without overflow for any t.
+/// Bernoulli(p) on {0, 1}: K(t) = log(1 - p + p e^t), K' = sigmoid(t + logit p),
+/// K'' = K'(1 - K'). Computed without overflow for any t.
 template <typename Scalar>
 class BernoulliPrior : public HiddenPrior<Scalar> {
  public:
+  ///@{
+  /// The prior Bernoulli(p) on {0, 1}: one probability for every hidden unit
+  /// (scalar), or one per unit (vector of length M).
+  /// \throws std::invalid_argument when the probabilities are empty or not all
+  ///   in (0, 1).
   explicit BernoulliPrior(Scalar p = Scalar(0.5)) : BernoulliPrior(Vector<Scalar>::Constant(1, p)) {}
   explicit BernoulliPrior(Vector<Scalar> p) : p_(std::move(p)) {
     if (p_.size() == 0 || (p_.array() <= Scalar(0)).any() || (p_.array() >= Scalar(1)).any())
       throw std::invalid_argument("BernoulliPrior: probabilities must be in (0, 1)");
   }
+  ///@}
   std::string name() const override { return "bernoulli"; }
   Scalar K(Scalar t, Index mu) const override {
     const Scalar p = internal::PerUnit(p_, mu, "BernoulliPrior");
@@ -169,8 +199,10 @@ class BernoulliPrior : public HiddenPrior<Scalar> {
     const Scalar s = dK(t, mu);
     return s * (Scalar(1) - s);
   }
-  // The same functions on whole matrices, vectorised (the RBM energy's
-  // entry-wise pass; the per-entry calls above cost several times its GEMMs).
+  /// The same functions on whole matrices, vectorised (the RBM energy's
+  /// entry-wise pass; the per-entry calls above cost several times its GEMMs).
+  /// \throws std::invalid_argument when the prior holds per-unit values and t
+  ///   has more rows than it has units.
   void Evaluate(const Matrix<Scalar>& t, Matrix<Scalar>* k, Matrix<Scalar>* dk,
                 Matrix<Scalar>* d2k) const override;
 
@@ -214,14 +246,19 @@ void BernoulliPrior<Scalar>::Evaluate(
   }
 }
 
-// A hidden unit fixed at h = c: K(t) = c t (see the top of rbm.h).
+/// A hidden unit fixed at h = c: K(t) = c t (see the top of rbm.h).
 template <typename Scalar>
 class ConstantPrior : public HiddenPrior<Scalar> {
  public:
+  ///@{
+  /// The hidden value c: one for every hidden unit (scalar), or one per unit
+  /// (vector of length M).
+  /// \throws std::invalid_argument when the vector is empty.
   explicit ConstantPrior(Scalar c = Scalar(1)) : ConstantPrior(Vector<Scalar>::Constant(1, c)) {}
   explicit ConstantPrior(Vector<Scalar> c) : c_(std::move(c)) {
     if (c_.size() == 0) throw std::invalid_argument("ConstantPrior: empty values");
   }
+  ///@}
   std::string name() const override { return "constant"; }
   Scalar K(Scalar t, Index mu) const override { return internal::PerUnit(c_, mu, "ConstantPrior") * t; }
   Scalar dK(Scalar, Index mu) const override { return internal::PerUnit(c_, mu, "ConstantPrior"); }
@@ -231,11 +268,15 @@ class ConstantPrior : public HiddenPrior<Scalar> {
   Vector<Scalar> c_;
 };
 
-// A user-supplied CGF given as three callables of (t, mu).
+/// A user-supplied CGF given as three callables of (t, mu).
 template <typename Scalar>
 class CustomPrior : public HiddenPrior<Scalar> {
  public:
+  /// A scalar function of (t, mu): K, K' or K'' of hidden unit mu at t.
   using Function = std::function<Scalar(Scalar t, Index mu)>;
+  /// The prior named name with the CGF k and its derivatives dk and d2k (d2k
+  /// must be >= 0: CGFs are convex).
+  /// \throws std::invalid_argument when k, dk or d2k is empty.
   CustomPrior(std::string name, Function k, Function dk, Function d2k)
       : name_(std::move(name)), k_(std::move(k)), dk_(std::move(dk)), d2k_(std::move(d2k)) {
     if (!k_ || !dk_ || !d2k_) throw std::invalid_argument("CustomPrior: K, dK and d2K are required");

@@ -1,54 +1,63 @@
-// HopfieldLayer: modern Hopfield retrieval as a neural-network layer
-// (Ramsauer et al., "Hopfield Networks is All You Need"): queries R
-// associated with stored patterns Y through learned projections, several
-// heads, beta per layer or per head; forward = retrieval to convergence by any
-// solver, or one step; backward by the implicit function theorem.
-//
-// Inputs: queries R (d_r x S, one query per column = one sample of the batch)
-// and stored patterns Y (d_y x N, shared by the S queries of the call; a set
-// of tokens or a memory). With H heads of key width d_k and value width d_v:
-//
-//   q  = W_Q R     (H d_k x S)   head h: rows [h d_k, (h+1) d_k)
-//   K_h = W_K^h Y  (d_k x N)     V_h = W_V^h Y  (d_v x N)
-//
-// The state of sample s is the head-stacked query xi_s (H d_k). Its energy is
-//
-//   E(xi) = sum_h 0.5 |xi_h|^2 - a <xi_h, q_h> - (1 - a)/beta_h lse(beta_h K_h^T xi_h + m)
-//
-// with a = Options::query_weight in [0, 1). a = 0 is the modern Hopfield
-// energy of each head (Ramsauer et al.); a > 0 anchors the retrieval to the
-// query (its CCCP step is xi_h <- a q_h + (1 - a) K_h p_h). The forward pass:
-//
-//   retrieval (default): xi* = stationary point of E reached from xi = q by the
-//                        chosen solver on the CCCP map
-//   one step (one_step): xi* = q   (the usual single attention step)
-//   output: Z = W_O [V_1 p_1(xi*_1); ...; V_H p_H(xi*_H)],
-//           p_h(xi_h) = softmax(beta_h K_h^T xi_h + m)   (d_out x S)
-//
-// so one_step is exactly multi-head softmax attention, Z = W_O concat_h V_h
-// softmax(beta_h K_h^T W_Q^h R). Backward: in retrieval mode by the implicit
-// function theorem at xi* (ImplicitBackward on the CCCP map), in one-step mode
-// by the chain rule. Gradients reach W_K, W_V, W_O, beta and Y in both modes.
-// HONEST NOTE: with a = 0 a converged retrieval does not depend on the query
-// except through the basin it starts in, so the exact gradient with respect to
-// R and W_Q is zero in retrieval mode; use query_weight > 0 (or one_step) when
-// the queries must be trained.
-//
-// A projection can be switched off (Options::project_*): it is then the
-// identity, which requires matching sizes (e.g. H d_k = d_r for W_Q).
-//
-// Parameters (one ParameterSet, parameters()): "W_Q" (H d_k x d_r), "W_K"
-// (H d_k x d_y), "W_V" (H d_v x d_y), "W_O" (d_out x H d_v) when enabled;
-// "beta" (H x 1 when beta_per_head, else 1 x 1) when learn_beta; "queries"
-// (d_r x learned_queries) for HopfieldPooling; "patterns" (d_y x
-// learned_patterns) for HopfieldLookup.
-//
-//   implicit::HopfieldLayer<double>::Options o;
-//   o.query_dim = 8; o.pattern_dim = 8; o.num_heads = 2; o.head_dim = 4;
-//   implicit::HopfieldLayer<double> layer(o);
-//   implicit::Matrix<double> Z = layer.Forward(R, Y);          // d_out x S
-//   auto g = layer.Backward(dLdZ);                             // after Forward
-//   if (g.ok()) layer.parameters().values() -= 0.1 * g.parameters;
+/// \file
+/// HopfieldLayer: modern Hopfield retrieval as a neural-network layer
+/// (Ramsauer et al., "Hopfield Networks is All You Need"): queries R
+/// associated with stored patterns Y through learned projections, several
+/// heads, beta per layer or per head; forward = retrieval to convergence by any
+/// solver, or one step; backward by the implicit function theorem.
+///
+/// Inputs: queries R (d_r x S, one query per column = one sample of the batch)
+/// and stored patterns Y (d_y x N, shared by the S queries of the call; a set
+/// of tokens or a memory). With H heads of key width d_k and value width d_v:
+///
+/// \code{.unparsed}
+///   q  = W_Q R     (H d_k x S)   head h: rows [h d_k, (h+1) d_k)
+///   K_h = W_K^h Y  (d_k x N)     V_h = W_V^h Y  (d_v x N)
+/// \endcode
+///
+/// The state of sample s is the head-stacked query xi_s (H d_k). Its energy is
+///
+/// \code{.unparsed}
+///   E(xi) = sum_h 0.5 |xi_h|^2 - a <xi_h, q_h> - (1 - a)/beta_h lse(beta_h K_h^T xi_h + m)
+/// \endcode
+///
+/// with a = Options::query_weight in [0, 1). a = 0 is the modern Hopfield
+/// energy of each head (Ramsauer et al.); a > 0 anchors the retrieval to the
+/// query (its CCCP step is xi_h <- a q_h + (1 - a) K_h p_h). The forward pass:
+///
+/// \code{.unparsed}
+///   retrieval (default): xi* = stationary point of E reached from xi = q by the
+///                        chosen solver on the CCCP map
+///   one step (one_step): xi* = q   (the usual single attention step)
+///   output: Z = W_O [V_1 p_1(xi*_1); ...; V_H p_H(xi*_H)],
+///           p_h(xi_h) = softmax(beta_h K_h^T xi_h + m)   (d_out x S)
+/// \endcode
+///
+/// so one_step is exactly multi-head softmax attention, Z = W_O concat_h V_h
+/// softmax(beta_h K_h^T W_Q^h R). Backward: in retrieval mode by the implicit
+/// function theorem at xi* (ImplicitBackward on the CCCP map), in one-step mode
+/// by the chain rule. Gradients reach W_K, W_V, W_O, beta and Y in both modes.
+/// HONEST NOTE: with a = 0 a converged retrieval does not depend on the query
+/// except through the basin it starts in, so the exact gradient with respect to
+/// R and W_Q is zero in retrieval mode; use query_weight > 0 (or one_step) when
+/// the queries must be trained.
+///
+/// A projection can be switched off (Options::project_*): it is then the
+/// identity, which requires matching sizes (e.g. H d_k = d_r for W_Q).
+///
+/// Parameters (one ParameterSet, parameters()): "W_Q" (H d_k x d_r), "W_K"
+/// (H d_k x d_y), "W_V" (H d_v x d_y), "W_O" (d_out x H d_v) when enabled;
+/// "beta" (H x 1 when beta_per_head, else 1 x 1) when learn_beta; "queries"
+/// (d_r x learned_queries) for HopfieldPooling; "patterns" (d_y x
+/// learned_patterns) for HopfieldLookup.
+///
+/// \code
+///   implicit::HopfieldLayer<double>::Options o;
+///   o.query_dim = 8; o.pattern_dim = 8; o.num_heads = 2; o.head_dim = 4;
+///   implicit::HopfieldLayer<double> layer(o);
+///   implicit::Matrix<double> Z = layer.Forward(R, Y);          // d_out x S
+///   auto g = layer.Backward(dLdZ);                             // after Forward
+///   if (g.ok()) layer.parameters().values() -= 0.1 * g.parameters;
+/// \endcode
 #pragma once
 
 #include <implicit/core/energy_maps.h>
@@ -70,26 +79,37 @@
 
 namespace implicit {
 
-// Gradients from HopfieldLayer::Backward.
+/// Gradients from HopfieldLayer::Backward.
 template <typename Scalar>
 struct HopfieldGradients {
-  // dL/dtheta in the layout of layer.parameters().
+  /// dL/dtheta in the layout of layer.parameters().
   Vector<Scalar> parameters;
-  // dL/dR (d_r x S); zero in retrieval mode with query_weight = 0 (see the
-  // note above HopfieldLayer). Empty for HopfieldPooling (R is a parameter).
+  /// dL/dR (d_r x S); zero in retrieval mode with query_weight = 0 (see the
+  /// note above HopfieldLayer). Empty for HopfieldPooling (R is a parameter).
   Matrix<Scalar> queries;
-  // dL/dY (d_y x N). Empty for HopfieldLookup (Y is a parameter).
+  /// dL/dY (d_y x N). Empty for HopfieldLookup (Y is a parameter).
   Matrix<Scalar> stored_patterns;
-  // The implicit backward pass (retrieval mode only; solver "none" in one-step mode).
+  /// The implicit backward pass (retrieval mode only; solver "none" in one-step mode).
   LinearSolveSummary adjoint_summary;
+  /// True when the backward pass converged (adjoint_summary.IsConverged();
+  /// always true in one-step mode).
   bool ok() const { return adjoint_summary.IsConverged(); }
 };
 
+/// Modern Hopfield retrieval as a multi-head layer: Z = Forward(R, Y) by
+/// retrieval to convergence (or one attention step), Backward by the implicit
+/// function theorem (or the chain rule). The file comment has the energy, the
+/// modes and the parameter blocks.
 template <typename Scalar>
 class HopfieldLayer {
  public:
+  /// The layer's options (HopfieldLayerOptions, hopfield_layer_options.h).
   using Options = HopfieldLayerOptions<Scalar>;
 
+  /// Builds the layer: the parameter blocks, drawn ~ N(0, 1/fan_in) from
+  /// options.seed (beta set to its initial value), the energy, its CCCP map and
+  /// the forward solver.
+  /// \throws std::invalid_argument when the options are invalid (IsValid).
   explicit HopfieldLayer(const Options& options) : options_(options) {
     std::string error;
     if (!options.IsValid(&error)) throw std::invalid_argument("HopfieldLayer: " + error);
@@ -136,34 +156,50 @@ class HopfieldLayer {
   HopfieldLayer(const HopfieldLayer&) = delete;
   HopfieldLayer& operator=(const HopfieldLayer&) = delete;
 
+  /// The options the layer was built with.
   const Options& options() const { return options_; }
+  ///@{
+  /// The trainable parameters (the blocks listed in the file comment), in the
+  /// layout of HopfieldGradients::parameters.
   ParameterSet<Scalar>& parameters() { return *params_; }
   const ParameterSet<Scalar>& parameters() const { return *params_; }
+  ///@}
+  /// The number of heads H.
   Index num_heads() const { return H_; }
+  /// The key / query width d_k per head (resolved: query_dim / H when 0).
   Index head_dim() const { return dk_; }
+  /// The value width d_v per head (resolved: head_dim when 0).
   Index value_dim() const { return dv_; }
+  /// The rows d_out of the output Z (resolved: query_dim when 0).
   Index output_dim() const { return dout_; }
-  // The energy whose stationary point the retrieval finds (inputs as of the
-  // last Forward) and the CCCP map the solver iterates.
+  ///@{
+  /// The energy whose stationary point the retrieval finds (inputs as of the
+  /// last Forward) and the CCCP map the solver iterates.
   const HopfieldLayerEnergy<Scalar>& energy() const { return *energy_; }
   const FixedPointMap<Scalar>& map() const { return *map_; }
-  // The retrieval state xi* of the last Forward ((H d_k) x S) and its Summary.
+  ///@}
+  ///@{
+  /// The retrieval state xi* of the last Forward ((H d_k) x S) and its Summary.
   const Matrix<Scalar>& state() const { return xi_; }
   const Summary& summary() const { return summary_; }
+  ///@}
 
-  // Z = layer(R, Y) (d_out x S). R: d_r x S queries (ignored: pass an empty
-  // matrix, when learned_queries > 0); Y: d_y x N stored patterns (ignored when
-  // learned_patterns > 0). mask: additive score mask, N x 1 or N x S (0 or
-  // -inf), empty for none.
+  /// Z = layer(R, Y) (d_out x S). R: d_r x S queries (ignored: pass an empty
+  /// matrix, when learned_queries > 0); Y: d_y x N stored patterns (ignored when
+  /// learned_patterns > 0). mask: additive score mask, N x 1 or N x S (0 or
+  /// -inf), empty for none.
+  /// \throws std::invalid_argument when there are no queries (0 columns) or
+  ///   R, Y or the mask have the wrong shape.
   Matrix<Scalar> Forward(ConstMatrixRef<Scalar> R, ConstMatrixRef<Scalar> Y,
                          const Matrix<Scalar>& mask = Matrix<Scalar>());
 
-  // Gradients of a loss L(Z) given dL/dZ (d_out x S) for the last Forward.
-  // Throws std::logic_error before the first Forward.
+  /// Gradients of a loss L(Z) given dL/dZ (d_out x S) for the last Forward.
+  /// \throws std::logic_error before the first Forward.
+  /// \throws std::invalid_argument when dLdZ is not d_out x S.
   HopfieldGradients<Scalar> Backward(ConstMatrixRef<Scalar> dLdZ) const;
 
  private:
-  // Z = W_O A, A = [V_h p_h(xi_h)]_h; *A_out receives A when given.
+  /// Z = W_O A, A = [V_h p_h(xi_h)]_h; *A_out receives A when given.
   Matrix<Scalar> Readout(const Matrix<Scalar>& xi, Matrix<Scalar>* A_out) const;
 
   Options options_;
@@ -303,23 +339,30 @@ Matrix<Scalar> HopfieldLayer<Scalar>::Readout(
   return A;
 }
 
-// The shared part of HopfieldPooling and HopfieldLookup: a HopfieldLayer one
-// of whose two inputs (the queries or the stored patterns) is a learned
-// parameter block.
+/// The shared part of HopfieldPooling and HopfieldLookup: a HopfieldLayer one
+/// of whose two inputs (the queries or the stored patterns) is a learned
+/// parameter block.
 template <typename Scalar>
 class LearnedInputHopfieldLayer {
  public:
+  /// The options (HopfieldLayerOptions, as HopfieldLayer's).
   using Options = typename HopfieldLayer<Scalar>::Options;
-  // The gradient of the learned input is inside .parameters (its block).
+  /// Gradients of a loss L(Z) given dL/dZ for the last Forward, as
+  /// HopfieldLayer::Backward. The gradient of the learned input is inside
+  /// .parameters (its block).
   HopfieldGradients<Scalar> Backward(ConstMatrixRef<Scalar> dLdZ) const { return layer_.Backward(dLdZ); }
+  /// The trainable parameters of the wrapped layer, the learned input's block
+  /// included.
   ParameterSet<Scalar>& parameters() { return layer_.parameters(); }
+  /// The wrapped HopfieldLayer (its sizes, energy, state and summary).
   HopfieldLayer<Scalar>& layer() { return layer_; }
 
  protected:
-  // Throws std::invalid_argument (naming `who`) unless exactly the queries
-  // (learned_queries = true) or exactly the stored patterns are learned.
+  /// Throws std::invalid_argument (naming `who`) unless exactly the queries
+  /// (learned_queries = true) or exactly the stored patterns are learned.
   LearnedInputHopfieldLayer(const Options& options, const char* who, bool learned_queries)
       : layer_(Check(options, who, learned_queries)) {}
+  /// The wrapped layer, built from the checked options.
   HopfieldLayer<Scalar> layer_;
 
  private:

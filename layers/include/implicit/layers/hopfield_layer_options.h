@@ -1,14 +1,17 @@
-// The options of HopfieldLayer (hopfield_layer.h), also those of
-// HopfieldPooling and HopfieldLookup: the sizes (query and pattern rows,
-// heads, key / value / output widths), which projections are learned, beta
-// (per layer or per head, fixed or trained), the query anchor weight, one-step
-// or retrieval mode, learned inputs, the forward solver and the backward pass.
-// IsValid() names a bad field. HopfieldLayer<Scalar>::Options is this struct.
-//
-//   implicit::HopfieldLayer<double>::Options o;   // = HopfieldLayerOptions<double>
-//   o.query_dim = 8; o.pattern_dim = 8; o.num_heads = 2; o.head_dim = 4;
-//   std::string error;
-//   if (!o.IsValid(&error)) std::cerr << error << "\n";
+/// \file
+/// The options of HopfieldLayer (hopfield_layer.h), also those of
+/// HopfieldPooling and HopfieldLookup: the sizes (query and pattern rows,
+/// heads, key / value / output widths), which projections are learned, beta
+/// (per layer or per head, fixed or trained), the query anchor weight, one-step
+/// or retrieval mode, learned inputs, the forward solver and the backward pass.
+/// IsValid() names a bad field. HopfieldLayer<Scalar>::Options is this struct.
+///
+/// \code
+///   implicit::HopfieldLayer<double>::Options o;   // = HopfieldLayerOptions<double>
+///   o.query_dim = 8; o.pattern_dim = 8; o.num_heads = 2; o.head_dim = 4;
+///   std::string error;
+///   if (!o.IsValid(&error)) std::cerr << error << "\n";
+/// \endcode
 #pragma once
 
 #include <implicit/core/types.h>
@@ -21,50 +24,65 @@
 
 namespace implicit {
 
+/// The options of HopfieldLayer, HopfieldPooling and HopfieldLookup (their
+/// Options type): sizes, projections, beta, mode, learned inputs, solver and
+/// backward pass.
 template <typename Scalar>
 struct HopfieldLayerOptions {
-  // Rows d_r of the queries R (> 0).
+  /// Rows d_r of the queries R (> 0; must be set).
   Index query_dim = 0;
-  // Rows d_y of the stored patterns Y (> 0).
+  /// Rows d_y of the stored patterns Y (> 0; must be set).
   Index pattern_dim = 0;
-  // Number of heads H (>= 1).
+  /// Number of heads H (>= 1; default 1).
   Index num_heads = 1;
-  // Key/query width d_k per head; 0 = query_dim / num_heads (must divide).
+  /// Key/query width d_k per head; 0 = query_dim / num_heads (must divide).
   Index head_dim = 0;
-  // Value width d_v per head; 0 = head_dim.
+  /// Value width d_v per head; 0 = head_dim.
   Index value_dim = 0;
-  // Rows d_out of the output Z; 0 = query_dim.
+  /// Rows d_out of the output Z; 0 = query_dim.
   Index output_dim = 0;
-  // Learned projections; false = identity (then the sizes must match:
-  // H d_k = d_r for W_Q, H d_k = d_y for W_K, H d_v = d_y for W_V,
-  // d_out = H d_v for W_O).
+  ///@{
+  /// Learned projections W_Q, W_K, W_V, W_O (default true); false = identity
+  /// (then the sizes must match: H d_k = d_r for W_Q, H d_k = d_y for W_K,
+  /// H d_v = d_y for W_V, d_out = H d_v for W_O).
   bool project_queries = true;
   bool project_keys = true;
   bool project_values = true;
   bool project_output = true;
-  // Initial beta; 0 = 1 / sqrt(d_k) (scaled dot-product attention).
+  ///@}
+  /// Initial beta; 0 = 1 / sqrt(d_k) (scaled dot-product attention).
   double beta = 0.0;
-  // One beta per head (block "beta" H x 1) instead of one per layer (1 x 1).
+  /// One beta per head (block "beta" H x 1) instead of one per layer (1 x 1,
+  /// the default).
   bool beta_per_head = false;
-  // Trainable beta (block "beta"); false keeps it fixed.
+  /// Trainable beta (block "beta"; the default); false keeps it fixed.
   bool learn_beta = true;
-  // Anchor weight a in [0, 1) of the query in the energy (see hopfield_layer.h).
+  /// Anchor weight a in [0, 1) of the query in the energy (see hopfield_layer.h);
+  /// 0 (the default) is the plain modern Hopfield energy of each head.
   double query_weight = 0.0;
-  // Forward by one attention step instead of retrieval to convergence.
+  /// Forward by one attention step instead of retrieval to convergence (the
+  /// default, false).
   bool one_step = false;
-  // HopfieldPooling / HopfieldLookup: number of learned queries (block
-  // "queries", d_r x learned_queries) / learned stored patterns (block
-  // "patterns", d_y x learned_patterns); 0 = given as forward() input.
+  ///@{
+  /// HopfieldPooling / HopfieldLookup: number of learned queries (block
+  /// "queries", d_r x learned_queries) / learned stored patterns (block
+  /// "patterns", d_y x learned_patterns); 0 (the default) = given as Forward()
+  /// input.
   Index learned_queries = 0;
   Index learned_patterns = 0;
-  // Seed of the random initialisation (weights ~ N(0, 1/fan_in)).
+  ///@}
+  /// Seed of the random initialisation (weights ~ N(0, 1/fan_in); default 1).
   unsigned seed = 1;
-  // Forward solver for retrieval mode; nullptr = PicardSolver with
-  // max_iterations 200 and absolute_tolerance 1e-9 (double) / 1e-5 (float).
+  /// Forward solver for retrieval mode; nullptr = PicardSolver with
+  /// max_iterations 200 and absolute_tolerance 1e-9 (double) / 1e-5 (float).
   std::shared_ptr<const Solver<Scalar>> solver;
-  // The implicit backward pass (retrieval mode).
+  /// The implicit backward pass (retrieval mode; default BackwardOptions).
   BackwardOptions backward;
 
+  /// True when the options are consistent (sizes positive, head_dim dividing
+  /// query_dim when 0, matching sizes for disabled projections, beta >= 0,
+  /// query_weight in [0, 1), valid backward options); otherwise false, with
+  /// the bad field named in *error when error is not nullptr.
   bool IsValid(std::string* error) const {
     auto fail = [error](const std::string& m) {
       if (error) *error = m;

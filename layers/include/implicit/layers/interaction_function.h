@@ -1,16 +1,21 @@
-// Interaction: the interaction function F of a dense associative memory
-// (Krotov & Hopfield), applied to the overlaps t = xi_mu . x of a state with
-// the stored patterns (dense_associative_memory.h has the family):
-//   Quadratic()               F(t) = t^2 / 2          classical Hopfield (Hebbian W = X X^T)
-//   Polynomial(n)             F(t) = t^n / n          dense associative memory, degree n >= 2
-//   RectifiedPolynomial(n)    F(t) = max(t, 0)^n / n
-//   Exponential(beta)         F(t) = exp(beta t) / beta   (beta > 0)
-// The 1/n and 1/beta factors make F' simple (t^{n-1}, exp(beta t)); they do not
-// change the binary dynamics, which only use signs of energy differences.
-//
-//   implicit::Interaction f = implicit::Interaction::Polynomial(3);
-//   implicit::Matrix<double> F, dF;
-//   f.Evaluate<double>(overlaps, &F, &dF, nullptr);   // F(t), F'(t) entry-wise
+/// \file
+/// Interaction: the interaction function F of a dense associative memory
+/// (Krotov & Hopfield). It applies to the overlaps t = xi_mu . x of a state with
+/// the stored patterns (dense_associative_memory.h has the family):
+/// \code{.unparsed}
+///   Quadratic()               F(t) = t^2 / 2          classical Hopfield (Hebbian W = X X^T)
+///   Polynomial(n)             F(t) = t^n / n          dense associative memory, degree n >= 2
+///   RectifiedPolynomial(n)    F(t) = max(t, 0)^n / n
+///   Exponential(beta)         F(t) = exp(beta t) / beta   (beta > 0)
+/// \endcode
+/// The 1/n and 1/beta factors make F' simple (t^{n-1}, exp(beta t)); they do not
+/// change the binary dynamics, which only use signs of energy differences.
+///
+/// \code
+///   implicit::Interaction f = implicit::Interaction::Polynomial(3);
+///   implicit::Matrix<double> F, dF;
+///   f.Evaluate<double>(overlaps, &F, &dF, nullptr);   // F(t), F'(t) entry-wise
+/// \endcode
 #pragma once
 
 #include <implicit/core/types.h>
@@ -20,25 +25,37 @@
 
 namespace implicit {
 
+/// The kind of an Interaction function F (see Interaction's factories).
 enum class InteractionType { kQuadratic, kPolynomial, kRectifiedPolynomial, kExponential };
 
-// The interaction function F of a dense associative memory (see above).
+/// The interaction function F of a dense associative memory, applied
+/// entry-wise to the overlaps of a state with the stored patterns.
+/// interaction_function.h lists the four kinds.
 struct Interaction {
+  /// The kind of F; set it through the factories Quadratic(), Polynomial(),
+  /// RectifiedPolynomial() and Exponential().
   InteractionType type = InteractionType::kQuadratic;
-  // Degree n of the (rectified) polynomial, >= 2; 2 for kQuadratic.
+  /// Degree n of the (rectified) polynomial, >= 2; 2 for kQuadratic.
   int degree = 2;
-  // Rate of the exponential, > 0 (unused otherwise).
+  /// Rate of the exponential, > 0 (unused otherwise).
   double beta = 1.0;
 
+  /// F(t) = t^2 / 2: the classical Hopfield network (Hebbian W = X X^T).
   static Interaction Quadratic() { return Interaction(); }
+  /// F(t) = t^n / n: the dense associative memory of degree n (>= 2).
   static Interaction Polynomial(int n) { return {InteractionType::kPolynomial, n, 1.0}; }
+  /// F(t) = max(t, 0)^n / n, of degree n (>= 2).
   static Interaction RectifiedPolynomial(int n) {
     return {InteractionType::kRectifiedPolynomial, n, 1.0};
   }
+  /// F(t) = exp(beta t) / beta, with rate beta (> 0).
   static Interaction Exponential(double beta = 1.0) {
     return {InteractionType::kExponential, 2, beta};
   }
 
+  /// True when the parameters are usable (degree >= 2 for the polynomials,
+  /// beta finite and > 0 for the exponential); otherwise false, with the
+  /// reason written to *error when error is not nullptr.
   bool IsValid(std::string* error) const {
     if ((type == InteractionType::kPolynomial || type == InteractionType::kRectifiedPolynomial) &&
         degree < 2) {
@@ -51,7 +68,8 @@ struct Interaction {
     }
     return true;
   }
-  // "quadratic", "polynomial(3)", "rectified_polynomial(3)", "exponential(1)".
+  /// The name of F: "quadratic", "polynomial(3)", "rectified_polynomial(3)",
+  /// "exponential(1)".
   std::string ToString() const {
     std::ostringstream s;
     switch (type) {
@@ -63,7 +81,7 @@ struct Interaction {
     return s.str();
   }
 
-  // F(t), F'(t), F''(t) entry-wise (any output may be nullptr).
+  /// F(t), F'(t), F''(t) entry-wise (any output may be nullptr).
   template <typename Scalar>
   void Evaluate(const Matrix<Scalar>& t, Matrix<Scalar>* f, Matrix<Scalar>* df,
                 Matrix<Scalar>* d2f) const {

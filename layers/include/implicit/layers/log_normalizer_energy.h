@@ -1,12 +1,15 @@
-// LogNormalizerEnergy: E(eta) = 0.5 |eta|^2 - log Z(eta) for any log-normaliser
-// (an Energy whose Value is log Z, e.g. DiscreteLogNormalizer): its CCCP step
-// eta <- grad log Z(eta) is the attention update, so the discrete case is the
-// modern Hopfield energy at beta = 1 (log_normalizer.h has the family).
-//
-//   implicit::DiscreteLogNormalizer<double> logz(keys);
-//   implicit::LogNormalizerEnergy<double> energy(logz);
-//   implicit::CccpMap<double> map(energy);
-//   implicit::PicardSolver<double>().Solve(map, eta);   // eta = grad log Z(eta)
+/// \file
+/// LogNormalizerEnergy: E(eta) = 0.5 |eta|^2 - log Z(eta) for any log-normaliser
+/// (an Energy whose Value is log Z, e.g.\ DiscreteLogNormalizer): its CCCP step
+/// eta <- grad log Z(eta) is the attention update, so the discrete case is the
+/// modern Hopfield energy at beta = 1 (log_normalizer.h has the family).
+///
+/// \code
+///   implicit::DiscreteLogNormalizer<double> logz(keys);
+///   implicit::LogNormalizerEnergy<double> energy(logz);
+///   implicit::CccpMap<double> map(energy);
+///   implicit::PicardSolver<double>().Solve(map, eta);   // eta = grad log Z(eta)
+/// \endcode
 #pragma once
 
 #include <implicit/core/energy.h>
@@ -15,12 +18,14 @@
 
 namespace implicit {
 
-// E(eta) = 0.5 |eta|^2 - log Z(eta) for any log-normaliser (an Energy whose
-// Value is log Z). CCCP step: eta <- grad log Z(eta). Parameters are the log
-// normaliser's (same ParameterSet). Holds a reference: log_z must outlive it.
+/// E(eta) = 0.5 |eta|^2 - log Z(eta) for any log-normaliser (an Energy whose
+/// Value is log Z). CCCP step: eta <- grad log Z(eta). Parameters are the log
+/// normaliser's (same ParameterSet). Holds a reference: log_z must outlive it.
 template <typename Scalar>
 class LogNormalizerEnergy : public Energy<Scalar> {
  public:
+  /// Wraps the log-normaliser log_z (held by reference: it must outlive the
+  /// energy).
   explicit LogNormalizerEnergy(Energy<Scalar>& log_z) : log_z_(log_z) {}
   Index dimension() const override { return log_z_.dimension(); }
   void Value(ConstMatrixRef<Scalar> eta, VectorRef<Scalar> values) const override {
@@ -34,7 +39,7 @@ class LogNormalizerEnergy : public Energy<Scalar> {
   void CccpUpdate(ConstMatrixRef<Scalar> eta, MatrixRef<Scalar> out) const override {
     log_z_.Gradient(eta, out);
   }
-  // One pass of the log-normaliser (its GradientAndValue) for both.
+  /// One pass of the log-normaliser (its GradientAndValue) for both.
   void CccpUpdateAndValue(ConstMatrixRef<Scalar> eta, MatrixRef<Scalar> out,
                           VectorRef<Scalar> values) const override {
     log_z_.GradientAndValue(eta, out, values);

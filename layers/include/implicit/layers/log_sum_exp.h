@@ -1,32 +1,37 @@
-// Numerically safe column-wise log-sum-exp and softmax, the building block of
-// every softmax-type attention energy (modern Hopfield, the discrete
-// log-normaliser, the Hopfield layers).
-//
-// Each column of a score matrix a (N x B) is one sample's scores over N
-// patterns/keys. Both functions shift by the column maximum before
-// exponentiating, so scores of 1e8 (or 1e30 in double) give exact results
-// instead of Inf/NaN. Entries equal to -inf are "masked": they get weight
-// exactly 0. Special columns, by design:
-//   all entries -inf       lse = -inf, p = 0 (no pattern is allowed)
-//   some entry +inf        lse = +inf, p uniform over the +inf entries
-//   some entry NaN         lse = NaN,  p = NaN (propagated, never hidden)
-//
-//   implicit::Matrix<double> scores = beta * (X.transpose() * xi);  // N x B
-//   implicit::Matrix<double> p(scores.rows(), scores.cols());
-//   implicit::Vector<double> lse(scores.cols());
-//   implicit::ColumnSoftmax<double>(scores, p, &lse);  // p = softmax, lse = log sum exp
-//
-// p may alias a (in-place softmax).
-//
-// Speed: each column is processed while it sits in cache (max, one vectorised
-// exp pass that also zeroes the masked entries, the sum, the scaling), so the
-// N x B matrix is streamed through memory once. Also here, for the attention
-// energies' hot paths (internal): the in-place scaled softmax
-// softmax(beta a + mask) (ScaledColumnSoftmaxInPlace), the log-sum-exp alone
-// without storing the weights, and per-thread scratch buffers (ThreadScratch)
-// that make repeated evaluations allocation-free and keep const energies safe
-// to call from several threads at once. Built with OpenMP, large matrices are
-// processed on Eigen::nbThreads() threads, a column each (same results).
+/// \file
+/// Numerically safe column-wise log-sum-exp and softmax, the building block of
+/// every softmax-type attention energy (modern Hopfield, the discrete
+/// log-normaliser, the Hopfield layers).
+///
+/// Each column of a score matrix a (N x B) is one sample's scores over N
+/// patterns/keys. Both functions shift by the column maximum before
+/// exponentiating, so scores of 1e8 (or 1e30 in double) give exact results
+/// instead of Inf/NaN. Entries equal to -inf are "masked": they get weight
+/// exactly 0. Special columns, by design:
+/// \code{.unparsed}
+///   all entries -inf       lse = -inf, p = 0 (no pattern is allowed)
+///   some entry +inf        lse = +inf, p uniform over the +inf entries
+///   some entry NaN         lse = NaN,  p = NaN (propagated, never hidden)
+/// \endcode
+///
+/// \code
+///   implicit::Matrix<double> scores = beta * (X.transpose() * xi);  // N x B
+///   implicit::Matrix<double> p(scores.rows(), scores.cols());
+///   implicit::Vector<double> lse(scores.cols());
+///   implicit::ColumnSoftmax<double>(scores, p, &lse);  // p = softmax, lse = log sum exp
+/// \endcode
+///
+/// p may alias a (in-place softmax).
+///
+/// Speed: each column is processed while it sits in cache (max, one vectorised
+/// exp pass that also zeroes the masked entries, the sum, the scaling), so the
+/// N x B matrix is streamed through memory once. Also here, for the attention
+/// energies' hot paths (internal): the in-place scaled softmax
+/// softmax(beta a + mask) (ScaledColumnSoftmaxInPlace), the log-sum-exp alone
+/// without storing the weights, and per-thread scratch buffers (ThreadScratch)
+/// that make repeated evaluations allocation-free and keep const energies safe
+/// to call from several threads at once. Built with OpenMP, large matrices are
+/// processed on Eigen::nbThreads() threads, a column each (same results).
 #pragma once
 
 #include <implicit/core/cpu_dispatch.h>
@@ -42,8 +47,8 @@
 namespace implicit {
 namespace internal {
 
-// x -> exp(x - shift), exactly 0 where x = -inf (Eigen's vectorised exp returns
-// a denormal there, not 0) and NaN where x is NaN. Vectorised.
+/// x -> exp(x - shift), exactly 0 where x = -inf (Eigen's vectorised exp returns
+/// a denormal there, not 0) and NaN where x is NaN. Vectorised.
 template <typename Scalar>
 struct ShiftedMaskedExp {
   Scalar shift;
@@ -76,9 +81,9 @@ struct functor_traits<implicit::internal::ShiftedMaskedExp<Scalar>> {
 namespace implicit {
 namespace internal {
 
-// The special columns (see the top of this file) once the maximum m of the
-// column is known not to be finite, or a NaN was seen: fills p (when given)
-// and returns lse. a and p may alias.
+/// The special columns (see the top of this file) once the maximum m of the
+/// column is known not to be finite, or a NaN was seen: fills p (when given)
+/// and returns lse. a and p may alias.
 template <typename Scalar>
 Scalar SpecialSoftmaxColumn(Eigen::Ref<const Vector<Scalar>> a, Scalar m, bool seen_nan,
                             Eigen::Ref<Vector<Scalar>>* p) {
@@ -100,7 +105,7 @@ Scalar SpecialSoftmaxColumn(Eigen::Ref<const Vector<Scalar>> a, Scalar m, bool s
   return inf;
 }
 
-// p = softmax(a) of one column; returns log sum exp(a). a and p may alias.
+/// p = softmax(a) of one column; returns log sum exp(a). a and p may alias.
 template <typename Scalar>
 Scalar SoftmaxColumn(Eigen::Ref<const Vector<Scalar>> a, Eigen::Ref<Vector<Scalar>> p) {
   const Scalar m = a.maxCoeff();
@@ -112,7 +117,7 @@ Scalar SoftmaxColumn(Eigen::Ref<const Vector<Scalar>> a, Eigen::Ref<Vector<Scala
   return m + std::log(sum);
 }
 
-// log sum exp(a) of one column, without storing the weights.
+/// log sum exp(a) of one column, without storing the weights.
 template <typename Scalar>
 Scalar LogSumExpColumn(Eigen::Ref<const Vector<Scalar>> a) {
   const Scalar m = a.maxCoeff();
@@ -123,21 +128,21 @@ Scalar LogSumExpColumn(Eigen::Ref<const Vector<Scalar>> a) {
 }
 
 #ifdef _OPENMP
-// Threads for a column-by-column pass over an N x B matrix under OpenMP: as
-// many as Eigen may use (Eigen::setNbThreads; 1 while an app runs its own
-// threads), for matrices large enough to be worth it. Each column is computed
-// the same way whatever the thread count, so results do not depend on it.
+/// Threads for a column-by-column pass over an N x B matrix under OpenMP: as
+/// many as Eigen may use (Eigen::setNbThreads; 1 while an app runs its own
+/// threads), for matrices large enough to be worth it. Each column is computed
+/// the same way whatever the thread count, so results do not depend on it.
 inline int ColumnThreads(Index rows, Index cols) {
   if (rows * cols < (Index(1) << 16) || cols < 2) return 1;
   return static_cast<int>(std::max<Index>(1, std::min<Index>(Eigen::nbThreads(), cols)));
 }
 #endif
 
-// A per-thread scratch matrix (rows x cols) for the hot paths: the buffer only
-// grows, so repeated calls with the same or fewer entries do not allocate, and
-// each thread has its own, so const energies stay safe to call concurrently.
-// Slot tells apart the buffers one evaluation uses at the same time. The view
-// is valid until the next call with the same Scalar and Slot on this thread.
+/// A per-thread scratch matrix (rows x cols) for the hot paths: the buffer only
+/// grows, so repeated calls with the same or fewer entries do not allocate, and
+/// each thread has its own, so const energies stay safe to call concurrently.
+/// Slot tells apart the buffers one evaluation uses at the same time. The view
+/// is valid until the next call with the same Scalar and Slot on this thread.
 template <typename Scalar, int Slot>
 Eigen::Map<Matrix<Scalar>> ThreadScratch(Index rows, Index cols) {
   static thread_local Vector<Scalar> buffer;
@@ -145,7 +150,7 @@ Eigen::Map<Matrix<Scalar>> ThreadScratch(Index rows, Index cols) {
   return Eigen::Map<Matrix<Scalar>>(buffer.data(), rows, cols);
 }
 
-// Throws unless mask is empty, N x 1 or N x B for scores of shape N x B.
+/// Throws unless mask is empty, N x 1 or N x B for scores of shape N x B.
 template <typename Scalar>
 void CheckScoreMask(const Matrix<Scalar>& mask, Index N, Index B, const char* who) {
   if (mask.size() == 0) return;
@@ -157,12 +162,12 @@ void CheckScoreMask(const Matrix<Scalar>& mask, Index N, Index B, const char* wh
   }
 }
 
-// In place, column by column: a <- softmax(beta a + mask) (the mask is empty,
-// N x 1 or N x B; additive), and lse[b] = log sum exp(beta a_b + mask_b) when
-// lse != nullptr (B entries). With want_weights = false only lse is computed
-// and a holds beta a + mask on return. Does not allocate.
-// For float and double the pass is the CPU-dispatched kernel
-// (core/cpu_dispatch.h), and the special columns it leaves are finished here.
+/// In place, column by column: a <- softmax(beta a + mask) (the mask is empty,
+/// N x 1 or N x B; additive), and lse[b] = log sum exp(beta a_b + mask_b) when
+/// lse != nullptr (B entries). With want_weights = false only lse is computed
+/// and a holds beta a + mask on return. Does not allocate.
+/// For float and double the pass is the CPU-dispatched kernel
+/// (core/cpu_dispatch.h), and the special columns it leaves are finished here.
 template <typename Scalar>
 void ScaledColumnSoftmaxInPlace(MatrixRef<Scalar> a, Scalar beta, const Matrix<Scalar>& mask,
                                 Scalar* lse, const char* who, bool want_weights = true) {
@@ -207,8 +212,10 @@ void ScaledColumnSoftmaxInPlace(MatrixRef<Scalar> a, Scalar beta, const Matrix<S
 
 }  // namespace internal
 
-// p.col(b) = softmax(a.col(b)); when lse != nullptr also (*lse)(b) = log sum_i exp(a(i, b))
-// (lse is resized to B).
+/// p.col(b) = softmax(a.col(b)); when lse != nullptr also (*lse)(b) = log sum_i exp(a(i, b))
+/// (lse is resized to B). a: N x B scores; p: N x B, may alias a; the special
+/// columns are described in the file comment.
+/// \throws std::invalid_argument when p is not the shape of a.
 template <typename Scalar>
 void ColumnSoftmax(ConstMatrixRef<Scalar> a, MatrixRef<Scalar> p,
                    Vector<Scalar>* lse = nullptr) {
@@ -224,7 +231,9 @@ void ColumnSoftmax(ConstMatrixRef<Scalar> a, MatrixRef<Scalar> p,
   }
 }
 
-// out(b) = log sum_i exp(a(i, b)), with the special columns described above.
+/// out(b) = log sum_i exp(a(i, b)), with the special columns described in the
+/// file comment. a: N x B scores; out has length B.
+/// \throws std::invalid_argument when out does not have length B.
 template <typename Scalar>
 void ColumnLogSumExp(ConstMatrixRef<Scalar> a, VectorRef<Scalar> out) {
   internal::CheckShape("ColumnLogSumExp(out)", out, a.cols(), 1);
@@ -232,9 +241,9 @@ void ColumnLogSumExp(ConstMatrixRef<Scalar> a, VectorRef<Scalar> out) {
 }
 
 namespace internal {
-// The softmax Jacobian applied column-wise: out.col(b) = (diag p_b - p_b p_b^T) g_b
-// = p_b .* (g_b - <p_b, g_b>). Entries with p = 0 (masked) give 0 even when g is
-// +-inf there. out may alias g.
+/// The softmax Jacobian applied column-wise: out.col(b) = (diag p_b - p_b p_b^T) g_b
+/// = p_b .* (g_b - <p_b, g_b>). Entries with p = 0 (masked) give 0 even when g is
+/// +-inf there. out may alias g.
 template <typename Scalar>
 void SoftmaxJacobianProduct(ConstMatrixRef<Scalar> p, ConstMatrixRef<Scalar> g,
                             MatrixRef<Scalar> out) {
@@ -258,8 +267,8 @@ void SoftmaxJacobianProduct(ConstMatrixRef<Scalar> p, ConstMatrixRef<Scalar> g,
   }
 }
 
-// One softmax retrieval head: patterns K (d x N), state xi (d x B).
-//   scores = K^T xi, p = softmax(beta scores + mask), lse = log sum exp(...).
+/// One softmax retrieval head: patterns K (d x N), state xi (d x B).
+///   scores = K^T xi, p = softmax(beta scores + mask), lse = log sum exp(...).
 template <typename Scalar>
 struct SoftmaxHead {
   Matrix<Scalar> scores;
@@ -275,10 +284,10 @@ struct SoftmaxHead {
     ScaledColumnSoftmaxInPlace<Scalar>(p, beta, mask, lse.data(), who);
   }
 
-  // Derivatives of sum_b <K p_b, u_b> (the retrieval K p paired with u):
-  //   d/dK    = U P^T + beta Xi W^T,   W = (diag p - p p^T) K^T U (column-wise)
-  //   d/dbeta = sum_b <W_b, scores_b>
-  // scaled by `weight` and added to *dK / *dbeta (either may be nullptr).
+  /// Derivatives of sum_b <K p_b, u_b> (the retrieval K p paired with u):
+  ///   d/dK    = U P^T + beta Xi W^T,   W = (diag p - p p^T) K^T U (column-wise)
+  ///   d/dbeta = sum_b <W_b, scores_b>
+  /// scaled by `weight` and added to *dK / *dbeta (either may be nullptr).
   template <typename KT, typename XT, typename UT>
   void RetrievalVjp(const KT& K, const XT& xi, const UT& u, Scalar beta, Scalar weight,
                     Matrix<Scalar>* dK, Scalar* dbeta) const {
@@ -291,7 +300,7 @@ struct SoftmaxHead {
     if (dbeta != nullptr) *dbeta += weight * Dot(w, scores);
   }
 
-  // out = K (diag p - p p^T) K^T v   (column-wise), scaled by beta * weight.
+  /// out = K (diag p - p p^T) K^T v   (column-wise), scaled by beta * weight.
   template <typename KT, typename VT>
   Matrix<Scalar> CovarianceProduct(const KT& K, const VT& v, Scalar beta) const {
     Matrix<Scalar> w = K.transpose() * v;
@@ -300,7 +309,7 @@ struct SoftmaxHead {
     return out;
   }
 
-  // sum over entries of w .* s, skipping w == 0 (masked scores may be +-inf).
+  /// sum over entries of w .* s, skipping w == 0 (masked scores may be +-inf).
   static Scalar Dot(const Matrix<Scalar>& w, const Matrix<Scalar>& s) {
     Scalar sum(0);
     for (Index j = 0; j < w.cols(); ++j)

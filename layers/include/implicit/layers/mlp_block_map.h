@@ -1,15 +1,18 @@
-// MlpBlockMap: the built-in explicit block f(z; x) = W2 act(W1 z + U x + b1) + b2
-// as a FixedPointMap with closed-form JVP / VJP and parameter / input VJPs, so
-// that its fixed point is an implicit layer (see deq_layer.h). The constructor
-// draws W1 and W2 with spectral norms sqrt(Options::init_lipschitz) each, so
-// the block starts as a contraction (LipschitzBound() = |W2|_2 |W1|_2 bounds
-// its Lipschitz constant in z).
-//
-//   implicit::MlpBlockMap<double>::Options o;
-//   o.state_dim = 16; o.hidden_dim = 32; o.input_dim = 8;
-//   implicit::MlpBlockMap<double> block(o);
-//   block.SetInput(x);                                   // 8 x B
-//   implicit::PicardSolver<double>().Solve(block, z);    // z <- z*
+/// \file
+/// MlpBlockMap: the built-in explicit block f(z; x) = W2 act(W1 z + U x + b1) + b2
+/// as a FixedPointMap with closed-form JVP / VJP and parameter / input VJPs, so
+/// that its fixed point is an implicit layer (see deq_layer.h). The constructor
+/// draws W1 and W2 with spectral norms sqrt(Options::init_lipschitz) each, so
+/// the block starts as a contraction (LipschitzBound() = |W2|_2 |W1|_2 bounds
+/// its Lipschitz constant in z).
+///
+/// \code
+///   implicit::MlpBlockMap<double>::Options o;
+///   o.state_dim = 16; o.hidden_dim = 32; o.input_dim = 8;
+///   implicit::MlpBlockMap<double> block(o);
+///   block.SetInput(x);                                   // 8 x B
+///   implicit::PicardSolver<double>().Solve(block, z);    // z <- z*
+/// \endcode
 #pragma once
 
 #include <implicit/core/map.h>
@@ -28,28 +31,32 @@
 
 namespace implicit {
 
-// Elementwise nonlinearity of MlpBlockMap; both are 1-Lipschitz.
+/// Elementwise nonlinearity of MlpBlockMap; both are 1-Lipschitz.
 enum class BlockActivation {
-  kRelu,  // max(0, a); derivative 0 at a = 0
-  kTanh,
+  kRelu,  ///< max(0, a); derivative 0 at a = 0
+  kTanh,  ///< tanh(a)
 };
 
+/// The options of MlpBlockMap: sizes, activation and initialisation.
 struct MlpBlockOptions {
-  // n: dimension of the state z (>= 1).
+  /// n: dimension of the state z (>= 1; must be set).
   Index state_dim = 0;
-  // h: width of the hidden layer (>= 1).
+  /// h: width of the hidden layer (>= 1; must be set).
   Index hidden_dim = 0;
-  // p: dimension of the input injection x (0: no input, no "U").
+  /// p: dimension of the input injection x (0, the default: no input, no "U").
   Index input_dim = 0;
-  // The nonlinearity act.
+  /// The nonlinearity act (default kRelu).
   BlockActivation activation = BlockActivation::kRelu;
-  // Initial contraction bound |W2|_2 |W1|_2 (each drawn with spectral norm
-  // sqrt(init_lipschitz)); in (0, 1) for a contraction. U is drawn with
-  // entries N(0, 1/p), b1 and b2 start at 0.
+  /// Initial contraction bound |W2|_2 |W1|_2 (each drawn with spectral norm
+  /// sqrt(init_lipschitz)); in (0, 1) for a contraction. U is drawn with
+  /// entries N(0, 1/p), b1 and b2 start at 0. Default 0.5.
   double init_lipschitz = 0.5;
-  // Seed of the random initialisation.
+  /// Seed of the random initialisation (default 0).
   unsigned seed = 0;
 
+  /// True when the options are usable (state_dim and hidden_dim >= 1,
+  /// input_dim >= 0, init_lipschitz finite and > 0); otherwise false, with the
+  /// reason written to *error when error is not nullptr.
   bool IsValid(std::string* error) const {
     auto fail = [&](const std::string& m) {
       if (error) *error = m;
@@ -65,13 +72,19 @@ struct MlpBlockOptions {
   }
 };
 
+/// The built-in explicit block f(z; x) = W2 act(W1 z + U x + b1) + b2 as a
+/// FixedPointMap with closed-form Jacobian products, so that its fixed point
+/// z* = f(z*; x) is an implicit layer (deq_layer.h).
 template <typename Scalar>
 class MlpBlockMap : public FixedPointMap<Scalar> {
  public:
+  /// The options (MlpBlockOptions).
   using Options = MlpBlockOptions;
 
-  // Parameters: "W1" (h x n), "U" (h x p, when input_dim > 0), "b1" (h x 1),
-  // "W2" (n x h), "b2" (n x 1).
+  /// Builds the block with its parameters drawn from options.seed (see
+  /// MlpBlockOptions::init_lipschitz). Parameters: "W1" (h x n), "U" (h x p,
+  /// when input_dim > 0), "b1" (h x 1), "W2" (n x h), "b2" (n x 1).
+  /// \throws std::invalid_argument when the options are invalid.
   explicit MlpBlockMap(const Options& options) : options_(options) {
     std::string error;
     if (!options.IsValid(&error)) throw std::invalid_argument("MlpBlockMap::Options: " + error);
@@ -99,11 +112,15 @@ class MlpBlockMap : public FixedPointMap<Scalar> {
     }
   }
 
+  /// The options the block was built with.
   const Options& options() const { return options_; }
-  // x: input_dim x B (the batch the map will be evaluated on).
+  /// Sets the input injection x: input_dim x B (the batch the map will be
+  /// evaluated on).
+  /// \throws std::invalid_argument when x does not have input_dim rows.
   void SetInput(Matrix<Scalar> x);
+  /// The input injection x of the last SetInput (input_dim x B).
   const Matrix<Scalar>& input() const { return x_; }
-  // |W2|_2 |W1|_2 >= Lip_z(f); below 1 means f is a contraction.
+  /// |W2|_2 |W1|_2 >= Lip_z(f); below 1 means f is a contraction.
   double LipschitzBound() const {
     const Matrix<double> w1 = params_.Block("W1").template cast<double>();
     const Matrix<double> w2 = params_.Block("W2").template cast<double>();
@@ -115,23 +132,23 @@ class MlpBlockMap : public FixedPointMap<Scalar> {
     internal::CheckShape("MlpBlockMap::Evaluate(out)", out, z.rows(), z.cols());
     Output(Preactivation(z, "MlpBlockMap::Evaluate(z)"), out);
   }
-  // Active set: the input x is per sample, so a block of samples is evaluated
-  // with their columns of x (EvaluateColumns); without an input any subset of
-  // the batch is a batch.
+  /// Active set: the input x is per sample, so a block of samples is evaluated
+  /// with their columns of x (EvaluateColumns); without an input any subset of
+  /// the batch is a batch.
   bool SupportsSubsets() const override { return options_.input_dim == 0; }
   bool SupportsColumnSubsets() const override { return true; }
   void EvaluateColumns(ConstMatrixRef<Scalar> z, const std::vector<Index>& columns,
                        MatrixRef<Scalar> out) const override;
 
   bool HasJacobianProducts() const override { return true; }
-  // J v = W2 diag(act'(a)) W1 v
+  /// J v = W2 diag(act'(a)) W1 v
   void JacobianVectorProduct(ConstMatrixRef<Scalar> z, ConstMatrixRef<Scalar> v,
                              MatrixRef<Scalar> out) const override;
-  // ... of a block of samples, with their columns of x.
+  /// The Jacobian products of a block of samples, with their columns of x.
   bool SupportsColumnJacobianProducts() const override { return true; }
   void JacobianVectorProductColumns(ConstMatrixRef<Scalar> z, const std::vector<Index>& columns,
                                     ConstMatrixRef<Scalar> v, MatrixRef<Scalar> out) const override;
-  // J^T u = W1^T diag(act'(a)) W2^T u
+  /// J^T u = W1^T diag(act'(a)) W2^T u
   void VectorJacobianProduct(ConstMatrixRef<Scalar> z, ConstMatrixRef<Scalar> u,
                              MatrixRef<Scalar> out) const override {
     internal::CheckShape("MlpBlockMap::VectorJacobianProduct(u)", u, z.rows(), z.cols());
@@ -149,13 +166,13 @@ class MlpBlockMap : public FixedPointMap<Scalar> {
                                   MatrixRef<Scalar> out) const override;
 
  private:
-  // a = W1 z + U x + b1 with x = the input (SetInput), or its columns `x`.
+  /// a = W1 z + U x + b1 with x = the input (SetInput), or its columns `x`.
   Matrix<Scalar> Preactivation(ConstMatrixRef<Scalar> z, const char* what) const {
     return Preactivation(z, x_, what);
   }
   Matrix<Scalar> Preactivation(ConstMatrixRef<Scalar> z, const Matrix<Scalar>& x,
                                const char* what) const;
-  // out = W2 act(a) + b2
+  /// out = W2 act(a) + b2
   void Output(Matrix<Scalar> a, MatrixRef<Scalar> out) const {
     Activate(&a);
     out.noalias() = params_.Block("W2") * a;
@@ -180,18 +197,18 @@ class MlpBlockMap : public FixedPointMap<Scalar> {
     ActivationDerivative(&d);
     return d;
   }
-  // out = W2 diag(d) W1 v, d = act'(a) of the samples.
+  /// out = W2 diag(d) W1 v, d = act'(a) of the samples.
   void ApplyJacobian(const Matrix<Scalar>& d, ConstMatrixRef<Scalar> v, MatrixRef<Scalar> out) const {
     Matrix<Scalar> w = params_.Block("W1") * v;
     w.array() *= d.array();
     out.noalias() = params_.Block("W2") * w;
   }
-  // The input columns of a block of samples (checked), into *x.
+  /// The input columns of a block of samples (checked), into *x.
   void GatherInput(const char* what, const std::vector<Index>& columns, Index count, Matrix<Scalar>* x) const {
     internal::CheckColumns(what, columns, count, x_.cols());
     internal::GatherColumns(x_, columns, x);
   }
-  // diag(act'(a)) W2^T u
+  /// diag(act'(a)) W2^T u
   Matrix<Scalar> HiddenAdjoint(ConstMatrixRef<Scalar> z, ConstMatrixRef<Scalar> u,
                                const char* what) const {
     const Matrix<Scalar> d = Derivative(z, what);

@@ -1,34 +1,43 @@
-// ModernHopfieldEnergy (Ramsauer et al.): the retrieval energy of a state xi (n) given N stored
-// patterns X (n x N) and an inverse temperature beta > 0,
-//
-//   E(xi) = 0.5 |xi|^2 - (1/beta) lse(beta X^T xi + m),   lse(a) = log sum_i exp(a_i),
-//
-// with an optional additive score mask m (0 = allowed, -inf = excluded). Its
-// CCCP update is softmax attention with keys = values = X:
-//
-//   xi <- X softmax(beta X^T xi + m)                          (CccpUpdate)
-//
-// and, with p = softmax(beta X^T xi + m),
-//   grad E = xi - X p,   hess E = I - beta X (diag p - p p^T) X^T.
-// The patterns are fixed data, or trainable ("learned stored patterns") as the
-// parameter block "X"; beta is the parameter block "beta" (1 x 1).
-//
-//   implicit::ModernHopfieldEnergy<double>::Options o;
-//   o.beta = 8.0;
-//   implicit::ModernHopfieldEnergy<double> energy(patterns, o);   // patterns: n x N
-//   implicit::CccpMap<double> map(energy);
-//   implicit::PicardSolver<double>().Solve(map, xi);                // retrieval
-//
-// Scores are max-shifted before exponentiating (scores of 1e8 are fine), and
-// -inf mask entries get weight exactly 0. A sample whose patterns are all
-// masked has E = +inf and grad E = xi.
-//
-// Speed: CccpUpdateAndValue / GradientAndValue give E together with the update
-// from one score GEMM X^T xi, one softmax pass (weights and lse) and one GEMM
-// X p; ModernHopfieldEnergy keeps the N x B weights in per-thread scratch, so
-// repeated evaluations do not allocate. SupportsSubsets() (a solver may
-// evaluate any subset of the batch's columns) holds unless the mask is per
-// sample (N x B) or, for the layer's energy, the query anchors it.
+/// \file
+/// ModernHopfieldEnergy (Ramsauer et al.): the retrieval energy of a state xi (n) given N stored
+/// patterns X (n x N) and an inverse temperature beta > 0,
+///
+/// \code{.unparsed}
+///   E(xi) = 0.5 |xi|^2 - (1/beta) lse(beta X^T xi + m),   lse(a) = log sum_i exp(a_i),
+/// \endcode
+///
+/// with an optional additive score mask m (0 = allowed, -inf = excluded). Its
+/// CCCP update is softmax attention with keys = values = X:
+///
+/// \code{.unparsed}
+///   xi <- X softmax(beta X^T xi + m)                          (CccpUpdate)
+/// \endcode
+///
+/// and, with p = softmax(beta X^T xi + m),
+/// \code{.unparsed}
+///   grad E = xi - X p,   hess E = I - beta X (diag p - p p^T) X^T.
+/// \endcode
+/// The patterns are fixed data, or trainable ("learned stored patterns") as the
+/// parameter block "X"; beta is the parameter block "beta" (1 x 1).
+///
+/// \code
+///   implicit::ModernHopfieldEnergy<double>::Options o;
+///   o.beta = 8.0;
+///   implicit::ModernHopfieldEnergy<double> energy(patterns, o);   // patterns: n x N
+///   implicit::CccpMap<double> map(energy);
+///   implicit::PicardSolver<double>().Solve(map, xi);                // retrieval
+/// \endcode
+///
+/// Scores are max-shifted before exponentiating (scores of 1e8 are fine), and
+/// -inf mask entries get weight exactly 0. A sample whose patterns are all
+/// masked has E = +inf and grad E = xi.
+///
+/// Speed: CccpUpdateAndValue / GradientAndValue give E together with the update
+/// from one score GEMM X^T xi, one softmax pass (weights and lse) and one GEMM
+/// X p; ModernHopfieldEnergy keeps the N x B weights in per-thread scratch, so
+/// repeated evaluations do not allocate. SupportsSubsets() (a solver may
+/// evaluate any subset of the batch's columns) holds unless the mask is per
+/// sample (N x B) or, for the layer's energy, the query anchors it.
 #pragma once
 
 #include <implicit/core/energy.h>
@@ -47,7 +56,7 @@
 namespace implicit {
 namespace internal {
 
-// E_lse = -(1/beta) lse, with lse = -inf (everything masked) giving +inf.
+/// E_lse = -(1/beta) lse, with lse = -inf (everything masked) giving +inf.
 template <typename Scalar>
 Scalar NegativeScaledLse(Scalar lse, Scalar beta) {
   return -lse / beta;
@@ -65,20 +74,27 @@ void CheckBeta(const char* who, Scalar beta) {
 }  // namespace internal
 
 // ---------------------------------------------------------------------------
-// E(xi) = 0.5 |xi|^2 - (1/beta) lse(beta X^T xi + m).
+/// The modern Hopfield retrieval energy of the states xi (n x B) given the
+/// stored patterns X (n x N): E(xi) = 0.5 |xi|^2 - (1/beta) lse(beta X^T xi + m).
+/// Its CCCP update is softmax attention (the file comment has the formulas).
 template <typename Scalar>
 class ModernHopfieldEnergy : public Energy<Scalar> {
  public:
+  /// The inverse temperature and which blocks are trained.
   struct Options {
-    // Initial inverse temperature beta (> 0, finite). Stored in block "beta"
-    // when learn_beta, else held fixed.
+    /// Initial inverse temperature beta (> 0, finite; default 1). Stored in block "beta"
+    /// when learn_beta, else held fixed.
     double beta = 1.0;
-    // Trainable patterns: X lives in the parameter block "X" (n x N) and the
-    // parameter derivatives include d/dX. False: X is fixed data.
+    /// Trainable patterns: X lives in the parameter block "X" (n x N) and the
+    /// parameter derivatives include d/dX. False (the default): X is fixed
+    /// data.
     bool learn_patterns = false;
-    // Trainable beta: parameter block "beta" (1 x 1). False: beta is fixed.
+    /// Trainable beta: parameter block "beta" (1 x 1; the default). False: beta
+    /// is fixed.
     bool learn_beta = true;
 
+    /// True when beta is finite and > 0; otherwise false, with the reason
+    /// written to *error when error is not nullptr.
     bool IsValid(std::string* error) const {
       if (!(beta > 0.0) || !std::isfinite(beta)) {
         if (error) *error = "beta must be finite and > 0, got " + std::to_string(beta);
@@ -88,8 +104,10 @@ class ModernHopfieldEnergy : public Energy<Scalar> {
     }
   };
 
-  // patterns: n x N (column i = stored pattern x_i). Throws on bad options or
-  // an empty pattern matrix.
+  /// Builds the energy of the stored patterns (n x N, column i = stored pattern
+  /// x_i; copied into block "X" when learn_patterns), with no mask.
+  /// \throws std::invalid_argument when the options are invalid or the
+  ///   patterns are empty.
   explicit ModernHopfieldEnergy(Matrix<Scalar> patterns, const Options& options = Options())
       : options_(options) {
     std::string error;
@@ -116,11 +134,15 @@ class ModernHopfieldEnergy : public Energy<Scalar> {
     }
   }
 
+  /// The options the energy was built with (beta: the initial value; beta()
+  /// gives the current one).
   const Options& options() const { return options_; }
   Index dimension() const override { return n_; }
+  /// The number of stored patterns N.
   Index num_patterns() const { return N_; }
 
-  // The stored patterns (n x N) and beta, wherever they live.
+  ///@{
+  /// The stored patterns (n x N) and beta, wherever they live.
   ConstMatrixRef<Scalar> patterns() const {
     if (options_.learn_patterns) return params_.Block("X");
     return X_;
@@ -128,15 +150,26 @@ class ModernHopfieldEnergy : public Energy<Scalar> {
   Scalar beta() const {
     return options_.learn_beta ? params_.Block("beta")(0, 0) : beta_;
   }
+  ///@}
+  /// Replaces the stored patterns (same n x N shape), in block "X" when
+  /// learn_patterns.
+  /// \throws std::invalid_argument when patterns is not n x N.
   void SetPatterns(ConstMatrixRef<Scalar> patterns);
+  /// Sets beta, in block "beta" when learn_beta.
+  /// \throws std::invalid_argument when beta is not finite and > 0.
   void SetBeta(Scalar beta);
-  // Additive score mask m, N x 1 (same for every sample) or N x B (per sample;
-  // then every call must have B samples). 0 = allowed, -inf = excluded; finite
-  // values act as log prior weights of the patterns. Empty = no mask.
+  /// Additive score mask m, N x 1 (same for every sample) or N x B (per sample;
+  /// then every call must have B samples). 0 = allowed, -inf = excluded; finite
+  /// values act as log prior weights of the patterns. Empty = no mask.
+  /// \throws std::invalid_argument when mask is not empty and does not have N
+  ///   rows.
   void SetMask(Matrix<Scalar> mask);
+  /// The additive score mask m of the last SetMask (empty when none).
   const Matrix<Scalar>& mask() const { return mask_; }
 
-  // p = softmax(beta X^T xi + m), N x B: the attention weights of each sample.
+  /// p = softmax(beta X^T xi + m), N x B: the attention weights of each sample.
+  /// \throws std::invalid_argument when xi is not n x B (B >= 1), p is not
+  ///   N x B, or the mask does not fit.
   void Attention(ConstMatrixRef<Scalar> xi, MatrixRef<Scalar> p) const;
 
   // The evaluations below (Value, Gradient, CccpUpdate, CccpUpdateAndValue,
@@ -149,7 +182,7 @@ class ModernHopfieldEnergy : public Energy<Scalar> {
 
   void Gradient(ConstMatrixRef<Scalar> xi, MatrixRef<Scalar> grad) const override;
 
-  // xi <- X softmax(beta X^T xi + m), computed directly (not as xi - grad E).
+  /// xi <- X softmax(beta X^T xi + m), computed directly (not as xi - grad E).
   void CccpUpdate(ConstMatrixRef<Scalar> xi, MatrixRef<Scalar> out) const override {
     internal::CheckBatch("ModernHopfieldEnergy::CccpUpdate(xi)", xi, n_);
     internal::CheckShape("ModernHopfieldEnergy::CccpUpdate(out)", out, n_, xi.cols());
@@ -158,16 +191,16 @@ class ModernHopfieldEnergy : public Energy<Scalar> {
     GemmInto<Scalar>(out, patterns(), false, p);
   }
 
-  // The CCCP update and E from one score GEMM X^T xi, one softmax pass (p and
-  // lse) and one GEMM X p.
+  /// The CCCP update and E from one score GEMM X^T xi, one softmax pass (p and
+  /// lse) and one GEMM X p.
   void CccpUpdateAndValue(ConstMatrixRef<Scalar> xi, MatrixRef<Scalar> out,
                           VectorRef<Scalar> values) const override;
 
-  // grad E = xi - X p and E, with the work of one CCCP update.
+  /// grad E = xi - X p and E, with the work of one CCCP update.
   void GradientAndValue(ConstMatrixRef<Scalar> xi, MatrixRef<Scalar> grad,
                         VectorRef<Scalar> values) const override;
 
-  // The same function for every sample unless the mask is per sample (N x B).
+  /// The same function for every sample unless the mask is per sample (N x B).
   bool SupportsSubsets() const override { return mask_.size() == 0 || mask_.cols() == 1; }
 
   void HessianVectorProduct(ConstMatrixRef<Scalar> xi, ConstMatrixRef<Scalar> v,
@@ -177,11 +210,15 @@ class ModernHopfieldEnergy : public Energy<Scalar> {
   ParameterSet<Scalar>* parameters() override {
     return params_.size() > 0 ? &params_ : nullptr;
   }
+  /// The trainable parameters (blocks "X" and "beta" as enabled; empty when
+  /// nothing is learned).
   const ParameterSet<Scalar>& parameter_set() const { return params_; }
 
-  // d/dtheta sum_b <grad E(xi_b), u_b> with grad E = xi - X p:
-  //   d/dX    = -(U P^T + beta Xi W^T),  W = (diag p - p p^T) X^T U
-  //   d/dbeta = -sum_b <W_b, X^T xi_b>
+  /// d/dtheta sum_b <grad E(xi_b), u_b> with grad E = xi - X p:
+  /// \code{.unparsed}
+  ///   d/dX    = -(U P^T + beta Xi W^T),  W = (diag p - p p^T) X^T U
+  ///   d/dbeta = -sum_b <W_b, X^T xi_b>
+  /// \endcode
   void ParameterVectorJacobianProduct(ConstMatrixRef<Scalar> xi, ConstMatrixRef<Scalar> u,
                                       VectorRef<Scalar> out) const override;
 
@@ -198,8 +235,8 @@ class ModernHopfieldEnergy : public Energy<Scalar> {
     internal::CheckBeta(who, b);
     return b;
   }
-  // p = softmax(beta X^T xi + m) (N x B) in this thread's scratch slot 0, and
-  // lse[b] when lse != nullptr. With want_weights = false only lse is valid.
+  /// p = softmax(beta X^T xi + m) (N x B) in this thread's scratch slot 0, and
+  /// lse[b] when lse != nullptr. With want_weights = false only lse is valid.
   Eigen::Map<Matrix<Scalar>> Weights(ConstMatrixRef<Scalar> xi, Scalar b, Scalar* lse,
                                      bool want_weights, const char* who) const {
     auto p = internal::ThreadScratch<Scalar, 0>(N_, xi.cols());
@@ -207,7 +244,7 @@ class ModernHopfieldEnergy : public Energy<Scalar> {
     internal::ScaledColumnSoftmaxInPlace<Scalar>(p, b, mask_, lse, who, want_weights);
     return p;
   }
-  // values = 0.5 |xi|^2 - lse / beta (lse = -inf, everything masked: +inf).
+  /// values = 0.5 |xi|^2 - lse / beta (lse = -inf, everything masked: +inf).
   template <typename Lse>
   static void StoreValues(ConstMatrixRef<Scalar> xi, const Lse& lse, Scalar b,
                           VectorRef<Scalar> values) {
@@ -216,8 +253,8 @@ class ModernHopfieldEnergy : public Energy<Scalar> {
 
   Options options_;
   Index n_ = 0, N_ = 0;
-  Matrix<Scalar> X_;  // when !learn_patterns
-  Scalar beta_;       // when !learn_beta
+  Matrix<Scalar> X_;  ///< when !learn_patterns
+  Scalar beta_;       ///< when !learn_beta
   Matrix<Scalar> mask_;
   ParameterSet<Scalar> params_;
 };

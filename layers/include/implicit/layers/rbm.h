@@ -1,43 +1,54 @@
-// RBM-effective energies: attention and associative memories as restricted
-// Boltzmann machines with the hidden units integrated out (M. Bal).
-//
-// An RBM with visible units v (n), hidden units h_mu (M), couplings W (n x M)
-// and hidden priors q_mu has joint weight exp(sum_i a_i(v_i) + sum_mu h_mu
-// w_mu . v) prod_mu q_mu(h_mu). Integrating out h_mu gives
-// E[exp(h_mu t)] = exp(K_mu(t)), K_mu the cumulant generating function (CGF) of
-// q_mu, so the effective energy of the visible units is
-//
-//   E(v) = -sum_i a_i(v_i) - sum_mu K_mu(w_mu . v),       w_mu = column mu of W.
-//
-// The hidden prior is the user's choice (HiddenPrior, one K per unit; hidden_prior.h):
-//   GaussianPrior(m, s)  K(t) = m t + s^2 t^2 / 2   -> classical quadratic Hopfield
-//   PoissonPrior(l)      K(t) = l (e^t - 1)          -> exponential dense memory
-//   BernoulliPrior(p)    K(t) = log(1 - p + p e^t)   -> interactions of all orders
-//   ConstantPrior(c)     K(t) = c t                  (h = c with certainty)
-//   CustomPrior          any K with K', K'' (CGFs are convex: K'' >= 0)
-// Visible units:
-//   kGaussian  a_i(v) = -v^2/2 + b_i v :  E(v) = 0.5|v|^2 - b.v - sum_mu K_mu(w_mu.v)
-//   kBinary    a_i(v) = b_i v, v = +-1  :  E(v) =         - b.v - sum_mu K_mu(w_mu.v)
-// (for kBinary, Value/Gradient/Hessian are those of the same formula on R^n,
-// and RetrieveBinary runs the +-1 dynamics.)
-//
-// A constant hidden unit is one component of the modern Hopfield mixture:
-// with one hidden unit of value 1 and weights x_mu (K(t) = t) the effective
-// energy is E_mu(v) = 0.5|v|^2 - x_mu . v, and the free energy of the mixture
-// of these N one-unit RBMs at inverse temperature beta,
-//   -(1/beta) log sum_mu exp(-beta E_mu(v)) = 0.5|v|^2 - (1/beta) lse(beta X^T v),
-// is exactly the modern Hopfield energy (ModernHopfieldEnergy, hopfield.h).
-// An RBM with M constant units instead *sums* them: E = 0.5|v|^2 - c sum_mu w_mu.v.
-//
-// Closed form, for S = W^T V (M x B): grad E = q v - b - W K'(S); hess E =
-// q I - W diag(K''(S)) W^T; CCCP step (Gaussian visible; K is convex)
-// v <- b + W K'(W^T v); parameter VJP w.r.t. W (and b when learned).
-// CccpUpdateAndValue / GradientAndValue give E with the update from one
-// product W^T v; no per-sample data, so SupportsSubsets() is true.
-//
-//   auto prior = std::make_shared<implicit::BernoulliPrior<double>>(0.3);
-//   implicit::RbmEnergy<double> energy(W, prior);               // Gaussian visible
-//   implicit::CccpMap<double> map(energy);                       // retrieval map
+/// \file
+/// RBM-effective energies: attention and associative memories as restricted
+/// Boltzmann machines with the hidden units integrated out (M. Bal).
+///
+/// An RBM with visible units v (n), hidden units h_mu (M), couplings W (n x M)
+/// and hidden priors q_mu has joint weight exp(sum_i a_i(v_i) + sum_mu h_mu
+/// w_mu . v) prod_mu q_mu(h_mu). Integrating out h_mu gives
+/// E[exp(h_mu t)] = exp(K_mu(t)), K_mu the cumulant generating function (CGF) of
+/// q_mu, so the effective energy of the visible units is
+///
+/// \code{.unparsed}
+///   E(v) = -sum_i a_i(v_i) - sum_mu K_mu(w_mu . v),       w_mu = column mu of W.
+/// \endcode
+///
+/// The hidden prior is the user's choice (HiddenPrior, one K per unit; hidden_prior.h):
+/// \code{.unparsed}
+///   GaussianPrior(m, s)  K(t) = m t + s^2 t^2 / 2   -> classical quadratic Hopfield
+///   PoissonPrior(l)      K(t) = l (e^t - 1)          -> exponential dense memory
+///   BernoulliPrior(p)    K(t) = log(1 - p + p e^t)   -> interactions of all orders
+///   ConstantPrior(c)     K(t) = c t                  (h = c with certainty)
+///   CustomPrior          any K with K', K'' (CGFs are convex: K'' >= 0)
+/// \endcode
+/// Visible units:
+/// \code{.unparsed}
+///   kGaussian  a_i(v) = -v^2/2 + b_i v :  E(v) = 0.5|v|^2 - b.v - sum_mu K_mu(w_mu.v)
+///   kBinary    a_i(v) = b_i v, v = +-1  :  E(v) =         - b.v - sum_mu K_mu(w_mu.v)
+/// \endcode
+/// (for kBinary, Value/Gradient/Hessian are those of the same formula on R^n,
+/// and RetrieveBinary runs the +-1 dynamics.)
+///
+/// A constant hidden unit is one component of the modern Hopfield mixture:
+/// with one hidden unit of value 1 and weights x_mu (K(t) = t) the effective
+/// energy is E_mu(v) = 0.5|v|^2 - x_mu . v, and the free energy of the mixture
+/// of these N one-unit RBMs at inverse temperature beta,
+/// \code{.unparsed}
+///   -(1/beta) log sum_mu exp(-beta E_mu(v)) = 0.5|v|^2 - (1/beta) lse(beta X^T v),
+/// \endcode
+/// is exactly the modern Hopfield energy (ModernHopfieldEnergy, hopfield.h).
+/// An RBM with M constant units instead *sums* them: E = 0.5|v|^2 - c sum_mu w_mu.v.
+///
+/// Closed form, for S = W^T V (M x B): grad E = q v - b - W K'(S); hess E =
+/// q I - W diag(K''(S)) W^T; CCCP step (Gaussian visible; K is convex)
+/// v <- b + W K'(W^T v); parameter VJP w.r.t. W (and b when learned).
+/// CccpUpdateAndValue / GradientAndValue give E with the update from one
+/// product W^T v; no per-sample data, so SupportsSubsets() is true.
+///
+/// \code
+///   auto prior = std::make_shared<implicit::BernoulliPrior<double>>(0.3);
+///   implicit::RbmEnergy<double> energy(W, prior);               // Gaussian visible
+///   implicit::CccpMap<double> map(energy);                       // retrieval map
+/// \endcode
 #pragma once
 
 #include <implicit/core/energy.h>
@@ -54,23 +65,34 @@
 
 namespace implicit {
 
+/// The visible units of an RbmEnergy: kGaussian (real-valued, a_i(v) =
+/// -v^2/2 + b_i v) or kBinary (+-1 states, a_i(v) = b_i v).
 enum class VisibleType { kGaussian, kBinary };
 
-// E(v) = -sum_i a_i(v_i) - sum_mu K_mu(w_mu . v) (see the top of this file).
+/// The effective energy of an RBM's visible units with the hidden units
+/// integrated out. E(v) = -sum_i a_i(v_i) - sum_mu K_mu(w_mu . v) (the file
+/// comment has the derivation and the priors).
 template <typename Scalar>
 class RbmEnergy : public Energy<Scalar> {
  public:
+  /// The visible units and which blocks are trained.
   struct Options {
-    // Visible units: kGaussian (adds 0.5|v|^2) or kBinary (+-1 states).
+    /// Visible units: kGaussian (adds 0.5|v|^2; the default) or kBinary (+-1
+    /// states).
     VisibleType visible = VisibleType::kGaussian;
-    // Trainable couplings: parameter block "W" (n x M). False: fixed data.
+    /// Trainable couplings: parameter block "W" (n x M; the default). False:
+    /// fixed data.
     bool learn_weights = true;
-    // Visible bias b: parameter block "b" (n x 1), initialised to 0. False: b = 0.
+    /// Visible bias b: parameter block "b" (n x 1), initialised to 0. False (the
+    /// default): b = 0.
     bool learn_bias = false;
   };
 
-  // weights: n x M (column mu = couplings of hidden unit mu). Throws on an
-  // empty W or a null prior.
+  /// Builds the energy of the couplings (n x M, column mu = couplings of hidden
+  /// unit mu; copied into block "W" when learn_weights) and the hidden prior
+  /// (shared, one K per hidden unit); the bias starts at 0.
+  /// \throws std::invalid_argument when the weights are empty or the prior is
+  ///   null.
   RbmEnergy(Matrix<Scalar> weights, std::shared_ptr<const HiddenPrior<Scalar>> prior,
             const Options& options = Options())
       : options_(options), prior_(std::move(prior)) {
@@ -87,14 +109,20 @@ class RbmEnergy : public Energy<Scalar> {
     if (options.learn_bias) params_.Add("b", n_, 1);
   }
 
+  /// The options the energy was built with.
   const Options& options() const { return options_; }
+  /// The hidden prior (the CGFs K_mu).
   const HiddenPrior<Scalar>& prior() const { return *prior_; }
   Index dimension() const override { return n_; }
+  /// The number of hidden units M.
   Index num_hidden() const { return weights().cols(); }
+  /// The couplings W (n x M): block "W" when learn_weights, else the fixed
+  /// data.
   ConstMatrixRef<Scalar> weights() const {
     if (options_.learn_weights) return params_.Block("W");
     return W_;
   }
+  /// The visible bias b (length n): block "b" when learn_bias, else zero.
   Vector<Scalar> bias() const {
     return options_.learn_bias ? Vector<Scalar>(params_.Block("b")) : Vector<Scalar>::Zero(n_);
   }
@@ -111,18 +139,18 @@ class RbmEnergy : public Energy<Scalar> {
     const Vector<Scalar> b = bias();
     kernel_.Gradient(weights(), &b, Eval(), v, grad);
   }
-  // Gaussian visible units: v <- b + W K'(W^T v). Binary: throws std::logic_error
-  // (use RetrieveBinary).
+  /// Gaussian visible units: v <- b + W K'(W^T v). Binary: throws std::logic_error
+  /// (use RetrieveBinary).
   void CccpUpdate(ConstMatrixRef<Scalar> v, MatrixRef<Scalar> out) const override;
-  // The CCCP update (Gaussian visible units; binary: std::logic_error) and E
-  // from one product W^T v.
+  /// The CCCP update (Gaussian visible units; binary: std::logic_error) and E
+  /// from one product W^T v.
   void CccpUpdateAndValue(ConstMatrixRef<Scalar> v, MatrixRef<Scalar> out,
                           VectorRef<Scalar> values) const override;
-  // grad E = q v - b - W K'(W^T v) and E from one product W^T v.
+  /// grad E = q v - b - W K'(W^T v) and E from one product W^T v.
   void GradientAndValue(ConstMatrixRef<Scalar> v, MatrixRef<Scalar> grad,
                         VectorRef<Scalar> values) const override;
-  // No per-sample data (the bias is per visible unit): any subset of a batch's
-  // columns may be evaluated.
+  /// No per-sample data (the bias is per visible unit): any subset of a batch's
+  /// columns may be evaluated.
   bool SupportsSubsets() const override { return true; }
   void HessianVectorProduct(ConstMatrixRef<Scalar> v, ConstMatrixRef<Scalar> dv,
                             MatrixRef<Scalar> out) const override {
@@ -134,14 +162,19 @@ class RbmEnergy : public Energy<Scalar> {
 
   Index num_parameters() const override { return params_.size(); }
   ParameterSet<Scalar>* parameters() override { return params_.size() > 0 ? &params_ : nullptr; }
+  /// The trainable parameters (blocks "W" and "b" as enabled; empty when
+  /// nothing is learned).
   const ParameterSet<Scalar>& parameter_set() const { return params_; }
-  // d/dW = -(U K'(S)^T + V (K''(S) .* W^T U)^T), d/db = -sum_b u_b.
+  /// d/dW = -(U K'(S)^T + V (K''(S) .* W^T U)^T), d/db = -sum_b u_b.
   void ParameterVectorJacobianProduct(ConstMatrixRef<Scalar> v, ConstMatrixRef<Scalar> u,
                                       VectorRef<Scalar> out) const override;
 
-  // +-1 dynamics on the visible units: v_i <- the sign with the lower energy
-  // (others fixed), asynchronously or synchronously (BinaryRetrievalOptions).
-  // Works for either visible type (v_i^2 = 1 is constant on +-1 states).
+  /// +-1 dynamics on the visible units: v_i <- the sign with the lower energy
+  /// (others fixed), asynchronously or synchronously (BinaryRetrievalOptions).
+  /// Works for either visible type (v_i^2 = 1 is constant on +-1 states).
+  /// states: n x B, updated in place (any nonzero entry read as its sign).
+  /// \throws std::invalid_argument when the options are invalid or states is
+  ///   not n x B with B >= 1.
   BinaryRetrievalSummary RetrieveBinary(MatrixRef<Scalar> states,
                                         const BinaryRetrievalOptions& options = BinaryRetrievalOptions()) const;
 

@@ -1,38 +1,47 @@
-// Sparse (regularised) Hopfield attention: the Hopfield-Fenchel-Young energy
-//
-//   E(xi) = 0.5 |xi|^2 - (1/beta) Omega*_alpha(beta X^T xi)
-//
-// of a state (query) xi in R^d and N stored patterns X = [x_1 .. x_N] (d x N),
-// where Omega*_alpha is the conjugate of the Tsallis regulariser (entmax.h):
-// alpha = 1 gives the modern Hopfield energy 0.5|xi|^2 - lse(beta X^T xi)/beta,
-// alpha = 1.5 entmax15 and alpha = 2 sparsemax retrieval, any alpha > 1 works.
-//
-//   grad E   = xi - X p,               p = entmax_alpha(beta X^T xi)
-//   hess E v = v - beta X J (X^T v),   J = dp/ds (entmax.h)
-//   CCCP     xi <- X p                 (the sparse Hopfield update; overrides
-//                                        Energy::CccpUpdate)
-//
-// Because Omega* is convex the CCCP step never increases E; with alpha > 1 the
-// weights p are sparse, so well-separated patterns are retrieved *exactly*
-// (they are fixed points), not only approximately as with softmax.
-//
-// Parameters (ParameterSet): "X" (d x N, the stored patterns, learnable) and,
-// when Options::learn_alpha, "alpha" (1 x 1, must stay > 1). The parameter
-// vector-Jacobian product d/dtheta sum_b <grad E(xi_b), u_b> is
-//   d/dX     = -(U P^T + beta Xi W^T),  W = J (X^T U)  (per sample)
-//   d/dalpha = -sum_b u_b^T X dp_b/dalpha.
-//
-//   implicit::SparseHopfieldEnergy<double>::Options options;
-//   options.alpha = 1.5;
-//   options.beta = 4.0;
-//   implicit::SparseHopfieldEnergy<double> energy(patterns, options);  // d x N
-//   implicit::CccpMap<double> map(energy);        // xi <- X entmax(beta X^T xi)
-//   implicit::PicardSolver<double>().Solve(map, queries);   // d x B, in place
-//
-// Patterns can be masked (SetPatternMask): a masked pattern's score is -inf,
-// so it gets exactly zero weight. The mask is shared by every sample, so
-// SupportsSubsets() is true; CccpUpdateAndValue / GradientAndValue give E with
-// the update from one score GEMM and one entmax pass.
+/// \file
+/// Sparse (regularised) Hopfield attention: the Hopfield-Fenchel-Young energy
+///
+/// \code{.unparsed}
+///   E(xi) = 0.5 |xi|^2 - (1/beta) Omega*_alpha(beta X^T xi)
+/// \endcode
+///
+/// of a state (query) xi in R^d and N stored patterns X = [x_1 .. x_N] (d x N),
+/// where Omega*_alpha is the conjugate of the Tsallis regulariser (entmax.h):
+/// alpha = 1 gives the modern Hopfield energy 0.5|xi|^2 - lse(beta X^T xi)/beta,
+/// alpha = 1.5 entmax15 and alpha = 2 sparsemax retrieval, any alpha > 1 works.
+///
+/// \code{.unparsed}
+///   grad E   = xi - X p,               p = entmax_alpha(beta X^T xi)
+///   hess E v = v - beta X J (X^T v),   J = dp/ds (entmax.h)
+///   CCCP     xi <- X p                 (the sparse Hopfield update; overrides
+///                                        Energy::CccpUpdate)
+/// \endcode
+///
+/// Because Omega* is convex the CCCP step never increases E; with alpha > 1 the
+/// weights p are sparse, so well-separated patterns are retrieved *exactly*
+/// (they are fixed points), not only approximately as with softmax.
+///
+/// Parameters (ParameterSet): "X" (d x N, the stored patterns, learnable) and,
+/// when Options::learn_alpha, "alpha" (1 x 1, must stay > 1). The parameter
+/// vector-Jacobian product d/dtheta sum_b <grad E(xi_b), u_b> is
+/// \code{.unparsed}
+///   d/dX     = -(U P^T + beta Xi W^T),  W = J (X^T U)  (per sample)
+///   d/dalpha = -sum_b u_b^T X dp_b/dalpha.
+/// \endcode
+///
+/// \code
+///   implicit::SparseHopfieldEnergy<double>::Options options;
+///   options.alpha = 1.5;
+///   options.beta = 4.0;
+///   implicit::SparseHopfieldEnergy<double> energy(patterns, options);  // d x N
+///   implicit::CccpMap<double> map(energy);        // xi <- X entmax(beta X^T xi)
+///   implicit::PicardSolver<double>().Solve(map, queries);   // d x B, in place
+/// \endcode
+///
+/// Patterns can be masked (SetPatternMask): a masked pattern's score is -inf,
+/// so it gets exactly zero weight. The mask is shared by every sample, so
+/// SupportsSubsets() is true; CccpUpdateAndValue / GradientAndValue give E with
+/// the update from one score GEMM and one entmax pass.
 #pragma once
 
 #include <implicit/core/energy.h>
@@ -51,16 +60,22 @@
 
 namespace implicit {
 
+/// The options of SparseHopfieldEnergy: the entmax order alpha, the inverse
+/// temperature beta, and whether alpha is trained.
 struct SparseHopfieldOptions {
-  // Tsallis entmax order: 1 = softmax (modern Hopfield), 1.5 = entmax15,
-  // 2 = sparsemax, any finite value >= 1.
+  /// Tsallis entmax order (default 1.5): 1 = softmax (modern Hopfield), 1.5 = entmax15,
+  /// 2 = sparsemax, any finite value >= 1.
   double alpha = 1.5;
-  // Inverse temperature beta > 0 multiplying the scores X^T xi.
+  /// Inverse temperature beta > 0 multiplying the scores X^T xi (default 1).
   double beta = 1.0;
-  // Register "alpha" as a trainable parameter (needs alpha > 1: the alpha
-  // derivative of entmax is singular at alpha = 1).
+  /// Register "alpha" as a trainable parameter (needs alpha > 1: the alpha
+  /// derivative of entmax is singular at alpha = 1). Default false: alpha is
+  /// fixed.
   bool learn_alpha = false;
 
+  /// True when the options are usable (alpha finite and >= 1, > 1 when
+  /// learn_alpha; beta finite and > 0); otherwise false, with the reason
+  /// written to *error when error is not nullptr.
   bool IsValid(std::string* error) const {
     if (!(alpha >= 1.0) || !std::isfinite(alpha)) {
       if (error) *error = "alpha must be finite and >= 1, got " + std::to_string(alpha);
@@ -78,11 +93,20 @@ struct SparseHopfieldOptions {
   }
 };
 
+/// The Hopfield-Fenchel-Young energy of the states xi (d x B) given the stored
+/// patterns X (d x N): entmax attention as a Hopfield retrieval, exact for
+/// well-separated patterns. E(xi) = 0.5 |xi|^2 - (1/beta) Omega*_alpha(beta X^T
+/// xi) (the file comment has the derivatives).
 template <typename Scalar>
 class SparseHopfieldEnergy : public Energy<Scalar> {
  public:
+  /// The options (SparseHopfieldOptions).
   using Options = SparseHopfieldOptions;
 
+  /// Builds the energy of the stored patterns (d x N, one per column; copied
+  /// into the trainable block "X"), with no pattern mask.
+  /// \throws std::invalid_argument when the options are invalid or the
+  ///   patterns are empty.
   explicit SparseHopfieldEnergy(const Matrix<Scalar>& patterns, const Options& options = Options())
       : options_(options) {
     std::string error;
@@ -101,20 +125,33 @@ class SparseHopfieldEnergy : public Energy<Scalar> {
     if (options.learn_alpha) params_.Block("alpha")(0, 0) = static_cast<Scalar>(options.alpha);
   }
 
+  /// The options the energy was built with (alpha: the initial value; alpha()
+  /// gives the current one).
   const Options& options() const { return options_; }
   Index dimension() const override { return params_.GetEntry("X").rows; }
+  /// The number of stored patterns N.
   Index num_patterns() const { return params_.GetEntry("X").cols; }
+  /// The stored patterns X (d x N), the parameter block "X".
   typename ParameterSet<Scalar>::ConstBlockMap patterns() const { return params_.Block("X"); }
+  /// The inverse temperature beta (fixed, from the options).
   Scalar beta() const { return static_cast<Scalar>(options_.beta); }
-  // The current alpha (the trained value when learn_alpha).
+  /// The current alpha (the trained value when learn_alpha).
+  /// \throws std::invalid_argument when the trained alpha is not finite and
+  ///   > 1.
   Scalar alpha() const;
 
-  // active[i] = false masks pattern i (score -inf, zero weight). Empty: none.
+  /// active[i] = false masks pattern i (score -inf, zero weight). Empty: none.
+  /// \throws std::invalid_argument when active is not empty and does not have
+  ///   N entries.
   void SetPatternMask(std::vector<bool> active);
 
-  // scores = beta X^T xi (N x B), masked patterns -inf.
+  /// scores = beta X^T xi (N x B), masked patterns -inf.
+  /// \throws std::invalid_argument when xi is not d x B (B >= 1) or scores is
+  ///   not N x B.
   void Scores(ConstMatrixRef<Scalar> xi, MatrixRef<Scalar> scores) const;
-  // weights = entmax_alpha(beta X^T xi) (N x B): the attention weights.
+  /// weights = entmax_alpha(beta X^T xi) (N x B): the attention weights.
+  /// \throws std::invalid_argument when xi is not d x B (B >= 1) or weights is
+  ///   not N x B.
   void Weights(ConstMatrixRef<Scalar> xi, MatrixRef<Scalar> weights) const {
     Matrix<Scalar> s(num_patterns(), xi.cols());
     Scores(xi, s);
@@ -135,7 +172,7 @@ class SparseHopfieldEnergy : public Energy<Scalar> {
     GemmInto<Scalar>(grad, patterns(), false, p, Scalar(-1), Scalar(1));
   }
 
-  // xi <- X entmax(beta X^T xi), exactly (no cancellation in xi - grad E).
+  /// xi <- X entmax(beta X^T xi), exactly (no cancellation in xi - grad E).
   void CccpUpdate(ConstMatrixRef<Scalar> xi, MatrixRef<Scalar> out) const override {
     internal::CheckShape("SparseHopfieldEnergy::CccpUpdate(out)", out, xi.rows(), xi.cols());
     Matrix<Scalar> p(num_patterns(), xi.cols());
@@ -143,13 +180,13 @@ class SparseHopfieldEnergy : public Energy<Scalar> {
     GemmInto<Scalar>(out, patterns(), false, p);
   }
 
-  // The CCCP update X p and E from one score GEMM and one entmax pass.
+  /// The CCCP update X p and E from one score GEMM and one entmax pass.
   void CccpUpdateAndValue(ConstMatrixRef<Scalar> xi, MatrixRef<Scalar> out,
                           VectorRef<Scalar> values) const override;
-  // grad E = xi - X p and E, with the work of one CCCP update.
+  /// grad E = xi - X p and E, with the work of one CCCP update.
   void GradientAndValue(ConstMatrixRef<Scalar> xi, MatrixRef<Scalar> grad,
                         VectorRef<Scalar> values) const override;
-  // The pattern mask is shared by all samples: no per-sample data.
+  /// The pattern mask is shared by all samples: no per-sample data.
   bool SupportsSubsets() const override { return true; }
 
   void HessianVectorProduct(ConstMatrixRef<Scalar> xi, ConstMatrixRef<Scalar> v,
@@ -157,13 +194,14 @@ class SparseHopfieldEnergy : public Energy<Scalar> {
 
   Index num_parameters() const override { return params_.size(); }
   ParameterSet<Scalar>* parameters() override { return &params_; }
+  /// The trainable parameters: block "X" and, when learn_alpha, "alpha".
   const ParameterSet<Scalar>& parameter_set() const { return params_; }
 
   void ParameterVectorJacobianProduct(ConstMatrixRef<Scalar> xi, ConstMatrixRef<Scalar> u,
                                       VectorRef<Scalar> out) const override;
 
  private:
-  // p = entmax(s) and values = E from the scores s = beta X^T xi (one GEMM).
+  /// p = entmax(s) and values = E from the scores s = beta X^T xi (one GEMM).
   void WeightsAndValues(ConstMatrixRef<Scalar> xi, Matrix<Scalar>& p, VectorRef<Scalar> values,
                         const char* xi_name, const char* values_name) const;
 

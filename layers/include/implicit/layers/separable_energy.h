@@ -1,13 +1,18 @@
-// internal::SeparableEnergy: the separable interaction energy shared by the
-// dense associative memories and the RBM-effective energies (rbm.h),
-//   E(x) = (q/2)|x|^2 - <bias, x> - sum_mu G_mu(w_mu . x),
-// value, gradient, Hessian-vector and parameter products from an entry-wise
-// evaluator of G, G' and G'' (internal: the energies wrap it).
-//
-//   internal::SeparableEnergy<double> kernel;            // q = 1
-//   auto eval = [&](const Matrix<double>& s, Matrix<double>* g, Matrix<double>* dg,
-//                   Matrix<double>* d2g) { f.Evaluate<double>(s, g, dg, d2g); };
-//   kernel.Value(W, nullptr, eval, x, values);           // W: n x N couplings
+/// \file
+/// internal::SeparableEnergy: the separable interaction energy shared by the
+/// dense associative memories and the RBM-effective energies (rbm.h),
+/// \code{.unparsed}
+///   E(x) = (q/2)|x|^2 - <bias, x> - sum_mu G_mu(w_mu . x),
+/// \endcode
+/// value, gradient, Hessian-vector and parameter products from an entry-wise
+/// evaluator of G, G' and G'' (internal: the energies wrap it).
+///
+/// \code
+///   internal::SeparableEnergy<double> kernel;            // q = 1
+///   auto eval = [&](const Matrix<double>& s, Matrix<double>* g, Matrix<double>* dg,
+///                   Matrix<double>* d2g) { f.Evaluate<double>(s, g, dg, d2g); };
+///   kernel.Value(W, nullptr, eval, x, values);           // W: n x N couplings
+/// \endcode
 #pragma once
 
 #include <implicit/core/gemm.h>
@@ -20,15 +25,17 @@ namespace implicit {
 
 namespace internal {
 
-// The separable interaction energy shared by dense associative memories and
-// RBM-effective energies:
-//   E(x) = (q/2)|x|^2 - <bias, x> - sum_mu G_mu(w_mu . x)
-// with eval(s, G*, G'*, G''*) evaluating G entry-wise (row mu = unit mu).
+/// The separable interaction energy shared by dense associative memories and
+/// RBM-effective energies.
+/// \code{.unparsed}
+///   E(x) = (q/2)|x|^2 - <bias, x> - sum_mu G_mu(w_mu . x)
+/// \endcode
+/// with eval(s, G*, G'*, G''*) evaluating G entry-wise (row mu = unit mu).
 template <typename Scalar>
 struct SeparableEnergy {
   Scalar q = Scalar(1);
 
-  // The unit inputs W^T x (N x B), the energy's large product.
+  /// The unit inputs W^T x (N x B), the energy's large product.
   template <typename WT>
   static Matrix<Scalar> Scores(const WT& W, ConstMatrixRef<Scalar> x) {
     Matrix<Scalar> s(W.cols(), x.cols());
@@ -46,7 +53,7 @@ struct SeparableEnergy {
              g.colwise().sum().transpose();
     if (bias != nullptr) values.noalias() -= x.transpose() * (*bias);
   }
-  // *r = bias + W G'(W^T x) and values = E(x), from one product W^T x.
+  /// *r = bias + W G'(W^T x) and values = E(x), from one product W^T x.
   template <typename WT, typename Eval>
   void RetrievalAndValue(const WT& W, const Vector<Scalar>* bias, const Eval& eval,
                          ConstMatrixRef<Scalar> x, Matrix<Scalar>* r,
@@ -61,7 +68,7 @@ struct SeparableEnergy {
     GemmInto<Scalar>(*r, W, false, dg);
     if (bias != nullptr) r->colwise() += *bias;
   }
-  // grad = q x - bias - W G'(W^T x);   *retrieval (optional) = bias + W G'(W^T x).
+  /// grad = q x - bias - W G'(W^T x);   *retrieval (optional) = bias + W G'(W^T x).
   template <typename WT, typename Eval>
   void Gradient(const WT& W, const Vector<Scalar>* bias, const Eval& eval,
                 ConstMatrixRef<Scalar> x, MatrixRef<Scalar> grad) const {
@@ -79,7 +86,7 @@ struct SeparableEnergy {
     GemmInto<Scalar>(*r, W, false, dg);
     if (bias != nullptr) r->colwise() += *bias;
   }
-  // H v = q v - W (G''(s) .* W^T v).
+  /// H v = q v - W (G''(s) .* W^T v).
   template <typename WT, typename Eval>
   void HessianVectorProduct(const WT& W, const Eval& eval, ConstMatrixRef<Scalar> x,
                             ConstMatrixRef<Scalar> v, MatrixRef<Scalar> out) const {
@@ -90,7 +97,7 @@ struct SeparableEnergy {
     out = q * v;
     out.noalias() -= W * wv;
   }
-  // d/dW sum_b <grad E(x_b), u_b> = -(U G'(S)^T + X (G''(S) .* W^T U)^T).
+  /// d/dW sum_b <grad E(x_b), u_b> = -(U G'(S)^T + X (G''(S) .* W^T U)^T).
   template <typename WT, typename Eval>
   Matrix<Scalar> WeightVjp(const WT& W, const Eval& eval, ConstMatrixRef<Scalar> x,
                            ConstMatrixRef<Scalar> u) const {

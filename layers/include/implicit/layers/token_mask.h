@@ -1,10 +1,13 @@
-// TokenMask: a per-token mask (N x B) expanded to the coordinates of the
-// Energy Transformer's token-major state layout (N*D x B; token A of sample b
-// is entries [A*D, (A+1)*D) of column b), e.g. the free mask of
-// EnergyTransformerMap::SetClamp or ClampedEnergy::SetClamp.
-//
-//   implicit::Matrix<double> masked(16, B);            // 1 = masked (free) token
-//   implicit::Matrix<double> m = implicit::TokenMask<double>(masked, 32);  // 512 x B
+/// \file
+/// TokenMask: a per-token mask (N x B) expanded to the coordinates of the
+/// Energy Transformer's token-major state layout (N*D x B; token A of sample b
+/// is entries [A*D, (A+1)*D) of column b), e.g.\ the free mask of
+/// EnergyTransformerMap::SetClamp or ClampedEnergy::SetClamp.
+///
+/// \code
+///   implicit::Matrix<double> masked(16, B);            // 1 = masked (free) token
+///   implicit::Matrix<double> m = implicit::TokenMask<double>(masked, 32);  // 512 x B
+/// \endcode
 #pragma once
 
 #include <implicit/core/types.h>
@@ -14,8 +17,10 @@
 
 namespace implicit {
 
-// Expands a per-token mask (N x B, 1 = free, 0 = clamped) to the coordinate
-// mask (N*D x B) of the token-major layout.
+/// Expands a per-token mask (N x B, 1 = free, 0 = clamped) to the coordinate
+/// mask (N*D x B) of the token-major layout: every coordinate of token A in
+/// sample b takes the value token_mask(A, b).
+/// \throws std::invalid_argument when token_dim (D) < 1.
 template <typename Scalar>
 Matrix<Scalar> TokenMask(const Matrix<Scalar>& token_mask, Index token_dim) {
   if (token_dim < 1) {

@@ -1,30 +1,33 @@
-// Building blocks for user energies (AutoDiffEnergy functors) that are fast
-// in every scalar type the functor is compiled for. Ordinary Eigen code is
-// as fast in reverse mode (its products and sums are recorded whole,
-// reverse_eigen.h); these remain for functors written against them and for
-// what Eigen has no word for (ad::Persistent, ad::LogSumExp of a vector).
-//
-// A functor templated on the scalar type T is evaluated in Scalar, in
-// forward-mode duals and, for reverse mode, on reverse::Var (reverse_tape.h), which
-// records one tape node per scalar operation. LogSumExp and Dot below record
-// one node for a whole vector: a retrieval energy's N dot products of length
-// n then cost N nodes instead of 2 n N, which is most of what makes its
-// reverse-mode gradient cheap; Product records a matrix product as one block
-// (its reverse: two matrix products). On a block of the functor's own x (or input, or
-// theta) Dot reads the variables as a vector; Persistent(P.col(i)) lets the
-// tape point to data the functor holds instead of copying it. Max and Where
-// are plain selections (the tape is recorded at every point, so the branch
-// taken there is the one differentiated); they are kept for functors written
-// against them.
-//
-//   template <typename T>
-//   T operator()(const implicit::Vector<T>& x, const implicit::Vector<T>& theta) const {
-//     implicit::Vector<T> s(P.cols());   // P: the functor's member
-//     for (implicit::Index i = 0; i < P.cols(); ++i)
-//       s(i) = implicit::ad::Dot(implicit::ad::Persistent(P.col(i)), x);
-//     T relu = implicit::ad::Max(x(0), T(0.0));     // max(x0, 0)
-//     return implicit::ad::LogSumExp(s) + relu;    // max-shifted, stable
-//   }
+/// \file
+/// Building blocks for user energies (AutoDiffEnergy functors) that are fast
+/// in every scalar type the functor is compiled for. Ordinary Eigen code is
+/// as fast in reverse mode (its products and sums are recorded whole,
+/// reverse_eigen.h); these remain for functors written against them and for
+/// what Eigen has no word for (ad::Persistent, ad::LogSumExp of a vector).
+///
+/// A functor templated on the scalar type T is evaluated in Scalar, in
+/// forward-mode duals and, for reverse mode, on reverse::Var (reverse_tape.h), which
+/// records one tape node per scalar operation. LogSumExp and Dot below record
+/// one node for a whole vector: a retrieval energy's N dot products of length
+/// n then cost N nodes instead of 2 n N, which is most of what makes its
+/// reverse-mode gradient cheap; Product records a matrix product as one block
+/// (its reverse: two matrix products). On a block of the functor's own x (or input, or
+/// theta) Dot reads the variables as a vector; Persistent(P.col(i)) lets the
+/// tape point to data the functor holds instead of copying it. Max and Where
+/// are plain selections (the tape is recorded at every point, so the branch
+/// taken there is the one differentiated); they are kept for functors written
+/// against them.
+///
+/// \code
+///   template <typename T>
+///   T operator()(const implicit::Vector<T>& x, const implicit::Vector<T>& theta) const {
+///     implicit::Vector<T> s(P.cols());   // P: the functor's member
+///     for (implicit::Index i = 0; i < P.cols(); ++i)
+///       s(i) = implicit::ad::Dot(implicit::ad::Persistent(P.col(i)), x);
+///     T relu = implicit::ad::Max(x(0), T(0.0));     // max(x0, 0)
+///     return implicit::ad::LogSumExp(s) + relu;    // max-shifted, stable
+///   }
+/// \endcode
 #pragma once
 
 #include <implicit/core/reverse_tape.h>
@@ -40,20 +43,20 @@
 namespace implicit {
 namespace ad {
 
-// max(a, b).
+/// The larger of a and b, max(a, b) (a plain selection).
 template <typename T>
 T Max(const T& a, const T& b) {
   return a < b ? b : a;
 }
 
-// condition > 0 ? if_positive : otherwise.
+/// Selects by sign: condition > 0 ? if_positive : otherwise.
 template <typename T>
 T Where(const T& condition, const T& if_positive, const T& otherwise) {
   return condition > T(0.0) ? if_positive : otherwise;
 }
 
 namespace internal {
-// The number part of a value (a dual's value part).
+/// The number part of a value (a dual's value part).
 template <typename S, typename = std::enable_if_t<std::is_arithmetic<S>::value>>
 S NumberOf(S s) {
   return s;
@@ -62,15 +65,15 @@ template <typename S, int N>
 S NumberOf(const ceres::Jet<S, N>& s) {
   return NumberOf(s.a);
 }
-// A vector expression as stored values: itself when it reads stored
-// coefficients (a block, row or column of a matrix), else evaluated into a
-// vector (so that the nodes of an expression of Vars are recorded before the
-// node that uses them, and once).
+/// A vector expression as stored values: itself when it reads stored
+/// coefficients (a block, row or column of a matrix), else evaluated into a
+/// vector (so that the nodes of an expression of Vars are recorded before the
+/// node that uses them, and once).
 template <typename E>
 using Stored = std::conditional_t<Eigen::internal::has_direct_access<E>::ret, const E&,
                                   const Vector<typename E::Scalar>>;
-// The energy's scalar type of an operation on a vector of SA and one of SB:
-// the one that is not a plain number (a Var, a dual), else SB.
+/// The energy's scalar type of an operation on a vector of SA and one of SB:
+/// the one that is not a plain number (a Var, a dual), else SB.
 template <typename SA, typename SB>
 using EnergyScalar =
     std::conditional_t<reverse::IsVar<SA>::value || !std::is_arithmetic<SA>::value, SA, SB>;
@@ -82,8 +85,8 @@ inline void CheckDotLengths(Index a, Index b) {
   }
 }
 
-// sum_i numbers_i vars_i as one node whose partials are the numbers; a run
-// when the variables are consecutive nodes (a block of x).
+/// sum_i numbers_i vars_i as one node whose partials are the numbers; a run
+/// when the variables are consecutive nodes (a block of x).
 template <typename T, typename Numbers, typename Vars>
 T DotOfNumbersAndVars(const Numbers& numbers, const Vars& vars, bool persistent = false) {
   using V = typename T::Value;
@@ -124,8 +127,8 @@ T DotOfNumbersAndVars(const Numbers& numbers, const Vars& vars, bool persistent 
 }
 }  // namespace internal
 
-// log sum_i exp(s_i), computed as m + log sum_i exp(s_i - m) with m = max_i s_i
-// (no overflow; the shift's derivatives cancel exactly). s is a vector.
+/// log sum_i exp(s_i), computed as m + log sum_i exp(s_i - m) with m = max_i s_i
+/// (no overflow; the shift's derivatives cancel exactly). s is a vector.
 template <typename Derived>
 typename Derived::Scalar LogSumExp(const Eigen::MatrixBase<Derived>& scores) {
   using T = typename Derived::Scalar;
@@ -162,8 +165,9 @@ typename Derived::Scalar LogSumExp(const Eigen::MatrixBase<Derived>& scores) {
   }
 }
 
-// sum_i a_i b_i of two vectors of equal length; either may hold numbers
-// (data) and the other the energy's scalar T (the result's type).
+/// sum_i a_i b_i of two vectors of equal length; either may hold numbers
+/// (data) and the other the energy's scalar T (the result's type).
+/// \throws std::invalid_argument when the lengths differ.
 template <typename A, typename B>
 auto Dot(const Eigen::MatrixBase<A>& a_in, const Eigen::MatrixBase<B>& b_in) {
   using SA = typename A::Scalar;
@@ -204,13 +208,16 @@ auto Dot(const Eigen::MatrixBase<A>& a_in, const Eigen::MatrixBase<B>& b_in) {
   }
 }
 
-// The matrix product a b (a m x k, b k x n), as a Matrix of the energy's
-// scalar T; either factor may hold numbers (data) and the other T, or both T.
-// In reverse mode the whole product is one block on the tape, and its reverse
-// is two matrix products (dA = dS B^T, dB = A^T dS) instead of m n dot-product
-// nodes of up to 2 k operands each: write attention scores (K^T Q),
-// projections (W X) and memory overlaps (Xi^T G) with it.
-//   implicit::Matrix<T> scores = implicit::ad::Product(K.transpose(), Q);
+/// The matrix product a b (a m x k, b k x n), as a Matrix of the energy's
+/// scalar T; either factor may hold numbers (data) and the other T, or both T.
+/// In reverse mode the whole product is one block on the tape, and its reverse
+/// is two matrix products (dA = dS B^T, dB = A^T dS) instead of m n dot-product
+/// nodes of up to 2 k operands each: write attention scores (K^T Q),
+/// projections (W X) and memory overlaps (Xi^T G) with it.
+/// \code
+///   implicit::Matrix<T> scores = implicit::ad::Product(K.transpose(), Q);
+/// \endcode
+/// \throws std::invalid_argument when a.cols() != b.rows().
 template <typename A, typename B>
 auto Product(const Eigen::MatrixBase<A>& a_in, const Eigen::MatrixBase<B>& b_in) {
   using SA = typename A::Scalar;
@@ -233,20 +240,22 @@ auto Product(const Eigen::MatrixBase<A>& a_in, const Eigen::MatrixBase<B>& b_in)
   }
 }
 
-// Numbers whose storage outlives the derivative computation: data the functor
-// holds, such as a column of a member matrix. ad::Dot(ad::Persistent(P.col(i)), x)
-// is ad::Dot(P.col(i), x), except that in reverse mode the tape points to
-// P.col(i) instead of copying it (the copy is about a third of a retrieval
-// energy's gradient time). A promise the compiler cannot check: a temporary
-// (a local vector, an expression such as 2 * P.col(i)) or data changed during
-// an evaluation would be read after the fact, so mark only data that lives in
-// the functor and is not changed while the energy is in use. Stored numbers
-// only (a matrix, a block or column of one, a map); numbers of another type
-// than the energy's (float data in a double energy) are copied.
+/// Numbers whose storage outlives the derivative computation: data the functor
+/// holds, such as a column of a member matrix. ad::Dot(ad::Persistent(P.col(i)), x)
+/// is ad::Dot(P.col(i), x), except that in reverse mode the tape points to
+/// P.col(i) instead of copying it (the copy is about a third of a retrieval
+/// energy's gradient time). A promise the compiler cannot check: a temporary
+/// (a local vector, an expression such as 2 * P.col(i)) or data changed during
+/// an evaluation would be read after the fact, so mark only data that lives in
+/// the functor and is not changed while the energy is in use. Stored numbers
+/// only (a matrix, a block or column of one, a map); numbers of another type
+/// than the energy's (float data in a double energy) are copied.
 template <typename Derived>
 struct PersistentNumbers {
-  const Derived& numbers;  // used within the full expression of the Dot call
+  const Derived& numbers;  ///< The numbers (a reference, used within the full expression of the Dot call).
 };
+/// Marks stored numbers as persistent for ad::Dot: in reverse mode the tape points to them
+/// instead of copying them (see PersistentNumbers for the promise this makes).
 template <typename Derived>
 PersistentNumbers<Derived> Persistent(const Eigen::MatrixBase<Derived>& numbers) {
   static_assert(::implicit::internal::ExposesStorage<Derived>::value,
@@ -257,6 +266,10 @@ PersistentNumbers<Derived> Persistent(const Eigen::MatrixBase<Derived>& numbers)
   return {numbers.derived()};
 }
 
+///@{
+/// ad::Dot of persistent numbers (Persistent()) and a vector, in either order: in reverse
+/// mode the node's partials point to the numbers instead of copying them.
+/// \throws std::invalid_argument when the lengths differ.
 template <typename A, typename B>
 auto Dot(const PersistentNumbers<A>& a, const Eigen::MatrixBase<B>& b_in) {
   using SB = typename B::Scalar;
@@ -272,6 +285,7 @@ template <typename A, typename B>
 auto Dot(const Eigen::MatrixBase<A>& a, const PersistentNumbers<B>& b) {
   return Dot(b, a);
 }
+///@}
 
 }  // namespace ad
 }  // namespace implicit

@@ -1,50 +1,57 @@
-// User energies: write E once, get gradient, Hessian-vector and parameter
-// products automatically and exactly (forward-mode dual numbers, ceres::Jet,
-// or reverse mode on a tape, reverse_tape.h; see "Two ways to differentiate"
-// below).
-//
-// The user writes a functor templated on the scalar type T that returns the
-// energy of ONE sample x (length n) given the parameter vector theta:
-//
-//   struct SoftRetrieval {
-//     implicit::Matrix<double> X;   // stored patterns, n x N
-//     double beta;
-//     template <typename T>
-//     T operator()(const implicit::Vector<T>& x, const implicit::Vector<T>& theta) const {
-//       const implicit::Vector<T> s = beta * (X.transpose() * x);   // one tape block
-//       const T m = s.maxCoeff();                                   // max-shifted
-//       using std::log;
-//       return 0.5 * x.squaredNorm() - (m + log((s.array() - m).exp().sum())) / beta;
-//     }
-//   };
-//   implicit::AutoDiffEnergy<SoftRetrieval, double> energy(SoftRetrieval{X, 2.0}, n);
-//
-// The functor is compiled for five scalar types (autodiff_mode.h). Write it
-// in ordinary Eigen: in reverse mode its matrix products are recorded as
-// whole blocks and its sums as single nodes (reverse_eigen.h), data it holds
-// is read in place, and numbers of the energy's scalar type mix with T
-// without a cast. The ad:: blocks (ad_functions.h) are an alternative of the
-// same speed.
-//
-// Parameters: pass a ParameterSet to the constructor; theta is its flat
-// values() vector (empty when there are none).
-//
-// An input: an energy conditioned on a per-sample input c (queries, context
-// tokens, an injection) takes it as a second argument,
-//   T operator()(const Vector<T>& x, const Vector<T>& c, const Vector<T>& theta) const,
-// is constructed with the input's dimension, and is given the input batch
-// (input_dimension x B, one column per sample) with SetInput before use:
-//   implicit::AutoDiffEnergy<Injected, double> energy(Injected{X, 2.0}, n, m);
-//   energy.SetInput(c);                        // m x B
-// InputVectorJacobianProduct then gives d/dc <grad_x E, u> per sample, so that
-// ImplicitBackward returns dL/dc (BackwardResult::input_gradient) like the
-// built-in layers do. Its samples carry their own input, so solvers evaluate
-// blocks of them with their input columns (Energy::GradientColumns).
-//
-// Forward mode (dual numbers) or reverse mode (a tape): set_mode, AutoDiffMode
-// and their costs in autodiff_mode.h. GradientAndValue costs what Gradient
-// costs; with a per-sample input the active set evaluates blocks of samples
-// with their inputs (GradientColumns).
+/// \file
+/// User energies: write E once, get gradient, Hessian-vector and parameter
+/// products automatically and exactly (forward-mode dual numbers, ceres::Jet,
+/// or reverse mode on a tape, reverse_tape.h; see "Two ways to differentiate"
+/// below).
+///
+/// The user writes a functor templated on the scalar type T that returns the
+/// energy of ONE sample x (length n) given the parameter vector theta:
+///
+/// \code
+///   struct SoftRetrieval {
+///     implicit::Matrix<double> X;   // stored patterns, n x N
+///     double beta;
+///     template <typename T>
+///     T operator()(const implicit::Vector<T>& x, const implicit::Vector<T>& theta) const {
+///       const implicit::Vector<T> s = beta * (X.transpose() * x);   // one tape block
+///       const T m = s.maxCoeff();                                   // max-shifted
+///       using std::log;
+///       return 0.5 * x.squaredNorm() - (m + log((s.array() - m).exp().sum())) / beta;
+///     }
+///   };
+///   implicit::AutoDiffEnergy<SoftRetrieval, double> energy(SoftRetrieval{X, 2.0}, n);
+/// \endcode
+///
+/// The functor is compiled for five scalar types (autodiff_mode.h). Write it
+/// in ordinary Eigen: in reverse mode its matrix products are recorded as
+/// whole blocks and its sums as single nodes (reverse_eigen.h), data it holds
+/// is read in place, and numbers of the energy's scalar type mix with T
+/// without a cast. The ad:: blocks (ad_functions.h) are an alternative of the
+/// same speed.
+///
+/// Parameters: pass a ParameterSet to the constructor; theta is its flat
+/// values() vector (empty when there are none).
+///
+/// An input: an energy conditioned on a per-sample input c (queries, context
+/// tokens, an injection) takes it as a second argument,
+/// \code
+///   T operator()(const Vector<T>& x, const Vector<T>& c, const Vector<T>& theta) const,
+/// \endcode
+/// is constructed with the input's dimension, and is given the input batch
+/// (input_dimension x B, one column per sample) with SetInput before use:
+/// \code
+///   implicit::AutoDiffEnergy<Injected, double> energy(Injected{X, 2.0}, n, m);
+///   energy.SetInput(c);                        // m x B
+/// \endcode
+/// InputVectorJacobianProduct then gives d/dc <grad_x E, u> per sample, so that
+/// ImplicitBackward returns dL/dc (BackwardResult::input_gradient) like the
+/// built-in layers do. Its samples carry their own input, so solvers evaluate
+/// blocks of them with their input columns (Energy::GradientColumns).
+///
+/// Forward mode (dual numbers) or reverse mode (a tape): set_mode, AutoDiffMode
+/// and their costs in autodiff_mode.h. GradientAndValue costs what Gradient
+/// costs; with a per-sample input the active set evaluates blocks of samples
+/// with their inputs (GradientColumns).
 #pragma once
 
 #include <implicit/core/ad_functions.h>
@@ -63,10 +70,17 @@
 
 namespace implicit {
 
+/// An Energy from a user functor that returns E of one sample: its gradient, Hessian-vector,
+/// parameter and input products come from automatic differentiation (forward or reverse mode).
+///
+/// \tparam Functor the user's callable, `template <typename T> T operator()(const Vector<T>& x,
+///         const Vector<T>& theta) const`, or (x, c, theta) with a per-sample input c.
+/// \tparam Scalar float or double.
+/// \tparam kChunk the directions per forward-mode evaluation (the width K of the duals).
 template <typename Functor, typename Scalar, int kChunk = 8>
 class AutoDiffEnergy : public Energy<Scalar> {
   static_assert(kChunk >= 1, "AutoDiffEnergy: kChunk must be at least 1");
-  // Whether the functor takes a per-sample input: E(x, c, theta).
+  /// Whether the functor takes a per-sample input: E(x, c, theta).
   static constexpr bool kHasInput =
       std::is_invocable<const Functor&, const Vector<Scalar>&, const Vector<Scalar>&,
                         const Vector<Scalar>&>::value;
@@ -82,19 +96,22 @@ class AutoDiffEnergy : public Energy<Scalar> {
                 "AutoDiffEnergy: the functor's operator() must be a template on the scalar type T (it is "
                 "called with dual numbers and tape variables, not only with Scalar): `template <typename T> "
                 "T operator()(const implicit::Vector<T>& x, const implicit::Vector<T>& theta) const`");
-  // Reverse mode, unless the functor has opted out.
+  /// Reverse mode, unless the functor has opted out.
   static constexpr bool kCanReverse = !internal::ForwardModeOnly<Functor>::value;
 
  public:
-  using Dual = ceres::Jet<Scalar, kChunk>;        // first derivatives
-  using Inner = internal::DirectionalJet<Scalar>;  // one direction
-  using Dual2 = ceres::Jet<Inner, kChunk>;        // directional second derivatives
+  using Dual = ceres::Jet<Scalar, kChunk>;        ///< Forward-mode dual of kChunk first derivatives.
+  using Inner = internal::DirectionalJet<Scalar>;  ///< Dual number of one direction (the inner dual of Dual2).
+  using Dual2 = ceres::Jet<Inner, kChunk>;        ///< Nested dual: directional second derivatives.
 
-  // An energy E(x, theta) of states of `dimension`.
+  /// An energy E(x, theta) of states of `dimension`.
+  /// \throws std::invalid_argument when `dimension` <= 0, or the functor takes an input.
   AutoDiffEnergy(Functor functor, Index dimension,
                  ParameterSet<Scalar> parameters = ParameterSet<Scalar>())
       : AutoDiffEnergy(std::move(functor), dimension, 0, std::move(parameters)) {}
-  // An energy E(x, c, theta) with an input c of `input_dimension` per sample.
+  /// An energy E(x, c, theta) with an input c of `input_dimension` per sample.
+  /// \throws std::invalid_argument when `dimension` <= 0, or `input_dimension` is not > 0 for
+  ///         a functor with an input (x, c, theta), or not 0 for one without.
   AutoDiffEnergy(Functor functor, Index dimension, Index input_dimension,
                  ParameterSet<Scalar> parameters = ParameterSet<Scalar>())
       : functor_(std::move(functor)),
@@ -117,10 +134,11 @@ class AutoDiffEnergy : public Energy<Scalar> {
     }
   }
 
+  /// The wrapped functor.
   const Functor& functor() const { return functor_; }
 
-  // How derivatives are computed (default kAutomatic). kReverse throws
-  // std::invalid_argument for a functor that declares kForwardModeOnly.
+  /// Sets how derivatives are computed (default kAutomatic).
+  /// \throws std::invalid_argument when `mode` is kReverse for a functor that declares kForwardModeOnly.
   void set_mode(AutoDiffMode mode) {
     if (mode == AutoDiffMode::kReverse && !kCanReverse) {
       throw std::invalid_argument(
@@ -129,8 +147,9 @@ class AutoDiffEnergy : public Energy<Scalar> {
     }
     mode_ = mode;
   }
+  /// How derivatives are computed, as set by set_mode() (kAutomatic by default).
   AutoDiffMode mode() const { return mode_; }
-  // Whether the products use reverse mode now (kAutomatic resolved).
+  /// Whether the products use reverse mode now (kAutomatic resolved).
   bool uses_reverse_mode() const {
     if (!kCanReverse || mode_ == AutoDiffMode::kForward) return false;
     return mode_ == AutoDiffMode::kReverse || num_variables() >= kReverseModeMinVariables;
@@ -141,8 +160,10 @@ class AutoDiffEnergy : public Energy<Scalar> {
   ParameterSet<Scalar>* parameters() override { return &parameters_; }
   Index input_dimension() const override { return input_dimension_; }
 
-  // The input batch, input_dimension() x B (column b conditions sample b).
-  // Every later evaluation needs a batch of the same B samples.
+  /// The input batch, input_dimension() x B (column b conditions sample b).
+  /// Every later evaluation needs a batch of the same B samples.
+  /// \throws std::invalid_argument when the functor takes no input, or `input` is not
+  ///         input_dimension() x B with B > 0.
   void SetInput(ConstMatrixRef<Scalar> input) {
     if (!kHasInput) {
       throw std::invalid_argument("AutoDiffEnergy::SetInput: the functor takes no input");
@@ -150,6 +171,7 @@ class AutoDiffEnergy : public Energy<Scalar> {
     internal::CheckBatch("AutoDiffEnergy::SetInput(input)", input, input_dimension_);
     input_ = input;
   }
+  /// The input batch set by SetInput(), input_dimension() x B (empty before).
   const Matrix<Scalar>& input() const { return input_; }
 
   void Value(ConstMatrixRef<Scalar> x, VectorRef<Scalar> values) const override {
@@ -170,8 +192,10 @@ class AutoDiffEnergy : public Energy<Scalar> {
     GradientWithValue(x, grad, nullptr);
   }
 
-  // The gradient's dual evaluations carry E in their value part: no extra
-  // evaluation for the value.
+  /// grad.col(b) = grad_x E(x_b) and values(b) = E(x_b) in one pass.
+  ///
+  /// The gradient's dual evaluations carry E in their value part: no extra
+  /// evaluation for the value.
   void GradientAndValue(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> grad,
                         VectorRef<Scalar> values) const override {
     internal::CheckBatch("AutoDiffEnergy::GradientAndValue(x)", x, dimension_);
@@ -179,15 +203,15 @@ class AutoDiffEnergy : public Energy<Scalar> {
     internal::CheckShape("AutoDiffEnergy::GradientAndValue(values)", values, x.cols(), 1);
     GradientWithValue(x, grad, &values);
   }
-  // x - grad E (Energy's default CCCP update) and E.
+  /// x - grad E (Energy's default CCCP update) and E.
   void CccpUpdateAndValue(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> out,
                           VectorRef<Scalar> values) const override {
     GradientAndValue(x, out, values);
     out = x - out;
   }
-  // Without an input E depends on x and theta only: any subset of a batch's
-  // columns may be evaluated. With one, each sample has its own input column,
-  // which GradientColumns picks for a block of samples.
+  /// Without an input E depends on x and theta only: any subset of a batch's
+  /// columns may be evaluated. With one, each sample has its own input column,
+  /// which GradientColumns picks for a block of samples.
   bool SupportsSubsets() const override { return !kHasInput; }
   bool SupportsColumnSubsets() const override { return true; }
   void GradientColumns(ConstMatrixRef<Scalar> x, const std::vector<Index>& columns, MatrixRef<Scalar> grad,
@@ -280,9 +304,9 @@ class AutoDiffEnergy : public Energy<Scalar> {
   }
 
  private:
-  // grad.col(b) = grad E(x_b) by forward-mode duals, K directions per
-  // evaluation; (*values)(b) = E(x_b) from the first evaluation's value part.
-  // Column b of x is batch sample (*columns)[b] (its input), or b.
+  /// grad.col(b) = grad E(x_b) by forward-mode duals, K directions per
+  /// evaluation; (*values)(b) = E(x_b) from the first evaluation's value part.
+  /// Column b of x is batch sample (*columns)[b] (its input), or b.
   void GradientWithValue(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> grad, VectorRef<Scalar>* values,
                          const std::vector<Index>* columns = nullptr) const {
     if (columns == nullptr) CheckInput("AutoDiffEnergy::Gradient", x.cols());
@@ -306,10 +330,10 @@ class AutoDiffEnergy : public Energy<Scalar> {
     }
   }
 
-  // sink(i, d/dw_i <grad_x E(x_b), u_b>) for w = theta or (wrt_input) c_b, by
-  // nested duals: the inner dual carries the direction u_b on x, the outer
-  // one a chunk of w's coordinates. `theta` is the lifted parameter vector
-  // (lifted once by the caller); its derivative parts are zero again on return.
+  /// sink(i, d/dw_i <grad_x E(x_b), u_b>) for w = theta or (wrt_input) c_b, by
+  /// nested duals: the inner dual carries the direction u_b on x, the outer
+  /// one a chunk of w's coordinates. `theta` is the lifted parameter vector
+  /// (lifted once by the caller); its derivative parts are zero again on return.
   template <typename Sink>
   void MixedProducts(ConstMatrixRef<Scalar> x, ConstMatrixRef<Scalar> u, Index b,
                      bool wrt_input, Vector<Dual2>* theta, Sink&& sink) const {
@@ -326,11 +350,11 @@ class AutoDiffEnergy : public Energy<Scalar> {
     });
   }
 
-  // x, c and theta: the variables of the reverse-mode tape.
+  /// x, c and theta: the variables of the reverse-mode tape.
   Index num_variables() const { return dimension_ + input_dimension_ + parameters_.size(); }
 
-  // z = (x_b, c_s, theta) as values of type V: the variables of reverse mode
-  // for column b of x, batch sample s (its input column).
+  /// z = (x_b, c_s, theta) as values of type V: the variables of reverse mode
+  /// for column b of x, batch sample s (its input column).
   template <typename V>
   void PackVariables(ConstMatrixRef<Scalar> x, Index b, Index s, std::vector<V>* z) const {
     z->resize(static_cast<std::size_t>(num_variables()));
@@ -342,7 +366,7 @@ class AutoDiffEnergy : public Energy<Scalar> {
     const Vector<Scalar>& theta = parameters_.values();
     for (Index i = 0; i < theta.size(); ++i) *out++ = V(theta(i));
   }
-  // E at z, recorded on this thread's tape, and its gradient in z.
+  /// E at z, recorded on this thread's tape, and its gradient in z.
   template <typename V>
   V ReverseSweep(const std::vector<V>& z, std::vector<V>* gradient) const {
     gradient->resize(z.size());
@@ -375,10 +399,10 @@ class AutoDiffEnergy : public Energy<Scalar> {
       if (values != nullptr) (*values)(b) = e;
     }
   }
-  // sink(b, H_b (u_b, 0, 0)) per sample, H_b the Hessian of E in (x, c, theta):
-  // its x rows are the Hessian-vector product, its c and theta rows the input
-  // and parameter products d/dw <grad_x E, u_b>. One recording in values
-  // whose tangents are (u_b, 0, 0) and one reverse sweep (forward over reverse).
+  /// sink(b, H_b (u_b, 0, 0)) per sample, H_b the Hessian of E in (x, c, theta):
+  /// its x rows are the Hessian-vector product, its c and theta rows the input
+  /// and parameter products d/dw <grad_x E, u_b>. One recording in values
+  /// whose tangents are (u_b, 0, 0) and one reverse sweep (forward over reverse).
   template <typename Sink>
   void ReverseSecondOrder(ConstMatrixRef<Scalar> x, ConstMatrixRef<Scalar> u,
                           Sink&& sink) const {
@@ -393,7 +417,7 @@ class AutoDiffEnergy : public Energy<Scalar> {
     }
   }
 
-  // E(x; c, theta) for any of the scalar types; c is ignored without an input.
+  /// E(x; c, theta) for any of the scalar types; c is ignored without an input.
   template <typename T>
   T Call(const Vector<T>& x, const Vector<T>& input, const Vector<T>& theta) const {
     if constexpr (kHasInput) {
@@ -403,7 +427,7 @@ class AutoDiffEnergy : public Energy<Scalar> {
       return functor_(x, theta);
     }
   }
-  // Sample b's input as constants of dual type D (empty without an input).
+  /// Sample b's input as constants of dual type D (empty without an input).
   template <typename D>
   Vector<D> InputOf(Index b) const {
     if constexpr (kHasInput) {
@@ -413,7 +437,7 @@ class AutoDiffEnergy : public Energy<Scalar> {
       return Vector<D>();
     }
   }
-  // With an input: SetInput was called for a batch of `batch` samples.
+  /// With an input: SetInput was called for a batch of `batch` samples.
   void CheckInput(const char* who, Index batch) const {
     if (!kHasInput) return;
     if (input_.cols() != batch) {
@@ -427,7 +451,7 @@ class AutoDiffEnergy : public Energy<Scalar> {
   Index dimension_;
   Index input_dimension_ = 0;
   ParameterSet<Scalar> parameters_;
-  Matrix<Scalar> input_;  // input_dimension_ x B, when the functor takes an input
+  Matrix<Scalar> input_;  ///< input_dimension_ x B, when the functor takes an input
   AutoDiffMode mode_ = AutoDiffMode::kAutomatic;
 };
 

@@ -1,45 +1,50 @@
-// How AutoDiffEnergy (autodiff_energy.h) differentiates a user energy: the
-// modes, the threshold of the automatic choice, and the dual numbers of
-// forward mode.
-//
-//   implicit::AutoDiffEnergy<MyFunctor, double> energy(MyFunctor{}, n);
-//   energy.set_mode(implicit::AutoDiffMode::kForward);   // or kReverse, kAutomatic
-//
-// Two ways to differentiate (AutoDiffEnergy::set_mode; AutoDiffMode below):
-//  * forward mode, dual numbers (ceres::Jet), with n the state dimension, p the
-//    number of parameters, K = kChunk (default 8) and C the cost of one
-//    scalar evaluation of E:
-//      Gradient              ceil(n/K) evaluations in K-wide duals: about n*C
-//      HessianVectorProduct  ceil(n/K) evaluations in nested duals:  about 2n*C
-//      ParameterVJP          ceil(p/K) evaluations in nested duals:  about 2p*C
-//    so a gradient of an energy whose own cost grows like n costs O(n^2);
-//  * reverse mode: E is recorded on a tape at each evaluation (the functor is
-//    also compiled for reverse::Var, reverse_tape.h) and swept backwards once: a
-//    gradient costs a small multiple of C whatever n is, and the
-//    Hessian-vector, parameter and input products come from one recording in
-//    dual values and one sweep (forward over reverse), about twice that.
-//    Tapes are per thread, so threads differentiate at the same time. The
-//    recording follows the branches taken at each point (an `if` on values,
-//    a max, a sort). ad::Dot and ad::LogSumExp (ad_functions.h) record a whole
-//    dot product or log-sum-exp as one node, which is what makes dense
-//    products cheap.
-// The functor is therefore compiled for five scalar types: Scalar,
-// ceres::Jet<Scalar, K> and the nested ceres::Jet<DirectionalJet<Scalar>, K>
-// (forward mode), reverse::Var<Scalar> and reverse::Var<DirectionalJet<Scalar>>
-// (reverse mode). Eigen matrix products (A * x, A * B) work on all of them:
-// on Vars each is one recorded block (reverse_eigen.h), and a product of data
-// with forward mode's duals runs as products of numbers; a product of two
-// dual matrices in forward mode instantiates Eigen's general kernels for the
-// dual type, which is slow to compile (minutes for a few products, more in
-// sanitizer or debug builds).
-// A Var does not convert to its value, so a functor that computes with
-// extracted values (which would lose their derivatives) does not compile for
-// it; a functor that needs that (a bisection on values, say) declares
-//   static constexpr bool kForwardModeOnly = true;
-// and is used in forward mode only (and not compiled for the reverse types).
-// The default, AutoDiffMode::kAutomatic, takes reverse mode when x, c and
-// theta have kReverseModeMinVariables or more variables together;
-// docs/energies.md has the measured costs of both.
+/// \file
+/// How AutoDiffEnergy (autodiff_energy.h) differentiates a user energy: the
+/// modes, the threshold of the automatic choice, and the dual numbers of
+/// forward mode.
+///
+/// \code
+///   implicit::AutoDiffEnergy<MyFunctor, double> energy(MyFunctor{}, n);
+///   energy.set_mode(implicit::AutoDiffMode::kForward);   // or kReverse, kAutomatic
+/// \endcode
+///
+/// Two ways to differentiate (AutoDiffEnergy::set_mode; AutoDiffMode below):
+///  * forward mode, dual numbers (ceres::Jet), with n the state dimension, p the
+///    number of parameters, K = kChunk (default 8) and C the cost of one
+///    scalar evaluation of E:
+///      Gradient              ceil(n/K) evaluations in K-wide duals: about n*C
+///      HessianVectorProduct  ceil(n/K) evaluations in nested duals:  about 2n*C
+///      ParameterVJP          ceil(p/K) evaluations in nested duals:  about 2p*C
+///    so a gradient of an energy whose own cost grows like n costs O(n^2);
+///  * reverse mode: E is recorded on a tape at each evaluation (the functor is
+///    also compiled for reverse::Var, reverse_tape.h) and swept backwards once: a
+///    gradient costs a small multiple of C whatever n is, and the
+///    Hessian-vector, parameter and input products come from one recording in
+///    dual values and one sweep (forward over reverse), about twice that.
+///    Tapes are per thread, so threads differentiate at the same time. The
+///    recording follows the branches taken at each point (an `if` on values,
+///    a max, a sort). ad::Dot and ad::LogSumExp (ad_functions.h) record a whole
+///    dot product or log-sum-exp as one node, which is what makes dense
+///    products cheap.
+/// The functor is therefore compiled for five scalar types: Scalar,
+/// ceres::Jet<Scalar, K> and the nested ceres::Jet<DirectionalJet<Scalar>, K>
+/// (forward mode), reverse::Var<Scalar> and reverse::Var<DirectionalJet<Scalar>>
+/// (reverse mode). Eigen matrix products (A * x, A * B) work on all of them:
+/// on Vars each is one recorded block (reverse_eigen.h), and a product of data
+/// with forward mode's duals runs as products of numbers; a product of two
+/// dual matrices in forward mode instantiates Eigen's general kernels for the
+/// dual type, which is slow to compile (minutes for a few products, more in
+/// sanitizer or debug builds).
+/// A Var does not convert to its value, so a functor that computes with
+/// extracted values (which would lose their derivatives) does not compile for
+/// it; a functor that needs that (a bisection on values, say) declares
+/// \code
+///   static constexpr bool kForwardModeOnly = true;
+/// \endcode
+/// and is used in forward mode only (and not compiled for the reverse types).
+/// The default, AutoDiffMode::kAutomatic, takes reverse mode when x, c and
+/// theta have kReverseModeMinVariables or more variables together;
+/// docs/energies.md has the measured costs of both.
 #pragma once
 
 #include <implicit/core/types.h>
@@ -52,9 +57,9 @@
 namespace implicit {
 namespace internal {
 
-// ceres::Jet<Scalar, 1> that converts implicitly from arithmetic values and
-// from its base, so that the nested dual ceres::Jet<DirectionalJet, K> can be
-// built from literals (T(0.5), Eigen's Scalar(0)) like any other scalar.
+/// ceres::Jet<Scalar, 1> that converts implicitly from arithmetic values and
+/// from its base, so that the nested dual ceres::Jet<DirectionalJet, K> can be
+/// built from literals (T(0.5), Eigen's Scalar(0)) like any other scalar.
 template <typename Scalar>
 struct DirectionalJet : ceres::Jet<Scalar, 1> {
   using Base = ceres::Jet<Scalar, 1>;
@@ -64,7 +69,7 @@ struct DirectionalJet : ceres::Jet<Scalar, 1> {
   DirectionalJet(A value) : Base(static_cast<Scalar>(value)) {}  // NOLINT
 };
 
-// Comparisons look at the value part only, as ceres::Jet's do.
+/// Comparisons look at the value part only, as ceres::Jet's do.
 #define IMPLICIT_DIRECTIONAL_JET_COMPARISON(op)                                        \
   template <typename S>                                                                \
   bool operator op(const DirectionalJet<S>& f, const DirectionalJet<S>& g) {           \
@@ -86,9 +91,9 @@ IMPLICIT_DIRECTIONAL_JET_COMPARISON(==)
 IMPLICIT_DIRECTIONAL_JET_COMPARISON(!=)
 #undef IMPLICIT_DIRECTIONAL_JET_COMPARISON
 
-// Numbers of type S with the nested dual ceres::Jet<DirectionalJet<S>, K>
-// (second-order forward mode), as ceres::Jet<S, K> has them: X(i, k) * x(k)
-// in a scalar loop, or X.transpose() * x in Eigen, without a cast.
+/// Numbers of type S with the nested dual `ceres::Jet<DirectionalJet<S>, K>`
+/// (second-order forward mode), as `ceres::Jet<S, K>` has them: X(i, k) * x(k)
+/// in a scalar loop, or X.transpose() * x in Eigen, without a cast.
 #define IMPLICIT_NESTED_JET_MIXED(op)                                                         \
   template <typename S, int K>                                                                \
   ceres::Jet<DirectionalJet<S>, K> operator op(const ceres::Jet<DirectionalJet<S>, K>& f, S s) { \
@@ -106,25 +111,25 @@ IMPLICIT_NESTED_JET_MIXED(/)
 
 }  // namespace internal
 
-// How AutoDiffEnergy computes derivatives.
+/// How AutoDiffEnergy computes derivatives.
 enum class AutoDiffMode {
-  kAutomatic,  // reverse when available and the variables are many enough
-  kForward,    // dual numbers: cost grows with the number of variables
-  kReverse,    // a tape swept backwards (reverse_tape.h)
+  kAutomatic,  ///< reverse when available and the variables are many enough
+  kForward,    ///< dual numbers: cost grows with the number of variables
+  kReverse,    ///< a tape swept backwards (reverse_tape.h)
 };
-// kAutomatic's threshold: reverse mode from this many variables (x, the
-// input c and theta together). Measured by implicit-bench --autodiff
-// --autodiff-dims 16,32,64,128: reverse mode is cheaper already at n = 16, the
-// bench's smallest size (retrieval gradient 4.4-4.7 against 29 value
-// evaluations, HVP 5.9-6.4 against 82-83); smaller energies stay in forward mode, unmeasured.
+/// kAutomatic's threshold: reverse mode from this many variables (x, the
+/// input c and theta together). Measured by implicit-bench --autodiff
+/// --autodiff-dims 16,32,64,128: reverse mode is cheaper already at n = 16, the
+/// bench's smallest size (retrieval gradient 4.4-4.7 against 29 value
+/// evaluations, HVP 5.9-6.4 against 82-83); smaller energies stay in forward mode, unmeasured.
 constexpr Index kReverseModeMinVariables = 16;
-// Whether this build of libimplicit has reverse mode (always, since its tape
-// is libimplicit's own; kept for code written when it needed ADOL-C).
+/// Whether this build of libimplicit has reverse mode (always, since its tape
+/// is libimplicit's own; kept for code written when it needed ADOL-C).
 constexpr bool kHaveReverseMode = true;
 
 namespace internal {
-// A functor that declares `static constexpr bool kForwardModeOnly = true;` is
-// never compiled for reverse mode (see AutoDiffEnergy).
+/// A functor that declares `static constexpr bool kForwardModeOnly = true;` is
+/// never compiled for reverse mode (see AutoDiffEnergy).
 template <typename Functor, typename = void>
 struct ForwardModeOnly : std::false_type {};
 template <typename Functor>
@@ -133,20 +138,20 @@ struct ForwardModeOnly<Functor, std::void_t<decltype(Functor::kForwardModeOnly)>
 
 // ---- forward mode's bookkeeping (AutoDiffEnergy) ----
 
-// f(c, len) for the chunks [c, c + len) of 0 .. n-1, K wide.
+/// f(c, len) for the chunks [c, c + len) of 0 .. n-1, K wide.
 template <int K, typename F>
 void ForEachChunk(Index n, F&& f) {
   for (Index c = 0; c < n; c += K) f(c, std::min<Index>(K, n - c));
 }
 
-// The nested dual ceres::Jet<DirectionalJet<S>, K> (second derivatives).
+/// The nested dual ceres::Jet<DirectionalJet<S>, K> (second derivatives).
 template <typename D>
 struct IsNestedDual : std::false_type {};
 template <typename S, int K>
 struct IsNestedDual<ceres::Jet<DirectionalJet<S>, K>> : std::true_type {};
 
-// Constants (every derivative part zero) of type D: the scalar itself,
-// ceres::Jet<S, K> or the nested dual.
+/// Constants (every derivative part zero) of type D: the scalar itself,
+/// ceres::Jet<S, K> or the nested dual.
 template <typename D, typename Derived>
 Vector<D> LiftConstants(const Eigen::MatrixBase<Derived>& values) {
   using S = typename Derived::Scalar;
@@ -161,8 +166,8 @@ Vector<D> LiftConstants(const Eigen::MatrixBase<Derived>& values) {
   return out;
 }
 
-// x + eps * dir in the inner dual of ceres::Jet<DirectionalJet<S>, K>, the
-// outer derivative parts zero.
+/// x + eps * dir in the inner dual of ceres::Jet<DirectionalJet<S>, K>, the
+/// outer derivative parts zero.
 template <int K, typename A, typename B>
 auto LiftWithDirection(const Eigen::MatrixBase<A>& x, const Eigen::MatrixBase<B>& dir) {
   using Inner = DirectionalJet<typename A::Scalar>;
@@ -179,8 +184,8 @@ auto LiftWithDirection(const Eigen::MatrixBase<A>& x, const Eigen::MatrixBase<B>
 }  // namespace implicit
 
 namespace Eigen {
-// Numbers mix with the nested dual in Eigen expressions (see
-// IMPLICIT_NESTED_JET_MIXED above).
+/// Numbers mix with the nested dual in Eigen expressions (see
+/// IMPLICIT_NESTED_JET_MIXED above).
 template <typename S, int K, typename BinaryOp>
 struct ScalarBinaryOpTraits<ceres::Jet<implicit::internal::DirectionalJet<S>, K>, S, BinaryOp> {
   typedef ceres::Jet<implicit::internal::DirectionalJet<S>, K> ReturnType;

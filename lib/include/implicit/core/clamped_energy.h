@@ -1,14 +1,17 @@
-// ClampedEnergy: part of the state of any energy held at given values (image
-// completion, inpainting, conditioning on visible tokens). The free mask m
-// (1 = free, 0 = clamped, per coordinate and sample) and the clamped values c
-// are set per batch; the free coordinates follow the base energy with the
-// clamped ones as context, the clamped ones stay at c. The clamped values are
-// the energy's input, so the IFT gives the gradient with respect to them.
-//
-//   implicit::ClampedEnergy<double> clamped(base);      // base: any Energy (n)
-//   clamped.SetClamp(free_mask, values);                // both n x B
-//   implicit::GradientStepMap<double> map(clamped, 0.1);  // then any solver,
-//   implicit::PicardSolver<double>().Solve(map, x);       // x: n x B
+/// \file
+/// ClampedEnergy: part of the state of any energy held at given values (image
+/// completion, inpainting, conditioning on visible tokens). The free mask m
+/// (1 = free, 0 = clamped, per coordinate and sample) and the clamped values c
+/// are set per batch; the free coordinates follow the base energy with the
+/// clamped ones as context, the clamped ones stay at c. The clamped values are
+/// the energy's input, so the IFT gives the gradient with respect to them.
+///
+/// \code
+///   implicit::ClampedEnergy<double> clamped(base);      // base: any Energy (n)
+///   clamped.SetClamp(free_mask, values);                // both n x B
+///   implicit::GradientStepMap<double> map(clamped, 0.1);  // then any solver,
+///   implicit::PicardSolver<double>().Solve(map, x);       // x: n x B
+/// \endcode
 #pragma once
 
 #include <implicit/core/energy.h>
@@ -22,53 +25,65 @@
 
 namespace implicit {
 
-// Clamps part of the state of any energy: with m the free mask (1 = free,
-// 0 = clamped, per coordinate and sample) and c the clamped values,
-//
-//   E_c(x; c) = E(y) + 0.5 |(1 - m) (.) (x - c)|^2,   y = m (.) x + (1 - m) (.) c
-//   grad      = m (.) grad E(y) + (1 - m) (.) (x - c)
-//   descent   = m (.) D(y)      + (1 - m) (.) (x - c)   (D: the base's direction)
-//   hess v    = m (.) H(y) (m (.) v) + (1 - m) (.) v     (symmetric)
-//
-// so clamped coordinates that start at c never move under the gradient flow
-// (and sit at c at every stationary point), the free ones follow the base
-// energy with the clamped ones as context, and the Hessian is the free block
-// plus the identity: the implicit backward pass through GradientStepMap works
-// whenever the base's free block is nonsingular. (Not so for the Energy
-// Transformer, whose energy is flat along per-token shifts: train it through
-// EnergyTransformerMap::SetClamp, which uses this class as its energy().) The clamped
-// values are the map's *input* (input_dimension() = n): InputVectorJacobianProduct
-// gives d/dc <grad, u> = (1 - m) (.) (H(y)(m (.) u) - u). Parameters are the
-// base's (parameters() forwards to it), with PVJP_c(x, u) = PVJP(y, m (.) u).
-//
-// For the Energy Transformer's image completion: free = masked patches,
-// m = TokenMask(masked, D), c = the image with the visible patches.
-// Holds a reference: the base energy must outlive it.
+/// An Energy with part of its state clamped at given values, per coordinate and sample.
+///
+/// Clamps part of the state of any energy: with m the free mask (1 = free,
+/// 0 = clamped, per coordinate and sample) and c the clamped values,
+///
+///   E_c(x; c) = E(y) + 0.5 |(1 - m) (.) (x - c)|^2,   y = m (.) x + (1 - m) (.) c
+///   grad      = m (.) grad E(y) + (1 - m) (.) (x - c)
+///   descent   = m (.) D(y)      + (1 - m) (.) (x - c)   (D: the base's direction)
+///   hess v    = m (.) H(y) (m (.) v) + (1 - m) (.) v     (symmetric)
+///
+/// so clamped coordinates that start at c never move under the gradient flow
+/// (and sit at c at every stationary point), the free ones follow the base
+/// energy with the clamped ones as context, and the Hessian is the free block
+/// plus the identity: the implicit backward pass through GradientStepMap works
+/// whenever the base's free block is nonsingular. (Not so for the Energy
+/// Transformer, whose energy is flat along per-token shifts: train it through
+/// EnergyTransformerMap::SetClamp, which uses this class as its energy().) The clamped
+/// values are the map's *input* (input_dimension() = n): InputVectorJacobianProduct
+/// gives d/dc <grad, u> = (1 - m) (.) (H(y)(m (.) u) - u). Parameters are the
+/// base's (parameters() forwards to it), with PVJP_c(x, u) = PVJP(y, m (.) u).
+///
+/// For the Energy Transformer's image completion: free = masked patches,
+/// m = TokenMask(masked, D), c = the image with the visible patches.
+/// Holds a reference: the base energy must outlive it.
 template <typename Scalar>
 class ClampedEnergy : public Energy<Scalar> {
  public:
+  /// Wraps `base`, held by reference (it must outlive this energy); set the clamp with
+  /// SetClamp() before use.
   explicit ClampedEnergy(Energy<Scalar>& base) : base_(base) {}
 
-  // free_mask and values: n x B (the batch this energy will be called with).
-  // Entries of free_mask must be 0 or 1.
+  /// Sets the free mask m and the clamped values c. free_mask and values: n x B (the batch this energy will be called with).
+  /// Entries of free_mask must be 0 or 1.
+  /// \throws std::invalid_argument when free_mask is not a batch of the base's dimension,
+  ///         values has another shape, or an entry of free_mask is not 0 or 1.
   void SetClamp(Matrix<Scalar> free_mask, Matrix<Scalar> values);
-  // Replaces the clamped values only (same shape as before).
+  /// Replaces the clamped values only (same shape as before).
+  /// \throws std::invalid_argument when values does not have the clamp's shape.
   void SetInput(Matrix<Scalar> values) {
     internal::CheckShape("ClampedEnergy::SetInput(values)", values, mask_.rows(), mask_.cols());
     values_ = std::move(values);
   }
+  /// The free mask m set by SetClamp(), n x B (1 = free, 0 = clamped).
   const Matrix<Scalar>& free_mask() const { return mask_; }
+  /// The clamped values c, n x B: the energy's input.
   const Matrix<Scalar>& input() const { return values_; }
+  /// The wrapped base energy.
   Energy<Scalar>& base() const { return base_; }
 
-  // Throws std::invalid_argument unless x is a batch of the clamp's shape.
+  /// Checks that x is a batch of the clamp's shape (`what` names the caller in the message).
+  /// \throws std::invalid_argument when x is not a batch of the clamp's shape.
   void Check(const char* what, ConstMatrixRef<Scalar> x) const;
-  // y = m (.) x + (1 - m) (.) c: the state the base energy sees.
+  /// y = m (.) x + (1 - m) (.) c: the state the base energy sees.
+  /// \throws std::invalid_argument when x is not a batch of the clamp's shape.
   Matrix<Scalar> Merge(ConstMatrixRef<Scalar> x) const {
     Check("ClampedEnergy(x)", x);
     return Merge(x, mask_, values_);
   }
-  // The same for a given mask and clamped values (x's shape).
+  /// The same for a given mask and clamped values (x's shape).
   static Matrix<Scalar> Merge(ConstMatrixRef<Scalar> x, const Matrix<Scalar>& mask, const Matrix<Scalar>& clamped) {
     return (mask.array() * x.array() + (Scalar(1) - mask.array()) * clamped.array()).matrix();
   }
@@ -79,10 +94,14 @@ class ClampedEnergy : public Energy<Scalar> {
     Check("ClampedEnergy(x)", x);
     ValueWith(x, mask_, values_, values);
   }
-  // Value and DescentDirection for a compacted block x of the batch samples
-  // `columns` (ascending), with those samples' clamps (for maps' column
-  // evaluation, FixedPointMap::EvaluateColumns). The base energy must
-  // SupportsSubsets() (it sees the merged block).
+  ///@{
+  /// Value and DescentDirection for a compacted block x of the batch samples
+  /// `columns` (ascending), with those samples' clamps (for maps' column
+  /// evaluation, FixedPointMap::EvaluateColumns). The base energy must
+  /// SupportsSubsets() (it sees the merged block).
+  /// \throws std::logic_error when the base energy does not SupportsSubsets().
+  /// \throws std::invalid_argument when x does not have the base's dimension or `columns` is
+  ///         not one ascending index of the clamp's batch per column of x.
   void ValueColumns(ConstMatrixRef<Scalar> x, const std::vector<Index>& columns,
                     VectorRef<Scalar> values) const {
     Matrix<Scalar> mask, clamped;
@@ -96,9 +115,13 @@ class ClampedEnergy : public Energy<Scalar> {
     base_.DescentDirection(Merge(x, mask, clamped), out);
     Combine(x, mask, clamped, out);
   }
-  // The free mask and clamped values of the samples `columns`, for a block x
-  // (checks x's dimension, the column indices, and that the base energy may
-  // see a block: SupportsSubsets()).
+  ///@}
+  /// The free mask and clamped values of the samples `columns`, for a block x
+  /// (checks x's dimension, the column indices, and that the base energy may
+  /// see a block: SupportsSubsets()).
+  /// \throws std::logic_error when the base energy does not SupportsSubsets().
+  /// \throws std::invalid_argument when x does not have the base's dimension or `columns` is
+  ///         not one ascending index of the clamp's batch per column of x.
   void GatherClamp(const char* what, ConstMatrixRef<Scalar> x, const std::vector<Index>& columns,
                    Matrix<Scalar>* mask, Matrix<Scalar>* clamped) const {
     if (!base_.SupportsSubsets()) {
@@ -132,9 +155,9 @@ class ClampedEnergy : public Energy<Scalar> {
     GradientAndValue(x, out, values);
     out = x - out;
   }
-  // The clamp (mask and values) is per sample: a subset of the batch is
-  // evaluated with its samples' clamps (GradientColumns), when the base
-  // energy supports subsets.
+  /// The clamp (mask and values) is per sample: a subset of the batch is
+  /// evaluated with its samples' clamps (GradientColumns), when the base
+  /// energy supports subsets.
   bool SupportsSubsets() const override { return false; }
   bool SupportsColumnSubsets() const override { return base_.SupportsSubsets(); }
   void GradientColumns(ConstMatrixRef<Scalar> x, const std::vector<Index>& columns, MatrixRef<Scalar> grad,
@@ -160,13 +183,13 @@ class ClampedEnergy : public Energy<Scalar> {
                                   MatrixRef<Scalar> out) const override;
 
  private:
-  // E(y) + 0.5 |(1 - m) (.) (x - c)|^2 with y = m (.) x + (1 - m) (.) c.
+  /// E(y) + 0.5 |(1 - m) (.) (x - c)|^2 with y = m (.) x + (1 - m) (.) c.
   void ValueWith(ConstMatrixRef<Scalar> x, const Matrix<Scalar>& mask, const Matrix<Scalar>& clamped,
                  VectorRef<Scalar> values) const {
     base_.Value(Merge(x, mask, clamped), values);
     AddPenalty(x, mask, clamped, values);
   }
-  // The gradient for the given clamps; the value too unless values is empty.
+  /// The gradient for the given clamps; the value too unless values is empty.
   void GradientWith(ConstMatrixRef<Scalar> x, const Matrix<Scalar>& mask, const Matrix<Scalar>& clamped,
                     MatrixRef<Scalar> grad, VectorRef<Scalar> values) const {
     const Matrix<Scalar> y = Merge(x, mask, clamped);
@@ -183,7 +206,7 @@ class ClampedEnergy : public Energy<Scalar> {
     values += Scalar(0.5) *
               ((Scalar(1) - mask.array()) * (x - clamped).array()).matrix().colwise().squaredNorm().transpose();
   }
-  // out <- m (.) out + (1 - m) (.) (x - c)
+  /// out <- m (.) out + (1 - m) (.) (x - c)
   void Combine(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> out) const { Combine(x, mask_, values_, out); }
   static void Combine(ConstMatrixRef<Scalar> x, const Matrix<Scalar>& mask, const Matrix<Scalar>& clamped,
                       MatrixRef<Scalar> out) {

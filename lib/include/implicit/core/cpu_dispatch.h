@@ -1,27 +1,30 @@
-// Runtime CPU dispatch: the hot dense kernels (matrix products, the softmax
-// pass of the attention energies) are compiled for several x86-64 levels and
-// the best one the CPU runs is chosen once, at the first call. So the default
-// build (plain -DCMAKE_BUILD_TYPE=Release, or a package built on another
-// machine) runs AVX2/FMA or AVX-512 code where the CPU has it, and
-// IMPLICIT_NATIVE is not needed for speed.
-//
-//   implicit::CpuLevel level = implicit::ActiveCpuLevel();   // e.g. x86-64-v4
-//   std::cout << implicit::ToString(level) << "\n";
-//   implicit::SetCpuLevel(implicit::CpuLevel::kGeneric);     // force the generic code
-//
-// Levels: kGeneric (the build's own flags: any CPU the library was built
-// for; the only level on other architectures), kX86_64_V3 (AVX, AVX2, FMA,
-// BMI1/2, ...: -march=x86-64-v3), kX86_64_V4 (AVX-512 F/BW/CD/DQ/VL:
-// -march=x86-64-v4). The environment variable IMPLICIT_CPU_LEVEL (generic,
-// x86-64-v3, x86-64-v4) picks the level at the first call instead; a level
-// the CPU cannot run, or an unknown name, is an error then (std::runtime_error
-// from the first kernel call), never a silent fallback.
-//
-// Which calls use the kernels: internal::Gemm (gemm.h) and the products and
-// softmax passes of the attention energies that call it (ModernHopfieldEnergy,
-// ...). Results of different levels agree to round-off, not bitwise (FMA and
-// vector widths change the order of additions); one level gives the same
-// results every run.
+/// \file
+/// Runtime CPU dispatch: the hot dense kernels (matrix products, the softmax
+/// pass of the attention energies) are compiled for several x86-64 levels and
+/// the best one the CPU runs is chosen once, at the first call. So the default
+/// build (plain -DCMAKE_BUILD_TYPE=Release, or a package built on another
+/// machine) runs AVX2/FMA or AVX-512 code where the CPU has it, and
+/// IMPLICIT_NATIVE is not needed for speed.
+///
+/// \code
+///   implicit::CpuLevel level = implicit::ActiveCpuLevel();   // e.g. x86-64-v4
+///   std::cout << implicit::ToString(level) << "\n";
+///   implicit::SetCpuLevel(implicit::CpuLevel::kGeneric);     // force the generic code
+/// \endcode
+///
+/// Levels: kGeneric (the build's own flags: any CPU the library was built
+/// for; the only level on other architectures), kX86_64_V3 (AVX, AVX2, FMA,
+/// BMI1/2, ...: -march=x86-64-v3), kX86_64_V4 (AVX-512 F/BW/CD/DQ/VL:
+/// -march=x86-64-v4). The environment variable IMPLICIT_CPU_LEVEL (generic,
+/// x86-64-v3, x86-64-v4) picks the level at the first call instead; a level
+/// the CPU cannot run, or an unknown name, is an error then (std::runtime_error
+/// from the first kernel call), never a silent fallback.
+///
+/// Which calls use the kernels: internal::Gemm (gemm.h) and the products and
+/// softmax passes of the attention energies that call it (ModernHopfieldEnergy,
+/// ...). Results of different levels agree to round-off, not bitwise (FMA and
+/// vector widths change the order of additions); one level gives the same
+/// results every run.
 #pragma once
 
 #include <cstddef>
@@ -30,38 +33,46 @@
 
 namespace implicit {
 
+/// An x86-64 instruction-set level the dense kernels are compiled for (see the levels above).
 enum class CpuLevel { kGeneric, kX86_64_V3, kX86_64_V4 };
 
-// "generic", "x86-64-v3", "x86-64-v4".
+/// \var CpuLevel::kGeneric
+/// The build's own flags: any CPU the library was built for (the only level on other architectures).
+/// \var CpuLevel::kX86_64_V3
+/// AVX, AVX2, FMA, BMI1/2, ... (-march=x86-64-v3).
+/// \var CpuLevel::kX86_64_V4
+/// AVX-512 F/BW/CD/DQ/VL (-march=x86-64-v4).
+
+/// The name of a level: "generic", "x86-64-v3", "x86-64-v4".
 const char* ToString(CpuLevel level);
-// The level named `name` (as ToString writes it); false when no level has it.
+/// The level named `name` (as ToString writes it); false when no level has it.
 bool ParseCpuLevel(const std::string& name, CpuLevel* level);
 
-// The levels compiled into this library that this CPU can run, lowest first
-// (kGeneric is always among them).
+/// The levels compiled into this library that this CPU can run, lowest first
+/// (kGeneric is always among them).
 std::vector<CpuLevel> AvailableCpuLevels();
 
-// The level the kernels run at: the highest available one, or
-// IMPLICIT_CPU_LEVEL's, chosen at the first call. Throws std::runtime_error
-// when IMPLICIT_CPU_LEVEL names no level or one this CPU cannot run.
+/// The level the kernels run at: the highest available one, or
+/// IMPLICIT_CPU_LEVEL's, chosen at the first call.
+/// \throws std::runtime_error when IMPLICIT_CPU_LEVEL names no level or one this CPU cannot run.
 CpuLevel ActiveCpuLevel();
 
-// Makes the kernels run at `level` from now on (for comparisons and tests;
-// not meant to be called while other threads run kernels). Throws
-// std::invalid_argument when `level` is not available.
+/// Makes the kernels run at `level` from now on (for comparisons and tests;
+/// not meant to be called while other threads run kernels).
+/// \throws std::invalid_argument when `level` is not available.
 void SetCpuLevel(CpuLevel level);
 
 namespace internal {
 
-// The softmax pass of ScaledColumnSoftmaxInPlace (layers/log_sum_exp.h, which
-// applies the rules for special columns) at the active level, for float and
-// double: column by column of the rows x cols matrix a (column stride
-// `stride`), a <- beta a + mask (mask nullptr, one column (mask_stride 0) or
-// one per column), then where the column's maximum m is finite and the sum of
-// exp(a - m) is not NaN, lse[j] = m + log(sum) and (want_weights) the column
-// becomes its softmax; elsewhere the column keeps beta a + mask and lse[j] is
-// m (not finite) or NaN (the sum was NaN). Columns are shared among `threads`
-// OpenMP threads.
+/// The softmax pass of ScaledColumnSoftmaxInPlace (layers/log_sum_exp.h, which
+/// applies the rules for special columns) at the active level, for float and
+/// double: column by column of the rows x cols matrix a (column stride
+/// `stride`), a <- beta a + mask (mask nullptr, one column (mask_stride 0) or
+/// one per column), then where the column's maximum m is finite and the sum of
+/// exp(a - m) is not NaN, lse[j] = m + log(sum) and (want_weights) the column
+/// becomes its softmax; elsewhere the column keeps beta a + mask and lse[j] is
+/// m (not finite) or NaN (the sum was NaN). Columns are shared among `threads`
+/// OpenMP threads.
 template <typename Number>
 void ScaledSoftmaxColumnsKernel(Number* a, std::ptrdiff_t rows, std::ptrdiff_t cols, std::ptrdiff_t stride,
                                 Number beta, const Number* mask, std::ptrdiff_t mask_stride, Number* lse,

@@ -1,11 +1,14 @@
-// internal::MatrixProduct: the product of two matrices of numbers or of dual
-// numbers (ceres::Jet, nested or not) computed as products of numbers, which
-// Eigen vectorises. The reverse-mode tape's matrix-product blocks
-// (reverse_tape.h) and ad::Product (ad_functions.h) use it, so that the
-// second-order recording and forward mode multiply at the speed of numbers.
-//
-//   implicit::Matrix<ceres::Jet<double, 8>> s;
-//   implicit::internal::MatrixProduct(a, b, &s);   // s = a b
+/// \file
+/// internal::MatrixProduct: the product of two matrices of numbers or of dual
+/// numbers (ceres::Jet, nested or not) computed as products of numbers, which
+/// Eigen vectorises. The reverse-mode tape's matrix-product blocks
+/// (reverse_tape.h) and ad::Product (ad_functions.h) use it, so that the
+/// second-order recording and forward mode multiply at the speed of numbers.
+///
+/// \code
+///   implicit::Matrix<ceres::Jet<double, 8>> s;
+///   implicit::internal::MatrixProduct(a, b, &s);   // s = a b
+/// \endcode
 #pragma once
 
 #include <implicit/core/types.h>
@@ -15,14 +18,14 @@
 namespace implicit {
 namespace internal {
 
-// Whether V is a dual number (ceres::Jet<P, N>, or a type derived from one),
-// over numbers or over duals (P is then a dual itself).
+/// Whether V is a dual number (ceres::Jet<P, N>, or a type derived from one),
+/// over numbers or over duals (P is then a dual itself).
 template <typename V, typename = void>
 struct IsDual : std::false_type {};
 template <typename V>
 struct IsDual<V, std::void_t<decltype(V::DIMENSION), decltype(V::a)>> : std::true_type {};
 
-// Whether every part of x (its value and tangents, nested or not) is zero.
+/// Whether every part of x (its value and tangents, nested or not) is zero.
 template <typename V>
 bool IsAllZero(const V& x) {
   if constexpr (IsDual<V>::value) {
@@ -36,7 +39,7 @@ bool IsAllZero(const V& x) {
   }
 }
 
-// x as a dual of type V: itself, or a number as a constant (zero tangents).
+/// x as a dual of type V: itself, or a number as a constant (zero tangents).
 template <typename V, typename X>
 V AsDual(const X& x) {
   if constexpr (std::is_arithmetic<X>::value) {
@@ -46,13 +49,13 @@ V AsDual(const X& x) {
   }
 }
 
-// *out = a b for matrices of numbers (Eigen's product) or of duals (either
-// factor may hold numbers, constants of the dual type): then
-// products of their parts, down to products of numbers, which Eigen
-// vectorises (a product of Jets it computes element by element, several times
-// slower). The values are a.a b.a; the tangents a.v_k b.a + a.a b.v_k, for
-// one tangent one product [a.v | a.a] [b.a; b.v], for several two: the a.v_k
-// stacked as rows times b.a, and a.a times the b.v_k side by side.
+/// *out = a b for matrices of numbers (Eigen's product) or of duals (either
+/// factor may hold numbers, constants of the dual type): then
+/// products of their parts, down to products of numbers, which Eigen
+/// vectorises (a product of Jets it computes element by element, several times
+/// slower). The values are a.a b.a; the tangents a.v_k b.a + a.a b.v_k, for
+/// one tangent one product [a.v | a.a] [b.a; b.v], for several two: the a.v_k
+/// stacked as rows times b.a, and a.a times the b.v_k side by side.
 template <typename V, typename A, typename B>
 void MatrixProduct(const A& a, const B& b, Matrix<V>* out) {
   if constexpr (IsDual<V>::value) {

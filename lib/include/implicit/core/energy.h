@@ -1,23 +1,26 @@
-// The Energy concept: a scalar energy E(x; theta) per sample of a batch.
-//
-// An energy-based layer's forward pass is a stationary point grad_x E = 0. A
-// built-in energy implements every method below in closed form (GEMM-based, all
-// samples at once); a user energy is written once as a templated callable and
-// wrapped by AutoDiffEnergy (autodiff_energy.h), which derives the rest.
-//
-//   class Quadratic : public implicit::Energy<double> {  // E = 0.5 |x|^2
-//    public:
-//     Index dimension() const override { return 3; }
-//     void Value(ConstMatrixRef<double> x, VectorRef<double> e) const override {
-//       e = 0.5 * x.colwise().squaredNorm().transpose();
-//     }
-//     void Gradient(ConstMatrixRef<double> x, MatrixRef<double> g) const override { g = x; }
-//     void HessianVectorProduct(ConstMatrixRef<double>, ConstMatrixRef<double> v,
-//                               MatrixRef<double> hv) const override { hv = v; }
-//   };
-//
-// Shapes: x, gradients and directions are dimension() x B; values are B x 1.
-// Parameter derivatives are summed over the batch (they feed one gradient).
+/// \file
+/// The Energy concept: a scalar energy E(x; theta) per sample of a batch.
+///
+/// An energy-based layer's forward pass is a stationary point grad_x E = 0. A
+/// built-in energy implements every method below in closed form (GEMM-based, all
+/// samples at once); a user energy is written once as a templated callable and
+/// wrapped by AutoDiffEnergy (autodiff_energy.h), which derives the rest.
+///
+/// \code
+///   class Quadratic : public implicit::Energy<double> {  // E = 0.5 |x|^2
+///    public:
+///     Index dimension() const override { return 3; }
+///     void Value(ConstMatrixRef<double> x, VectorRef<double> e) const override {
+///       e = 0.5 * x.colwise().squaredNorm().transpose();
+///     }
+///     void Gradient(ConstMatrixRef<double> x, MatrixRef<double> g) const override { g = x; }
+///     void HessianVectorProduct(ConstMatrixRef<double>, ConstMatrixRef<double> v,
+///                               MatrixRef<double> hv) const override { hv = v; }
+///   };
+/// \endcode
+///
+/// Shapes: x, gradients and directions are dimension() x B; values are B x 1.
+/// Parameter derivatives are summed over the batch (they feed one gradient).
 #pragma once
 
 #include <implicit/core/parameters.h>
@@ -29,45 +32,55 @@
 
 namespace implicit {
 
+/// A batched scalar energy E(x; theta): one value per sample (column) of a batch.
+///
+/// Implement dimension(), Value(), Gradient() and HessianVectorProduct(); the
+/// other methods have defaults. x, gradients and directions are dimension() x B,
+/// values B x 1; the library's implementations throw std::invalid_argument for
+/// arguments of the wrong shape.
+/// \tparam Scalar float or double.
 template <typename Scalar>
 class Energy {
  public:
   virtual ~Energy() = default;
 
-  // Dimension n of one sample's state.
+  /// Dimension n of one sample's state.
   virtual Index dimension() const = 0;
 
-  // values(b) = E(x_b).
+  /// The energies of a batch: values(b) = E(x_b).
   virtual void Value(ConstMatrixRef<Scalar> x, VectorRef<Scalar> values) const = 0;
-  // grad.col(b) = grad_x E(x_b).
+  /// The gradients of a batch: grad.col(b) = grad_x E(x_b).
   virtual void Gradient(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> grad) const = 0;
-  // out.col(b) = hess_x E(x_b) v_b.
+  /// Hessian-vector products of a batch: out.col(b) = hess_x E(x_b) v_b.
   virtual void HessianVectorProduct(ConstMatrixRef<Scalar> x,
                                     ConstMatrixRef<Scalar> v,
                                     MatrixRef<Scalar> out) const = 0;
 
-  // The direction the energy's own dynamics move along, x <- x - a * D(x).
-  // Defaults to the gradient. The Energy Transformer overrides it with
-  // dE/dg (g = LayerNorm(x)), which also never increases E and vanishes
-  // exactly where the gradient does.
+  /// The direction the energy's own dynamics move along, x <- x - a * D(x).
+  /// Defaults to the gradient. The Energy Transformer overrides it with
+  /// dE/dg (g = LayerNorm(x)), which also never increases E and vanishes
+  /// exactly where the gradient does.
   virtual void DescentDirection(ConstMatrixRef<Scalar> x,
                                 MatrixRef<Scalar> out) const {
     Gradient(x, out);
   }
 
-  // The concave-convex (CCCP) update for energies E = 0.5|x|^2 - Phi(x) with
-  // Phi convex: x <- grad Phi(x) = x - grad E(x). Energies that can compute
-  // grad Phi directly (e.g. X softmax(beta X^T x)) override this for accuracy.
+  /// The concave-convex (CCCP) update for energies E = 0.5|x|^2 - Phi(x) with
+  /// Phi convex: x <- grad Phi(x) = x - grad E(x). Energies that can compute
+  /// grad Phi directly (e.g. X softmax(beta X^T x)) override this for accuracy.
   virtual void CccpUpdate(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> out) const {
     Gradient(x, out);
     out = x - out;
   }
 
   // ---- One pass for several quantities (optional, for speed) --------------
-  // Energy-guarded solvers need E at every point where they evaluate the map.
-  // Energies whose update and value share work (the attention energies: one
-  // score GEMM gives both lse and softmax) override these; the defaults make
-  // two calls. values is B x 1, out/grad dimension() x B.
+  ///@{
+  /// The CCCP update (or the gradient) and the energies in one pass.
+  ///
+  /// Energy-guarded solvers need E at every point where they evaluate the map.
+  /// Energies whose update and value share work (the attention energies: one
+  /// score GEMM gives both lse and softmax) override these; the defaults make
+  /// two calls. values is B x 1, out/grad dimension() x B.
   virtual void CccpUpdateAndValue(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> out,
                                   VectorRef<Scalar> values) const {
     CccpUpdate(x, out);
@@ -78,33 +91,42 @@ class Energy {
     Gradient(x, grad);
     Value(x, values);
   }
+  ///@}
 
-  // Active set: true when the energy is the same function of every sample
-  // (no per-sample inputs, masks or clamps), so that it may be evaluated on any
-  // subset of a batch's columns. Solvers then evaluate only the samples still
-  // iterating. The default, false, is safe for every energy.
+  /// Active set: true when the energy is the same function of every sample
+  /// (no per-sample inputs, masks or clamps), so that it may be evaluated on any
+  /// subset of a batch's columns. Solvers then evaluate only the samples still
+  /// iterating. The default, false, is safe for every energy.
   virtual bool SupportsSubsets() const { return false; }
 
-  // Energies with per-sample data (an input, an anchor, clamps) join the
-  // active set by overriding SupportsColumnSubsets() to return true and
-  // GradientColumns (CccpUpdateColumns too when CccpUpdate is overridden):
-  // x is a compacted block and columns[j] the batch index of its column j
-  // (ascending), as in FixedPointMap::EvaluateColumns, so that
-  //
-  //   grad.col(j) = grad E(x.col(j)) of batch sample columns[j],
-  //   values(j)   = E(x.col(j)) of that sample when values has x.cols() entries
-  //                 (values may be empty: then only grad is written).
-  //
-  // GradientStepMap and CccpMap call them. The defaults serve energies that
-  // SupportsSubsets() (the column indices are only checked).
+  /// Whether the energy evaluates compacted blocks of a batch's samples (GradientColumns()).
+  ///
+  /// Energies with per-sample data (an input, an anchor, clamps) join the
+  /// active set by overriding SupportsColumnSubsets() to return true and
+  /// GradientColumns (CccpUpdateColumns too when CccpUpdate is overridden):
+  /// x is a compacted block and columns[j] the batch index of its column j
+  /// (ascending), as in FixedPointMap::EvaluateColumns, so that
+  ///
+  ///   grad.col(j) = grad E(x.col(j)) of batch sample columns[j],
+  ///   values(j)   = E(x.col(j)) of that sample when values has x.cols() entries
+  ///                 (values may be empty: then only grad is written).
+  ///
+  /// GradientStepMap and CccpMap call them. The defaults serve energies that
+  /// SupportsSubsets() (the column indices are only checked).
   virtual bool SupportsColumnSubsets() const { return SupportsSubsets(); }
+  /// The gradient of a compacted block x of the batch samples `columns`, and its
+  /// energies when `values` is not empty (see SupportsColumnSubsets()).
+  /// \throws std::logic_error when the energy has per-sample data and does not override it.
+  /// \throws std::invalid_argument when `columns` is not one ascending index per column of x.
   virtual void GradientColumns(ConstMatrixRef<Scalar> x, const std::vector<Index>& columns,
                                MatrixRef<Scalar> grad, VectorRef<Scalar> values) const {
     DefaultColumns(
         "Energy::GradientColumns", x, columns, values, [&] { Gradient(x, grad); },
         [&] { GradientAndValue(x, grad, values); });
   }
-  // out.col(j) = the CCCP update of x.col(j) for sample columns[j] (values as above).
+  /// out.col(j) = the CCCP update of x.col(j) for sample columns[j] (values as above).
+  /// \throws std::logic_error when the energy has per-sample data and does not override it.
+  /// \throws std::invalid_argument when `columns` is not one ascending index per column of x.
   virtual void CccpUpdateColumns(ConstMatrixRef<Scalar> x, const std::vector<Index>& columns,
                                  MatrixRef<Scalar> out, VectorRef<Scalar> values) const {
     if (!SupportsSubsets()) {  // CccpUpdate's default through the column gradient
@@ -118,20 +140,22 @@ class Energy {
   }
 
   // ---- Training -----------------------------------------------------------
-  // Number of trainable parameters theta (0: none).
+  /// Number of trainable parameters theta (0: none).
   virtual Index num_parameters() const { return 0; }
-  // The parameters, or nullptr when there are none.
+  /// The parameters, or nullptr when there are none.
   virtual ParameterSet<Scalar>* parameters() { return nullptr; }
-  // out = d/dtheta sum_b <grad_x E(x_b; theta), u_b>   (num_parameters() x 1).
+  /// Parameter vector-Jacobian product of the gradient: out = d/dtheta sum_b <grad_x E(x_b; theta), u_b>   (num_parameters() x 1).
+  /// \throws std::logic_error when the energy has no parameter derivatives (the default).
   virtual void ParameterVectorJacobianProduct(ConstMatrixRef<Scalar> x,
                                               ConstMatrixRef<Scalar> u,
                                               VectorRef<Scalar> out) const {
     (void)x; (void)u; (void)out;
     throw std::logic_error("this energy has no parameter derivatives");
   }
-  // Dimension of a conditioning input c the energy depends on (0: none).
+  /// Dimension of a conditioning input c the energy depends on (0: none).
   virtual Index input_dimension() const { return 0; }
-  // out.col(b) = d/dc <grad_x E(x_b; c_b), u_b>   (input_dimension() x B).
+  /// Input vector-Jacobian products of the gradient: out.col(b) = d/dc <grad_x E(x_b; c_b), u_b>   (input_dimension() x B).
+  /// \throws std::logic_error when the energy has no input derivatives (the default).
   virtual void InputVectorJacobianProduct(ConstMatrixRef<Scalar> x,
                                           ConstMatrixRef<Scalar> u,
                                           MatrixRef<Scalar> out) const {
@@ -143,9 +167,9 @@ class Energy {
   static constexpr const char* kNoColumnEvaluation =
       "this energy has per-sample data and no column evaluation: override GradientColumns "
       "or keep SupportsColumnSubsets() false";
-  // The column defaults' shape: an energy without per-sample data evaluates
-  // the block like any batch (`plain`, or `fused` when values are asked for)
-  // once the indices are checked; one with per-sample data throws.
+  /// The column defaults' shape: an energy without per-sample data evaluates
+  /// the block like any batch (`plain`, or `fused` when values are asked for)
+  /// once the indices are checked; one with per-sample data throws.
   template <typename Plain, typename Fused>
   void DefaultColumns(const char* what, ConstMatrixRef<Scalar> x, const std::vector<Index>& columns,
                       VectorRef<Scalar> values, Plain plain, Fused fused) const {

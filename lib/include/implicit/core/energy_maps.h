@@ -1,24 +1,27 @@
-// Adapters that turn an Energy into an equilibrium problem for the solvers.
-//
-//   GradientStepMap  f(z) = z - a grad E(z)        fixed points: grad E = 0
-//   CccpMap          f(z) = grad Phi(z)            for E = 0.5|z|^2 - Phi(z)
-//   EnergyRootMap    f(z) = z - grad E(z)          the root problem grad E = 0
-//
-// For E = 0.5|z|^2 - Phi the CCCP step equals the gradient step with a = 1
-// (grad Phi = z - grad E); CccpMap calls Energy::CccpUpdate so that energies
-// such as modern Hopfield compute X softmax(beta X^T z) directly. EnergyRootMap
-// is the form Newton and the energy minimisers use: its residual f(z) - z is
-// -grad E, so "residual below tol" means |grad E| below tol.
-//
-// All three have Jacobian I - a hess E, symmetric, so the implicit backward
-// pass may use CG or MINRES; energy() gives the minimisers the energy back.
-//
-//   MyEnergy energy(...);
-//   implicit::CccpMap<double> map(energy);
-//   implicit::AndersonSolver<double> solver;
-//   implicit::Summary s = solver.Solve(map, z);
-//
-// The map keeps a reference: the energy must outlive it.
+/// \file
+/// Adapters that turn an Energy into an equilibrium problem for the solvers.
+///
+///   GradientStepMap  f(z) = z - a grad E(z)        fixed points: grad E = 0
+///   CccpMap          f(z) = grad Phi(z)            for E = 0.5|z|^2 - Phi(z)
+///   EnergyRootMap    f(z) = z - grad E(z)          the root problem grad E = 0
+///
+/// For E = 0.5|z|^2 - Phi the CCCP step equals the gradient step with a = 1
+/// (grad Phi = z - grad E); CccpMap calls Energy::CccpUpdate so that energies
+/// such as modern Hopfield compute X softmax(beta X^T z) directly. EnergyRootMap
+/// is the form Newton and the energy minimisers use: its residual f(z) - z is
+/// -grad E, so "residual below tol" means |grad E| below tol.
+///
+/// All three have Jacobian I - a hess E, symmetric, so the implicit backward
+/// pass may use CG or MINRES; energy() gives the minimisers the energy back.
+///
+/// \code
+///   MyEnergy energy(...);
+///   implicit::CccpMap<double> map(energy);
+///   implicit::AndersonSolver<double> solver;
+///   implicit::Summary s = solver.Solve(map, z);
+/// \endcode
+///
+/// The map keeps a reference: the energy must outlive it.
 #pragma once
 
 #include <implicit/core/energy.h>
@@ -31,9 +34,16 @@
 
 namespace implicit {
 
+/// The gradient step f(z) = z - a grad E(z) of an energy E, a = step(): its fixed
+/// points are the stationary points grad E = 0.
+///
+/// Its Jacobian I - a hess E is symmetric. Holds a reference: the energy must
+/// outlive the map.
 template <typename Scalar>
 class GradientStepMap : public FixedPointMap<Scalar> {
  public:
+  /// The gradient-step map of `energy` with step a = `step`.
+  /// \throws std::invalid_argument when `step` is not finite and > 0.
   GradientStepMap(const Energy<Scalar>& energy, Scalar step)
       : energy_(energy), step_(step) {
     if (!(step > Scalar(0)) || !std::isfinite(static_cast<double>(step))) {
@@ -42,6 +52,7 @@ class GradientStepMap : public FixedPointMap<Scalar> {
     }
   }
 
+  /// The step a.
   Scalar step() const { return step_; }
   Index dimension() const override { return energy_.dimension(); }
   void Evaluate(ConstMatrixRef<Scalar> z, MatrixRef<Scalar> out) const override {
@@ -98,10 +109,14 @@ class GradientStepMap : public FixedPointMap<Scalar> {
   Scalar step_;
 };
 
-// The CCCP step x <- grad Phi(x) of an energy E = 0.5|x|^2 - Phi(x).
+/// The CCCP step x <- grad Phi(x) of an energy E = 0.5|x|^2 - Phi(x).
+///
+/// Calls Energy::CccpUpdate (and CccpUpdateAndValue, CccpUpdateColumns). Holds a
+/// reference: the energy must outlive the map.
 template <typename Scalar>
 class CccpMap : public GradientStepMap<Scalar> {
  public:
+  /// The CCCP map of `energy`.
   explicit CccpMap(const Energy<Scalar>& energy)
       : GradientStepMap<Scalar>(energy, Scalar(1)) {}
   void Evaluate(ConstMatrixRef<Scalar> z, MatrixRef<Scalar> out) const override {
@@ -122,10 +137,13 @@ class CccpMap : public GradientStepMap<Scalar> {
   }
 };
 
-// The root problem grad E(z) = 0, posed as the fixed point of z - grad E(z).
+/// The root problem grad E(z) = 0, posed as the fixed point of z - grad E(z).
+///
+/// Its residual f(z) - z is -grad E(z). Holds a reference: the energy must outlive the map.
 template <typename Scalar>
 class EnergyRootMap : public GradientStepMap<Scalar> {
  public:
+  /// The root map z - grad E(z) of `energy`.
   explicit EnergyRootMap(const Energy<Scalar>& energy)
       : GradientStepMap<Scalar>(energy, Scalar(1)) {}
 };

@@ -1,36 +1,41 @@
-// Jacobian regularisation: a Hutchinson estimate of |df/dz|_F^2 and its gradient.
-//
-// Deep-equilibrium models stay stable and cheap to solve when the Jacobian
-// J = df/dz at the equilibrium is small; the standard stabiliser (Bai et al.,
-// "Stabilizing Equilibrium Models by Jacobian Regularization") adds
-// w |J|_F^2 / n to the loss. |J|_F^2 = E_e[|J^T e|^2] for probes e with
-// E[e e^T] = I (Rademacher or standard Gaussian), so each probe costs one
-// vector-Jacobian product.
-//
-//   std::mt19937_64 rng(42);
-//   implicit::JacobianRegularizationOptions options;   // 1 Rademacher probe
-//   auto reg = implicit::EstimateJacobianFrobeniusNorm(map, z_star, rng, options);
-//   loss += weight * reg.value;                        // sum over the batch
-//   theta_gradient += weight * reg.parameter_gradient; // d value / d theta at fixed z
-//   // Optional total derivative through z*(theta): add weight * reg.state_gradient
-//   // to dL/dz* before ImplicitBackward (options.compute_state_gradient = true).
-//
-// Gradients. With v = J^T e held fixed, d|J^T e|^2 = 2 d(e^T J v), and e^T J v
-// is the directional derivative of <e, f(z; theta)> along v, so
-//
-//   d/dtheta |J^T e|^2 = 2 d/dt [ (df/dtheta)^T e at (z + t v) ]_{t=0}
-//   d/dz     |J^T e|^2 = 2 d/dt [ (df/dz)^T e     at (z + t v) ]_{t=0}   (mixed partials commute)
-//   d/dx     |J^T e|^2 = 2 d/dt [ (df/dx)^T e     at (z + t v) ]_{t=0}
-//
-// The FixedPointMap interface has first derivatives only, so these directional
-// derivatives (third derivatives of an energy, for energy maps) are taken by a
-// CENTRAL FINITE DIFFERENCE of the map's parameter / state / input VJP along v:
-// 2 extra VJPs per probe and gradient, whatever the number of parameters. The
-// step moves each sample by finite_difference_step * (1 + |z_b|_2); its error is
-// O(step^2) truncation + O(eps / step) rounding, about 1e-10 relative in double
-// with the default step cbrt(eps) (about 1e-4 in float). This works for every map
-// with the needed VJPs, energy maps (GradientStepMap / CccpMap over an Energy)
-// included; it is not exact to machine precision.
+/// \file
+/// Jacobian regularisation: a Hutchinson estimate of |df/dz|_F^2 and its gradient.
+///
+/// Deep-equilibrium models stay stable and cheap to solve when the Jacobian
+/// J = df/dz at the equilibrium is small; the standard stabiliser (Bai et al.,
+/// "Stabilizing Equilibrium Models by Jacobian Regularization") adds
+/// w |J|_F^2 / n to the loss. |J|_F^2 = E_e[|J^T e|^2] for probes e with
+/// E[e e^T] = I (Rademacher or standard Gaussian), so each probe costs one
+/// vector-Jacobian product.
+///
+/// \code
+///   std::mt19937_64 rng(42);
+///   implicit::JacobianRegularizationOptions options;   // 1 Rademacher probe
+///   auto reg = implicit::EstimateJacobianFrobeniusNorm(map, z_star, rng, options);
+///   loss += weight * reg.value;                        // sum over the batch
+///   theta_gradient += weight * reg.parameter_gradient; // d value / d theta at fixed z
+///   // Optional total derivative through z*(theta): add weight * reg.state_gradient
+///   // to dL/dz* before ImplicitBackward (options.compute_state_gradient = true).
+/// \endcode
+///
+/// Gradients. With v = J^T e held fixed, d|J^T e|^2 = 2 d(e^T J v), and e^T J v
+/// is the directional derivative of <e, f(z; theta)> along v, so
+///
+/// \verbatim
+///   d/dtheta |J^T e|^2 = 2 d/dt [ (df/dtheta)^T e at (z + t v) ]_{t=0}
+///   d/dz     |J^T e|^2 = 2 d/dt [ (df/dz)^T e     at (z + t v) ]_{t=0}   (mixed partials commute)
+///   d/dx     |J^T e|^2 = 2 d/dt [ (df/dx)^T e     at (z + t v) ]_{t=0}
+/// \endverbatim
+///
+/// The FixedPointMap interface has first derivatives only, so these directional
+/// derivatives (third derivatives of an energy, for energy maps) are taken by a
+/// CENTRAL FINITE DIFFERENCE of the map's parameter / state / input VJP along v:
+/// 2 extra VJPs per probe and gradient, whatever the number of parameters. The
+/// step moves each sample by finite_difference_step * (1 + |z_b|_2); its error is
+/// O(step^2) truncation + O(eps / step) rounding, about 1e-10 relative in double
+/// with the default step cbrt(eps) (about 1e-4 in float). This works for every map
+/// with the needed VJPs, energy maps (GradientStepMap / CccpMap over an Energy)
+/// included; it is not exact to machine precision.
 #pragma once
 
 #include <implicit/core/map.h>
@@ -44,27 +49,30 @@
 
 namespace implicit {
 
+/// The distribution of the entries of the Hutchinson probes e (E[e e^T] = I).
 enum class ProbeDistribution {
-  kRademacher,  // entries +-1 with probability 1/2 (lowest variance)
-  kGaussian,    // entries standard normal
+  kRademacher,  ///< entries +-1 with probability 1/2 (lowest variance)
+  kGaussian,    ///< entries standard normal
 };
 
+/// Options of EstimateJacobianFrobeniusNorm.
 struct JacobianRegularizationOptions {
-  // Hutchinson probes per sample (the estimate averages them), >= 1.
+  /// Hutchinson probes per sample (the estimate averages them), >= 1; default 1.
   int num_probes = 1;
-  // Distribution of the probe entries.
+  /// Distribution of the probe entries (default Rademacher).
   ProbeDistribution distribution = ProbeDistribution::kRademacher;
-  // Compute d value / d theta (needs map.ParameterVectorJacobianProduct;
-  // skipped, leaving the gradient empty, when map.num_parameters() == 0).
+  /// Compute d value / d theta (default true; needs map.ParameterVectorJacobianProduct;
+  /// skipped, leaving the gradient empty, when map.num_parameters() == 0).
   bool compute_parameter_gradient = true;
-  // Compute d value / d z (n x B), for the total derivative through z*.
+  /// Compute d value / d z (n x B), for the total derivative through z* (default false).
   bool compute_state_gradient = false;
-  // Compute d value / d x (input_dimension() x B; skipped when the map has no input).
+  /// Compute d value / d x (input_dimension() x B; skipped when the map has no
+  /// input); default false.
   bool compute_input_gradient = false;
-  // Relative step of the finite differences along v; 0 = cbrt(machine epsilon).
+  /// Relative step of the finite differences along v; 0 (the default) = cbrt(machine epsilon).
   double finite_difference_step = 0.0;
 
-  // Checks every field; on failure names it in *error.
+  /// Checks every field; on failure names it in *error (when not null) and returns false.
   bool IsValid(std::string* error) const {
     auto fail = [error](const std::string& m) {
       if (error != nullptr) *error = m;
@@ -83,23 +91,28 @@ struct JacobianRegularizationOptions {
   }
 };
 
+/// The result of EstimateJacobianFrobeniusNorm: the estimate of |df/dz|_F^2
+/// and its requested gradients (empty when not requested).
 template <typename Scalar>
 struct JacobianRegularization {
-  // Per sample: the mean over probes of |J(z_b)^T e|^2, an unbiased estimate of |J(z_b)|_F^2.
+  /// Per sample: the mean over probes of |J(z_b)^T e|^2, an unbiased estimate of |J(z_b)|_F^2.
   Vector<Scalar> sample_estimate;
-  // Sum over the batch of sample_estimate.
+  /// Sum over the batch of sample_estimate.
   Scalar value = Scalar(0);
-  // d value / d theta at fixed z (layout of map.parameters()), when requested.
+  /// d value / d theta at fixed z (layout of map.parameters()), when requested.
   Vector<Scalar> parameter_gradient;
-  // d value / d z (n x B), when requested.
+  /// d value / d z (n x B), when requested.
   Matrix<Scalar> state_gradient;
-  // d value / d x (input_dimension() x B), when requested.
+  /// d value / d x (input_dimension() x B), when requested.
   Matrix<Scalar> input_gradient;
 };
 
-// Estimates |df/dz|_F^2 at every column of z (n x B) with fresh probes drawn
-// from rng, and the requested gradients of the estimate (same probes). Needs
-// map.HasJacobianProducts(). Throws std::invalid_argument on bad options or shapes.
+/// Estimates |df/dz|_F^2 at every column of z (n x B) with fresh probes drawn
+/// from rng, and the requested gradients of the estimate (same probes).
+///
+/// Needs map.HasJacobianProducts().
+/// \throws std::invalid_argument on bad options or shapes, or when the map has
+///   no vector-Jacobian products.
 template <typename Scalar, typename Rng>
 JacobianRegularization<Scalar> EstimateJacobianFrobeniusNorm(
     const FixedPointMap<Scalar>& map,

@@ -1,21 +1,26 @@
-// Training losses on batches (n x B, column b = sample b), each returning the
-// scalar loss and, on request, its gradient with respect to the prediction —
-// the dL/dz* that an implicit backward pass takes.
-//
-//   MeanSquaredError        L = mean over elements of (p - t)^2
-//   MaskedMeanSquaredError  L = sum m (p - t)^2 / sum m   (e.g. masked pixels only)
-//   SoftmaxCrossEntropy     L = mean_b -log softmax(logits_b)[label_b]
-//
-//   implicit::Matrix<double> grad;
-//   double loss = implicit::MaskedMeanSquaredError<double>(pixels, target, mask, &grad);
-//   // grad = dL/dpixels, same shape as pixels
-//
-//   std::vector<int> labels = {3, 1, 4};
-//   double ce = implicit::SoftmaxCrossEntropy<double>(logits, labels, &grad);
-//
-// The losses are means, so the gradients carry the 1/count factor. Shape
-// mismatches, labels out of range and negative or non-finite mask weights throw
-// std::invalid_argument naming the argument and sizes.
+/// \file
+/// Training losses on batches (n x B, column b = sample b), each returning the
+/// scalar loss and, on request, its gradient with respect to the prediction —
+/// the dL/dz* that an implicit backward pass takes.
+///
+/// \verbatim
+///   MeanSquaredError        L = mean over elements of (p - t)^2
+///   MaskedMeanSquaredError  L = sum m (p - t)^2 / sum m   (e.g. masked pixels only)
+///   SoftmaxCrossEntropy     L = mean_b -log softmax(logits_b)[label_b]
+/// \endverbatim
+///
+/// \code
+///   implicit::Matrix<double> grad;
+///   double loss = implicit::MaskedMeanSquaredError<double>(pixels, target, mask, &grad);
+///   // grad = dL/dpixels, same shape as pixels
+///
+///   std::vector<int> labels = {3, 1, 4};
+///   double ce = implicit::SoftmaxCrossEntropy<double>(logits, labels, &grad);
+/// \endcode
+///
+/// The losses are means, so the gradients carry the 1/count factor. Shape
+/// mismatches, labels out of range and negative or non-finite mask weights throw
+/// std::invalid_argument naming the argument and sizes.
 #pragma once
 
 #include <implicit/core/types.h>
@@ -28,7 +33,12 @@
 
 namespace implicit {
 
-// L = (1 / (n B)) sum_ij (p_ij - t_ij)^2; gradient 2 (p - t) / (n B).
+/// Mean squared error L = (1 / (n B)) sum_ij (p_ij - t_ij)^2; gradient 2 (p - t) / (n B).
+/// \param prediction the prediction p (n x B).
+/// \param target the target t (n x B).
+/// \param gradient when not null, set to dL/dp (n x B).
+/// \throws std::invalid_argument when target's shape differs from prediction's
+///   or the prediction is empty.
 template <typename Scalar>
 Scalar MeanSquaredError(ConstMatrixRef<Scalar> prediction, ConstMatrixRef<Scalar> target,
                         Matrix<Scalar>* gradient = nullptr) {
@@ -40,9 +50,17 @@ Scalar MeanSquaredError(ConstMatrixRef<Scalar> prediction, ConstMatrixRef<Scalar
   return (prediction - target).squaredNorm() * inv;
 }
 
-// L = sum_ij m_ij (p_ij - t_ij)^2 / sum_ij m_ij with weights m_ij >= 0 (a 0/1
-// mask selects elements, e.g. the masked pixels of an image-completion task).
-// An all-zero mask gives L = 0 and a zero gradient.
+/// Masked mean squared error L = sum_ij m_ij (p_ij - t_ij)^2 / sum_ij m_ij with
+/// weights m_ij >= 0.
+///
+/// A 0/1 mask selects elements, e.g.\ the masked pixels of an image-completion task.
+/// An all-zero mask gives L = 0 and a zero gradient.
+/// \param prediction the prediction p (n x B).
+/// \param target the target t (n x B).
+/// \param mask the weights m (n x B), finite and >= 0.
+/// \param gradient when not null, set to dL/dp (n x B).
+/// \throws std::invalid_argument when target's or mask's shape differs from
+///   prediction's, or a mask weight is negative or not finite.
 template <typename Scalar>
 Scalar MaskedMeanSquaredError(ConstMatrixRef<Scalar> prediction, ConstMatrixRef<Scalar> target,
                               ConstMatrixRef<Scalar> mask, Matrix<Scalar>* gradient = nullptr) {
@@ -63,7 +81,7 @@ Scalar MaskedMeanSquaredError(ConstMatrixRef<Scalar> prediction, ConstMatrixRef<
 }
 
 namespace internal {
-// Column-wise softmax of logits (K x B), computed stably.
+/// Column-wise softmax of logits (K x B), computed stably.
 template <typename Scalar>
 Matrix<Scalar> LossSoftmax(ConstMatrixRef<Scalar> logits) {
   Matrix<Scalar> p(logits.rows(), logits.cols());
@@ -76,8 +94,13 @@ Matrix<Scalar> LossSoftmax(ConstMatrixRef<Scalar> logits) {
 }
 }  // namespace internal
 
-// L = (1/B) sum_b [logsumexp(z_b) - z_b[y_b]] for logits z (K x B) and integer
-// labels y_b in [0, K); gradient (softmax(z) - onehot(y)) / B.
+/// Softmax cross-entropy with integer labels: L = (1/B) sum_b [logsumexp(z_b) - z_b[y_b]]
+/// for logits z (K x B) and labels y_b in [0, K); gradient (softmax(z) - onehot(y)) / B.
+/// \param logits the logits z (K x B).
+/// \param labels B class labels in [0, K).
+/// \param gradient when not null, set to dL/dz (K x B).
+/// \throws std::invalid_argument when the logits are empty, the number of labels
+///   is not B, or a label is outside [0, K).
 template <typename Scalar>
 Scalar SoftmaxCrossEntropy(ConstMatrixRef<Scalar> logits, const std::vector<int>& labels,
                            Matrix<Scalar>* gradient = nullptr) {
@@ -115,9 +138,14 @@ Scalar SoftmaxCrossEntropy(ConstMatrixRef<Scalar> logits, const std::vector<int>
   return loss * inv;
 }
 
-// Soft-target version: L = (1/B) sum_b -sum_k t_kb log softmax(z_b)_k with
-// each column of `targets` a probability vector (entries >= 0, sum 1);
-// gradient (softmax(z) * sum_k t_kb - t) / B.
+/// Soft-target version: L = (1/B) sum_b -sum_k t_kb log softmax(z_b)_k with
+/// each column of `targets` a probability vector (entries >= 0, sum 1);
+/// gradient (softmax(z) * sum_k t_kb - t) / B.
+/// \param logits the logits z (K x B).
+/// \param targets the target distributions t (K x B).
+/// \param gradient when not null, set to dL/dz (K x B).
+/// \throws std::invalid_argument when targets' shape differs from the logits',
+///   the logits are empty, or a target entry is negative or not finite.
 template <typename Scalar>
 Scalar SoftmaxCrossEntropy(ConstMatrixRef<Scalar> logits, ConstMatrixRef<Scalar> targets,
                            Matrix<Scalar>* gradient = nullptr) {

@@ -1,36 +1,39 @@
-// Eigen expressions of reverse::Var recorded at the level of whole matrices:
-// what makes a user energy written in ordinary Eigen as cheap to
-// differentiate as one written with the ad:: blocks. Included by
-// reverse_tape.h; nothing to call.
-//
-//   template <typename T>
-//   T operator()(const implicit::Vector<T>& x, const implicit::Vector<T>&) const {
-//     const implicit::Vector<T> s = beta * (X.transpose() * x);  // X: the functor's Matrix<double>
-//     const T m = s.maxCoeff();
-//     return 0.5 * x.squaredNorm() - (m + log((s.array() - m).exp().sum())) / beta;
-//   }
-//
-// What is recorded how:
-//  * every matrix product of Eigen (A * B, A * x, x^T A, u v^T, x^T y) whose
-//    scalar is a Var is one block on the tape (Tape::PushProduct): its
-//    value and its reverse are products of numbers (internal::Gemm), two per
-//    sweep, instead of one tape node per multiply-add. A factor may be data
-//    (numbers: X.cast<T>() or, mixed, X itself), variables (x, a Map of
-//    theta, another product), transposed, negated or scaled by a number
-//    (beta * X^T); data stays numbers, no Var is made per coefficient.
-//  * data the functor holds (a Matrix, Map or Ref member of the functor, or a
-//    block of one) is read by the tape where it is: AutoDiffEnergy marks its
-//    functor's bytes as persistent while it records (PersistentScope below),
-//    and a product factor whose storage belongs to an object inside them is
-//    not copied. Any other data (a local matrix, an expression of numbers)
-//    is copied once per evaluation.
-//  * a sum of coefficients (sum(), squaredNorm(), dot(), norm(), mean()) is
-//    one node of n operands, not n - 1 additions; squaredNorm and dot read
-//    their operands directly (partials 2 x_i, and y_i and x_i).
-//  * other coefficient-wise operations (exp, log, tanh, max, arithmetic with
-//    numbers) record one node per coefficient, each small.
-//  * numbers mix with Vars in expressions (ScalarBinaryOpTraits below):
-//    X.transpose() * x with X of doubles needs no cast<T>().
+/// \file
+/// Eigen expressions of reverse::Var recorded at the level of whole matrices:
+/// what makes a user energy written in ordinary Eigen as cheap to
+/// differentiate as one written with the ad:: blocks. Included by
+/// reverse_tape.h; nothing to call.
+///
+/// \code
+///   template <typename T>
+///   T operator()(const implicit::Vector<T>& x, const implicit::Vector<T>&) const {
+///     const implicit::Vector<T> s = beta * (X.transpose() * x);  // X: the functor's Matrix<double>
+///     const T m = s.maxCoeff();
+///     return 0.5 * x.squaredNorm() - (m + log((s.array() - m).exp().sum())) / beta;
+///   }
+/// \endcode
+///
+/// What is recorded how:
+///  * every matrix product of Eigen (A * B, A * x, x^T A, u v^T, x^T y) whose
+///    scalar is a Var is one block on the tape (Tape::PushProduct): its
+///    value and its reverse are products of numbers (internal::Gemm), two per
+///    sweep, instead of one tape node per multiply-add. A factor may be data
+///    (numbers: X.cast<T>() or, mixed, X itself), variables (x, a Map of
+///    theta, another product), transposed, negated or scaled by a number
+///    (beta * X^T); data stays numbers, no Var is made per coefficient.
+///  * data the functor holds (a Matrix, Map or Ref member of the functor, or a
+///    block of one) is read by the tape where it is: AutoDiffEnergy marks its
+///    functor's bytes as persistent while it records (PersistentScope below),
+///    and a product factor whose storage belongs to an object inside them is
+///    not copied. Any other data (a local matrix, an expression of numbers)
+///    is copied once per evaluation.
+///  * a sum of coefficients (sum(), squaredNorm(), dot(), norm(), mean()) is
+///    one node of n operands, not n - 1 additions; squaredNorm and dot read
+///    their operands directly (partials 2 x_i, and y_i and x_i).
+///  * other coefficient-wise operations (exp, log, tanh, max, arithmetic with
+///    numbers) record one node per coefficient, each small.
+///  * numbers mix with Vars in expressions (ScalarBinaryOpTraits below):
+///    X.transpose() * x with X of doubles needs no cast<T>().
 #pragma once
 
 #include <implicit/core/reverse_tape.h>
@@ -46,12 +49,13 @@
 namespace implicit {
 namespace reverse {
 
-// Marks [begin, begin + size) as persistent on this thread while it exists:
-// data whose owning object (a Matrix, Map or Ref) lies there outlives the
-// recording's sweeps and is not copied into the tape. AutoDiffEnergy puts
-// one around its functor; nested scopes restore the outer one.
+/// Marks [begin, begin + size) as persistent on this thread while it exists:
+/// data whose owning object (a Matrix, Map or Ref) lies there outlives the
+/// recording's sweeps and is not copied into the tape. AutoDiffEnergy puts
+/// one around its functor; nested scopes restore the outer one.
 class PersistentScope {
  public:
+  /// Makes the `size` bytes at `begin` this thread's persistent region until destruction.
   PersistentScope(const void* begin, std::size_t size) : saved_(Current()) {
     Current() = {static_cast<const char*>(begin), static_cast<const char*>(begin) + size};
   }
@@ -59,7 +63,7 @@ class PersistentScope {
   PersistentScope(const PersistentScope&) = delete;
   PersistentScope& operator=(const PersistentScope&) = delete;
 
-  // Whether the object at `object` lies in the current persistent region.
+  /// Whether the object at `object` lies in the current persistent region.
   static bool Contains(const void* object) {
     const Region& r = Current();
     const std::less<const char*> before;
@@ -87,8 +91,8 @@ template <typename S, typename Plain>
 struct IsConstantNullary<Eigen::CwiseNullaryOp<Eigen::internal::scalar_constant_op<S>, Plain>>
     : std::true_type {};
 
-// The object that owns a stored expression's coefficients: the expression
-// itself (a Matrix, Map, Ref), or for a block the one it is a block of.
+/// The object that owns a stored expression's coefficients: the expression
+/// itself (a Matrix, Map, Ref), or for a block the one it is a block of.
 template <typename E>
 const void* OwnerOf(const E& e) {
   return &e;
@@ -98,10 +102,10 @@ const void* OwnerOf(const Eigen::Block<X, R, C, I>& b) {
   return OwnerOf(b.nestedExpression());
 }
 
-// One factor of a product being recorded, built from an Eigen expression:
-// transpositions, negations and constant scalings are folded in
-// (`transposed`, `alpha`), a variable scalar factor is kept aside
-// (`scale`), and what remains is read as numbers or as Vars.
+/// One factor of a product being recorded, built from an Eigen expression:
+/// transpositions, negations and constant scalings are folded in
+/// (`transposed`, `alpha`), a variable scalar factor is kept aside
+/// (`scale`), and what remains is read as numbers or as Vars.
 template <typename V>
 struct FactorBuilder {
   using Tape = reverse::Tape<V>;
@@ -112,10 +116,10 @@ struct FactorBuilder {
   Factor factor;
   Number alpha = Number(1);
   bool transposed = false;
-  bool scaled = false;  // by the variable `scale`
+  bool scaled = false;  ///< by the variable `scale`
   Var<V> scale = Var<V>(1.0);
 
-  // A scalar factor s of the expression.
+  /// A scalar factor s of the expression.
   void Scale(const Var<V>& s) {
     Number number;
     if (!s.is_variable() && Var<V>::IsNumber(ValueOf(s), &number)) {
@@ -130,8 +134,8 @@ struct FactorBuilder {
     alpha *= static_cast<Number>(s);
   }
 
-  // Numbers (data): referenced when stored contiguously by an object in the
-  // persistent region, copied into the tape otherwise.
+  /// Numbers (data): referenced when stored contiguously by an object in the
+  /// persistent region, copied into the tape otherwise.
   template <typename E>
   void Numbers(const Eigen::MatrixBase<E>& e_in) {
     const E& e = e_in.derived();
@@ -155,8 +159,8 @@ struct FactorBuilder {
     factor.cols = factor.numbers.op_cols();
   }
 
-  // Vars: their values (and tangents) copied in the used orientation, their
-  // nodes consecutive or listed.
+  /// Vars: their values (and tangents) copied in the used orientation, their
+  /// nodes consecutive or listed.
   template <typename E>
   void Vars(const E& e) {
     const Index rows = transposed ? e.cols() : e.rows(), cols = transposed ? e.rows() : e.cols();
@@ -267,7 +271,7 @@ struct FactorBuilder {
 
 };
 
-// *out = lhs * rhs, recorded as one product block (Tape::PushProduct).
+/// *out = lhs * rhs, recorded as one product block (Tape::PushProduct).
 template <typename V, typename Lhs, typename Rhs>
 void RecordProduct(const Lhs& lhs, const Rhs& rhs, Matrix<Var<V>>* out) {
   FactorBuilder<V> a, b;
@@ -286,7 +290,7 @@ void RecordProduct(const Lhs& lhs, const Rhs& rhs, Matrix<Var<V>>* out) {
   }
 }
 
-// The scalar type under an expression's Var (V of Var<V>), or void.
+/// The scalar type under an expression's Var (V of Var<V>), or void.
 template <typename S>
 struct VarValue {
   using type = void;
@@ -296,10 +300,10 @@ struct VarValue<Var<V>> {
   using type = V;
 };
 
-// Stored coefficients (a matrix, a map, a block of one): read at no cost.
+/// Stored coefficients (a matrix, a map, a block of one): read at no cost.
 template <typename E>
 constexpr bool kStored = Eigen::internal::has_direct_access<std::decay_t<E>>::ret;
-// A product of dual numbers (forward mode's ceres::Jet) by numbers.
+/// A product of dual numbers (forward mode's ceres::Jet) by numbers.
 template <typename Lhs, typename Rhs>
 constexpr bool kDualTimesNumbers =
     (::implicit::internal::IsDual<typename Lhs::Scalar>::value &&
@@ -307,7 +311,7 @@ constexpr bool kDualTimesNumbers =
     (std::is_arithmetic<typename Lhs::Scalar>::value &&
      ::implicit::internal::IsDual<typename Rhs::Scalar>::value);
 
-// x.cwiseAbs2() and x.cwiseProduct(y) (or dot's conjugate product) of stored Vars.
+/// x.cwiseAbs2() and x.cwiseProduct(y) (or dot's conjugate product) of stored Vars.
 template <typename Xpr>
 struct IsAbs2 : std::false_type {};
 template <typename V, typename E>
@@ -322,8 +326,8 @@ template <typename V, typename L, typename R>
 struct IsProductOfVars<Eigen::CwiseBinaryOp<Eigen::internal::scalar_product_op<Var<V>, Var<V>>, L, R>>
     : std::integral_constant<bool, kStored<L> && kStored<R>> {};
 
-// exp(s) or exp(s - m) coefficient-wise, s stored Vars (possibly through
-// .array()), m a scalar: the log-sum-exp and softmax idiom.
+/// exp(s) or exp(s - m) coefficient-wise, s stored Vars (possibly through
+/// .array()), m a scalar: the log-sum-exp and softmax idiom.
 template <typename Xpr>
 struct ExpOfShifted : std::false_type {};
 template <typename V, typename E>
@@ -340,7 +344,7 @@ struct ExpOfShifted<Eigen::CwiseUnaryOp<
   static constexpr bool kShifted = true;
 };
 
-// The coefficients of expression e (rows x cols), column by column.
+/// The coefficients of expression e (rows x cols), column by column.
 template <typename V, typename E>
 void ReadCoefficients(const E& e, Index rows, Index cols, std::vector<Var<V>>* out) {
   const Eigen::internal::evaluator<E> coefficients(e);
@@ -350,11 +354,11 @@ void ReadCoefficients(const E& e, Index rows, Index cols, std::vector<Var<V>>* o
   }
 }
 
-// sum_i c_i of an expression's coefficients (given by `coefficients`, its
-// evaluator) as one node; the coefficients are computed first, each with its
-// own nodes, except for squaredNorm (a sum of abs2), dot (a sum of
-// products) and sums of exp(s - m) (log-sum-exp, softmax) of stored vectors,
-// whose operands are read directly.
+/// sum_i c_i of an expression's coefficients (given by `coefficients`, its
+/// evaluator) as one node; the coefficients are computed first, each with its
+/// own nodes, except for squaredNorm (a sum of abs2), dot (a sum of
+/// products) and sums of exp(s - m) (log-sum-exp, softmax) of stored vectors,
+/// whose operands are read directly.
 template <typename V, typename Xpr, typename Evaluator>
 Var<V> RecordSum(const Xpr& xpr, const Evaluator& coefficients) {
   Tape<V>& tape = Tape<V>::ThisThread();
@@ -413,7 +417,7 @@ Var<V> RecordSum(const Xpr& xpr, const Evaluator& coefficients) {
 
 namespace Eigen {
 
-// Numbers and Vars mix in expressions (the number as a constant).
+/// Numbers and Vars mix in expressions (the number as a constant).
 #define IMPLICIT_VAR_NUMBER_TRAITS(Number)                                         \
   template <typename V, typename BinaryOp>                                         \
   struct ScalarBinaryOpTraits<implicit::reverse::Var<V>, Number, BinaryOp> {      \
@@ -430,15 +434,15 @@ IMPLICIT_VAR_NUMBER_TRAITS(int)
 
 namespace internal {
 
-// Products evaluated inside a larger expression. Eigen's product_evaluator
-// offers no way to specialise on the scalar type alone (its scalar
-// arguments are defaults that partial ordering cannot compare), so these
-// take the place of its general product evaluator for dense products of
-// every scalar type, in the same form as Eigen's own lazy-product
-// specialisation: for a Var scalar one recorded block, for any other scalar
-// exactly what Eigen's general evaluator does (evaluate into a temporary by
-// generic_product_impl). Lazy coefficient-based products of small fixed
-// sizes keep Eigen's evaluation.
+/// Products evaluated inside a larger expression. Eigen's product_evaluator
+/// offers no way to specialise on the scalar type alone (its scalar
+/// arguments are defaults that partial ordering cannot compare), so these
+/// take the place of its general product evaluator for dense products of
+/// every scalar type, in the same form as Eigen's own lazy-product
+/// specialisation: for a Var scalar one recorded block, for any other scalar
+/// exactly what Eigen's general evaluator does (evaluate into a temporary by
+/// generic_product_impl). Lazy coefficient-based products of small fixed
+/// sizes keep Eigen's evaluation.
 #define IMPLICIT_VAR_PRODUCT_EVALUATOR(Tag)                                                         \
   template <typename Lhs, typename Rhs>                                                             \
   struct product_evaluator<Product<Lhs, Rhs, DefaultProduct>, Tag, DenseShape, DenseShape>         \
@@ -473,13 +477,15 @@ IMPLICIT_VAR_PRODUCT_EVALUATOR(GemvProduct)
 IMPLICIT_VAR_PRODUCT_EVALUATOR(GemmProduct)
 #undef IMPLICIT_VAR_PRODUCT_EVALUATOR
 
-// dst = A * B, dst += A * B, dst -= A * B with Var scalars: one recorded block.
+/// dst = A * B, dst += A * B, dst -= A * B with Var scalars: one recorded block.
 template <typename V, typename Dst, typename Src, typename Func>
 void AssignRecordedProduct(Dst& dst, const Src& src, const Func& func) {
   implicit::Matrix<implicit::reverse::Var<V>> result;
   implicit::reverse::internal::RecordProduct<V>(src.lhs(), src.rhs(), &result);
   call_assignment_no_alias(dst, result, func);  // resizes dst for =
 }
+/// Eigen's assignment of a product of Vars for the assignment op Op (=, +=, -=): one
+/// recorded block (AssignRecordedProduct).
 #define IMPLICIT_VAR_PRODUCT_ASSIGNMENT(Op)                                                                 \
   template <typename DstXprType, typename Lhs, typename Rhs, int Options, typename V>                    \
   struct Assignment<DstXprType, Product<Lhs, Rhs, Options>, Op<implicit::reverse::Var<V>, implicit::reverse::Var<V>>, \
@@ -494,9 +500,9 @@ IMPLICIT_VAR_PRODUCT_ASSIGNMENT(add_assign_op)
 IMPLICIT_VAR_PRODUCT_ASSIGNMENT(sub_assign_op)
 #undef IMPLICIT_VAR_PRODUCT_ASSIGNMENT
 
-// dst = A * B with dual numbers (forward mode) and one factor of numbers:
-// products of numbers (internal::MatrixProduct); Eigen's mixed-scalar matrix
-// kernels do not take duals. Other products of duals keep Eigen's.
+/// dst = A * B with dual numbers (forward mode) and one factor of numbers:
+/// products of numbers (internal::MatrixProduct); Eigen's mixed-scalar matrix
+/// kernels do not take duals. Other products of duals keep Eigen's.
 template <typename DstXprType, typename Lhs, typename Rhs, int Options, typename P, int K>
 struct Assignment<DstXprType, Product<Lhs, Rhs, Options>, assign_op<ceres::Jet<P, K>, ceres::Jet<P, K>>,
                   Dense2Dense, typename enable_if<(Options == DefaultProduct || Options == AliasFreeProduct)>::type> {
@@ -513,8 +519,8 @@ struct Assignment<DstXprType, Product<Lhs, Rhs, Options>, assign_op<ceres::Jet<P
   }
 };
 
-// sum() (and what is built on it: squaredNorm, dot, norm, mean) of Vars:
-// one node.
+/// sum() (and what is built on it: squaredNorm, dot, norm, mean) of Vars:
+/// one node.
 template <typename V, typename Xpr>
 struct redux_impl<scalar_sum_op<implicit::reverse::Var<V>, implicit::reverse::Var<V>>, redux_evaluator<Xpr>,
                   DefaultTraversal, NoUnrolling> {

@@ -1,39 +1,42 @@
-// Reverse-mode derivatives of a scalar function written on a scalar type T:
-// the engine behind AutoDiffEnergy's reverse mode (autodiff_energy.h), usable
-// on its own for any f: R^n -> R written as a template on T.
-//
-// reverse::Var<V> (reverse_var.h) is a value of type V together with its place on this
-// thread's reverse::Tape<V>: every operation on Vars (and each function of
-// reverse_functions.h) appends one node holding its operands and the partial
-// derivatives there. One reverse sweep over the tape then
-// gives the derivatives of the result in every variable, so a gradient costs
-// a small multiple of one evaluation whatever n is. With V a first-order dual
-// number (internal::DirectionalJet, value and one tangent), the same sweep
-// gives the gradient and, in the tangents, the Hessian-vector product H v
-// (forward over reverse): the function is recorded with the variables'
-// tangents set to v, and the adjoints' tangents are d/dt grad f(z + t v).
-//
-//   using Var = implicit::reverse::Var<double>;
-//   std::vector<double> grad(n);
-//   const double value = implicit::reverse::Gradient<double>(
-//       z.data(), n, [&](const implicit::Vector<Var>& x) { return f(x); }, grad.data());
-//
-// The tape is recorded again at every evaluation, so an `if` on values, a max
-// or a sort are differentiated on the branch taken at that point. A Var does
-// not convert to its value: code that computes with extracted values would
-// get derivatives that miss their dependence, so it does not compile.
-// Several operations on whole vectors are recorded as one node each
-// (ad::LogSumExp, ad::Dot in ad_functions.h), and a matrix product as one
-// block whose reverse is two matrix products (ad::Product): far fewer nodes
-// than their scalar loops, which is what makes dense products cheap to
-// differentiate.
-//
-// Tapes are per thread (thread_local): threads differentiate at the same time
-// without locks. One recording per thread and value type at a time (a nested
-// reverse::Gradient on the same thread and type throws std::logic_error); Vars
-// live only during their recording (one used in a later recording, or on
-// another thread, throws std::logic_error). A thread's tape keeps its memory for the
-// next recording (about 12 bytes per operand for double values).
+/// \file
+/// Reverse-mode derivatives of a scalar function written on a scalar type T:
+/// the engine behind AutoDiffEnergy's reverse mode (autodiff_energy.h), usable
+/// on its own for any f: R^n -> R written as a template on T.
+///
+/// reverse::Var<V> (reverse_var.h) is a value of type V together with its place on this
+/// thread's reverse::Tape<V>: every operation on Vars (and each function of
+/// reverse_functions.h) appends one node holding its operands and the partial
+/// derivatives there. One reverse sweep over the tape then
+/// gives the derivatives of the result in every variable, so a gradient costs
+/// a small multiple of one evaluation whatever n is. With V a first-order dual
+/// number (internal::DirectionalJet, value and one tangent), the same sweep
+/// gives the gradient and, in the tangents, the Hessian-vector product H v
+/// (forward over reverse): the function is recorded with the variables'
+/// tangents set to v, and the adjoints' tangents are d/dt grad f(z + t v).
+///
+/// \code
+///   using Var = implicit::reverse::Var<double>;
+///   std::vector<double> grad(n);
+///   const double value = implicit::reverse::Gradient<double>(
+///       z.data(), n, [&](const implicit::Vector<Var>& x) { return f(x); }, grad.data());
+/// \endcode
+///
+/// The tape is recorded again at every evaluation, so an `if` on values, a max
+/// or a sort are differentiated on the branch taken at that point. A Var does
+/// not convert to its value: code that computes with extracted values would
+/// get derivatives that miss their dependence, so it does not compile.
+/// Several operations on whole vectors are recorded as one node each
+/// (ad::LogSumExp, ad::Dot in ad_functions.h), and a matrix product as one
+/// block whose reverse is two matrix products (ad::Product): far fewer nodes
+/// than their scalar loops, which is what makes dense products cheap to
+/// differentiate.
+///
+/// Tapes are per thread (thread_local): threads differentiate at the same time
+/// without locks. One recording per thread and value type at a time (a nested
+/// reverse::Gradient on the same thread and type throws std::logic_error); Vars
+/// live only during their recording (one used in a later recording, or on
+/// another thread, throws std::logic_error). A thread's tape keeps its memory for the
+/// next recording (about 12 bytes per operand for double values).
 #pragma once
 
 #include <implicit/core/dual_matrix_product.h>
@@ -53,8 +56,9 @@
 #include <type_traits>
 #include <vector>
 
-// A function kept out of the callers' code (its errors), so that the hot
-// paths of the tape stay small enough for the compiler to inline them.
+/// \def IMPLICIT_REVERSE_COLD
+/// A function kept out of the callers' code (its errors), so that the hot
+/// paths of the tape stay small enough for the compiler to inline them.
 #if defined(__GNUC__)
 #define IMPLICIT_REVERSE_COLD __attribute__((noinline, cold))
 #else
@@ -63,8 +67,8 @@
 
 namespace implicit {
 namespace internal {
-// Whether a vector expression exposes its storage (data(), innerStride()):
-// plain vectors, blocks, maps (Eigen's strided IndexedView has no data()).
+/// Whether a vector expression exposes its storage (data(), innerStride()):
+/// plain vectors, blocks, maps (Eigen's strided IndexedView has no data()).
 template <typename E, typename = void>
 struct ExposesStorage : std::false_type {};
 template <typename E>
@@ -76,30 +80,32 @@ struct ExposesStorage<E, std::void_t<decltype(std::declval<const E&>().data()),
 
 namespace reverse {
 
-// The nodes recorded on one thread for values of type V. Node i has the
-// operands entries_[ends_[i-1] .. ends_[i]) (each a node and the partial
-// derivative in it), or is a run: a vector node over the
-// consecutive nodes first, first + 1, ... (a dot product of numbers with a
-// block of variables) whose partials are numbers (constants even when V is a
-// dual: their tangents are zero), stored once in numbers_; such a node has one
-// operand, ~(its index in runs_) < 0. Independent variables are nodes without
-// operands. A Var knows its node by an id, the recording's number times 2^32
-// plus the node: an id of another recording (a Var kept from an earlier
-// evaluation, or from another thread) is refused with std::logic_error, never
-// read as a node of this one.
+/// The nodes recorded on one thread for values of type V. Node i has the
+/// operands entries_[ends_[i-1] .. ends_[i]) (each a node and the partial
+/// derivative in it), or is a run: a vector node over the
+/// consecutive nodes first, first + 1, ... (a dot product of numbers with a
+/// block of variables) whose partials are numbers (constants even when V is a
+/// dual: their tangents are zero), stored once in numbers_; such a node has one
+/// operand, ~(its index in runs_) < 0. Independent variables are nodes without
+/// operands. A Var knows its node by an id, the recording's number times 2^32
+/// plus the node: an id of another recording (a Var kept from an earlier
+/// evaluation, or from another thread) is refused with std::logic_error, never
+/// read as a node of this one.
 template <typename V>
 class Tape {
  public:
-  // This thread's tape.
+  /// This thread's tape.
   static Tape& ThisThread() {
     static thread_local Tape tape;
     return tape;
   }
 
+  /// Number of nodes recorded so far in this recording.
   Index size() const { return static_cast<Index>(ends_.size()); }
 
-  // Clears the tape and marks it recording until EndRecording (throws
-  // std::logic_error when it already is: nested recordings on one thread).
+  /// Clears the tape and marks it recording until EndRecording (throws
+  /// std::logic_error when it already is: nested recordings on one thread).
+  /// \throws std::logic_error when a recording is already in progress on this thread.
   void BeginRecording() {
     if (recording_) {
       throw std::logic_error(
@@ -117,9 +123,13 @@ class Tape {
     recording_ = true;
     recording_number_ = (recording_number_ + 1) & 0x7fffffff;
   }
+  /// Ends the recording begun by BeginRecording(); its nodes stay readable until the next one.
   void EndRecording() { recording_ = false; }
 
-  // Appends a node (operands by their ids); returns its id.
+  ///@{
+  /// Appends a node (operands by their ids); returns its id.
+  /// \throws std::logic_error when an operand is of another recording.
+  /// \throws std::length_error when the recording would exceed 2^31 nodes.
   std::int64_t Push0() { return Close(); }
   std::int64_t Push1(std::int64_t a, const V& da) {
     entries_.Push(da, Node(a));
@@ -131,21 +141,25 @@ class Tape {
     entries_.Push(db, nb);
     return Close();
   }
-  // A node of many operands: AddOperand for each, then Close. The partial
-  // da is in the Var; its scale is multiplied in, and a constant adds
-  // nothing. Returns whether it is a variable.
+  ///@}
+  /// A node of many operands: AddOperand for each, then Close. The partial
+  /// da is in the Var; its scale is multiplied in, and a constant adds
+  /// nothing. Returns whether it is a variable.
+  /// \throws std::logic_error when `a` is a variable of another recording.
   bool AddOperand(const Var<V>& a, const V& da) {
     if (!a.is_variable()) return false;
     entries_.Push(da * a.scale(), Node(a.index()));
     return true;
   }
-  // A node whose operands are the numbers.size() consecutive nodes of ids
-  // first, first + 1, ..., with the partials `numbers` (a vector of numbers:
-  // double or float); returns its id. The node must have no other operands.
-  // With `persistent` the caller promises that the numbers' storage stays
-  // unchanged until the sweeps of this recording are done (ad::Persistent):
-  // the node then points to it (when it is contiguous, of the tape's number
-  // type) instead of copying it.
+  /// A node whose operands are the numbers.size() consecutive nodes of ids
+  /// first, first + 1, ..., with the partials `numbers` (a vector of numbers:
+  /// double or float); returns its id. The node must have no other operands.
+  /// With `persistent` the caller promises that the numbers' storage stays
+  /// unchanged until the sweeps of this recording are done (ad::Persistent):
+  /// the node then points to it (when it is contiguous, of the tape's number
+  /// type) instead of copying it.
+  /// \throws std::logic_error when the node already has operands or a node is of another
+  ///         recording.
   template <typename Numbers>
   std::int64_t PushRun(std::int64_t first, const Numbers& numbers, bool persistent = false) {
     if (entries_.size() != (ends_.empty() ? 0 : ends_.back())) {
@@ -179,13 +193,17 @@ class Tape {
     for (Index i = 0; i < count; ++i) out[i] = static_cast<Number>(numbers.coeff(i));
     return Close();
   }
+  /// Closes the node whose operands were added (AddOperand()), or appends one without
+  /// operands; returns its id.
+  /// \throws std::length_error when the recording would exceed 2^31 nodes or 2^32 operands.
   std::int64_t Close() {
     CheckRoom(1);
     ends_.push_back(static_cast<std::uint32_t>(entries_.size()));
     return (static_cast<std::int64_t>(recording_number_) << 32) |
            static_cast<std::int64_t>(ends_.size() - 1);
   }
-  // The node of id `id` on this recording (throws for an id of another).
+  /// The node of id `id` on this recording (throws for an id of another).
+  /// \throws std::logic_error when `id` is not a node of this recording.
   std::int32_t Node(std::int64_t id) const {
     const std::int64_t node = id & 0xffffffff;
     if (!recording_ || (id >> 32) != recording_number_ ||
@@ -196,59 +214,73 @@ class Tape {
   }
 
   // ---- Recorded matrix products (reverse_eigen.h records them) ----
-  // The number type under V (V itself, or a dual's value part's).
+  /// The number type under V (V itself, or a dual's value part's).
   using Number = typename internal::NumberTypeOf<V>::type;
+  /// Whether V is a dual number (forward over reverse) rather than a number.
   static constexpr bool kDual = !std::is_same<V, Number>::value;
   static_assert(!kDual || internal::IsDual<V>::value,
                 "reverse::Tape: values are numbers or first-order duals of one tangent");
 
-  // A factor of a recorded product, as it is used in the product (op(F),
-  // rows x cols): constant numbers, or variables. Constants are `numbers`
-  // (a matrix of the caller's that outlives the sweeps, or one of the tape's
-  // own: owned >= 0), used transposed or not; variables are values (and, for
-  // dual V, tangents) in the tape's own matrices, column-major in the used
-  // orientation, with their nodes: consecutive from `first`, or one per entry
-  // at product_nodes_[ids ..) (-1 for a constant entry).
+  /// A factor of a recorded product, as it is used in the product (op(F),
+  /// rows x cols): constant numbers, or variables. Constants are `numbers`
+  /// (a matrix of the caller's that outlives the sweeps, or one of the tape's
+  /// own: owned >= 0), used transposed or not; variables are values (and, for
+  /// dual V, tangents) in the tape's own matrices, column-major in the used
+  /// orientation, with their nodes: consecutive from `first`, or one per entry
+  /// at product_nodes_[ids ..) (-1 for a constant entry).
   struct ProductFactor {
+    ///@{
+    /// The shape of the factor as used in the product, rows x cols of op(F).
     Index rows = 0, cols = 0;
-    internal::GemmOperand<Number> numbers;  // a constant's (data null when owned)
-    int owned = -1;                          // a constant in owned_[owned]
-    int values = -1, tangents = -1;          // a variable's, in owned_
-    const Number* held = nullptr;            // or its values where they are (a known run)
+    ///@}
+    internal::GemmOperand<Number> numbers;  ///< A constant's numbers (data null when owned).
+    int owned = -1;                          ///< A constant in the tape's own matrix of this slot (-1: none).
+    ///@{
+    /// A variable's values and tangents: slots of the tape's own matrices (-1: none).
+    int values = -1, tangents = -1;
+    ///@}
+    const Number* held = nullptr;            ///< Or a variable's values where they are (a known run).
+    /// A variable's first node when its nodes are consecutive (-1 otherwise).
     std::int32_t first = -1;
+    /// Where a variable's per-entry nodes start among the product nodes (kNoIds: consecutive).
     std::size_t ids = kNoIds;
+    /// Whether the factor is a variable (values in the tape or held) rather than constant numbers.
     bool variable() const { return values >= 0 || held != nullptr; }
   };
+  /// ProductFactor::ids of a factor without a node list.
   static constexpr std::size_t kNoIds = static_cast<std::size_t>(-1);
 
-  // A matrix of the tape's own for this recording (rows x cols, contents
-  // unspecified), kept until the next recording: its slot.
+  /// A matrix of the tape's own for this recording (rows x cols, contents
+  /// unspecified), kept until the next recording: its slot.
   int OwnedMatrix(Index rows, Index cols) {
     if (owned_used_ == owned_.size()) owned_.emplace_back();
     owned_[owned_used_].resize(rows, cols);
     return static_cast<int>(owned_used_++);
   }
+  /// The tape's own matrix in slot `slot` (from OwnedMatrix()).
   Matrix<Number>& Owned(int slot) { return owned_[static_cast<std::size_t>(slot)]; }
-  // How many numbers this recording's products hold in the tape's own
-  // matrices (their variables' values and tangents, and data copied because
-  // it was not persistent).
+  /// How many numbers this recording's products hold in the tape's own
+  /// matrices (their variables' values and tangents, and data copied because
+  /// it was not persistent).
   std::size_t owned_numbers() const {
     std::size_t total = 0;
     for (std::size_t i = 0; i < owned_used_; ++i) total += static_cast<std::size_t>(owned_[i].size());
     return total;
   }
-  // Per-entry nodes of a variable factor: where they start in product_nodes_.
+  /// Per-entry nodes of a variable factor: where they start in product_nodes_.
   std::size_t AddProductNodes(const std::int32_t* nodes, std::size_t count) {
     const std::size_t at = product_nodes_.size();
     product_nodes_.insert(product_nodes_.end(), nodes, nodes + count);
     return at;
   }
 
-  // S = alpha op(A) op(B) (A m x k, B k x n as used) recorded as a block of
-  // m n new nodes without operands, S's entries column-major; *value gets S
-  // and the first node's id is returned. The reverse sweep differentiates
-  // the block at once when it reaches that first node: d op(A) += alpha dS
-  // op(B)^T, d op(B) += alpha op(A)^T dS, each a matrix product of numbers.
+  /// S = alpha op(A) op(B) (A m x k, B k x n as used) recorded as a block of
+  /// m n new nodes without operands, S's entries column-major; *value gets S
+  /// and the first node's id is returned. The reverse sweep differentiates
+  /// the block at once when it reaches that first node: d op(A) += alpha dS
+  /// op(B)^T, d op(B) += alpha op(A)^T dS, each a matrix product of numbers.
+  /// \throws std::logic_error when a node is open.
+  /// \throws std::invalid_argument when op(A) and op(B) cannot be multiplied.
   std::int64_t PushProduct(const ProductFactor& a, const ProductFactor& b, Number alpha,
                            Matrix<V>* value) {
     if (entries_.size() != (ends_.empty() ? 0 : ends_.back())) {
@@ -290,11 +322,12 @@ class Tape {
     return (static_cast<std::int64_t>(recording_number_) << 32) | static_cast<std::int64_t>(p.first);
   }
 
-  // Declares vars[0 .. size) a known run: Vars of consecutive nodes (checked;
-  // std::logic_error otherwise) whose values are also stored contiguously at
-  // values[0 .. size), both unchanged until the recording ends (the caller's
-  // promise). A vector operation on a stretch of it (ad::Dot) then finds its
-  // nodes and values by one lookup instead of reading every Var.
+  /// Declares vars[0 .. size) a known run: Vars of consecutive nodes (checked;
+  /// std::logic_error otherwise) whose values are also stored contiguously at
+  /// values[0 .. size), both unchanged until the recording ends (the caller's
+  /// promise). A vector operation on a stretch of it (ad::Dot) then finds its
+  /// nodes and values by one lookup instead of reading every Var.
+  /// \throws std::logic_error when the Vars are not consecutive nodes of this recording.
   void AddKnownRun(const Var<V>* vars, Index size, const V* values) {
     if (size <= 0) return;
     const std::int64_t first = vars[0].index();
@@ -306,8 +339,8 @@ class Tape {
     Node(first + size - 1);  // of this recording
     known_runs_.push_back({vars, size, first, values});
   }
-  // When vars[0 .. size) lies within a known run: true, with the id of its
-  // first node and where its values are.
+  /// When vars[0 .. size) lies within a known run: true, with the id of its
+  /// first node and where its values are.
   bool FindKnownRun(const Var<V>* vars, Index size, std::int64_t* first, const V** values) const {
     const std::less<const Var<V>*> before;
     for (const KnownRun& run : known_runs_) {
@@ -320,9 +353,10 @@ class Tape {
     return false;
   }
 
-  // The adjoints d(node of id output)/d(node i) of the first `count` nodes
-  // (the independent variables when they were recorded first) into
-  // adjoints[i].
+  /// The adjoints d(node of id output)/d(node i) of the first `count` nodes
+  /// (the independent variables when they were recorded first) into
+  /// adjoints[i].
+  /// \throws std::logic_error when `output` is not a node of this recording.
   void Adjoints(std::int64_t output, Index count, V* adjoints) const {
     const std::size_t out = static_cast<std::size_t>(Node(output));
     adjoints_.assign(ends_.size(), V(0.0));
@@ -363,13 +397,13 @@ class Tape {
 
  private:
   struct Product {
-    std::int32_t first;  // its first node
+    std::int32_t first;  ///< its first node
     ProductFactor a, b;
     Number alpha;
   };
 
-  // Factor f as a product operand: its numbers (a constant) or its values or
-  // tangents (a variable; the tangent of a constant is none: data null).
+  /// Factor f as a product operand: its numbers (a constant) or its values or
+  /// tangents (a variable; the tangent of a constant is none: data null).
   internal::GemmOperand<Number> Operand(const ProductFactor& f, bool tangent) const {
     if (!f.variable()) {
       if (tangent) return {};
@@ -388,9 +422,9 @@ class Tape {
     return o;
   }
 
-  // d op(A) += alpha dS op(B)^T and d op(B) += alpha op(A)^T dS into the
-  // adjoints of A's and B's nodes; for duals also the tangents:
-  // (L R).v = L.v R + L R.v.
+  /// d op(A) += alpha dS op(B)^T and d op(B) += alpha op(A)^T dS into the
+  /// adjoints of A's and B's nodes; for duals also the tangents:
+  /// (L R).v = L.v R + L R.v.
   void BackwardProduct(const Product& p) const {
     const Index m = p.a.rows, n = p.b.cols;
     internal::GemmOperand<Number> dS, dS_tangent;
@@ -418,8 +452,8 @@ class Tape {
                     dS_tangent);
     }
   }
-  // The adjoints of variable factor f's nodes += alpha L R (L, R: values;
-  // their tangents L_t, R_t when present, data null otherwise).
+  /// The adjoints of variable factor f's nodes += alpha L R (L, R: values;
+  /// their tangents L_t, R_t when present, data null otherwise).
   void AddToAdjoints(const ProductFactor& f, Number alpha, const internal::GemmOperand<Number>& L,
                      const internal::GemmOperand<Number>& L_t, const internal::GemmOperand<Number>& R,
                      const internal::GemmOperand<Number>& R_t) const {
@@ -457,8 +491,8 @@ class Tape {
     }
   }
 
-  // Throws when `nodes` more nodes would exceed the ids (2^31 nodes) or the
-  // 4-byte node ends (2^32 operands).
+  /// Throws when `nodes` more nodes would exceed the ids (2^31 nodes) or the
+  /// 4-byte node ends (2^32 operands).
   void CheckRoom(std::size_t nodes) const {
     if (ends_.size() + nodes > static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max()) ||
         entries_.size() >= static_cast<std::size_t>(std::numeric_limits<std::uint32_t>::max())) {
@@ -475,10 +509,10 @@ class Tape {
   }
 
   struct Run {
-    std::int32_t first;  // the first operand's node
-    std::size_t begin;   // its partials: numbers_[begin .. begin + count),
+    std::int32_t first;  ///< the first operand's node
+    std::size_t begin;   ///< its partials: numbers_[begin .. begin + count),
     std::size_t count;
-    const Number* held;  // or held[0 .. count) (the caller's, persistent)
+    const Number* held;  ///< or held[0 .. count) (the caller's, persistent)
   };
   struct KnownRun {
     const Var<V>* vars;
@@ -489,8 +523,8 @@ class Tape {
 
   std::vector<std::uint32_t> ends_;
   std::vector<KnownRun> known_runs_;
-  // The nodes' operands: partial derivative and node (or ~(a run's index)),
-  // in two arrays (no padding between a double and an int).
+  /// The nodes' operands: partial derivative and node (or ~(a run's index)),
+  /// in two arrays (no padding between a double and an int).
   struct Entries {
     std::vector<V> partials;
     std::vector<std::int32_t> operands;
@@ -509,17 +543,18 @@ class Tape {
   std::vector<Number> numbers_;
   std::vector<Product> products_;
   std::vector<std::int32_t> product_nodes_;
-  std::vector<Matrix<Number>> owned_;  // the products' factors; owned_used_ in use
+  std::vector<Matrix<Number>> owned_;  ///< the products' factors; owned_used_ in use
   std::size_t owned_used_ = 0;
   mutable std::vector<V> adjoints_;
   mutable Matrix<Number> product_scratch_[4];
   bool recording_ = false;
-  std::int64_t recording_number_ = 0;  // < 2^31
+  std::int64_t recording_number_ = 0;  ///< The recording's number, below 2^31.
 };
 
-// f(z) (f: Vector<Var<V>> -> Var<V>, z of `size` values) and its gradient in
-// z into gradient[0 .. size). With V a DirectionalJet the values' tangents
-// are the direction: gradient[i].v[0] is then (H v)_i.
+/// f(z) (f: Vector<Var<V>> -> Var<V>, z of `size` values) and its gradient in
+/// z into gradient[0 .. size). With V a DirectionalJet the values' tangents
+/// are the direction: gradient[i].v[0] is then (H v)_i.
+/// \throws std::logic_error when a recording of V is already in progress on this thread.
 template <typename V, typename F>
 V Gradient(const V* z, Index size, F&& f, V* gradient) {
   Tape<V>& tape = Tape<V>::ThisThread();

@@ -1,10 +1,13 @@
-// reverse::Var<V>: a scalar recorded on this thread's reverse::Tape<V> (or a
-// constant), the type a user energy's functor is compiled for in reverse mode:
-// arithmetic, comparisons and mixed operations with numbers, and Var as an
-// Eigen scalar. Included by reverse_tape.h (the tape, reverse::Gradient and the
-// elementary functions of reverse_functions.h), which is what to include.
-//
-//   implicit::reverse::Var<double> y = x(0) * x(1) + 2.0;   // x: Vector<Var<double>>
+/// \file
+/// reverse::Var<V>: a scalar recorded on this thread's reverse::Tape<V> (or a
+/// constant), the type a user energy's functor is compiled for in reverse mode:
+/// arithmetic, comparisons and mixed operations with numbers, and Var as an
+/// Eigen scalar. Included by reverse_tape.h (the tape, reverse::Gradient and the
+/// elementary functions of reverse_functions.h), which is what to include.
+///
+/// \code
+///   implicit::reverse::Var<double> y = x(0) * x(1) + 2.0;   // x: Vector<Var<double>>
+/// \endcode
 #pragma once
 
 #include <implicit/core/dual_matrix_product.h>
@@ -16,7 +19,7 @@
 
 namespace implicit {
 namespace internal {
-// The number type under V: V itself, or a dual's value part's (recursively).
+/// The number type under V: V itself, or a dual's value part's (recursively).
 template <typename V, typename = void>
 struct NumberTypeOf {
   using type = V;
@@ -32,28 +35,35 @@ namespace reverse {
 template <typename V>
 class Tape;
 
-// A scalar recorded on this thread's Tape<V> (index() >= 0: its node's id),
-// or a constant (index() < 0, nothing recorded). Constructs from numbers as a
-// constant. A variable is an affine function of its node: its derivative in
-// the node is scale() (1 for the node itself), so that a sum with a constant,
-// a product with a number, a negation or a division by a number records
-// nothing (its partials are multiplied in where the Var is used): a scalar
-// loop's `acc += X(k, i) * x(k)` records one node of two operands, not two.
+/// A scalar recorded on this thread's Tape<V> (index() >= 0: its node's id),
+/// or a constant (index() < 0, nothing recorded). Constructs from numbers as a
+/// constant. A variable is an affine function of its node: its derivative in
+/// the node is scale() (1 for the node itself), so that a sum with a constant,
+/// a product with a number, a negation or a division by a number records
+/// nothing (its partials are multiplied in where the Var is used): a scalar
+/// loop's `acc += X(k, i) * x(k)` records one node of two operands, not two.
 template <typename V>
 class Var {
  public:
+  /// The value type V: a number, or a first-order dual (forward over reverse).
   using Value = V;
+  /// The number type under V (V itself, or a dual's value part's).
   using Number = typename internal::NumberTypeOf<V>::type;
+  /// The constant 0.
   Var() : value_(0.0) {}
+  /// The constant `value` (nothing recorded); values of type V convert implicitly.
   Var(const V& value) : value_(value) {}  // NOLINT: constants convert implicitly
+  /// The constant `value` of an arithmetic type other than V.
   template <typename A, typename = std::enable_if_t<std::is_arithmetic<A>::value &&
                                                     !std::is_same<A, V>::value>>
   Var(A value) : value_(static_cast<V>(value)) {}  // NOLINT
 
-  // A new independent variable of value `value` on this thread's tape.
+  /// A new independent variable of value `value` on this thread's tape.
   static Var Independent(const V& value) { return Var(value, Tape<V>::ThisThread().Push0()); }
-  // A node on this thread's tape with one or two operands (constants among
-  // them are left out).
+  ///@{
+  /// A node on this thread's tape with one or two operands (constants among
+  /// them are left out).
+  /// da and db are the partial derivatives of the node in a and b.
   static Var Node(const V& value, const Var& a, const V& da) {
     if (a.index_ < 0) return Var(value);
     return Var(value, Tape<V>::ThisThread().Push1(a.index_, da * a.scale_));
@@ -63,19 +73,22 @@ class Var {
     if (b.index_ < 0) return Node(value, a, da);
     return Var(value, Tape<V>::ThisThread().Push2(a.index_, da * a.scale_, b.index_, db * b.scale_));
   }
-  // value, as an affine function of a with derivative s: no node.
+  ///@}
+  /// value, as an affine function of a with derivative s: no node.
   static Var Affine(const V& value, const Var& a, Number s) {
     Var r(value, a.index_);
     r.scale_ = a.scale_ * s;
     return a.index_ < 0 ? Var(value) : r;
   }
-  // A Var of node id `index` (the library's recorded operations).
+  /// A Var of node id `index` (the library's recorded operations).
   Var(const V& value, std::int64_t index) : value_(value), index_(index) {}
 
+  /// The id of this Var's node on the tape, or a negative number for a constant.
   std::int64_t index() const { return index_; }
+  /// Whether this Var is recorded on the tape (index() >= 0) rather than a constant.
   bool is_variable() const { return index_ >= 0; }
-  // Whether a constant's value is a plain number (a dual's tangent zero),
-  // and that number: *s.
+  /// Whether a constant's value is a plain number (a dual's tangent zero),
+  /// and that number: *s.
   static bool IsNumber(const V& value, Number* s) {
     if constexpr (std::is_same<V, Number>::value) {
       *s = value;
@@ -85,25 +98,32 @@ class Var {
       return internal::IsAllZero(value.v[0]) && V::DIMENSION == 1;
     }
   }
-  // d(this) / d(its node).
+  /// The derivative d(this) / d(its node) (1 for the node itself).
   Number scale() const { return scale_; }
+  /// Whether scale() is 1.
   bool unit_scale() const { return scale_ == Number(1); }
-  // The same value as a Var whose derivative in its node is 1 (a node of
-  // its own when its scale is not).
+  /// The same value as a Var whose derivative in its node is 1 (a node of
+  /// its own when its scale is not).
   Var Materialized() const {
     if (index_ < 0 || unit_scale()) return *this;
     return Var(value_, Tape<V>::ThisThread().Push1(index_, V(scale_)));
   }
 
+  ///@{
+  /// Compound assignment: *this = *this op b, recorded like op.
   Var& operator+=(const Var& b) { return *this = *this + b; }
   Var& operator-=(const Var& b) { return *this = *this - b; }
   Var& operator*=(const Var& b) { return *this = *this * b; }
   Var& operator/=(const Var& b) { return *this = *this / b; }
+  ///@}
 
-  // The value. Not a conversion: computing with it would lose derivatives
-  // (the library's own recorded operations use it).
+  /// The value. Not a conversion: computing with it would lose derivatives
+  /// (the library's own recorded operations use it).
   friend const V& ValueOf(const Var& a) { return a.value_; }
 
+  ///@{
+  /// Arithmetic of Vars: the value, recorded as at most one node (a sum with a constant, a
+  /// product with or division by a number and a negation record nothing).
   friend Var operator+(const Var& a) { return a; }
   friend Var operator-(const Var& a) { return Affine(-a.value_, a, Number(-1)); }
   friend Var operator+(const Var& a, const Var& b) {
@@ -129,6 +149,8 @@ class Var {
     const V q = a.value_ * inverse;
     return Node(q, a, inverse, b, -q * inverse);
   }
+  ///@}
+/// Comparisons of two Vars compare their values (nothing is recorded).
 #define IMPLICIT_VAR_COMPARISON(op)                                            \
   friend bool operator op(const Var& a, const Var& b) { return a.value_ op b.value_; }
   IMPLICIT_VAR_COMPARISON(<)
@@ -145,7 +167,7 @@ class Var {
   std::int64_t index_ = -1;
 };
 
-// Mixed operations with numbers: the number as a constant.
+/// Mixed operations with numbers: the number as a constant.
 #define IMPLICIT_VAR_MIXED(op)                                                              \
   template <typename V, typename A, typename = std::enable_if_t<std::is_arithmetic<A>::value>> \
   auto operator op(const Var<V>& a, A b) {                                                   \
@@ -167,8 +189,10 @@ IMPLICIT_VAR_MIXED(==)
 IMPLICIT_VAR_MIXED(!=)
 #undef IMPLICIT_VAR_MIXED
 
+/// Whether T is a reverse::Var (std::false_type otherwise).
 template <typename T>
 struct IsVar : std::false_type {};
+/// Any reverse::Var: std::true_type.
 template <typename V>
 struct IsVar<Var<V>> : std::true_type {};
 
@@ -176,13 +200,16 @@ struct IsVar<Var<V>> : std::true_type {};
 }  // namespace implicit
 
 namespace Eigen {
-// ad::Var as an Eigen scalar (element-wise operations, reductions, products).
+/// reverse::Var as an Eigen scalar (element-wise operations, reductions, products).
 template <typename V>
 struct NumTraits<implicit::reverse::Var<V>> : NumTraits<double> {
+  ///@{
+  /// A Var is its own real, non-integer, nested and literal type.
   typedef implicit::reverse::Var<V> Real;
   typedef implicit::reverse::Var<V> NonInteger;
   typedef implicit::reverse::Var<V> Nested;
   typedef implicit::reverse::Var<V> Literal;
+  ///@}
   enum {
     IsComplex = 0,
     IsInteger = 0,

@@ -1,15 +1,18 @@
-// The options of the backward pass (implicit_diff.h): which gradient to
-// compute (GradientMethod: the exact implicit-function-theorem gradient, or
-// the Jacobian-free / phantom approximations), the adjoint linear solver and
-// its tolerances, and what to do with samples whose solves fail
-// (FailedSamplePolicy). IsValid() names a bad field.
-//
-//   implicit::BackwardOptions options;           // IFT, linear solver "auto"
-//   options.linear_solver = "gmres";
-//   options.tolerance = 1e-6;
-//   options.failed_samples = implicit::FailedSamplePolicy::kSkip;  // train on the others
-//   std::string error;
-//   if (!options.IsValid(&error)) std::cerr << error << "\n";
+/// \file
+/// The options of the backward pass (implicit_diff.h): which gradient to
+/// compute (GradientMethod: the exact implicit-function-theorem gradient, or
+/// the Jacobian-free / phantom approximations), the adjoint linear solver and
+/// its tolerances, and what to do with samples whose solves fail
+/// (FailedSamplePolicy). IsValid() names a bad field.
+///
+/// \code
+///   implicit::BackwardOptions options;           // IFT, linear solver "auto"
+///   options.linear_solver = "gmres";
+///   options.tolerance = 1e-6;
+///   options.failed_samples = implicit::FailedSamplePolicy::kSkip;  // train on the others
+///   std::string error;
+///   if (!options.IsValid(&error)) std::cerr << error << "\n";
+/// \endcode
 #pragma once
 
 #include <implicit/solvers/linear_solver_options.h>
@@ -18,13 +21,15 @@
 
 namespace implicit {
 
+/// Which gradient the backward pass computes (implicit_diff.h describes each).
 enum class GradientMethod {
-  kImplicit,      // exact implicit-function-theorem gradient (adjoint linear solve)
-  kJacobianFree,  // JFB: u = dL/dz* (no solve; approximate)
-  kPhantom,       // k damped unrolled steps at z* (approximate; exact as k -> inf)
+  kImplicit,      ///< exact implicit-function-theorem gradient (adjoint linear solve)
+  kJacobianFree,  ///< JFB: u = dL/dz* (no solve; approximate)
+  kPhantom,       ///< k damped unrolled steps at z* (approximate; exact as k -> inf)
 };
 
-// "implicit", "jacobian_free", "phantom".
+/// The name of a gradient method: "implicit", "jacobian_free", "phantom"
+/// ("unknown" for a value outside the enum).
 inline const char* GradientMethodToString(GradientMethod method) {
   switch (method) {
     case GradientMethod::kImplicit: return "implicit";
@@ -33,6 +38,8 @@ inline const char* GradientMethodToString(GradientMethod method) {
   }
   return "unknown";
 }
+/// Parses a name as printed by GradientMethodToString into *method (when not
+/// nullptr); false when unknown.
 inline bool StringToGradientMethod(const std::string& name, GradientMethod* method) {
   for (GradientMethod m : {GradientMethod::kImplicit, GradientMethod::kJacobianFree,
                            GradientMethod::kPhantom}) {
@@ -44,22 +51,23 @@ inline bool StringToGradientMethod(const std::string& name, GradientMethod* meth
   return false;
 }
 
-// What a backward pass does with a failed sample: one whose adjoint solve did
-// not converge (or is not finite), or, when the pass knows the forward solve
-// (ImplicitLayer::Backward, ImplicitBackward with a forward Summary) and
-// require_converged_forward, one whose forward solve did not converge. In every
-// case the summary reports the failure and ok() is false.
+/// What a backward pass does with a failed sample: one whose adjoint solve did
+/// not converge (or is not finite), or, when the pass knows the forward solve
+/// (ImplicitLayer::Backward, ImplicitBackward with a forward Summary) and
+/// require_converged_forward, one whose forward solve did not converge. In every
+/// case the summary reports the failure and ok() is false.
 enum class FailedSamplePolicy {
-  kNaN,    // (default) its adjoint and input-gradient columns are NaN, and so is
-           // the parameter gradient (a sum over the batch): never silently wrong
-  kSkip,   // it contributes nothing: its adjoint and input-gradient columns are
-           // zero and the parameter gradient sums the other samples (zero when
-           // none is left), i.e. the gradient of the batch without it
-  kThrow,  // the backward pass throws ConvergenceError (implicit_diff.h) carrying
-           // the summary, and computes no gradient
+  kNaN,    ///< (default) its adjoint and input-gradient columns are NaN, and so is
+           ///< the parameter gradient (a sum over the batch): never silently wrong
+  kSkip,   ///< it contributes nothing: its adjoint and input-gradient columns are
+           ///< zero and the parameter gradient sums the other samples (zero when
+           ///< none is left), i.e. the gradient of the batch without it
+  kThrow,  ///< the backward pass throws ConvergenceError (implicit_diff.h) carrying
+           ///< the summary, and computes no gradient
 };
 
-// "nan", "skip", "throw".
+/// The name of a failed-sample policy: "nan", "skip", "throw" ("unknown" for
+/// a value outside the enum).
 inline const char* FailedSamplePolicyToString(FailedSamplePolicy policy) {
   switch (policy) {
     case FailedSamplePolicy::kNaN: return "nan";
@@ -68,6 +76,8 @@ inline const char* FailedSamplePolicyToString(FailedSamplePolicy policy) {
   }
   return "unknown";
 }
+/// Parses a name as printed by FailedSamplePolicyToString into *policy (when
+/// not nullptr); false when unknown.
 inline bool StringToFailedSamplePolicy(const std::string& name, FailedSamplePolicy* policy) {
   for (FailedSamplePolicy p :
        {FailedSamplePolicy::kNaN, FailedSamplePolicy::kSkip, FailedSamplePolicy::kThrow}) {
@@ -79,39 +89,42 @@ inline bool StringToFailedSamplePolicy(const std::string& name, FailedSamplePoli
   return false;
 }
 
-// Options of the backward pass. The LinearSolverOptions fields (tolerance,
-// absolute_tolerance, max_iterations, restart, memory, regularization,
-// divergence_threshold; see linear_solvers.h) configure the adjoint solve of
-// kImplicit: sample b converged when |g_b - (I - J)^T u_b| <= tolerance |g_b| +
-// absolute_tolerance. Defaults: tolerance 1e-10 (use ~1e-5 with float).
+/// Options of the backward pass. The LinearSolverOptions fields (tolerance,
+/// absolute_tolerance, max_iterations, restart, memory, regularization,
+/// divergence_threshold; see linear_solvers.h) configure the adjoint solve of
+/// kImplicit: sample b converged when |g_b - (I - J)^T u_b| <= tolerance |g_b| +
+/// absolute_tolerance. Defaults: tolerance 1e-10 (use ~1e-5 with float).
 struct BackwardOptions : LinearSolverOptions {
-  // Which gradient to compute (see the top of implicit_diff.h).
+  /// Which gradient to compute (see implicit_diff.h); default kImplicit, the exact one.
   GradientMethod method = GradientMethod::kImplicit;
-  // Adjoint linear solver for kImplicit, by name: "fixed_point", "anderson",
-  // "broyden", "cg", "minres", "gmres", "direct", or "auto" = "minres" when
-  // map.HasSymmetricJacobian() (MINRES, unlike CG, also handles an indefinite
-  // Hessian at a saddle) and "gmres" otherwise.
+  /// Adjoint linear solver for kImplicit, by name: "fixed_point", "anderson",
+  /// "broyden", "cg", "minres", "gmres", "direct", or "auto" (the default) =
+  /// "minres" when map.HasSymmetricJacobian() (MINRES, unlike CG, also handles
+  /// an indefinite Hessian at a saddle) and "gmres" otherwise.
   std::string linear_solver = "auto";
-  // kPhantom: number k >= 1 of unrolled steps, and their damping l in (0, 1].
+  /// kPhantom: number k >= 1 of unrolled steps.
   int phantom_steps = 5;
+  /// kPhantom: the damping l in (0, 1] of the unrolled steps.
   double phantom_damping = 0.5;
-  // What to do with failed samples (see FailedSamplePolicy); use
-  // failed_sample_policy() to read it.
+  /// What to do with failed samples (see FailedSamplePolicy; default kNaN);
+  /// use failed_sample_policy() to read it.
   FailedSamplePolicy failed_samples = FailedSamplePolicy::kNaN;
-  // Deprecated, kept for existing callers: true is failed_samples = kSkip.
+  /// Deprecated, kept for existing callers: true is failed_samples = kSkip
+  /// (default false: failed_samples decides).
   bool drop_failed_samples = false;
-  // When the forward solve is known (ImplicitLayer::Backward, ImplicitBackward
-  // with a forward Summary): samples whose forward solve did not converge are
-  // failed samples (status kFailure) instead of being differentiated at a point
-  // that is not an equilibrium. false: differentiate at the last iterate.
+  /// When the forward solve is known (ImplicitLayer::Backward, ImplicitBackward
+  /// with a forward Summary): samples whose forward solve did not converge are
+  /// failed samples (status kFailure) instead of being differentiated at a point
+  /// that is not an equilibrium (the default). false: differentiate at the last iterate.
   bool require_converged_forward = true;
 
-  // failed_samples, with the deprecated drop_failed_samples folded in.
+  /// failed_samples, with the deprecated drop_failed_samples folded in.
   FailedSamplePolicy failed_sample_policy() const {
     return drop_failed_samples ? FailedSamplePolicy::kSkip : failed_samples;
   }
 
-  // Checks every field; on failure names it in *error.
+  /// Checks every field; on failure names it in *error.
+  /// \return true when every field is in range.
   bool IsValid(std::string* error) const {
     auto fail = [error](const std::string& m) {
       if (error != nullptr) *error = m;

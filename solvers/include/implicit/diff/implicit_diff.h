@@ -1,55 +1,61 @@
-// Implicit differentiation: exact gradients through an equilibrium.
-//
-// A layer's output is the fixed point z* = f(z*; x, theta) of a map. For a loss
-// L(z*), the implicit function theorem gives, per sample b,
-//
-//   (I - J)^T u_b = dL/dz*_b          J = df/dz at z*_b       (adjoint solve)
-//   dL/dtheta     = sum_b (df/dtheta)^T u_b                   (map.ParameterVectorJacobianProduct)
-//   dL/dx_b       = (df/dx)^T u_b                             (map.InputVectorJacobianProduct)
-//
-// without unrolling the forward solver: the backward pass needs only z*, the
-// map (its parameters and input) and the bounded workspace of one linear solve,
-// whatever the number of forward iterations. The adjoint system is solved
-// matrix-free with vector-Jacobian products, by a pluggable linear solver
-// (linear_solvers.h). For maps built from an energy (energy_maps.h:
-// GradientStepMap with step a, CccpMap, EnergyRootMap) I - J = a hess E is
-// symmetric and MINRES / CG apply; this is the energy-root form
-// hess E u = dL/dz*, dL/dtheta = -u^T d(grad E)/dtheta (up to the factor a).
-//
-//   implicit::PicardSolver<double> solver;
-//   implicit::BackwardOptions options;        // IFT, linear solver "auto"
-//   implicit::ImplicitLayer<double> layer(map, solver, options);
-//   implicit::Matrix<double> z = implicit::Matrix<double>::Zero(n, batch);
-//   implicit::Summary forward = layer.Forward(z);          // z <- z*
-//   implicit::Matrix<double> dLdz = z - target;            // d(0.5|z* - t|^2)/dz*
-//   implicit::BackwardResult<double> g = layer.Backward(dLdz);
-//   if (!g.ok()) std::cerr << g.summary.BriefReport() << "\n";   // never zeros
-//   else params.values() -= lr * g.parameter_gradient;     // layout: map.parameters()
-//
-// or, without the layer object, ImplicitBackward(map, z_star, dLdz, options).
-//
-// Methods (BackwardOptions::method; the options are in backward_options.h):
-//   kImplicit      the exact IFT gradient (default).
-//   kJacobianFree  Jacobian-free backprop (Fung et al.): u = dL/dz*, i.e. I - J
-//                  replaced by I. No linear solve; a descent direction when J is
-//                  small, not the gradient.
-//   kPhantom       phantom gradient (Geng et al.): differentiate k damped steps
-//                  z_{j+1} = (1 - l) z_j + l f(z_j) started at z_0 = z* (held
-//                  constant) by reverse accumulation. Every step is taken at z*,
-//                  so with M = (1 - l) I + l J^T the adjoint is the truncated
-//                  Neumann series  u = l sum_{i=0}^{k-1} M^i dL/dz*  (k - 1
-//                  vector-Jacobian products). As k -> inf it tends to the IFT
-//                  adjoint l (I - M)^{-1} g = (I - J^T)^{-1} g when the spectral
-//                  radius of M is < 1.
-//
-// Failure is reported, never hidden: when the adjoint solve of a sample does not
-// reach the tolerance (not converged, NaN, singular I - J, breakdown), the
-// summary says so (IsConverged() false, per-sample status) and ok() is false.
-// BackwardOptions::failed_samples (FailedSamplePolicy) says what the gradients
-// are then: kNaN (default) the sample's adjoint and input-gradient columns and
-// the parameter gradient (a sum over the batch) are NaN; kSkip the sample
-// contributes zero (the gradient of the batch without it); kThrow the pass
-// throws ConvergenceError. Gradients are never silently zero.
+/// \file
+/// Implicit differentiation: exact gradients through an equilibrium.
+///
+/// A layer's output is the fixed point z* = f(z*; x, theta) of a map. For a loss
+/// L(z*), the implicit function theorem gives, per sample b,
+///
+/// \verbatim
+///   (I - J)^T u_b = dL/dz*_b          J = df/dz at z*_b       (adjoint solve)
+///   dL/dtheta     = sum_b (df/dtheta)^T u_b                   (map.ParameterVectorJacobianProduct)
+///   dL/dx_b       = (df/dx)^T u_b                             (map.InputVectorJacobianProduct)
+/// \endverbatim
+/// without unrolling the forward solver: the backward pass needs only z*, the
+/// map (its parameters and input) and the bounded workspace of one linear solve,
+/// whatever the number of forward iterations. The adjoint system is solved
+/// matrix-free with vector-Jacobian products, by a pluggable linear solver
+/// (linear_solvers.h). For maps built from an energy (energy_maps.h:
+/// GradientStepMap with step a, CccpMap, EnergyRootMap) I - J = a hess E is
+/// symmetric and MINRES / CG apply; this is the energy-root form
+/// hess E u = dL/dz*, dL/dtheta = -u^T d(grad E)/dtheta (up to the factor a).
+///
+/// \code
+///   implicit::PicardSolver<double> solver;
+///   implicit::BackwardOptions options;        // IFT, linear solver "auto"
+///   implicit::ImplicitLayer<double> layer(map, solver, options);
+///   implicit::Matrix<double> z = implicit::Matrix<double>::Zero(n, batch);
+///   implicit::Summary forward = layer.Forward(z);          // z <- z*
+///   implicit::Matrix<double> dLdz = z - target;            // d(0.5|z* - t|^2)/dz*
+///   implicit::BackwardResult<double> g = layer.Backward(dLdz);
+///   if (!g.ok()) std::cerr << g.summary.BriefReport() << "\n";   // never zeros
+///   else params.values() -= lr * g.parameter_gradient;     // layout: map.parameters()
+/// \endcode
+///
+/// or, without the layer object, ImplicitBackward(map, z_star, dLdz, options).
+///
+/// Methods (BackwardOptions::method; the options are in backward_options.h):
+/// \verbatim
+///   kImplicit      the exact IFT gradient (default).
+///   kJacobianFree  Jacobian-free backprop (Fung et al.): u = dL/dz*, i.e. I - J
+///                  replaced by I. No linear solve; a descent direction when J is
+///                  small, not the gradient.
+///   kPhantom       phantom gradient (Geng et al.): differentiate k damped steps
+///                  z_{j+1} = (1 - l) z_j + l f(z_j) started at z_0 = z* (held
+///                  constant) by reverse accumulation. Every step is taken at z*,
+///                  so with M = (1 - l) I + l J^T the adjoint is the truncated
+///                  Neumann series  u = l sum_{i=0}^{k-1} M^i dL/dz*  (k - 1
+///                  vector-Jacobian products). As k -> inf it tends to the IFT
+///                  adjoint l (I - M)^{-1} g = (I - J^T)^{-1} g when the spectral
+///                  radius of M is < 1.
+/// \endverbatim
+///
+/// Failure is reported, never hidden: when the adjoint solve of a sample does not
+/// reach the tolerance (not converged, NaN, singular I - J, breakdown), the
+/// summary says so (IsConverged() false, per-sample status) and ok() is false.
+/// BackwardOptions::failed_samples (FailedSamplePolicy) says what the gradients
+/// are then: kNaN (default) the sample's adjoint and input-gradient columns and
+/// the parameter gradient (a sum over the batch) are NaN; kSkip the sample
+/// contributes zero (the gradient of the batch without it); kThrow the pass
+/// throws ConvergenceError. Gradients are never silently zero.
 #pragma once
 
 #include <implicit/core/map.h>
@@ -68,43 +74,48 @@
 
 namespace implicit {
 
-// Thrown by a backward pass under FailedSamplePolicy::kThrow when some sample
-// failed. what() says how many samples failed and their statuses.
+/// Thrown by a backward pass under FailedSamplePolicy::kThrow when some sample
+/// failed. what() says how many samples failed and their statuses.
 class ConvergenceError : public std::runtime_error {
  public:
+  /// An error with the message `what` carrying the backward pass's summary.
   ConvergenceError(const std::string& what, LinearSolveSummary summary)
       : std::runtime_error(what), summary(std::move(summary)) {}
-  // The backward summary: per-sample statuses (kFailure for a sample rejected
-  // because its forward solve did not converge), residuals, message.
+  /// The backward summary: per-sample statuses (kFailure for a sample rejected
+  /// because its forward solve did not converge), residuals, message.
   LinearSolveSummary summary;
 };
 
+/// What a backward pass returns: the adjoint solve's summary, the adjoint and
+/// the gradients with respect to the parameters and the input.
 template <typename Scalar>
 struct BackwardResult {
-  // The adjoint solve (for kJacobianFree / kPhantom: solver "jacobian_free" /
-  // "phantom", kConverged when finite, and `relative_residual` the relative IFT residual
-  // |g - (I - J)^T u| / |g| of the approximate adjoint, i.e. how far from exact).
+  /// The adjoint solve (for kJacobianFree / kPhantom: solver "jacobian_free" /
+  /// "phantom", kConverged when finite, and `relative_residual` the relative IFT residual
+  /// |g - (I - J)^T u| / |g| of the approximate adjoint, i.e. how far from exact).
   LinearSolveSummary summary;
-  // u, n x B: the adjoint the gradients are computed from. A failed sample's
-  // column is NaN (FailedSamplePolicy::kNaN) or zero (kSkip).
+  /// u, n x B: the adjoint the gradients are computed from. A failed sample's
+  /// column is NaN (FailedSamplePolicy::kNaN) or zero (kSkip).
   Matrix<Scalar> adjoint;
-  // dL/dtheta in the layout of map.parameters(); empty when num_parameters() == 0.
+  /// dL/dtheta in the layout of map.parameters(); empty when num_parameters() == 0.
   Vector<Scalar> parameter_gradient;
-  // dL/dx, input_dimension() x B; empty when input_dimension() == 0.
+  /// dL/dx, input_dimension() x B; empty when input_dimension() == 0.
   Matrix<Scalar> input_gradient;
 
-  // True when every sample's adjoint is valid (summary converged).
+  /// True when every sample's adjoint is valid (summary converged).
   bool ok() const { return summary.IsConverged(); }
 };
 
-// The backward pass at an equilibrium z_star (n x B) of `map` for the loss
-// gradient grad_z = dL/dz* (n x B). Requires map.HasJacobianProducts() (except
-// for kJacobianFree), and ParameterVectorJacobianProduct /
-// InputVectorJacobianProduct when num_parameters() / input_dimension() > 0.
-// Throws std::invalid_argument on bad options or shapes. Cost of kImplicit:
-// summary.jacobian_products vector-Jacobian products plus one parameter VJP and one
-// input VJP; memory: the linear solver's workspace (a few n x B matrices; GMRES
-// restart + 1 of them; "direct" n x n x B).
+/// The backward pass at an equilibrium z_star (n x B) of `map` for the loss
+/// gradient grad_z = dL/dz* (n x B). Requires map.HasJacobianProducts() (except
+/// for kJacobianFree), and ParameterVectorJacobianProduct /
+/// InputVectorJacobianProduct when num_parameters() / input_dimension() > 0.
+/// Cost of kImplicit: summary.jacobian_products vector-Jacobian products plus
+/// one parameter VJP and one input VJP; memory: the linear solver's workspace
+/// (a few n x B matrices; GMRES restart + 1 of them; "direct" n x n x B).
+/// \throws std::invalid_argument on bad options or shapes, or when the method
+///         needs vector-Jacobian products and the map has none.
+/// \throws ConvergenceError when a sample failed under FailedSamplePolicy::kThrow.
 template <typename Scalar>
 BackwardResult<Scalar> ImplicitBackward(
     const FixedPointMap<Scalar>& map,
@@ -112,11 +123,14 @@ BackwardResult<Scalar> ImplicitBackward(
     ConstMatrixRef<typename internal::NonDeduced<Scalar>::type> grad_z,
                                         const BackwardOptions& options = BackwardOptions());
 
-// The same at the end point z_star of a forward solve summarised by `forward`:
-// with options.require_converged_forward, samples whose forward status is not
-// kConverged are failed samples too (status kFailure, handled by
-// options.failed_samples), not differentiated at a point that is not an
-// equilibrium. What ImplicitLayer::Backward does.
+/// The same at the end point z_star of a forward solve summarised by `forward`:
+/// with options.require_converged_forward, samples whose forward status is not
+/// kConverged are failed samples too (status kFailure, handled by
+/// options.failed_samples), not differentiated at a point that is not an
+/// equilibrium. What ImplicitLayer::Backward does.
+/// \throws std::invalid_argument on bad options or shapes, or when the method
+///         needs vector-Jacobian products and the map has none.
+/// \throws ConvergenceError when a sample failed under FailedSamplePolicy::kThrow.
 template <typename Scalar>
 BackwardResult<Scalar> ImplicitBackward(
     const FixedPointMap<Scalar>& map,
@@ -124,29 +138,41 @@ BackwardResult<Scalar> ImplicitBackward(
     ConstMatrixRef<typename internal::NonDeduced<Scalar>::type> grad_z, const Summary& forward,
     const BackwardOptions& options = BackwardOptions());
 
-// A fixed-point layer: forward by any forward solver, backward by the implicit
-// function theorem. Keeps only z* (and the forward Summary) between the two:
-// no tape. The map and the solver are held by reference and must outlive it.
+/// A fixed-point layer: forward by any forward solver, backward by the implicit
+/// function theorem. Keeps only z* (and the forward Summary) between the two:
+/// no tape. The map and the solver are held by reference and must outlive it.
 template <typename Scalar>
 class ImplicitLayer {
  public:
-  // Throws std::invalid_argument on invalid options.
+  /// A layer solving `map` with `solver` and differentiating with `options`.
+  /// \throws std::invalid_argument on invalid options.
   ImplicitLayer(const FixedPointMap<Scalar>& map, const Solver<Scalar>& solver,
                 BackwardOptions options = BackwardOptions());
 
-  // Solves z = f(z) in place from z's values (the initial guess) and remembers z*.
+  /// Solves z = f(z) in place from z's values (the initial guess) and remembers z*.
+  /// \param z n x B: the initial guesses on entry, z* on return.
+  /// \return the forward solver's Summary (also kept as forward_summary()).
+  /// \throws std::invalid_argument when the solver does (bad shapes, an empty batch).
   Summary Forward(MatrixRef<Scalar> z);
-  // Gradients for dL/dz* = grad_z (n x B, the batch of the last Forward):
-  // ImplicitBackward(map, z*, grad_z, forward_summary(), options()). Throws
-  // std::logic_error before the first Forward, ConvergenceError under
-  // FailedSamplePolicy::kThrow.
+  /// Gradients for dL/dz* = grad_z (n x B, the batch of the last Forward):
+  /// ImplicitBackward(map, z*, grad_z, forward_summary(), options()).
+  /// \throws std::logic_error before the first Forward.
+  /// \throws ConvergenceError when a sample failed under FailedSamplePolicy::kThrow.
+  /// \throws std::invalid_argument when grad_z's shape differs from z*'s.
   BackwardResult<Scalar> Backward(ConstMatrixRef<Scalar> grad_z) const;
 
+  /// True once a Forward has completed (Backward may then be called).
   bool has_equilibrium() const { return has_equilibrium_; }
+  /// z* (n x B) of the last Forward; empty before the first.
   const Matrix<Scalar>& equilibrium() const { return z_star_; }
+  /// The forward solver's Summary of the last Forward.
   const Summary& forward_summary() const { return forward_summary_; }
+  /// The options of the backward pass.
   const BackwardOptions& options() const { return options_; }
-  void set_options(const BackwardOptions& options);  // validated
+  /// Replaces the options of the backward pass.
+  /// \throws std::invalid_argument on invalid options (the old ones are kept).
+  void set_options(const BackwardOptions& options);
+  /// The map the layer solves and differentiates.
   const FixedPointMap<Scalar>& map() const { return map_; }
 
  private:
@@ -162,7 +188,7 @@ class ImplicitLayer {
 
 namespace internal {
 
-// "k of B samples failed (sample 3: max_iterations, ...)", the first few named.
+/// "k of B samples failed (sample 3: max_iterations, ...)", the first few named.
 inline std::string FailedSamplesReport(const std::vector<TerminationType>& status) {
   constexpr int kNamed = 8;
   std::string named;
@@ -179,8 +205,8 @@ inline std::string FailedSamplesReport(const std::vector<TerminationType>& statu
          " samples failed (" + named + ")";
 }
 
-// The backward pass; with a `forward` summary (and require_converged_forward)
-// samples whose forward solve did not converge are failed samples too.
+/// The backward pass; with a `forward` summary (and require_converged_forward)
+/// samples whose forward solve did not converge are failed samples too.
 template <typename Scalar>
 BackwardResult<Scalar> ImplicitBackwardImpl(const FixedPointMap<Scalar>& map,
                                             ConstMatrixRef<Scalar> z_star,
@@ -412,8 +438,9 @@ BackwardResult<Scalar> ImplicitLayer<Scalar>::Backward(ConstMatrixRef<Scalar> gr
                                                 &forward_summary_);
 }
 
-// Compiled once for float and double (solvers/src/diff/implicit_diff.cc; see
-// "Compile once" in types.h). `prefix` is `extern` or empty.
+/// \cond INTERNAL
+/// Compiled once for float and double (solvers/src/diff/implicit_diff.cc; see
+/// "Compile once" in types.h). `prefix` is `extern` or empty.
 #define IMPLICIT_BACKWARD_INSTANCES(prefix, Scalar)                                        \
   prefix template BackwardResult<Scalar> internal::ImplicitBackwardImpl<Scalar>(           \
       const FixedPointMap<Scalar>&, ConstMatrixRef<Scalar>, ConstMatrixRef<Scalar>,         \
@@ -429,5 +456,6 @@ BackwardResult<Scalar> ImplicitLayer<Scalar>::Backward(ConstMatrixRef<Scalar> gr
 IMPLICIT_BACKWARD_INSTANCES(extern, float);
 IMPLICIT_BACKWARD_INSTANCES(extern, double);
 #endif
+/// \endcond
 
 }  // namespace implicit

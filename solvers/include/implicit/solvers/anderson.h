@@ -1,59 +1,64 @@
-// Anderson acceleration (type II, "Anderson mixing") for z = f(z), guarded.
-//
-// Each sample keeps its own short history of the last `memory` differences of
-// iterates dZ = [z_i+1 - z_i] and of residuals dG = [g_i+1 - g_i], with
-// g(z) = f(z) - z, and solves its own small regularised least-squares problem
-//
-//   gamma = argmin_gamma |g_k - dG gamma|^2 + lambda |gamma|^2
-//   q     = beta g_k - (dZ + beta dG) gamma          (beta = mixing)
-//
-// q is the Anderson step from z_k (with an empty history, the damped Picard
-// step beta g). Memory: 2 n m B scalars plus an m x m Gram matrix per
-// sample, all allocated before the loop (the loop never touches the heap).
-// For a linear map Anderson with full memory reproduces GMRES.
-//
-// The step is guarded (internal/guarded_step.h, docs/acceleration.md):
-//  * maps with an energy (CccpMap, GradientStepMap, the Energy Transformer's
-//    map): E is the merit function. q must be a descent direction; the trial
-//    points y = z + (1 - tau) beta g + tau q (tau = 1, 1/2, ...) must pass
-//    Armijo's test E(y) <= E(z) - sufficient_decrease * g . (y - z) (-grad E
-//    = g); otherwise the safe step z + beta g is taken and the history
-//    cleared. The accepted iterates never increase E,
-//    and a root-finder's pull towards saddles of E is refused: Anderson ends
-//    at minima, like the safe step it accelerates. A trial's E comes with its
-//    f from one evaluation; an accepted trial costs nothing more.
-//  * maps without an energy: a trial whose residual exceeds residual_factor x
-//    the sample's best residual is rejected the same way.
-//  * relative ridge: lambda = ridge * trace(dG^T dG) / k scales with the
-//    history (an absolute ridge would dominate near convergence and stall);
-//  * ill-conditioned history: the history is cleared when a Cholesky pivot of
-//    the k x k system falls to condition_limit x its largest diagonal entry
-//    (never a NaN from a singular system);
-//  * predicted gain: the step is proposed only when the least squares
-//    predicts |g_k - dG gamma| <= max_predicted_residual |g_k| (default 0.5);
-//    otherwise the plain step is taken at no extra evaluation and the history
-//    kept (a map that already contracts fast gains nothing from extrapolation);
-//  * fast contraction: when the map contracted the last step by at least
-//    fast_contraction (0.1), |f(z_k) - f(z_k-1)| <= 0.1 |z_k - z_k-1|, the
-//    history is cut to the newest pair; the first such step is plain, a
-//    second one in a row extrapolates from that pair alone.
-// Summary::sample_accelerated_steps / sample_backtracks / sample_fallbacks
-// count what the guard did per sample; only active samples are evaluated.
-//
-// Never worse off than Picard (internal::PicardFallback, docs/acceleration.md):
-// without an energy the first warmup_iterations (8) steps are plain; a sample
-// whose accelerated steps do not halve its best residual (or lower its best
-// energy) within progress_window (5) iterations is put back at its best
-// iterate and takes plain steps with a fresh history — for at least a window,
-// doubling after each consecutive failure, and until they set a new best —
-// then accelerates again. It is declared stalled only when those plain steps
-// made no progress for max_stall_iterations.
-//
-//   implicit::AndersonSolver<double>::Options options;
-//   options.memory = 5;
-//   options.absolute_tolerance = 1e-10;
-//   implicit::AndersonSolver<double> solver(options);   // throws on bad options
-//   implicit::Summary summary = solver.Solve(map, z);   // z: n x B, updated in place
+/// \file
+/// Anderson acceleration (type II, "Anderson mixing") for z = f(z), guarded.
+///
+/// Each sample keeps its own short history of the last `memory` differences of
+/// iterates dZ = [z_i+1 - z_i] and of residuals dG = [g_i+1 - g_i], with
+/// g(z) = f(z) - z, and solves its own small regularised least-squares problem
+///
+/// \verbatim
+///   gamma = argmin_gamma |g_k - dG gamma|^2 + lambda |gamma|^2
+///   q     = beta g_k - (dZ + beta dG) gamma          (beta = mixing)
+/// \endverbatim
+///
+/// q is the Anderson step from z_k (with an empty history, the damped Picard
+/// step beta g). Memory: 2 n m B scalars plus an m x m Gram matrix per
+/// sample, all allocated before the loop (the loop never touches the heap).
+/// For a linear map Anderson with full memory reproduces GMRES.
+///
+/// The step is guarded (internal/guarded_step.h, docs/acceleration.md):
+///  * maps with an energy (CccpMap, GradientStepMap, the Energy Transformer's
+///    map): E is the merit function. q must be a descent direction; the trial
+///    points y = z + (1 - tau) beta g + tau q (tau = 1, 1/2, ...) must pass
+///    Armijo's test E(y) <= E(z) - sufficient_decrease * g . (y - z) (-grad E
+///    = g); otherwise the safe step z + beta g is taken and the history
+///    cleared. The accepted iterates never increase E,
+///    and a root-finder's pull towards saddles of E is refused: Anderson ends
+///    at minima, like the safe step it accelerates. A trial's E comes with its
+///    f from one evaluation; an accepted trial costs nothing more.
+///  * maps without an energy: a trial whose residual exceeds residual_factor x
+///    the sample's best residual is rejected the same way.
+///  * relative ridge: lambda = ridge * trace(dG^T dG) / k scales with the
+///    history (an absolute ridge would dominate near convergence and stall);
+///  * ill-conditioned history: the history is cleared when a Cholesky pivot of
+///    the k x k system falls to condition_limit x its largest diagonal entry
+///    (never a NaN from a singular system);
+///  * predicted gain: the step is proposed only when the least squares
+///    predicts |g_k - dG gamma| <= max_predicted_residual |g_k| (default 0.5);
+///    otherwise the plain step is taken at no extra evaluation and the history
+///    kept (a map that already contracts fast gains nothing from extrapolation);
+///  * fast contraction: when the map contracted the last step by at least
+///    fast_contraction (0.1), |f(z_k) - f(z_k-1)| <= 0.1 |z_k - z_k-1|, the
+///    history is cut to the newest pair; the first such step is plain, a
+///    second one in a row extrapolates from that pair alone.
+/// Summary::sample_accelerated_steps / sample_backtracks / sample_fallbacks
+/// count what the guard did per sample; only active samples are evaluated.
+///
+/// Never worse off than Picard (internal::PicardFallback, docs/acceleration.md):
+/// without an energy the first warmup_iterations (8) steps are plain; a sample
+/// whose accelerated steps do not halve its best residual (or lower its best
+/// energy) within progress_window (5) iterations is put back at its best
+/// iterate and takes plain steps with a fresh history — for at least a window,
+/// doubling after each consecutive failure, and until they set a new best —
+/// then accelerates again. It is declared stalled only when those plain steps
+/// made no progress for max_stall_iterations.
+///
+/// \code
+///   implicit::AndersonSolver<double>::Options options;
+///   options.memory = 5;
+///   options.absolute_tolerance = 1e-10;
+///   implicit::AndersonSolver<double> solver(options);   // throws on bad options
+///   implicit::Summary summary = solver.Solve(map, z);   // z: n x B, updated in place
+/// \endcode
 #pragma once
 
 #include <implicit/solvers/internal/batch_evaluator.h>
@@ -69,53 +74,60 @@
 
 namespace implicit {
 
+/// Anderson acceleration (type II) of z = f(z), per sample, with the energy
+/// or residual guard and the Picard fallback described in anderson.h.
 template <typename Scalar>
 class AndersonSolver : public Solver<Scalar> {
  public:
+  /// The options of AndersonSolver: the shared SolverOptions, the guard's and
+  /// the Picard fallback's fields (sufficient_decrease, max_backtracks,
+  /// backtrack_factor, residual_factor; warmup_iterations, progress_window,
+  /// progress_factor: internal/guarded_step.h), and Anderson's own below.
   struct Options : SolverOptions, internal::GuardOptions, internal::FallbackOptions {
-    // m: the number of (dZ, dG) difference pairs each sample keeps (the oldest
-    // is overwritten when full). >= 1.
+    /// m: the number of (dZ, dG) difference pairs each sample keeps (the oldest
+    /// is overwritten when full). >= 1.
     int memory = 5;
-    // beta: weight of the residual g = f(z) - z in the update (1 = undamped
-    // Anderson; beta < 1 damps, as in Picard's `damping`). Finite and > 0.
+    /// beta: weight of the residual g = f(z) - z in the update (1 = undamped
+    /// Anderson; beta < 1 damps, as in Picard's `damping`). Finite and > 0.
     double mixing = 1.0;
-    // Relative Tikhonov ridge: the least-squares system solved is
-    // (dG^T dG + lambda I) gamma = dG^T g with lambda = ridge * trace(dG^T dG) / k
-    // (k = stored pairs), i.e. relative to the mean squared norm of the history.
-    // Being relative it scales with the residuals; an absolute ridge would
-    // swamp dG^T dG at small residuals and stall the method. Finite and >= 0.
+    /// Relative Tikhonov ridge: the least-squares system solved is
+    /// (dG^T dG + lambda I) gamma = dG^T g with lambda = ridge * trace(dG^T dG) / k
+    /// (k = stored pairs), i.e. relative to the mean squared norm of the history.
+    /// Being relative it scales with the residuals; an absolute ridge would
+    /// swamp dG^T dG at small residuals and stall the method. Finite and >= 0.
     double ridge = 1e-10;
-    // Ill-conditioning test: during the Cholesky factorisation of the ridged
-    // k x k system M, the history is cleared (and the safe step taken)
-    // when a pivot d_j = M_jj - sum_{l<j} L_jl^2 satisfies
-    // d_j <= condition_limit * max_i M_ii (or is not finite). The ratio
-    // approximates 1/cond(M) = 1/cond(dG)^2. In [0, 1); the default,
-    // 100 x machine epsilon of Scalar, only catches numerically singular
-    // systems (in double the relative ridge acts first).
+    /// Ill-conditioning test: during the Cholesky factorisation of the ridged
+    /// k x k system M, the history is cleared (and the safe step taken)
+    /// when a pivot d_j = M_jj - sum_{l<j} L_jl^2 satisfies
+    /// d_j <= condition_limit * max_i M_ii (or is not finite). The ratio
+    /// approximates 1/cond(M) = 1/cond(dG)^2. In [0, 1); the default,
+    /// 100 x machine epsilon of Scalar, only catches numerically singular
+    /// systems (in double the relative ridge acts first).
     double condition_limit = 100.0 * static_cast<double>(std::numeric_limits<Scalar>::epsilon());
-    // Predicted gain: the accelerated step is proposed only when the
-    // linearised residual it predicts, |g_k - dG gamma|, is at most
-    // max_predicted_residual x |g_k|; otherwise the plain step beta g_k is
-    // taken and the history kept. Where the map already contracts fast (a
-    // saturated softmax) the least squares predicts little gain, and the
-    // extrapolation would only cost evaluations. In (0, 1]; 1 = off (gamma = 0
-    // always predicts |g_k|).
+    /// Predicted gain: the accelerated step is proposed only when the
+    /// linearised residual it predicts, |g_k - dG gamma|, is at most
+    /// max_predicted_residual x |g_k|; otherwise the plain step beta g_k is
+    /// taken and the history kept. Where the map already contracts fast (a
+    /// saturated softmax) the least squares predicts little gain, and the
+    /// extrapolation would only cost evaluations. In (0, 1]; 1 = off (gamma = 0
+    /// always predicts |g_k|).
     double max_predicted_residual = 0.5;
-    // Fast contraction: when the map contracted the last step by this factor
-    // or more, |f(z_k) - f(z_k-1)| <= fast_contraction |z_k - z_k-1|, the
-    // older pairs describe the transient, not the map near its fixed point:
-    // the history is cut to the newest pair. On the first such step the
-    // plain step is taken: where the map is locally (nearly) constant — a
-    // saturated softmax, an entmax whose support has settled — Picard's step
-    // is (nearly) exact and any extrapolation would spoil it. When the map
-    // contracted fast on the step before too (a steady linear rate), the
-    // step extrapolates from the newest pair alone (the secant step, which
-    // removes the slowest direction of that rate). In [0, 1); 0 = off.
+    /// Fast contraction: when the map contracted the last step by this factor
+    /// or more, |f(z_k) - f(z_k-1)| <= fast_contraction |z_k - z_k-1|, the
+    /// older pairs describe the transient, not the map near its fixed point:
+    /// the history is cut to the newest pair. On the first such step the
+    /// plain step is taken: where the map is locally (nearly) constant — a
+    /// saturated softmax, an entmax whose support has settled — Picard's step
+    /// is (nearly) exact and any extrapolation would spoil it. When the map
+    /// contracted fast on the step before too (a steady linear rate), the
+    /// step extrapolates from the newest pair alone (the secant step, which
+    /// removes the slowest direction of that rate). In [0, 1); 0 = off.
     double fast_contraction = 0.1;
     // The guard (sufficient_decrease, max_backtracks, backtrack_factor,
     // residual_factor) is described at the top of this file.
 
-    // Checks every field (the shared ones first); on failure names the field in *error.
+    /// Checks every field (the shared ones first); on failure names the field in *error.
+    /// \return true when every field is in range.
     bool IsValid(std::string* error) const {
       if (!SolverOptions::IsValid(error) || !GuardOptions::IsValid(error) || !FallbackOptions::IsValid(error))
         return false;
@@ -137,19 +149,23 @@ class AndersonSolver : public Solver<Scalar> {
     }
   };
 
+  /// A solver with the given options.
+  /// \throws std::invalid_argument("anderson: invalid options: ...") when
+  ///         options.IsValid() fails.
   explicit AndersonSolver(const Options& options = Options()) : options_(options) {
     std::string error;
     internal::ThrowIfInvalid(name(), options_.IsValid(&error), error);
   }
+  /// The options the solver was built with.
   const Options& options() const { return options_; }
   std::string name() const override { return "anderson"; }
 
   Summary Solve(const FixedPointMap<Scalar>& map, MatrixRef<Scalar> z) const override;
 
  private:
-  // Solves (G + lambda I) gamma = rhs for the k x k Gram block G with the
-  // relative ridge, by an in-place Cholesky factorisation in `chol`. Returns
-  // false (history must be cleared) when a pivot fails the condition test.
+  /// Solves (G + lambda I) gamma = rhs for the k x k Gram block G with the
+  /// relative ridge, by an in-place Cholesky factorisation in `chol`. Returns
+  /// false (history must be cleared) when a pivot fails the condition test.
   bool SolveGram(const Eigen::Ref<const Matrix<double>>& G, Index k, Matrix<double>* chol_ptr,
                  Vector<double>* rhs_ptr, Vector<double>* gamma_ptr) const {
     Matrix<double>& L = *chol_ptr;

@@ -1,41 +1,46 @@
-// Limited-memory "good" Broyden method for the root g(z) = f(z) - z = 0, guarded.
-//
-// Each sample keeps an approximation of the inverse Jacobian of g in
-// Sherman-Morrison (low-rank) form
-//
-//   H = -I + sum_{i<k} u_i v_i^T,        proposed step  p = -H g
-//
-// and after each step s = z_new - z, y = g(z_new) - g(z) applies the good
-// Broyden update H <- H + (s - H y) s^T H / (s^T H y), i.e. stores the pair
-// u = (s - H y) / (s^T H y), v = H^T s. H starts at -I, so the first step is
-// the plain Picard step z <- f(z). Storage is bounded by `memory` pairs per
-// sample (2 n memory B scalars in all), never by the iteration count: when a
-// sample's memory is full, its approximation restarts from -I. A tiny update
-// denominator |s^T H y| <= sqrt(eps) |s| |H y| (or a non-finite one) also
-// restarts that sample instead of dividing. All memory is allocated before the
-// loop; the loop never touches the heap.
-//
-// The step is guarded exactly like Anderson's (internal/guarded_step.h): on
-// maps with an energy, p must be a descent direction and the trial points
-// z + (1 - tau) g + tau p must decrease E sufficiently, else the safe step
-// f(z) is taken and H restarts from -I; each backtracking round is ONE
-// evaluation of the samples still searching. Without an energy, trials are
-// checked against residual_factor x the best residual (default: off).
-//
-// Fast contraction (as Anderson's, anderson.h): when the map contracted the
-// last step by fast_contraction (0.1) or more, |f(z_new) - f(z_old)| <=
-// 0.1 |s|, H restarts from -I and keeps only that step's update (the older
-// pairs describe the transient); the first such step is followed by the plain
-// step, a second in a row by the Broyden step of that one pair.
-//
-// The Picard fallback (as Anderson's, anderson.h; internal::PicardFallback):
-// plain warm-up steps without an energy, windows of progress_window
-// accelerated iterations that must halve the best residual, else plain steps
-// from the best iterate with H restarted from -I.
-//
-//   implicit::BroydenSolver<double>::Options options;
-//   options.memory = 20;
-//   implicit::Summary s = implicit::BroydenSolver<double>(options).Solve(map, z);
+/// \file
+/// Limited-memory "good" Broyden method for the root g(z) = f(z) - z = 0, guarded.
+///
+/// Each sample keeps an approximation of the inverse Jacobian of g in
+/// Sherman-Morrison (low-rank) form
+///
+/// \verbatim
+///   H = -I + sum_{i<k} u_i v_i^T,        proposed step  p = -H g
+/// \endverbatim
+///
+/// and after each step s = z_new - z, y = g(z_new) - g(z) applies the good
+/// Broyden update H <- H + (s - H y) s^T H / (s^T H y), i.e. stores the pair
+/// u = (s - H y) / (s^T H y), v = H^T s. H starts at -I, so the first step is
+/// the plain Picard step z <- f(z). Storage is bounded by `memory` pairs per
+/// sample (2 n memory B scalars in all), never by the iteration count: when a
+/// sample's memory is full, its approximation restarts from -I. A tiny update
+/// denominator |s^T H y| <= sqrt(eps) |s| |H y| (or a non-finite one) also
+/// restarts that sample instead of dividing. All memory is allocated before the
+/// loop; the loop never touches the heap.
+///
+/// The step is guarded exactly like Anderson's (internal/guarded_step.h): on
+/// maps with an energy, p must be a descent direction and the trial points
+/// z + (1 - tau) g + tau p must decrease E sufficiently, else the safe step
+/// f(z) is taken and H restarts from -I; each backtracking round is ONE
+/// evaluation of the samples still searching. Without an energy, trials are
+/// checked against residual_factor x the best residual (default: off).
+///
+/// Fast contraction (as Anderson's, anderson.h): when the map contracted the
+/// last step by fast_contraction (0.1) or more, |f(z_new) - f(z_old)| <=
+/// 0.1 |s|, H restarts from -I and keeps only that step's update (the older
+/// pairs describe the transient); the first such step is followed by the plain
+/// step, a second in a row by the Broyden step of that one pair.
+///
+/// The Picard fallback (as Anderson's, anderson.h; internal::PicardFallback):
+/// plain warm-up steps without an energy, windows of progress_window
+/// accelerated iterations that must halve the best residual, else plain steps
+/// from the best iterate with H restarted from -I.
+///
+/// \code
+///   implicit::BroydenSolver<double>::Options options;
+///   options.memory = 20;
+///   implicit::Summary s = implicit::BroydenSolver<double>(options).Solve(map, z);
+/// \endcode
 #pragma once
 
 #include <implicit/solvers/internal/batch_evaluator.h>
@@ -51,23 +56,32 @@
 
 namespace implicit {
 
+/// The limited-memory "good" Broyden method for g(z) = f(z) - z = 0, per
+/// sample, with the guard, fast-contraction rule and Picard fallback
+/// described in broyden.h.
 template <typename Scalar>
 class BroydenSolver : public Solver<Scalar> {
  public:
+  /// The options of BroydenSolver: the shared SolverOptions, the guard's and
+  /// the Picard fallback's fields (sufficient_decrease, max_backtracks,
+  /// backtrack_factor, residual_factor; warmup_iterations, progress_window,
+  /// progress_factor: internal/guarded_step.h), and Broyden's own below.
   struct Options : SolverOptions, internal::GuardOptions, internal::FallbackOptions {
-    // Maximum number of rank-one pairs (u_i, v_i) each sample stores. When a
-    // sample's memory is full its inverse-Jacobian approximation restarts
-    // from -I, so storage never grows with the iteration count. >= 1.
+    /// Maximum number of rank-one pairs (u_i, v_i) each sample stores. When a
+    /// sample's memory is full its inverse-Jacobian approximation restarts
+    /// from -I, so storage never grows with the iteration count. >= 1.
     int memory = 20;
-    // Fast contraction (see above): restart from the newest pair where the map
-    // contracted the last step by this factor or more. In [0, 1); 0 = off.
+    /// Fast contraction (see broyden.h): restart from the newest pair where the map
+    /// contracted the last step by this factor or more. In [0, 1); 0 = off.
     double fast_contraction = 0.1;
-    // The guard (sufficient_decrease, max_backtracks, backtrack_factor,
-    // residual_factor) is described at the top of this file. Without an
-    // energy the default residual_factor = 0 takes every full Broyden step.
+    /// The defaults; unlike the other guarded solvers, residual_factor is 0:
+    /// without an energy every full Broyden step is taken (the guard,
+    /// sufficient_decrease, max_backtracks, backtrack_factor, residual_factor,
+    /// is described in broyden.h).
     Options() { residual_factor = 0.0; }
 
-    // Checks every field (the shared ones first); on failure names the field in *error.
+    /// Checks every field (the shared ones first); on failure names the field in *error.
+    /// \return true when every field is in range.
     bool IsValid(std::string* error) const {
       if (!SolverOptions::IsValid(error) || !GuardOptions::IsValid(error) || !FallbackOptions::IsValid(error))
         return false;
@@ -80,10 +94,14 @@ class BroydenSolver : public Solver<Scalar> {
     }
   };
 
+  /// A solver with the given options.
+  /// \throws std::invalid_argument("broyden: invalid options: ...") when
+  ///         options.IsValid() fails.
   explicit BroydenSolver(const Options& options = Options()) : options_(options) {
     std::string error;
     internal::ThrowIfInvalid(name(), options_.IsValid(&error), error);
   }
+  /// The options the solver was built with.
   const Options& options() const { return options_; }
   std::string name() const override { return "broyden"; }
 

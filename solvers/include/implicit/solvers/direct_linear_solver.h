@@ -1,7 +1,10 @@
-// The dense linear solver "direct": each sample's n x n matrix built from n
-// batch products and solved by LU with full pivoting (small problems only).
-//
-//   implicit::LinearSolveSummary s = implicit::DirectLinearSolve<double>(apply, rhs, u, options);
+/// \file
+/// The dense linear solver "direct": each sample's n x n matrix built from n
+/// batch products and solved by LU with full pivoting (small problems only).
+///
+/// \code
+///   implicit::LinearSolveSummary s = implicit::DirectLinearSolve<double>(apply, rhs, u, options);
+/// \endcode
 #pragma once
 
 #include <implicit/solvers/internal/batch_monitor.h>
@@ -20,6 +23,13 @@
 
 namespace implicit {
 
+/// The linear solver "direct": solves A u_b = rhs_b for every column b of
+/// rhs (n x B) by building each sample's n x n matrix from n batch products
+/// and solving it by LU with full pivoting (memory n*n*B: small problems
+/// only). u (n x B) holds the initial guess on entry and the result on
+/// return; a numerically singular matrix makes the sample kFailure.
+/// \throws std::invalid_argument on invalid options or when rhs is empty or
+///         u's shape differs from rhs's.
 template <typename Scalar>
 LinearSolveSummary DirectLinearSolve(const LinearOperator<Scalar>& apply,
                                      ConstMatrixRef<Scalar> rhs, MatrixRef<Scalar> u,
@@ -59,6 +69,8 @@ LinearSolveSummary DirectLinearSolve(const LinearOperator<Scalar>& apply,
   return m.FinishLinear();
 }
 
+/// \cond INTERNAL
 IMPLICIT_EXTERN_LINEAR_SOLVE(DirectLinearSolve);
+/// \endcond
 
 }  // namespace implicit

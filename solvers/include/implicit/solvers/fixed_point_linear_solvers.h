@@ -1,10 +1,13 @@
-// The fixed-point linear solvers "fixed_point", "anderson" and "broyden": A u
-// = rhs as the fixed point of u -> u + rhs - A u, solved by the forward
-// solvers (picard.h, anderson.h, broyden.h) with their safeguards. Called
-// through SolveLinearSystem (linear_solvers.h) or directly:
-//
-//   implicit::LinearSolveSummary s =
-//       implicit::AndersonLinearSolve<double>(apply, rhs, u, options);
+/// \file
+/// The fixed-point linear solvers "fixed_point", "anderson" and "broyden": A u
+/// = rhs as the fixed point of u -> u + rhs - A u, solved by the forward
+/// solvers (picard.h, anderson.h, broyden.h) with their safeguards. Called
+/// through SolveLinearSystem (linear_solvers.h) or directly:
+///
+/// \code
+///   implicit::LinearSolveSummary s =
+///       implicit::AndersonLinearSolve<double>(apply, rhs, u, options);
+/// \endcode
 #pragma once
 
 #include <implicit/solvers/anderson.h>
@@ -26,8 +29,8 @@ namespace implicit {
 
 namespace internal {
 
-// A u = rhs in fixed-point form, u = u + (rhs - A u): the map whose fixed
-// point the forward solvers find (for A = I - J^T, u = J^T u + rhs).
+/// A u = rhs in fixed-point form, u = u + (rhs - A u): the map whose fixed
+/// point the forward solvers find (for A = I - J^T, u = J^T u + rhs).
 template <typename Scalar>
 class LinearFixedPointMap final : public FixedPointMap<Scalar> {
  public:
@@ -44,16 +47,16 @@ class LinearFixedPointMap final : public FixedPointMap<Scalar> {
   const Matrix<Scalar>& rhs_;
 };
 
-// Solves A u = rhs with the forward solver `solver` (picard, anderson,
-// broyden) on LinearFixedPointMap, so that the adjoint solve has the forward
-// solve's safeguards and per-sample bookkeeping. Every column is scaled by
-// 1 / |rhs_b| first, so that the forward solver's one absolute tolerance is
-// the per-sample relative one; the result is then checked on the true residual
-// like every linear solve. The forward solver aims at half the tolerance: the
-// scaled residual it measures and the true residual checked afterwards differ
-// by rounding, and a solve stopped exactly at the tolerance would otherwise be
-// judged unconverged now and then when the tolerance is close to rounding
-// (1e-13 in double). Half costs about one contraction step more.
+/// Solves A u = rhs with the forward solver `solver` (picard, anderson,
+/// broyden) on LinearFixedPointMap, so that the adjoint solve has the forward
+/// solve's safeguards and per-sample bookkeeping. Every column is scaled by
+/// 1 / |rhs_b| first, so that the forward solver's one absolute tolerance is
+/// the per-sample relative one; the result is then checked on the true residual
+/// like every linear solve. The forward solver aims at half the tolerance: the
+/// scaled residual it measures and the true residual checked afterwards differ
+/// by rounding, and a solve stopped exactly at the tolerance would otherwise be
+/// judged unconverged now and then when the tolerance is close to rounding
+/// (1e-13 in double). Half costs about one contraction step more.
 template <typename Scalar, typename SolverT>
 LinearSolveSummary SolveInFixedPointForm(const char* name, typename SolverT::Options forward,
                                          const LinearOperator<Scalar>& apply,
@@ -90,6 +93,12 @@ LinearSolveSummary SolveInFixedPointForm(const char* name, typename SolverT::Opt
 
 }  // namespace internal
 
+/// The linear solver "fixed_point": Richardson iteration u <- u + (rhs - A u)
+/// for A u_b = rhs_b, run by PicardSolver with its safeguards, for every
+/// column b of rhs (n x B); u (n x B) holds the initial guess on entry and
+/// the result on return. Converges iff the spectral radius of I - A is < 1.
+/// \throws std::invalid_argument on invalid options or when rhs is empty or
+///         u's shape differs from rhs's.
 template <typename Scalar>
 LinearSolveSummary FixedPointLinearSolve(const LinearOperator<Scalar>& apply,
                                          ConstMatrixRef<Scalar> rhs, MatrixRef<Scalar> u,
@@ -98,6 +107,12 @@ LinearSolveSummary FixedPointLinearSolve(const LinearOperator<Scalar>& apply,
       "fixed_point", typename PicardSolver<Scalar>::Options(), apply, rhs, u, options);
 }
 
+/// The linear solver "anderson": AndersonSolver (window options.memory,
+/// relative ridge options.regularization) on the fixed point
+/// u <- u + (rhs - A u), for every column b of rhs (n x B); u (n x B) holds
+/// the initial guess on entry and the result on return.
+/// \throws std::invalid_argument on invalid options or when rhs is empty or
+///         u's shape differs from rhs's.
 template <typename Scalar>
 LinearSolveSummary AndersonLinearSolve(const LinearOperator<Scalar>& apply,
                                        ConstMatrixRef<Scalar> rhs, MatrixRef<Scalar> u,
@@ -109,6 +124,12 @@ LinearSolveSummary AndersonLinearSolve(const LinearOperator<Scalar>& apply,
       "anderson", forward, apply, rhs, u, options);
 }
 
+/// The linear solver "broyden": BroydenSolver (options.memory stored updates)
+/// on the fixed point u <- u + (rhs - A u), for every column b of rhs
+/// (n x B); u (n x B) holds the initial guess on entry and the result on
+/// return.
+/// \throws std::invalid_argument on invalid options or when rhs is empty or
+///         u's shape differs from rhs's.
 template <typename Scalar>
 LinearSolveSummary BroydenLinearSolve(const LinearOperator<Scalar>& apply,
                                       ConstMatrixRef<Scalar> rhs, MatrixRef<Scalar> u,
@@ -119,8 +140,10 @@ LinearSolveSummary BroydenLinearSolve(const LinearOperator<Scalar>& apply,
       "broyden", forward, apply, rhs, u, options);
 }
 
+/// \cond INTERNAL
 IMPLICIT_EXTERN_LINEAR_SOLVE(FixedPointLinearSolve);
 IMPLICIT_EXTERN_LINEAR_SOLVE(AndersonLinearSolve);
 IMPLICIT_EXTERN_LINEAR_SOLVE(BroydenLinearSolve);
+/// \endcond
 
 }  // namespace implicit

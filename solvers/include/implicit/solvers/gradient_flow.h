@@ -1,33 +1,36 @@
-// Fixed-step gradient flow on an energy: x <- x - step_size * D(x), where D is
-// Energy::DescentDirection (the gradient by default; dE/dg, g = LayerNorm(x),
-// for the Energy Transformer). These are the energy's own dynamics, the way
-// the Energy Transformer computes its forward pass, so this solver is the
-// reference for "run the dynamics until they settle".
-//
-// Convergence is judged, like every solver's, on the residual |f(z_b) - z_b|
-// of the GIVEN map (for EnergyRootMap that is |grad E(z_b)|).
-//
-// Monotonicity (check_monotone): the dynamics of a descent direction never
-// increase E for a small enough step. With check_monotone the solver
-// evaluates E after every step; a sample whose energy rose by more than
-// monotone_tolerance * (1 + |E_previous|) has left the regime where the flow is
-// a descent, and stops with status kFailure (returned at its best iterate, and
-// counted in Summary::message as "energy increased for N samples"); a
-// non-finite energy stops the sample with kNonFinite. Other samples go on.
-//
-// Summary accounting: `function_evaluations` counts every batched call into
-// the problem: one DescentDirection and one map evaluation per iteration (plus
-// the initial map evaluation), and one Energy::Value per iteration (plus the
-// initial one) when check_monotone; `jacobian_products` is 0.
-//
-//   implicit::EnergyRootMap<double> map(energy);
-//   implicit::GradientFlowSolver<double>::Options options;
-//   options.step_size = 0.5;
-//   options.check_monotone = true;
-//   implicit::Summary s = implicit::GradientFlowSolver<double>(options).Solve(map, z);
-//
-// Solve() throws std::invalid_argument("gradient_flow needs an energy; this map
-// has none") for a map whose energy() is nullptr.
+/// \file
+/// Fixed-step gradient flow on an energy: x <- x - step_size * D(x), where D is
+/// Energy::DescentDirection (the gradient by default; dE/dg, g = LayerNorm(x),
+/// for the Energy Transformer). These are the energy's own dynamics, the way
+/// the Energy Transformer computes its forward pass, so this solver is the
+/// reference for "run the dynamics until they settle".
+///
+/// Convergence is judged, like every solver's, on the residual |f(z_b) - z_b|
+/// of the GIVEN map (for EnergyRootMap that is |grad E(z_b)|).
+///
+/// Monotonicity (check_monotone): the dynamics of a descent direction never
+/// increase E for a small enough step. With check_monotone the solver
+/// evaluates E after every step; a sample whose energy rose by more than
+/// monotone_tolerance * (1 + |E_previous|) has left the regime where the flow is
+/// a descent, and stops with status kFailure (returned at its best iterate, and
+/// counted in Summary::message as "energy increased for N samples"); a
+/// non-finite energy stops the sample with kNonFinite. Other samples go on.
+///
+/// Summary accounting: `function_evaluations` counts every batched call into
+/// the problem: one DescentDirection and one map evaluation per iteration (plus
+/// the initial map evaluation), and one Energy::Value per iteration (plus the
+/// initial one) when check_monotone; `jacobian_products` is 0.
+///
+/// \code
+///   implicit::EnergyRootMap<double> map(energy);
+///   implicit::GradientFlowSolver<double>::Options options;
+///   options.step_size = 0.5;
+///   options.check_monotone = true;
+///   implicit::Summary s = implicit::GradientFlowSolver<double>(options).Solve(map, z);
+/// \endcode
+///
+/// Solve() throws std::invalid_argument("gradient_flow needs an energy; this map
+/// has none") for a map whose energy() is nullptr.
 #pragma once
 
 #include <implicit/solvers/internal/batch_monitor.h>
@@ -40,23 +43,28 @@
 
 namespace implicit {
 
+/// Fixed-step gradient flow x <- x - step_size D(x) on the energy behind the
+/// map (Energy::DescentDirection), optionally checked for monotone energy.
 template <typename Scalar>
 class GradientFlowSolver : public Solver<Scalar> {
  public:
+  /// The options of GradientFlowSolver: the shared SolverOptions and the flow's own.
   struct Options : SolverOptions {
-    // alpha in x <- x - alpha D(x). Finite and > 0.
+    /// alpha in x <- x - alpha D(x) (default 0.1). Finite and > 0.
     double step_size = 0.1;
-    // Evaluate E after every step and stop samples whose energy increased
-    // (status kFailure, see above). Costs one Energy::Value per iteration.
+    /// Evaluate E after every step and stop samples whose energy increased
+    /// (status kFailure, see gradient_flow.h). Costs one Energy::Value per
+    /// iteration. Off by default.
     bool check_monotone = false;
-    // Relative slack of the monotonicity test: an increase counts only when
-    // E_new > E_old + monotone_tolerance * (1 + |E_old|), so that rounding at
-    // convergence is not reported. Default 1000 x machine epsilon of Scalar.
-    // Finite and >= 0.
+    /// Relative slack of the monotonicity test: an increase counts only when
+    /// E_new > E_old + monotone_tolerance * (1 + |E_old|), so that rounding at
+    /// convergence is not reported. Default 1000 x machine epsilon of Scalar.
+    /// Finite and >= 0.
     double monotone_tolerance =
         1e3 * static_cast<double>(std::numeric_limits<Scalar>::epsilon());
 
-    // Checks every field (the shared ones first); on failure names the field in *error.
+    /// Checks every field (the shared ones first); on failure names the field in *error.
+    /// \return true when every field is in range.
     bool IsValid(std::string* error) const {
       if (!SolverOptions::IsValid(error)) return false;
       auto fail = [error](const std::string& message) {
@@ -72,14 +80,25 @@ class GradientFlowSolver : public Solver<Scalar> {
     }
   };
 
-  // Throws std::invalid_argument("gradient_flow: invalid options: <field> ...").
+  /// A solver with the given options.
+  /// \throws std::invalid_argument("gradient_flow: invalid options: \<field\> ...")
+  ///         when options.IsValid() fails.
   explicit GradientFlowSolver(const Options& options = Options()) : options_(options) {
     std::string error;
     internal::ThrowIfInvalid(name(), options_.IsValid(&error), error);
   }
+  /// The options the solver was built with.
   const Options& options() const { return options_; }
   std::string name() const override { return "gradient_flow"; }
 
+  /// Runs the flow on every column of z in place until each sample converges
+  /// (on the map's residual) or stops.
+  /// \param map a map with an energy (e.g. EnergyRootMap).
+  /// \param z n x B: the initial points on entry, the results on return.
+  /// \return the per-sample outcome and the work done.
+  /// \throws std::invalid_argument when map.energy() is nullptr, when the
+  ///         energy's dimension differs from the map's, for an empty batch
+  ///         or z of the wrong dimension.
   Summary Solve(const FixedPointMap<Scalar>& map, MatrixRef<Scalar> z) const override;
 
  private:

@@ -1,9 +1,12 @@
-// The Krylov linear solvers: conjugate gradients ("cg", A symmetric positive
-// definite), MINRES ("minres", A symmetric, may be indefinite) and restarted
-// GMRES ("gmres", any A), batched, on the true residual. Called through
-// SolveLinearSystem (linear_solvers.h) or directly:
-//
-//   implicit::LinearSolveSummary s = implicit::GmresSolve<double>(apply, rhs, u, options);
+/// \file
+/// The Krylov linear solvers: conjugate gradients ("cg", A symmetric positive
+/// definite), MINRES ("minres", A symmetric, may be indefinite) and restarted
+/// GMRES ("gmres", any A), batched, on the true residual. Called through
+/// SolveLinearSystem (linear_solvers.h) or directly:
+///
+/// \code
+///   implicit::LinearSolveSummary s = implicit::GmresSolve<double>(apply, rhs, u, options);
+/// \endcode
 #pragma once
 
 #include <implicit/solvers/internal/batch_monitor.h>
@@ -20,6 +23,12 @@
 
 namespace implicit {
 
+/// The linear solver "cg": conjugate gradients for A u_b = rhs_b with A
+/// symmetric positive definite, for every column b of rhs (n x B); u (n x B)
+/// holds the initial guess on entry and the result on return. A direction
+/// with p^T A p <= 0 makes the sample kFailure.
+/// \throws std::invalid_argument on invalid options or when rhs is empty or
+///         u's shape differs from rhs's.
 template <typename Scalar>
 LinearSolveSummary ConjugateGradientSolve(const LinearOperator<Scalar>& apply,
                                           ConstMatrixRef<Scalar> rhs, MatrixRef<Scalar> u,
@@ -73,6 +82,11 @@ LinearSolveSummary ConjugateGradientSolve(const LinearOperator<Scalar>& apply,
   return m.FinishLinear();
 }
 
+/// The linear solver "minres": MINRES (Paige-Saunders) for A u_b = rhs_b with
+/// A symmetric, possibly indefinite, for every column b of rhs (n x B); u
+/// (n x B) holds the initial guess on entry and the result on return.
+/// \throws std::invalid_argument on invalid options or when rhs is empty or
+///         u's shape differs from rhs's.
 template <typename Scalar>
 LinearSolveSummary MinresSolve(const LinearOperator<Scalar>& apply, ConstMatrixRef<Scalar> rhs,
                                MatrixRef<Scalar> u, const LinearSolverOptions& options) {
@@ -151,6 +165,12 @@ LinearSolveSummary MinresSolve(const LinearOperator<Scalar>& apply, ConstMatrixR
   return m.FinishLinear();
 }
 
+/// The linear solver "gmres": restarted GMRES(options.restart) with modified
+/// Gram-Schmidt for A u_b = rhs_b with any A, for every column b of rhs
+/// (n x B); u (n x B) holds the initial guess on entry and the result on
+/// return.
+/// \throws std::invalid_argument on invalid options or when rhs is empty or
+///         u's shape differs from rhs's.
 template <typename Scalar>
 LinearSolveSummary GmresSolve(const LinearOperator<Scalar>& apply, ConstMatrixRef<Scalar> rhs,
                               MatrixRef<Scalar> u, const LinearSolverOptions& options) {
@@ -253,8 +273,10 @@ LinearSolveSummary GmresSolve(const LinearOperator<Scalar>& apply, ConstMatrixRe
   return m.FinishLinear();
 }
 
+/// \cond INTERNAL
 IMPLICIT_EXTERN_LINEAR_SOLVE(ConjugateGradientSolve);
 IMPLICIT_EXTERN_LINEAR_SOLVE(MinresSolve);
 IMPLICIT_EXTERN_LINEAR_SOLVE(GmresSolve);
+/// \endcond
 
 }  // namespace implicit

@@ -1,38 +1,43 @@
-// L-BFGS on the energy behind an energy-based map, batched and guarded.
-//
-// For maps built from an Energy (CccpMap, GradientStepMap, EnergyRootMap in
-// energy_maps.h) the residual r = f(z) - z is -a grad E (a = the map's step,
-// 1 for CCCP), so the equilibrium is a stationary point of E. Each sample runs
-// limited-memory BFGS on g = -r with its own curvature pairs
-//
-//   s = z_k+1 - z_k,   y = g_k+1 - g_k = r_k - r_k+1,
-//
-// and proposes q = -H g = H r by the two-loop recursion with H_0 = I (or,
-// with eigenvalue_scaling, (s^T y / y^T y) I of the newest pair). With
-// H_0 = I the first proposal is the map's own step: on a CCCP map, L-BFGS is
-// "CCCP-preconditioned" quasi-Newton. A pair with s^T y <= curvature_threshold
-// |s| |y| is not stored, so H stays positive definite and every proposal is a
-// descent direction: saddles of E are left, not solved for.
-//
-// Steps are guarded like Anderson's and Broyden's (internal/guarded_step.h):
-// trial points z + (1 - tau) r + tau q must decrease E sufficiently (one
-// evaluation of f and E for the samples still searching per round), else the
-// safe step f(z) is taken and the memory cleared. The acceptance test falls
-// back to the residual when the decrease is below the rounding of E, so
-// tight tolerances (1e-10 in double) are reachable: there is no accuracy
-// floor from comparing energy values. Only active samples are evaluated
-// (maps that SupportsColumnSubsets()); no threads; the loop never allocates.
-//
-// Summary accounting: `function_evaluations` counts batch evaluations of f
-// (each with E); `jacobian_products` is 0.
-//
-//   implicit::CccpMap<double> map(energy);
-//   implicit::LbfgsSolver<double>::Options options;
-//   options.memory = 10;
-//   implicit::Summary summary = implicit::LbfgsSolver<double>(options).Solve(map, z);
-//
-// Solve() throws std::invalid_argument("lbfgs needs an energy; this map has
-// none") for a map whose energy() is nullptr.
+/// \file
+/// L-BFGS on the energy behind an energy-based map, batched and guarded.
+///
+/// For maps built from an Energy (CccpMap, GradientStepMap, EnergyRootMap in
+/// energy_maps.h) the residual r = f(z) - z is -a grad E (a = the map's step,
+/// 1 for CCCP), so the equilibrium is a stationary point of E. Each sample runs
+/// limited-memory BFGS on g = -r with its own curvature pairs
+///
+/// \verbatim
+///   s = z_k+1 - z_k,   y = g_k+1 - g_k = r_k - r_k+1,
+/// \endverbatim
+///
+/// and proposes q = -H g = H r by the two-loop recursion with H_0 = I (or,
+/// with eigenvalue_scaling, (s^T y / y^T y) I of the newest pair). With
+/// H_0 = I the first proposal is the map's own step: on a CCCP map, L-BFGS is
+/// "CCCP-preconditioned" quasi-Newton. A pair with s^T y <= curvature_threshold
+/// |s| |y| is not stored, so H stays positive definite and every proposal is a
+/// descent direction: saddles of E are left, not solved for.
+///
+/// Steps are guarded like Anderson's and Broyden's (internal/guarded_step.h):
+/// trial points z + (1 - tau) r + tau q must decrease E sufficiently (one
+/// evaluation of f and E for the samples still searching per round), else the
+/// safe step f(z) is taken and the memory cleared. The acceptance test falls
+/// back to the residual when the decrease is below the rounding of E, so
+/// tight tolerances (1e-10 in double) are reachable: there is no accuracy
+/// floor from comparing energy values. Only active samples are evaluated
+/// (maps that SupportsColumnSubsets()); no threads; the loop never allocates.
+///
+/// Summary accounting: `function_evaluations` counts batch evaluations of f
+/// (each with E); `jacobian_products` is 0.
+///
+/// \code
+///   implicit::CccpMap<double> map(energy);
+///   implicit::LbfgsSolver<double>::Options options;
+///   options.memory = 10;
+///   implicit::Summary summary = implicit::LbfgsSolver<double>(options).Solve(map, z);
+/// \endcode
+///
+/// Solve() throws std::invalid_argument("lbfgs needs an energy; this map has
+/// none") for a map whose energy() is nullptr.
 #pragma once
 
 #include <implicit/solvers/internal/batch_evaluator.h>
@@ -47,24 +52,30 @@
 
 namespace implicit {
 
+/// L-BFGS on the energy behind an energy-based map, per sample, with the
+/// energy guard (see lbfgs.h).
 template <typename Scalar>
 class LbfgsSolver : public Solver<Scalar> {
  public:
+  /// The options of LbfgsSolver: the shared SolverOptions, the guard's fields
+  /// (sufficient_decrease, max_backtracks, backtrack_factor, residual_factor:
+  /// internal/guarded_step.h) and L-BFGS's own below.
   struct Options : SolverOptions, internal::GuardOptions {
-    // Number of (s, y) correction pairs each sample keeps (the oldest is
-    // overwritten when full). >= 1.
+    /// Number of (s, y) correction pairs each sample keeps (the oldest is
+    /// overwritten when full; default 10). >= 1.
     int memory = 10;
-    // H_0 = (s^T y / y^T y) I from the newest pair (Oren's scaling) instead of
-    // I. Helps energies whose curvature is far from 1; with I the first step
-    // of a CCCP map is exactly the CCCP step.
+    /// H_0 = (s^T y / y^T y) I from the newest pair (Oren's scaling) instead of
+    /// I. Helps energies whose curvature is far from 1; with I (the default,
+    /// false) the first step of a CCCP map is exactly the CCCP step.
     bool eigenvalue_scaling = false;
-    // A pair is stored only when s^T y > curvature_threshold |s| |y|
-    // (positive curvature along s). In [0, 1).
+    /// A pair is stored only when s^T y > curvature_threshold |s| |y|
+    /// (positive curvature along s). In [0, 1).
     double curvature_threshold = 1e-8;
     // The guard (sufficient_decrease, max_backtracks, backtrack_factor,
     // residual_factor) is described in internal/guarded_step.h.
 
-    // Checks every field (the shared ones first); on failure names the field in *error.
+    /// Checks every field (the shared ones first); on failure names the field in *error.
+    /// \return true when every field is in range.
     bool IsValid(std::string* error) const {
       if (!SolverOptions::IsValid(error) || !GuardOptions::IsValid(error)) return false;
       auto fail = [error](const std::string& message) {
@@ -80,18 +91,28 @@ class LbfgsSolver : public Solver<Scalar> {
     }
   };
 
-  // Throws std::invalid_argument("lbfgs: invalid options: <field> ...").
+  /// A solver with the given options.
+  /// \throws std::invalid_argument("lbfgs: invalid options: \<field\> ...")
+  ///         when options.IsValid() fails.
   explicit LbfgsSolver(const Options& options = Options()) : options_(options) {
     std::string error;
     internal::ThrowIfInvalid(name(), options_.IsValid(&error), error);
   }
+  /// The options the solver was built with.
   const Options& options() const { return options_; }
   std::string name() const override { return "lbfgs"; }
 
+  /// Runs L-BFGS on every column of z in place until each sample converges or stops.
+  /// \param map a map built from an energy (CccpMap, GradientStepMap, EnergyRootMap).
+  /// \param z n x B: the initial points on entry, the results on return.
+  /// \return the per-sample outcome and the work done.
+  /// \throws std::invalid_argument when map.energy() is nullptr, when the
+  ///         energy's dimension differs from the map's, for an empty batch
+  ///         or z of the wrong dimension.
   Summary Solve(const FixedPointMap<Scalar>& map, MatrixRef<Scalar> z) const override;
 
  private:
-  // Stores (ds, dy) in sample b's ring when the curvature is positive enough.
+  /// Stores (ds, dy) in sample b's ring when the curvature is positive enough.
   template <typename S, typename Y>
   void StorePair(Index b, Index base, const S& ds, const Y& dy, Matrix<Scalar>* s_ring,
                  Matrix<Scalar>* y_ring, Matrix<Scalar>* rho, std::vector<int>* count,
@@ -111,7 +132,7 @@ class LbfgsSolver : public Solver<Scalar> {
     (*count)[b] = std::min<int>((*count)[b] + 1, static_cast<int>(m));
   }
 
-  // q.col(b) = H r (two-loop recursion over sample b's k stored pairs).
+  /// q.col(b) = H r (two-loop recursion over sample b's k stored pairs).
   template <typename R>
   void TwoLoop(Index b, Index base, const R& r, const Matrix<Scalar>& s_ring,
                const Matrix<Scalar>& y_ring, const Matrix<Scalar>& rho, int k, int newest,

@@ -1,12 +1,15 @@
-// The vocabulary of the linear solvers (linear_solvers.h): which solver
-// (LinearSolverType and its names), its options, what a solve reports
-// (LinearSolveSummary, named like the forward solvers' Summary), and the
-// batched operator they solve with.
-//
-//   implicit::LinearSolverOptions options;      // tolerance 1e-10, 200 iterations
-//   options.restart = 50;                         // GMRES
-//   implicit::LinearSolverType type;
-//   implicit::StringToLinearSolverType("minres", &type);
+/// \file
+/// The vocabulary of the linear solvers (linear_solvers.h): which solver
+/// (LinearSolverType and its names), its options, what a solve reports
+/// (LinearSolveSummary, named like the forward solvers' Summary), and the
+/// batched operator they solve with.
+///
+/// \code
+///   implicit::LinearSolverOptions options;      // tolerance 1e-10, 200 iterations
+///   options.restart = 50;                         // GMRES
+///   implicit::LinearSolverType type;
+///   implicit::StringToLinearSolverType("minres", &type);
+/// \endcode
 #pragma once
 
 #include <implicit/core/types.h>
@@ -24,9 +27,15 @@
 
 namespace implicit {
 
+/// Which linear solver SolveLinearSystem runs (linear_solvers.h describes
+/// each): kFixedPoint "fixed_point" (Richardson), kAnderson "anderson",
+/// kBroyden "broyden", kCg "cg" (A symmetric positive definite), kMinres
+/// "minres" (A symmetric), kGmres "gmres" (any A), kDirect "direct" (dense LU,
+/// small problems only).
 enum class LinearSolverType { kFixedPoint, kAnderson, kBroyden, kCg, kMinres, kGmres, kDirect };
 
-// "fixed_point", "anderson", "broyden", "cg", "minres", "gmres", "direct".
+/// The name of a linear solver type: "fixed_point", "anderson", "broyden",
+/// "cg", "minres", "gmres", "direct" ("unknown" for a value outside the enum).
 inline const char* LinearSolverTypeToString(LinearSolverType type) {
   switch (type) {
     case LinearSolverType::kFixedPoint: return "fixed_point";
@@ -40,7 +49,8 @@ inline const char* LinearSolverTypeToString(LinearSolverType type) {
   return "unknown";
 }
 
-// Parses a name as printed by LinearSolverTypeToString; false when unknown.
+/// Parses a name as printed by LinearSolverTypeToString into *type (when not
+/// nullptr); false when unknown.
 inline bool StringToLinearSolverType(const std::string& name, LinearSolverType* type) {
   for (LinearSolverType t :
        {LinearSolverType::kFixedPoint, LinearSolverType::kAnderson, LinearSolverType::kBroyden,
@@ -54,31 +64,36 @@ inline bool StringToLinearSolverType(const std::string& name, LinearSolverType* 
   return false;
 }
 
-// True for the solvers that assume a symmetric operator (cg, minres).
+/// True for the solvers that assume a symmetric operator (cg, minres).
 inline bool LinearSolverRequiresSymmetry(LinearSolverType type) {
   return type == LinearSolverType::kCg || type == LinearSolverType::kMinres;
 }
 
+/// Options of the linear solvers: tolerances, iteration budget and the
+/// settings of the individual methods.
 struct LinearSolverOptions {
-  // Sample b converged when |rhs_b - A u_b|_2 <= tolerance * |rhs_b|_2 + absolute_tolerance.
+  /// Relative tolerance: sample b converged when
+  /// |rhs_b - A u_b|_2 <= tolerance * |rhs_b|_2 + absolute_tolerance. >= 0.
   double tolerance = 1e-10;
+  /// Absolute part of the convergence test above (default 0: relative only). >= 0.
   double absolute_tolerance = 0.0;
-  // Maximum number of iterations (Krylov steps / fixed-point updates), >= 0.
-  // "direct" ignores it.
+  /// Maximum number of iterations (Krylov steps / fixed-point updates), >= 0.
+  /// "direct" ignores it.
   int max_iterations = 200;
-  // GMRES: Krylov vectors per cycle before a restart, 1..kMaxSolverMemory.
+  /// GMRES: Krylov vectors per cycle before a restart, 1..kMaxSolverMemory.
   int restart = 30;
-  // Anderson: window of stored differences; Broyden: stored rank-one updates
-  // before a restart. 1..kMaxSolverMemory.
+  /// Anderson: window of stored differences; Broyden: stored rank-one updates
+  /// before a restart. 1..kMaxSolverMemory.
   int memory = 5;
-  // Anderson: ridge added to the least-squares normal equations, relative to
-  // their mean diagonal (scale-free, so it does not stall at small residuals). >= 0.
+  /// Anderson: ridge added to the least-squares normal equations, relative to
+  /// their mean diagonal (scale-free, so it does not stall at small residuals). >= 0.
   double regularization = 1e-12;
-  // A sample diverged when its residual exceeds divergence_threshold times its
-  // initial residual. > 1.
+  /// A sample diverged when its residual exceeds divergence_threshold times its
+  /// initial residual. > 1.
   double divergence_threshold = 1e8;
 
-  // Checks every field; on failure names it in *error.
+  /// Checks every field; on failure names it in *error.
+  /// \return true when every field is in range.
   bool IsValid(std::string* error) const {
     auto fail = [error](const std::string& m) {
       if (error != nullptr) *error = m;
@@ -105,34 +120,42 @@ struct LinearSolverOptions {
   }
 };
 
+/// What a linear solve reports: the overall outcome, the work done, and every
+/// sample's status and residuals. The field names are the forward Summary's
+/// (solver.h) where they mean the same.
 struct LinearSolveSummary {
-  std::string solver;  // the solver's name ("gmres", ...)
-  // kConverged only when every sample converged; otherwise the most severe
-  // sample status: kNonFinite, kDiverged, kFailure, kStalled, kMaxIterations.
+  std::string solver;  ///< the solver's name ("gmres", ...)
+  /// kConverged only when every sample converged; otherwise the most severe
+  /// sample status: kNonFinite, kDiverged, kFailure, kStalled, kMaxIterations.
   TerminationType termination_type = TerminationType::kInvalidInput;
+  /// Human-readable details of the outcome (breakdowns, notes, failure reasons).
   std::string message;
-  // The field names are the forward Summary's (solver.h) where they mean the same.
-  int iterations = 0;         // batch iterations (Krylov steps / updates)
-  // Batch applications of the operator A: in the IFT backward pass, (I - J)^T u,
-  // one batch of vector-Jacobian products each.
+  int iterations = 0;         ///< batch iterations (Krylov steps / updates)
+  /// Batch applications of the operator A: in the IFT backward pass, (I - J)^T u,
+  /// one batch of vector-Jacobian products each.
   int jacobian_products = 0;
-  // Max over samples of |rhs_b - A u_b| / |rhs_b| (|rhs_b - A u_b| when rhs_b = 0),
-  // and of |rhs_b - A u_b|.
+  /// Max over samples of |rhs_b - A u_b| / |rhs_b| (|rhs_b - A u_b| when rhs_b = 0);
+  /// infinity before a solve.
   double relative_residual = std::numeric_limits<double>::infinity();
+  /// Max over samples of |rhs_b - A u_b|; infinity before a solve.
   double absolute_residual = std::numeric_limits<double>::infinity();
+  /// Per sample: why it stopped.
   std::vector<TerminationType> sample_status;
-  std::vector<double> sample_residual;           // |rhs_b - A u_b|, as in Summary
-  std::vector<double> sample_relative_residual;  // that divided by |rhs_b| (when > 0)
-  std::vector<int> sample_iterations;
-  double wall_time_seconds = 0.0;
+  std::vector<double> sample_residual;           ///< per sample: |rhs_b - A u_b|, as in Summary
+  std::vector<double> sample_relative_residual;  ///< per sample: that divided by |rhs_b| (when > 0)
+  std::vector<int> sample_iterations;            ///< per sample: iterations until it stopped
+  double wall_time_seconds = 0.0;                ///< wall-clock time of the solve
 
+  /// True when every sample converged (termination_type is kConverged).
   bool IsConverged() const { return termination_type == TerminationType::kConverged; }
+  /// The batch size B (the length of the per-sample vectors).
   int num_samples() const { return static_cast<int>(sample_status.size()); }
+  /// The number of samples whose status is kConverged.
   int num_converged() const {
     return static_cast<int>(
         std::count(sample_status.begin(), sample_status.end(), TerminationType::kConverged));
   }
-  // One line: solver, status, samples, iterations, products, residual, time.
+  /// One line: solver, status, samples, iterations, products, residual, time.
   std::string BriefReport() const {
     char line[512];
     std::snprintf(line, sizeof line,
@@ -145,13 +168,15 @@ struct LinearSolveSummary {
   }
 };
 
-// out = A v for a batch (n x B); out never aliases v.
+/// The operator of a linear solve, as a product on the whole batch:
+/// apply(v, out) sets out.col(b) = A_b v.col(b) (v, out: n x B); out never aliases v.
 template <typename Scalar>
 using LinearOperator = std::function<void(ConstMatrixRef<Scalar>, MatrixRef<Scalar>)>;
 
-// One linear solve function compiled once for float and double (see "Compile
-// once" in types.h): IMPLICIT_EXTERN_LINEAR_SOLVE(GmresSolve) in its header,
-// IMPLICIT_INSTANTIATE_LINEAR_SOLVE(GmresSolve) in solvers/src/linear_solvers.cc.
+/// \cond INTERNAL
+/// One linear solve function compiled once for float and double (see "Compile
+/// once" in types.h): IMPLICIT_EXTERN_LINEAR_SOLVE(GmresSolve) in its header,
+/// IMPLICIT_INSTANTIATE_LINEAR_SOLVE(GmresSolve) in solvers/src/linear_solvers.cc.
 #define IMPLICIT_LINEAR_SOLVE_INSTANCE(prefix, Solve, Scalar)                                \
   prefix template LinearSolveSummary Solve<Scalar>(const LinearOperator<Scalar>&,           \
                                                    ConstMatrixRef<Scalar>, MatrixRef<Scalar>, \
@@ -166,13 +191,14 @@ using LinearOperator = std::function<void(ConstMatrixRef<Scalar>, MatrixRef<Scal
 #define IMPLICIT_INSTANTIATE_LINEAR_SOLVE(Solve)   \
   IMPLICIT_LINEAR_SOLVE_INSTANCE(, Solve, float); \
   IMPLICIT_LINEAR_SOLVE_INSTANCE(, Solve, double)
+/// \endcond
 
 namespace internal {
-// The shared forward-solver fields of a linear solve's options: its iteration
-// budget, tolerances (tolerance as relative_tolerance) and divergence
-// threshold; no stall rule and no energy (a linear solve has neither). Used
-// by the per-sample monitor of the linear solvers and by the device adjoint
-// solves, which run forward solvers on the adjoint map.
+/// The shared forward-solver fields of a linear solve's options: its iteration
+/// budget, tolerances (tolerance as relative_tolerance) and divergence
+/// threshold; no stall rule and no energy (a linear solve has neither). Used
+/// by the per-sample monitor of the linear solvers and by the device adjoint
+/// solves, which run forward solvers on the adjoint map.
 inline SolverOptions AsSolverOptions(const LinearSolverOptions& linear) {
   SolverOptions options;
   options.max_iterations = linear.max_iterations;
