@@ -120,10 +120,8 @@ bool ParseOptions(int argc, char** argv, Options* o) {
   app.add_option("--patterns", o->patterns, "stored patterns = queries B of every problem, up to 1797")
       ->check(IntIn(1, 1000000))
       ->default_str(PatternsDefaultText());
-  app.add_option("--beta", o->problems.settings.beta, "inverse temperature of the Hopfield-type problems")
-      ->check(Positive());
-  app.add_option("--tol", o->tol, "absolute residual tolerance |f(z) - z| per sample")->check(Positive());
-  app.add_option("--max-iter", o->max_iter, "iteration budget per solve")->check(IntIn(1, 1000000));
+  AddBetaOption(app, &o->problems);
+  AddSolveOptions(app, &o->tol, &o->max_iter);
   app.add_option("--time-limit", o->time_limit,
                  "stop a solve at the first iteration that ends after S seconds, reported\n"
                  "as user_abort with what had converged by then; 0 = no limit")
@@ -136,7 +134,7 @@ bool ParseOptions(int argc, char** argv, Options* o) {
   app.add_flag("--float", o->with_float,
                "also build each problem in float: float floors, map times and solves\n(tolerance --float-tol)");
   app.add_option("--float-tol", o->float_tol, "absolute tolerance of the float solves")->check(Positive());
-  app.add_option("--seed", o->seed, "seed of the random weights")->check(IntIn(0, 4294967295L));
+  AddSeedOption(app, &o->seed);
   app.add_option("--data", o->data, "digits.csv.gz, or a directory holding it")->default_str("")->check(PathCheck());
   app.add_option("--json", o->json, "write every number (machine, build flags, floors, results)")->check(PathCheck());
   app.add_flag("--quiet", o->quiet, "no progress lines on stderr");
