@@ -19,274 +19,36 @@
 //   implicit-bench --graph-et                          # the graph ET's products per edge (bench/graph_bench.h)
 //   implicit-bench --device cuda                       # the solves on the GPU (bench/cuda_bench.h)
 //   implicit-bench --sweep                             # accelerated solvers against Picard on random maps
-#include "bench/autodiff_bench.h"
-#include "bench/graph_bench.h"
-#include "bench/cuda_bench.h"
-#include "common/cli.h"
+//
+// The parts are in bench/: bench_options (the command line), machine (what
+// the report says of the machine and the build), and the other benchmarks
+// (autodiff_bench, graph_bench, cuda_bench); this file measures the problems'
+// floors and solves and reports them.
+#include "bench/bench_options.h"
+#include "bench/machine.h"
 #include "common/data_paths.h"
 #include "common/format.h"
 #include "common/json_output.h"
 #include "common/output_files.h"
 #include "common/solvers.h"
 #include "common/table.h"
-#include "problems/random_maps.h"
 #include "problems/problem_options.h"
 #include "problems/problem_run.h"
+#include "problems/random_maps.h"
 
-#include <implicit/core/cpu_dispatch.h>
 #include <implicit/core/digits.h>
 
-#include <Eigen/Core>
-
-#include <sched.h>
-
-#include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <fstream>
 #include <iostream>
 #include <limits>
 #include <memory>
 #include <set>
 #include <string>
-#include <thread>
 #include <vector>
 
 namespace implicit_apps {
 namespace {
-
-const char* kDescription = R"(Times each problem's floor (the dense products, GEMMs, that one full-batch
-evaluation of its map must do; median of --repeat runs) and one full-batch map
-evaluation, then runs each solver to tolerance once and reports its wall time,
-converged samples, evaluations and its time per sample-iteration as a multiple
-of the floor's time per sample:
-  x floor = (solve seconds / sample evaluations) / (floor seconds / B).)";
-
-// The default solver list: libimplicit's solvers but newton, whose dense
-// Jacobian costs n Jacobian-vector products per iteration: one iteration on
-// the 1797 Hopfield queries alone takes longer than the whole default run
-// should.
-std::vector<std::string> DefaultSolvers() {
-  std::vector<std::string> names;
-  for (const std::string& n : BuiltInSolvers())
-    if (n != "newton") names.push_back(n);
-  return names;
-}
-
-// --patterns default per problem: the whole digits set, or the problem's
-// bench_patterns (deq-tanh and et-digits are not about the number of stored
-// patterns, and et-digits' slowest solvers would take minutes at 1797).
-long DefaultPatterns(const std::string& problem, long available) {
-  const int n = FindProblem(problem).bench_patterns;
-  return n > 0 ? std::min<long>(n, available) : available;
-}
-
-std::string PatternsDefaultText() {
-  std::string text;
-  for (const ProblemInfo& p : RegisteredProblems())
-    text += (text.empty() ? "" : ", ") + p.name + " " +
-            (p.bench_patterns > 0 ? std::to_string(p.bench_patterns) : std::string("all"));
-  return text;
-}
-
-struct Options {
-  ProblemSelection problems;
-  std::vector<std::string> solvers = DefaultSolvers();
-  long patterns = 0;  // 0: each problem's default
-  double tol = 1e-8, time_limit = 5.0, float_tol = 1e-5;
-  long max_iter = 500, threads = 0, repeat = 7, seed = 1;
-  bool with_float = false, quiet = false, autodiff = false, graph_et = false, sweep = false;
-  SweepSettings sweep_settings;
-  std::vector<std::string> sweep_solvers = {"anderson", "broyden"};
-  AutodiffBenchOptions autodiff_options;
-  GraphBenchOptions graph_options;
-  std::string device = "cpu";
-  DeviceBenchOptions device_options;
-  std::string data, json;
-};
-
-// The command line into `o`; false when it asked for --help or --list-problems.
-bool ParseOptions(int argc, char** argv, Options* o) {
-  CLI::App app(kDescription, "implicit-bench");
-  ConfigureApp(app);
-  o->problems.settings.beta = 2.0;
-  AddProblemOptions(app, &o->problems, true);
-  AddList(app, "--solvers", &o->solvers,
-          "comma-separated solver names, or \"all\" for every registered one,\n"
-          "the KINSOL / PETSc backends built in included (default: libimplicit's\n"
-          "but newton, whose dense Jacobian costs n Jacobian-vector products per\n"
-          "iteration)",
-          JoinNames(DefaultSolvers(), ","));
-  app.add_option("--patterns", o->patterns, "stored patterns = queries B of every problem, up to 1797")
-      ->check(IntIn(1, 1000000))
-      ->default_str(PatternsDefaultText());
-  app.add_option("--beta", o->problems.settings.beta, "inverse temperature of the Hopfield-type problems")
-      ->check(Positive());
-  app.add_option("--tol", o->tol, "absolute residual tolerance |f(z) - z| per sample")->check(Positive());
-  app.add_option("--max-iter", o->max_iter, "iteration budget per solve")->check(IntIn(1, 1000000));
-  app.add_option("--time-limit", o->time_limit,
-                 "stop a solve at the first iteration that ends after S seconds, reported\n"
-                 "as user_abort with what had converged by then; 0 = no limit")
-      ->check(AtLeast(0));
-  app.add_option("--repeat", o->repeat, "timed runs of each floor and map evaluation")->check(IntIn(1, 1000));
-  app.add_option("--threads", o->threads,
-                 "threads for Eigen's matrix products (OpenMP builds only);\n"
-                 "0 = Eigen's default, OMP_NUM_THREADS or all cores")
-      ->check(IntIn(0, 1024));
-  app.add_flag("--float", o->with_float,
-               "also build each problem in float: float floors, map times and solves\n(tolerance --float-tol)");
-  app.add_option("--float-tol", o->float_tol, "absolute tolerance of the float solves")->check(Positive());
-  app.add_option("--seed", o->seed, "seed of the random weights")->check(IntIn(0, 4294967295L));
-  app.add_option("--data", o->data, "digits.csv.gz, or a directory holding it")->default_str("")->check(PathCheck());
-  app.add_option("--json", o->json, "write every number (machine, build flags, floors, results)")->check(PathCheck());
-  app.add_flag("--quiet", o->quiet, "no progress lines on stderr");
-  app.add_flag("--autodiff", o->autodiff,
-               "instead of the solvers: the derivatives of user energies (AutoDiffEnergy),\n"
-               "forward against reverse mode and the closed form, as multiples of the value");
-  std::vector<std::string> dimensions;
-  AddList(app, "--autodiff-dims", &dimensions, "state dimensions n of --autodiff", "64,256,1024,4096");
-  AddList(app, "--autodiff-energies", &o->autodiff_options.energies,
-          "energies of --autodiff: retrieval, attention (at each dimension), et", "retrieval,attention,et");
-  AddList(app, "--autodiff-styles", &o->autodiff_options.styles,
-          "how --autodiff's functors are written: blocks (ad:: blocks), eigen (Eigen\n"
-          "expressions), loop (scalar loops, retrieval only)", "blocks,eigen,loop");
-  app.add_flag("--graph-et", o->graph_et,
-               "instead of the solvers: the graph Energy Transformer's map, VJP and\n"
-               "parameter VJP on the shipped graphs, per call and per edge");
-  AddList(app, "--graph-et-graphs", &o->graph_options.graphs, "graphs of --graph-et",
-          "gen_1000,inj_cora,reddit");
-  app.add_flag("--sweep", o->sweep,
-               "instead of the problems: the random-map sweep (problems/random_maps.h):\n"
-               "random user-like maps of five families, each solver against Picard from\n"
-               "the same start (samples lost, evaluations, maps with more evaluations);\n"
-               "--tol (default 1e-8), --max-iter (default 3000), --seed");
-  app.add_option("--sweep-maps", o->sweep_settings.maps, "--sweep: number of random maps")->check(IntIn(1, 100000));
-  app.add_option("--sweep-batch", o->sweep_settings.batch, "--sweep: samples per map")->check(IntIn(1, 100000));
-  app.add_option("--sweep-solvers", o->sweep_solvers,
-                 "--sweep: solvers compared with Picard, space-separated, each a name or\n"
-                 "name:key=value,key=value (e.g. anderson:memory=10,mixing=0.5)");
-  DeviceBenchOptions& d = o->device_options;
-  app.add_option("--device", o->device,
-                 "cpu: the built-in problems on this machine's cores; cuda: the solves on\n"
-                 "the GPU against the cuBLAS GEMM floor (bench/cuda_bench.h; --solvers\n"
-                 "picard,anderson by default, --tol for the double and --float-tol for\n"
-                 "the float problem, --max-iter, --repeat)")
-      ->check(CLI::IsMember({"cpu", "cuda"}));
-  AddList(app, "--device-problems", &d.problems,
-          "--device cuda: hopfield-digits (double), retrieval (float), et (double)", "hopfield-digits,retrieval,et");
-  app.add_option("--et-samples", d.et_samples, "--device cuda et: samples B")->check(IntIn(1, 1000000));
-  app.add_option("--retrieval-patterns", d.retrieval_patterns, "--device cuda retrieval: stored patterns N")
-      ->check(IntIn(1, 10000000));
-  app.add_option("--retrieval-dim", d.retrieval_dimension, "--device cuda retrieval: pattern width d")
-      ->check(IntIn(1, 65536));
-  app.add_option("--retrieval-queries", d.retrieval_queries, "--device cuda retrieval: queries B (<= N)")
-      ->check(IntIn(1, 10000000));
-  app.add_option("--retrieval-beta", d.retrieval_beta, "--device cuda retrieval: inverse temperature")
-      ->check(Positive());
-  app.add_flag("--tf32", d.tf32, "--device cuda: float GEMMs on TF32 tensor cores (about 1e-3 relative error)");
-  bool no_cpu_reference = false;
-  app.add_flag("--no-cpu-reference", no_cpu_reference,
-               "--device cuda: skip the CPU solves of hopfield-digits (the same-run speed-up)");
-  if (!Parse(app, argc, argv) || !CheckProblemSelection(o->problems)) return false;
-  d.cpu_reference = !no_cpu_reference;
-  if (o->device == "cuda") {
-    if (app.count("--solvers") > 0) d.solvers = o->solvers;
-    for (const std::string& s : d.solvers) {
-      if (s != "picard" && s != "anderson")
-        throw CLI::ValidationError("--solvers", "on the device: picard, anderson (got " + s + ")");
-    }
-    d.tol = o->tol;
-    d.float_tol = o->float_tol;
-    d.max_iter = o->max_iter;
-    d.repeat = o->repeat;
-    d.quiet = o->quiet;
-  }
-  if (o->sweep) {
-    if (app.count("--tol") > 0) o->sweep_settings.tolerance = o->tol;
-    if (app.count("--max-iter") > 0) o->sweep_settings.max_iterations = static_cast<int>(o->max_iter);
-    o->sweep_settings.seed = static_cast<unsigned>(o->seed);
-  }
-  ExpandAllSolvers(&o->solvers);
-  for (const std::string& s : o->solvers) CheckSolverName(s);
-  o->problems.settings.seed = static_cast<unsigned>(o->seed);
-  if (!dimensions.empty()) {
-    o->autodiff_options.dimensions = ParseNumbers<long>("--autodiff-dims", dimensions, IntIn(16, 65536));
-  }
-  for (const std::string& e : o->autodiff_options.energies)
-    Require(e == "retrieval" || e == "attention" || e == "et",
-            "--autodiff-energies: unknown energy '" + Excerpt(e) + "' (retrieval, attention, et)");
-  for (const std::string& e : o->autodiff_options.styles)
-    Require(e == "blocks" || e == "eigen" || e == "loop",
-            "--autodiff-styles: unknown style '" + Excerpt(e) + "' (blocks, eigen, loop)");
-  o->autodiff_options.repeat = std::min<long>(o->repeat, 3);  // --repeat is >= 1
-  o->autodiff_options.quiet = o->quiet;
-  for (const std::string& g : o->graph_options.graphs)
-    Require(g == "gen_1000" || g == "inj_cora" || g == "reddit",
-            "--graph-et-graphs: unknown graph '" + Excerpt(g) + "' (available: gen_1000, inj_cora, reddit)");
-  o->graph_options.repeat = o->repeat;
-  o->graph_options.quiet = o->quiet;
-  CheckWritable(o->json, "--json");
-  CheckDistinctFiles({{"--json", o->json}}, {{"--data", o->data}});
-  return true;
-}
-
-// ---- machine and build ------------------------------------------------------------
-int UsableCores() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof set, &set) != 0) return 0;
-  return CPU_COUNT(&set);
-}
-
-std::string CpuModel() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.compare(0, 10, "model name") == 0) {
-      const std::size_t colon = line.find(':');
-      if (colon != std::string::npos) {
-        std::string m = line.substr(colon + 1);
-        while (!m.empty() && m.front() == ' ') m.erase(m.begin());
-        return m;
-      }
-    }
-  }
-  return "unknown";
-}
-
-struct BuildFlag {
-  const char* name;
-  bool defined;
-};
-
-// A macro is defined when it expands to something other than its own name.
-#define IMPLICIT_BENCH_TEXT(x) #x
-#define IMPLICIT_BENCH_EXPANDED(x) IMPLICIT_BENCH_TEXT(x)
-#define IMPLICIT_BENCH_FLAG(x) BuildFlag{#x, std::string(IMPLICIT_BENCH_EXPANDED(x)) != #x}
-
-// Macros seen when this file was compiled (the library and the apps are built
-// with the same project flags; the maps' GEMMs are compiled here, from headers).
-std::vector<BuildFlag> BuildFlags() {
-  return {IMPLICIT_BENCH_FLAG(__OPTIMIZE__), IMPLICIT_BENCH_FLAG(NDEBUG),         IMPLICIT_BENCH_FLAG(__SSE2__),
-          IMPLICIT_BENCH_FLAG(__AVX__),      IMPLICIT_BENCH_FLAG(__AVX2__),       IMPLICIT_BENCH_FLAG(__FMA__),
-          IMPLICIT_BENCH_FLAG(__AVX512F__),  IMPLICIT_BENCH_FLAG(_OPENMP),        IMPLICIT_BENCH_FLAG(EIGEN_USE_BLAS),
-          IMPLICIT_BENCH_FLAG(EIGEN_DONT_VECTORIZE)};
-}
-
-std::string CompilerVersion() {
-#if defined(__clang__)
-  return std::string("clang ") + __clang_version__;
-#elif defined(__GNUC__)
-  return std::string("gcc ") + __VERSION__;
-#else
-  return "unknown";
-#endif
-}
-
-std::string EigenVersion() {
-  return std::to_string(EIGEN_WORLD_VERSION) + "." + std::to_string(EIGEN_MAJOR_VERSION) + "." +
-         std::to_string(EIGEN_MINOR_VERSION);
-}
 
 // ---- measurements -------------------------------------------------------------------
 struct FloorRow {
@@ -452,29 +214,6 @@ Measurements MeasureAll(const Options& o, const implicit::DigitsDataset& digits)
   return m;
 }
 
-std::string BuildFlagText() {
-  std::string text;
-  for (const BuildFlag& f : BuildFlags())
-    text += std::string(text.empty() ? "" : " ") + f.name + "=" + (f.defined ? "1" : "0");
-  return text;
-}
-
-std::string CpuLevelsText() {
-  std::string text;
-  for (implicit::CpuLevel l : implicit::AvailableCpuLevels()) text += (text.empty() ? "" : ", ") + std::string(implicit::ToString(l));
-  return text;
-}
-
-void PrintMachine() {
-  std::cout << "machine: " << std::thread::hardware_concurrency() << " cores (" << UsableCores()
-            << " usable by this process), " << CpuModel() << "\n"
-            << "build: " << CompilerVersion() << ", Eigen " << EigenVersion() << " (SIMD "
-            << Eigen::SimdInstructionSetsInUse() << ", " << Eigen::nbThreads() << " thread(s)); " << BuildFlagText()
-            << "\n"
-            << "kernels: " << implicit::ToString(implicit::ActiveCpuLevel()) << " (of " << CpuLevelsText()
-            << " available; IMPLICIT_CPU_LEVEL picks one)\n";
-}
-
 void PrintFloors(const Options& o, const std::vector<FloorRow>& floors) {
   std::cout << "\nfloors (median of " << o.repeat << " runs; map = one full-batch evaluation of f)\n";
   Table table({"problem", "type", "n", "B", "GFLOP", "floor ms", "GFLOP/s", "map ms", "map/floor"},
@@ -563,17 +302,7 @@ Json SettingsJson(const Options& o, const std::string& data_source) {
 
 void WriteJson(const Options& o, const Measurements& m, const std::string& data_source) {
   Json root;
-  root["machine"] = {{"cores", std::thread::hardware_concurrency()}, {"usable_cores", UsableCores()},
-                     {"cpu", CpuModel()}};
-  Json& build = root["build"];
-  build["compiler"] = CompilerVersion();
-  build["eigen"] = EigenVersion();
-  build["eigen_simd"] = std::string(Eigen::SimdInstructionSetsInUse());
-  build["eigen_threads"] = Eigen::nbThreads();
-  build["cpu_level"] = implicit::ToString(implicit::ActiveCpuLevel());
-  build["cpu_levels_available"] = Json::array();
-  for (implicit::CpuLevel l : implicit::AvailableCpuLevels()) build["cpu_levels_available"].push_back(implicit::ToString(l));
-  for (const BuildFlag& f : BuildFlags()) build[f.name] = f.defined;
+  MachineJson(&root);
   root["settings"] = SettingsJson(o, data_source);
   root["floors"] = Json::array();
   for (const FloorRow& f : m.floors) {

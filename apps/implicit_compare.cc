@@ -73,13 +73,11 @@ bool ParseOptions(int argc, char** argv, Options* o) {
                  "anderson:memory=10,mixing=0.5); repeat it or separate solvers by ';'")
       ->allow_extra_args(false)
       ->default_str("");
-  app.add_option("--tol", o->tol, "absolute residual tolerance |f(z) - z| per sample")->check(Positive());
-  app.add_option("--max-iter", o->max_iter, "iteration budget per solve")->check(IntIn(1, 1000000));
-  app.add_option("--beta", o->problems.settings.beta, "inverse temperature of the Hopfield-type problems")
-      ->check(Positive());
+  AddSolveOptions(app, &o->tol, &o->max_iter);
+  AddBetaOption(app, &o->problems);
   app.add_option("--patterns", o->patterns, "digits stored / samples per problem, up to 1797")
       ->check(IntIn(1, 1000000));
-  app.add_option("--seed", o->seed, "seed of the random weights")->check(IntIn(0, 4294967295L));
+  AddSeedOption(app, &o->seed);
   app.add_option("--data", o->data, "digits.csv.gz, or a directory holding it")->default_str("")->check(PathCheck());
   app.add_option("--json", o->json, "write {\"settings\": ..., \"results\": [...]}, one result per (problem, solver)")
       ->check(PathCheck());

@@ -108,6 +108,16 @@ inline SolverOptionMap ParseSolverOptions(const std::string& option, const std::
   return out;
 }
 
+// The solver options implicit-compare and implicit-bench set: the tolerance
+// and the iteration budget (--tol, --max-iter), and whether to record the trace.
+inline implicit::SolverOptions RunOptions(double tol, long max_iter, bool record_trace) {
+  implicit::SolverOptions o;
+  o.absolute_tolerance = tol;
+  o.max_iterations = static_cast<int>(max_iter);
+  o.record_trace = record_trace;
+  return o;
+}
+
 // The solver `name` with the shared options `common` and its solver-specific
 // string options from `options` (none when it has no entry); MakeSolver<float>
 // for float problems.

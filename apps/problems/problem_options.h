@@ -38,6 +38,22 @@ inline void AddProblemOptions(CLI::App& app, ProblemSelection* p, bool with_floo
   }
 }
 
+// The options implicit-compare and implicit-bench share, with the same text
+// in both: --tol and --max-iter of every solve (RunOptions, common/solvers.h),
+// --beta of the Hopfield-type problems (bound to p->settings.beta, whose
+// value is the default) and --seed of the problems' random weights.
+inline void AddSolveOptions(CLI::App& app, double* tol, long* max_iter) {
+  app.add_option("--tol", *tol, "absolute residual tolerance |f(z) - z| per sample")->check(Positive());
+  app.add_option("--max-iter", *max_iter, "iteration budget per solve")->check(IntIn(1, 1000000));
+}
+inline void AddBetaOption(CLI::App& app, ProblemSelection* p) {
+  app.add_option("--beta", p->settings.beta, "inverse temperature of the Hopfield-type problems")
+      ->check(Positive());
+}
+inline void AddSeedOption(CLI::App& app, long* seed) {
+  app.add_option("--seed", *seed, "seed of the random weights")->check(IntIn(0, 4294967295L));
+}
+
 // After parsing: expands "all" (the default the help shows) to every problem,
 // checks the names (UsageError for an unknown one); prints the names and
 // returns false for --list-problems.

@@ -45,13 +45,4 @@ inline Json RunJson(const RunRecord& r) {
           {"skipped", r.skipped}, {"dimension", r.dimension}, {"samples", r.samples}};
 }
 
-// The solver options both apps set: the tolerance and the iteration budget.
-inline implicit::SolverOptions RunOptions(double tol, long max_iter, bool record_trace) {
-  implicit::SolverOptions o;
-  o.absolute_tolerance = tol;
-  o.max_iterations = static_cast<int>(max_iter);
-  o.record_trace = record_trace;
-  return o;
-}
-
 }  // namespace implicit_apps
