@@ -1,4 +1,5 @@
-// implicit-graph's command line and input graph (graph/settings.h).
+// implicit-graph's command line, the settings in the JSON and the input graph
+// (graph/settings.h).
 #include "graph/settings.h"
 
 #include "common/cli.h"
@@ -29,6 +30,16 @@ void CheckRegularFile(const std::string& path, const std::string& option) {
 }
 
 }  // namespace
+
+Json SettingsJson(const Settings& s) {
+  return {{"train_ratio", s.train_ratio}, {"validation_ratio", s.validation_ratio}, {"epochs", s.epochs},
+          {"et_epochs", s.et_epochs}, {"patience", s.patience}, {"learning_rate", s.detector.learning_rate},
+          {"weight_decay", s.detector.weight_decay}, {"gcn_hidden", s.gcn_hidden},
+          {"et", {{"dim", s.et_dim}, {"heads", s.et_heads}, {"head_dim", s.et_head_dim},
+                  {"memories", s.et_memories}, {"step", s.et.step}, {"init", s.et.init_scale}, {"solver", s.et.solver},
+                  {"tolerance", s.et.tolerance}, {"max_iterations", s.max_iter}, {"readout", s.et_readout},
+                  {"readout_hidden", s.et.readout_hidden}, {"input_hops", s.et.input_hops}}}};
+}
 
 // The graph of --nodes/--edges (errors start with the option whose file is at
 // fault) or of --graph.

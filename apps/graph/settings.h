@@ -1,8 +1,10 @@
 // implicit-graph's settings: the detectors it knows, the Settings its
-// command line fills (Parse: every flag, its checks and --help) and the graph
-// they name (LoadGraph: --graph, or --nodes and --edges).
+// command line fills (Parse: every flag, its checks and --help), those a run's
+// results depend on (SettingsJson) and the graph they name (LoadGraph: --graph,
+// or --nodes and --edges).
 #pragma once
 
+#include "common/json_output.h"
 #include "graph/et_detector.h"
 #include "graph/logistic_detector.h"
 
@@ -31,6 +33,10 @@ struct Settings {
 
 // The command line into `s`; false when it asked for --help.
 bool Parse(int argc, char** argv, Settings* s);
+
+// The settings a run's results depend on (all but --seeds, --seed, --models
+// and where things are written), as in the JSON.
+Json SettingsJson(const Settings& s);
 
 // The graph of --nodes/--edges (errors start with the option whose file is at
 // fault) or of --graph.
