@@ -43,7 +43,7 @@ py::array StateMethod(const EnergyHandle& e, const py::object& x, const py::obje
     using Scalar = decltype(scalar);
     auto xs = State<Scalar>(e, x, "x");
     Matrix<Scalar> out(xs.rows(), xs.cols());
-    if (v.is_none()) {
+    if (v_name[0] == '\0') {  // a method of x alone (v unused); a direction is never None
       py::gil_scoped_release release;
       method(e.get<Scalar>(), xs, xs, out);
     } else {

@@ -152,7 +152,8 @@ py::array MapProduct(const MapHandle& map, const py::object& z, const py::object
     const FixedPointMap<Scalar>& f = map.get<Scalar>();
     auto zs = View<Scalar>(z, "z", f.dimension(), -1);
     std::optional<Eigen::Map<const Matrix<Scalar>>> ws;
-    if (!w.is_none()) ws.emplace(View<Scalar>(w, w_name, f.dimension(), zs.cols()));
+    // A method of z alone has no w_name; a direction (v, w) is an array, never None.
+    if (w_name[0] != '\0') ws.emplace(View<Scalar>(w, w_name, f.dimension(), zs.cols()));
     Matrix<Scalar> out(zs.rows(), zs.cols());
     {
       py::gil_scoped_release release;

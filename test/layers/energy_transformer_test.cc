@@ -325,6 +325,17 @@ BOOST_AUTO_TEST_CASE(dynamics_map_products_are_exact_and_its_fixed_points_are_st
   implicit::testing::CheckMapFiniteDifferences(
       map, x, 1e-7, "clamped", map.parameters(), [&](const Matrix<double>& c) { map.SetInput(c); },
       image, 1e-6);
+  // A batch that is not the clamp's (more samples than its mask has columns)
+  // is refused by every product, before the mask is applied to it (found by
+  // test/fuzz/python_arrays.py under valgrind: the mask was read past its end).
+  const Matrix<double> other = RandomMatrix<double>(N * D, B + 3, 33);
+  Matrix<double> out(N * D, B + 3);
+  Vector<double> parameter_out(map.num_parameters());
+  BOOST_CHECK_THROW(map.JacobianVectorProduct(other, other, out), std::invalid_argument);
+  BOOST_CHECK_THROW(map.VectorJacobianProduct(other, other, out), std::invalid_argument);
+  BOOST_CHECK_THROW(map.ParameterVectorJacobianProduct(other, other, parameter_out), std::invalid_argument);
+  BOOST_CHECK_THROW(map.InputVectorJacobianProduct(other, other, out), std::invalid_argument);
+  BOOST_CHECK_THROW(map.ParameterVectorJacobianProduct(x, other, parameter_out), std::invalid_argument);
   // Solve: the clamped tokens equal the image, dE/dg vanishes on the free
   // ones, and they are stationary points of the clamped energy.
   o.eps = 1.0;

@@ -201,9 +201,11 @@ void EnergyTransformerMap<Scalar>::ParameterVectorJacobianProduct(
   if (!has_clamp_) {
     et_.DescentParameterVectorJacobianProduct(x, u, out);
   } else {
+    internal::CheckShape("EnergyTransformerMap::ParameterVectorJacobianProduct(u)", u, x.rows(), x.cols());
+    const Matrix<Scalar> y = clamped_.Merge(x);  // checks x against the clamp before the mask is applied
     Matrix<Scalar> mu = u;
     Mask(mu);
-    et_.DescentParameterVectorJacobianProduct(clamped_.Merge(x), mu, out);
+    et_.DescentParameterVectorJacobianProduct(y, mu, out);
   }
   out *= -step_;
 }
@@ -218,10 +220,11 @@ void EnergyTransformerMap<Scalar>::InputVectorJacobianProduct(
   }
   internal::CheckShape("EnergyTransformerMap::InputVectorJacobianProduct(out)", out, x.rows(),
                        x.cols());
+  internal::CheckShape("EnergyTransformerMap::InputVectorJacobianProduct(u)", u, x.rows(), x.cols());
   // d f / d c = m (I - a dr/dy) (1 - m) + (1 - m): transpose applied to u.
+  const Matrix<Scalar> y = clamped_.Merge(x);  // checks x against the clamp before the mask is applied
   Matrix<Scalar> mu = u;
   Mask(mu);
-  const Matrix<Scalar> y = clamped_.Merge(x);
   et_.DescentJacobianTransposeProduct(y, mu, out);
   out = mu - step_ * out;
   out = ((Scalar(1) - clamped_.free_mask().array()) * (out + u).array()).matrix();
@@ -238,8 +241,8 @@ void EnergyTransformerMap<Scalar>::Product(
   Matrix<Scalar> w = v;
   Matrix<Scalar> y;
   if (has_clamp_) {
+    y = clamped_.Merge(x);  // checks x (and so v, out) against the clamp before the mask is applied
     Mask(w);
-    y = clamped_.Merge(x);
   } else {
     y = x;
   }
