@@ -95,6 +95,15 @@ inline pid_t StartCommand(const std::string& command, const std::string& output)
   return pid;
 }
 
+// True in a sanitizer build (IMPLICIT_SANITIZE): the longest end-to-end runs
+// take smaller sizes there (the same code paths and checks, fewer steps), which
+// keeps the -O0 instrumented pass of CI short.
+#ifdef IMPLICIT_TEST_SANITIZED
+inline constexpr bool kSanitizedBuild = true;
+#else
+inline constexpr bool kSanitizedBuild = false;
+#endif
+
 // Starts `command` (StartCommand), sends it SIGKILL after `seconds` and waits
 // for it. Returns true when the signal ended it (false: it had finished).
 inline bool RunKilledAfter(const std::string& command, double seconds, const std::string& output) {
