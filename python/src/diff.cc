@@ -55,6 +55,17 @@ PyBackwardResult Backward(const MapHandle& map, const py::object& z_star,
 }
 
 
+// The option `key`'s value as T, or TypeError naming the key and the type it takes.
+template <typename T>
+T OptionValue(const std::string& key, py::handle value, const char* expected) {
+  try {
+    return value.cast<T>();
+  } catch (const py::cast_error&) {
+    throw py::type_error(key + ": expected " + expected + ", got " +
+                         std::string(py::str(py::type::handle_of(value).attr("__name__"))));
+  }
+}
+
 }  // namespace
 
 BackwardOptions ParseBackwardOptions(const py::dict& keywords) {
@@ -63,39 +74,41 @@ BackwardOptions ParseBackwardOptions(const py::dict& keywords) {
     const std::string key = py::str(item.first);
     const py::handle v = item.second;
     if (key == "method") {
-      if (!StringToGradientMethod(v.cast<std::string>(), &o.method)) {
-        throw py::value_error("method: '" + v.cast<std::string>() +
+      const std::string method = OptionValue<std::string>(key, v, "a str");
+      if (!StringToGradientMethod(method, &o.method)) {
+        throw py::value_error("method: '" + method +
                               "' is unknown (implicit, jacobian_free, phantom)");
       }
     } else if (key == "linear_solver") {
-      o.linear_solver = v.cast<std::string>();
+      o.linear_solver = OptionValue<std::string>(key, v, "a str");
     } else if (key == "tolerance") {
-      o.tolerance = v.cast<double>();
+      o.tolerance = OptionValue<double>(key, v, "a float");
     } else if (key == "absolute_tolerance") {
-      o.absolute_tolerance = v.cast<double>();
+      o.absolute_tolerance = OptionValue<double>(key, v, "a float");
     } else if (key == "max_iterations") {
-      o.max_iterations = v.cast<int>();
+      o.max_iterations = OptionValue<int>(key, v, "an int (32-bit)");
     } else if (key == "restart") {
-      o.restart = v.cast<int>();
+      o.restart = OptionValue<int>(key, v, "an int (32-bit)");
     } else if (key == "memory") {
-      o.memory = v.cast<int>();
+      o.memory = OptionValue<int>(key, v, "an int (32-bit)");
     } else if (key == "regularization") {
-      o.regularization = v.cast<double>();
+      o.regularization = OptionValue<double>(key, v, "a float");
     } else if (key == "divergence_threshold") {
-      o.divergence_threshold = v.cast<double>();
+      o.divergence_threshold = OptionValue<double>(key, v, "a float");
     } else if (key == "phantom_steps") {
-      o.phantom_steps = v.cast<int>();
+      o.phantom_steps = OptionValue<int>(key, v, "an int (32-bit)");
     } else if (key == "phantom_damping") {
-      o.phantom_damping = v.cast<double>();
+      o.phantom_damping = OptionValue<double>(key, v, "a float");
     } else if (key == "failed_samples") {
-      if (!StringToFailedSamplePolicy(v.cast<std::string>(), &o.failed_samples)) {
-        throw py::value_error("failed_samples: '" + v.cast<std::string>() +
+      const std::string policy = OptionValue<std::string>(key, v, "a str");
+      if (!StringToFailedSamplePolicy(policy, &o.failed_samples)) {
+        throw py::value_error("failed_samples: '" + policy +
                               "' is unknown (nan, skip, throw)");
       }
     } else if (key == "drop_failed_samples") {
-      o.drop_failed_samples = v.cast<bool>();
+      o.drop_failed_samples = OptionValue<bool>(key, v, "a bool");
     } else if (key == "require_converged_forward") {
-      o.require_converged_forward = v.cast<bool>();
+      o.require_converged_forward = OptionValue<bool>(key, v, "a bool");
     } else {
       throw py::value_error("unknown backward option '" + key + "' (" + kBackwardOptionNames +
                             ")");
@@ -191,12 +204,13 @@ the parameter gradient are NaN; "skip": it contributes zero, the parameter
 gradient sums the others; "throw": raise implicit.ConvergenceError with
 .summary], require_converged_forward [True; with forward_summary or in layers],
 drop_failed_samples [False; deprecated: failed_samples="skip"]. Bad options
-raise ValueError.)");
+raise ValueError (an unknown key, a value out of range), or TypeError naming the
+key (a value of the wrong type).)");
   m.def(
       "check_backward_options",
       [](const py::kwargs& keywords) { ParseBackwardOptions(keywords); },
-      "Raises ValueError, naming the key or field, when implicit.backward's keywords are not "
-      "valid BackwardOptions; returns None otherwise.");
+      "Raises ValueError (or TypeError for a value of the wrong type), naming the key or field, "
+      "when implicit.backward's keywords are not valid BackwardOptions; returns None otherwise.");
 }
 
 }  // namespace implicit::python

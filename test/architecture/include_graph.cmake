@@ -22,8 +22,14 @@ function(layer_of_file path out)
   endif()
 endfunction()
 
-file(GLOB_RECURSE files ${ROOT}/lib/*.h ${ROOT}/lib/*.cc ${ROOT}/lib/*.cu
-     ${ROOT}/solvers/*.h ${ROOT}/solvers/*.cc ${ROOT}/layers/*.h ${ROOT}/layers/*.cc)
+# Every source and header of the three folders, the CUDA ones (.cu, .cuh) too.
+set(patterns)
+foreach(folder lib solvers layers)
+  foreach(extension h cc cu cuh)
+    list(APPEND patterns ${ROOT}/${folder}/*.${extension})
+  endforeach()
+endforeach()
+file(GLOB_RECURSE files ${patterns})
 set(violations 0)
 set(checked 0)
 foreach(file ${files})

@@ -21,6 +21,7 @@
 
 #include <bitset>
 #include <cmath>
+#include <limits>
 #include <memory>
 #include <tuple>
 
@@ -341,6 +342,16 @@ BOOST_AUTO_TEST_CASE(float_energy_agrees_with_double) {
 BOOST_AUTO_TEST_CASE(invalid_arguments_throw) {
   BOOST_CHECK_THROW(implicit::BernoulliPrior<double>(1.5), std::invalid_argument);
   BOOST_CHECK_THROW(implicit::PoissonPrior<double>(-1.0), std::invalid_argument);
+  // Values that are not finite are refused where they are given (NaN makes
+  // every comparison false, so the range checks used to let it through, and
+  // every energy was then NaN).
+  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  BOOST_CHECK_THROW(implicit::BernoulliPrior<double>{nan}, std::invalid_argument);
+  BOOST_CHECK_THROW(implicit::PoissonPrior<double>{nan}, std::invalid_argument);
+  BOOST_CHECK_THROW(implicit::PoissonPrior<double>{inf}, std::invalid_argument);
+  BOOST_CHECK_THROW(implicit::GaussianPrior<double>(nan, 1.0), std::invalid_argument);
+  BOOST_CHECK_THROW(implicit::GaussianPrior<double>(0.0, inf), std::invalid_argument);
+  BOOST_CHECK_THROW(implicit::ConstantPrior<double>{nan}, std::invalid_argument);
   const Matrix<double> W = RandomMatrix<double>(4, 3, 15);
   BOOST_CHECK_THROW(RbmEnergy<double>(W, nullptr), std::invalid_argument);
   // A per-unit prior with too few values.

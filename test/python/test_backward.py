@@ -112,3 +112,10 @@ def test_check_backward_options():
         implicit.check_backward_options(failed_samples="drop")
     with pytest.raises(ValueError, match="unknown backward option 'tol'"):
         implicit.check_backward_options(tol=1e-3)
+    # A value of the wrong type: TypeError naming the key and the type it takes.
+    with pytest.raises(TypeError, match="tolerance: expected a float, got str"):
+        implicit.check_backward_options(tolerance="abc")
+    with pytest.raises(TypeError, match="method: expected a str, got int"):
+        implicit.check_backward_options(method=3)
+    with pytest.raises(TypeError, match="max_iterations: expected an int"):
+        implicit.check_backward_options(max_iterations=2**40)

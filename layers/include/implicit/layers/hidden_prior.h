@@ -93,12 +93,14 @@ class GaussianPrior : public HiddenPrior<Scalar> {
   ///@{
   /// The prior N(mean, stddev^2): one mean and standard deviation for every
   /// hidden unit (scalars), or one per unit (vectors of length M).
-  /// \throws std::invalid_argument when a vector is empty.
+  /// \throws std::invalid_argument when a vector is empty or holds a value that is not finite.
   explicit GaussianPrior(Scalar mean = Scalar(0), Scalar stddev = Scalar(1))
       : GaussianPrior(Vector<Scalar>::Constant(1, mean), Vector<Scalar>::Constant(1, stddev)) {}
   GaussianPrior(Vector<Scalar> mean, Vector<Scalar> stddev)
       : m_(std::move(mean)), s_(std::move(stddev)) {
     if (m_.size() == 0 || s_.size() == 0) throw std::invalid_argument("GaussianPrior: empty parameters");
+    if (!m_.allFinite() || !s_.allFinite())
+      throw std::invalid_argument("GaussianPrior: means and standard deviations must be finite");
   }
   ///@}
   std::string name() const override { return "gaussian"; }
@@ -126,11 +128,11 @@ class PoissonPrior : public HiddenPrior<Scalar> {
   ///@{
   /// The prior Poisson(rate): one rate for every hidden unit (scalar), or one
   /// per unit (vector of length M).
-  /// \throws std::invalid_argument when the rates are empty or negative.
+  /// \throws std::invalid_argument when the rates are empty, negative or not finite.
   explicit PoissonPrior(Scalar rate = Scalar(1)) : PoissonPrior(Vector<Scalar>::Constant(1, rate)) {}
   explicit PoissonPrior(Vector<Scalar> rate) : l_(std::move(rate)) {
-    if (l_.size() == 0 || (l_.array() < Scalar(0)).any())
-      throw std::invalid_argument("PoissonPrior: rates must be non-empty and >= 0");
+    if (l_.size() == 0 || !l_.allFinite() || (l_.array() < Scalar(0)).any())
+      throw std::invalid_argument("PoissonPrior: rates must be non-empty, finite and >= 0");
   }
   ///@}
   std::string name() const override { return "poisson"; }
@@ -176,10 +178,10 @@ class BernoulliPrior : public HiddenPrior<Scalar> {
   /// The prior Bernoulli(p) on {0, 1}: one probability for every hidden unit
   /// (scalar), or one per unit (vector of length M).
   /// \throws std::invalid_argument when the probabilities are empty or not all
-  ///   in (0, 1).
+  ///   in (0, 1) (NaN included).
   explicit BernoulliPrior(Scalar p = Scalar(0.5)) : BernoulliPrior(Vector<Scalar>::Constant(1, p)) {}
   explicit BernoulliPrior(Vector<Scalar> p) : p_(std::move(p)) {
-    if (p_.size() == 0 || (p_.array() <= Scalar(0)).any() || (p_.array() >= Scalar(1)).any())
+    if (p_.size() == 0 || !((p_.array() > Scalar(0)) && (p_.array() < Scalar(1))).all())
       throw std::invalid_argument("BernoulliPrior: probabilities must be in (0, 1)");
   }
   ///@}
@@ -253,10 +255,11 @@ class ConstantPrior : public HiddenPrior<Scalar> {
   ///@{
   /// The hidden value c: one for every hidden unit (scalar), or one per unit
   /// (vector of length M).
-  /// \throws std::invalid_argument when the vector is empty.
+  /// \throws std::invalid_argument when the vector is empty or holds a value that is not finite.
   explicit ConstantPrior(Scalar c = Scalar(1)) : ConstantPrior(Vector<Scalar>::Constant(1, c)) {}
   explicit ConstantPrior(Vector<Scalar> c) : c_(std::move(c)) {
     if (c_.size() == 0) throw std::invalid_argument("ConstantPrior: empty values");
+    if (!c_.allFinite()) throw std::invalid_argument("ConstantPrior: values must be finite");
   }
   ///@}
   std::string name() const override { return "constant"; }
