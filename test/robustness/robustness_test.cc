@@ -650,10 +650,13 @@ const std::vector<Case>& Cases();
 // double the suite's time (it costs more than the run, which stops at
 // validation): it stays on for every 8th case and the fault tests, and is
 // off for the others (ASan and UBSan stay on for all).
+// Root runs the cases that file permissions must stop as nobody (setpriv).
+bool RunsAsNobody(const Case& c) { return c.needs_non_root && Root(); }
+
 std::string CommandOf(const Case& c) {
   const std::string leaks = c.index % 8 == 0 ? "" : "ASAN_OPTIONS=\"${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0\" ";
   // As nobody: what earlier cases left in out/ (root's files) is made writable first.
-  const bool as_nobody = c.needs_non_root && Root();
+  const bool as_nobody = RunsAsNobody(c);
   const std::string user = as_nobody ? std::string("/usr/bin/") + kUnprivileged : "";
   const std::string open_up = as_nobody ? "(chmod -Rf a+rwX . || true) && " : "";
   return "cd " + ShellQuote(Env().dir + "/out") + " && " + open_up + leaks + "exec " + user +
@@ -661,18 +664,21 @@ std::string CommandOf(const Case& c) {
 }
 
 // The result of case `index`. The cases run two at a time (CI has 2 cores):
-// asking for case i starts case i + 1 too, each with its own output files.
+// asking for case i starts case i + 1 too, each with its own output files;
+// but a case run as nobody runs alone, since the files a case beside it writes
+// in out/ as root (its default checkpoint, say) would not be writable for it.
 // Whether a user file changed is checked against the hashes taken before the
 // first case (no case may change one).
 CommandResult ResultOf(std::size_t index) {
   static std::map<std::size_t, std::future<CommandResult>> running;
+  auto as_nobody = [](std::size_t i) { return i < Cases().size() && RunsAsNobody(Cases()[i]); };
   auto start = [&](std::size_t i) {
     if (i >= Cases().size() || running.count(i) > 0 || SkippedAsRoot(Cases()[i].needs_non_root)) return;
     const std::string command = CommandOf(Cases()[i]), prefix = Env().dir + "/case" + std::to_string(i % 2);
     running[i] = std::async(std::launch::async, [command, prefix] { return RunCase(command, prefix); });
   };
   start(index);
-  start(index + 1);
+  if (!as_nobody(index) && !as_nobody(index + 1)) start(index + 1);
   CommandResult r = running.at(index).get();
   running.erase(index);
   return r;
