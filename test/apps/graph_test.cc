@@ -114,7 +114,7 @@ BOOST_AUTO_TEST_CASE(a_killed_run_resumes_bit_identically) {
     const std::string checkpoint = " --checkpoint " + dir.File("runs.ckpt");
     const double at = std::uniform_real_distribution<double>(0.1, 0.9)(rng) * seconds;
     BOOST_TEST_CONTEXT("killed after " << at << " s of " << seconds << " s") {
-      killed += implicit::testing::RunKilledAfter(args + checkpoint, at, dir.File("k.log"));
+      killed += implicit::testing::RunKilledMidRun(args + checkpoint, at, dir, "k.log");
       const bool has_checkpoint = std::ifstream(dir.File("runs.ckpt")).good();
       const auto resumed = RunCommand(args + checkpoint + " --json " + dir.File("r.json") +
                                       (has_checkpoint ? " --resume " + dir.File("runs.ckpt") : std::string()));
@@ -132,7 +132,7 @@ BOOST_AUTO_TEST_CASE(a_killed_run_resumes_bit_identically) {
     }
   }
   BOOST_TEST_MESSAGE(killed << " of 5 runs were killed");
-  BOOST_TEST(killed >= 3);  // most kill points fall inside the run
+  BOOST_TEST(killed >= 3);  // a run that finished first was retried with less time (RunKilledMidRun)
 }
 
 // The GCN baseline, end to end on gen_1000: better than a random scorer

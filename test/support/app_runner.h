@@ -115,6 +115,20 @@ inline bool RunKilledAfter(const std::string& command, double seconds, const std
   return WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
 }
 
+// RunKilledAfter for a run writing into `dir` that should be killed mid-run:
+// when it finished before `seconds` (the machine ran it faster than the
+// reference run it was timed from), the directory is emptied and the run
+// started again, killed after half the time, up to four times in all.
+// Returns whether the last run was killed.
+inline bool RunKilledMidRun(const std::string& command, double seconds, const ScratchDir& dir,
+                            const std::string& log_name) {
+  for (int attempt = 0; attempt < 4; ++attempt, seconds *= 0.5) {
+    if (attempt > 0) std::system(("find '" + dir.path + "' -mindepth 1 -delete").c_str());
+    if (RunKilledAfter(command, seconds, dir.File(log_name))) return true;
+  }
+  return false;
+}
+
 // The names of the files in `dir` that look like a checkpoint writer's
 // temporaries (<path>.tmp.<pid>.XXXXXX).
 inline std::vector<std::string> TemporaryFiles(const std::string& dir) {
