@@ -64,7 +64,7 @@ bool ParseOptions(int argc, char** argv, Options* o) {
       ->check(IntIn(1, 1000000))
       ->default_str(PatternsDefaultText());
   AddBetaOption(app, &o->problems);
-  AddSolveOptions(app, &o->tol, &o->max_iter);
+  AddToleranceOptions(app, &o->tol, &o->max_iter);
   app.add_option("--time-limit", o->time_limit,
                  "stop a solve at the first iteration that ends after S seconds, reported\n"
                  "as user_abort with what had converged by then; 0 = no limit")

@@ -108,7 +108,7 @@ inline SolverOptionMap ParseSolverOptions(const std::string& option, const std::
   return out;
 }
 
-// The solver options implicit-compare and implicit-bench set: the tolerance
+// The solver options the programs set from their flags: the tolerance
 // and the iteration budget (--tol, --max-iter), and whether to record the trace.
 inline implicit::SolverOptions RunOptions(double tol, long max_iter, bool record_trace) {
   implicit::SolverOptions o;

@@ -24,7 +24,7 @@ bool ParseOptions(int argc, char** argv, Options* o) {
                  "anderson:memory=10,mixing=0.5); repeat it or separate solvers by ';'")
       ->allow_extra_args(false)
       ->default_str("");
-  AddSolveOptions(app, &o->tol, &o->max_iter);
+  AddToleranceOptions(app, &o->tol, &o->max_iter);
   AddBetaOption(app, &o->problems);
   app.add_option("--patterns", o->patterns, "digits stored / samples per problem, up to 1797")
       ->check(IntIn(1, 1000000));

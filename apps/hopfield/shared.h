@@ -5,6 +5,7 @@
 #pragma once
 
 #include "common/json_output.h"
+#include "common/solvers.h"
 #include "problems/problem.h"
 
 #include <implicit/core/digits.h>
@@ -29,12 +30,7 @@ struct SolveSettings {
   std::string solver = "picard";
   double tol = 1e-8;
   long max_iter = 500;
-  implicit::SolverOptions Options() const {
-    implicit::SolverOptions o;
-    o.absolute_tolerance = tol;
-    o.max_iterations = static_cast<int>(max_iter);
-    return o;
-  }
+  implicit::SolverOptions Options() const { return RunOptions(tol, max_iter, false); }
 };
 
 void AddSolveOptions(CLI::App& sub, SolveSettings* s);

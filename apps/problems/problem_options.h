@@ -42,7 +42,7 @@ inline void AddProblemOptions(CLI::App& app, ProblemSelection* p, bool with_floo
 // in both: --tol and --max-iter of every solve (RunOptions, common/solvers.h),
 // --beta of the Hopfield-type problems (bound to p->settings.beta, whose
 // value is the default) and --seed of the problems' random weights.
-inline void AddSolveOptions(CLI::App& app, double* tol, long* max_iter) {
+inline void AddToleranceOptions(CLI::App& app, double* tol, long* max_iter) {
   app.add_option("--tol", *tol, "absolute residual tolerance |f(z) - z| per sample")->check(Positive());
   app.add_option("--max-iter", *max_iter, "iteration budget per solve")->check(IntIn(1, 1000000));
 }
