@@ -26,6 +26,12 @@ namespace py = pybind11;
 
 enum class Dtype { kFloat64, kFloat32 };
 
+// The name of `object`'s Python type ("NoneType", "str", "ndarray"), for the
+// "expected ..., got ..." of a TypeError.
+inline std::string TypeName(py::handle object) {
+  return std::string(py::str(py::type::handle_of(object).attr("__name__")));
+}
+
 // "float64" / "float32".
 const char* DtypeName(Dtype dtype);
 template <typename Scalar>

@@ -61,8 +61,7 @@ T OptionValue(const std::string& key, py::handle value, const char* expected) {
   try {
     return value.cast<T>();
   } catch (const py::cast_error&) {
-    throw py::type_error(key + ": expected " + expected + ", got " +
-                         std::string(py::str(py::type::handle_of(value).attr("__name__"))));
+    throw py::type_error(key + ": expected " + expected + ", got " + TypeName(value));
   }
 }
 

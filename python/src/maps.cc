@@ -57,8 +57,7 @@ class CallbackMap : public FixedPointMap<Scalar> {
       auto a = py::array_t<Scalar, py::array::f_style | py::array::forcecast>::ensure(result);
       if (!a) {
         PyErr_SetString(PyExc_TypeError,
-                        ("PythonMap: " + std::string(name) + " returned a " +
-                         std::string(py::str(py::type::handle_of(result).attr("__name__"))) +
+                        ("PythonMap: " + std::string(name) + " returned a " + TypeName(result) +
                          " that is not an array of numbers")
                             .c_str());
         throw py::error_already_set();

@@ -34,8 +34,7 @@ py::array CheckedArray(const py::handle& object, const char* name, Dtype dtype, 
                        Index cols, bool writable) {
   const std::string want = DtypeName(dtype);
   if (!py::isinstance<py::array>(object)) {
-    throw py::type_error(std::string(name) + ": expected a numpy array of " + want + ", got " +
-                         std::string(py::str(py::type::handle_of(object).attr("__name__"))));
+    throw py::type_error(std::string(name) + ": expected a numpy array of " + want + ", got " + TypeName(object));
   }
   py::array a = py::reinterpret_borrow<py::array>(object);
   py::dtype got = a.dtype();

@@ -27,8 +27,7 @@ std::string OptionText(const std::string& key, const py::handle& value) {
   if (py::isinstance(value, py::module_::import("numpy").attr("generic"))) {
     return OptionText(key, value.attr("item")());
   }
-  throw py::type_error("option '" + key + "': expected a bool, int, float or str, got " +
-                       std::string(py::str(py::type::handle_of(value).attr("__name__"))));
+  throw py::type_error("option '" + key + "': expected a bool, int, float or str, got " + TypeName(value));
 }
 
 PySolver MakePySolver(const std::string& name, const py::object& options,
