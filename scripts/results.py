@@ -56,6 +56,11 @@ class Runner:
         return "OMP_NUM_THREADS=%d %s %s" % (threads, shown, " ".join(args)), data
 
 
+def number(x):
+    """x as %g, without the exponent's leading zero (1e-8, not 1e-08)."""
+    return ("%g" % x).replace("e-0", "e-").replace("e+0", "e+")
+
+
 def commands_block(commands):
     return ["", "Commands:", ""] + ["    " + c for c in commands]
 
@@ -68,7 +73,8 @@ def section_compare(run):
     lines = ["Converged samples / samples, and mean evaluations of f per sample (trial points included; the",
              "active set stops evaluating a sample once it has converged); newton adds its rounds of",
              "Jacobian-vector products. **Bold**: the fewest evaluations among the solvers that converged on",
-             "every sample. — : the solver does not apply to the map. Tolerance 1e-8, at most 200 iterations.",
+             "every sample. — : the solver does not apply to the map. Tolerance %s, at most %d iterations." % (
+                 number(data["settings"]["tol"]), data["settings"]["max_iter"]),
              "",
              "| problem | " + " | ".join(BUILT_IN_SOLVERS) + " |",
              "|---|" + "---|" * len(BUILT_IN_SOLVERS)]
@@ -126,11 +132,13 @@ def section_hopfield_beta(run):
 def section_backends(run):
     problems = [("hopfield-digits", ["--patterns", "1797", "--beta", "2"]), ("sparse-hopfield", []),
                 ("rbm", []), ("deq-tanh", []), ("et-digits", [])]
-    results, commands = {}, []
+    results, commands, settings = {}, [], set()
     for problem, flags in problems:
         command, data = run("implicit-compare", ["--quiet", "--problem", problem, "--solvers", "all"] + flags)
         commands.append(command)
         results[problem] = {r["solver"]: r for r in data["results"]}
+        settings.add((data["settings"]["tol"], data["settings"]["max_iter"]))
+    (tol, max_iter), = settings  # the same in every run
     solvers, library = [], {}
     for rows in results.values():
         for name, r in rows.items():
@@ -149,8 +157,8 @@ def section_backends(run):
 
     lines = ["Converged samples, mean evaluations of f per sample (the start and the backends' final check",
              "included), wall time; **bold**: every sample converged; — : the solver does not apply to the map",
-             "(it needs an energy, or Jacobian-vector products). Tolerance 1e-8 on |f(z) − z| per sample, at",
-             "most 200 iterations per solve.",
+             "(it needs an energy, or Jacobian-vector products). Tolerance %s on |f(z) − z| per sample, at" % number(tol),
+             "most %d iterations per solve." % max_iter,
              "",
              "| solver | library | " + " | ".join(p for p, _ in problems) + " |",
              "|---|---|" + "---|" * len(problems)]
