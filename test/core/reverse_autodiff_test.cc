@@ -681,3 +681,162 @@ BOOST_AUTO_TEST_CASE(branch_free_helpers_equal_their_definitions) {
   BOOST_TEST(implicit::ad::Dot(a, s) == a.dot(s));
   BOOST_CHECK_THROW(implicit::ad::Dot(a, s.head(2)), std::invalid_argument);
 }
+
+// Accumulation (reverse_var.h): `acc += b` adds b to acc's node when acc holds
+// the last node alone, so a scalar loop's sum is one node of many operands...
+BOOST_AUTO_TEST_CASE(a_loop_sum_is_one_node_of_many_operands) {
+  namespace reverse = implicit::reverse;
+  const Index n = 50;
+  const Vector<double> a = implicit::testing::RandomMatrix<double>(n, 1, 31);
+  const Vector<double> z = implicit::testing::RandomMatrix<double>(n, 1, 32);
+  Vector<double> g(n);
+  Index nodes = 0;
+  const double e = reverse::Gradient<double>(
+      z.data(), n,
+      [&](const Vector<reverse::Var<double>>& x) {
+        reverse::Var<double> acc = 0.0;
+        for (Index k = 0; k < n; ++k) acc += a(k) * x(k) * x(k);  // x(k)^2 one node each
+        reverse::Var<double> dot = 0.0;
+        for (Index k = 0; k < n; ++k) dot -= a(k) * x(k);
+        nodes = reverse::Tape<double>::ThisThread().size();
+        return acc + dot;
+      },
+      g.data());
+  // Independent variables, one node per square, and at most two nodes for
+  // each sum (its first two terms) instead of one per term.
+  BOOST_TEST(nodes <= 2 * n + 4);
+  BOOST_TEST(std::abs(e - (a.array() * z.array().square()).sum() + a.dot(z)) <= 1e-12);
+  BOOST_TEST((g - (2.0 * a.array() * z.array() - a.array()).matrix()).norm() <= 1e-12);
+}
+
+namespace {
+// ... but never when another Var refers to that node: a copy (construction,
+// assignment, into a vector), a Var made from it by a number (scaled,
+// shifted, negated), the accumulator itself, and a named Var added (not a
+// temporary: it stays usable). In each case the shared node is the last one
+// recorded when the term is added, and the sharing Var is used after.
+struct Aliases {
+  template <typename T>
+  T operator()(const Vector<T>& x, const Vector<T>& theta) const {
+    const T w = theta(0);
+    T e = T(0.0);
+    {  // copy construction
+      T acc = x(0) * x(1);
+      const T copy = acc;
+      acc += x(2);
+      acc += w * x(3);
+      e += acc * copy;
+    }
+    {  // copy assignment
+      T acc = x(1) * x(2);
+      T assigned;
+      assigned = acc;
+      acc -= x(3);
+      e += acc * assigned;
+    }
+    {  // a vector's element
+      Vector<T> kept(1);
+      T acc = x(2) * x(4);
+      kept(0) = acc;
+      acc += x(0);
+      e += acc * kept(0);
+    }
+    {  // scaled, shifted and negated Vars of the node
+      T acc = x(2) * x(3);
+      const T scaled = acc * T(3.0);
+      acc += x(0);
+      T acc2 = x(1) * x(4);
+      const T shifted = acc2 + T(1.0);
+      acc2 -= x(0);
+      T acc3 = x(0) * x(2);
+      const T negated = -acc3;
+      acc3 += x(1);
+      e += acc * scaled + acc2 * shifted + acc3 * negated * w;
+    }
+    {  // an accumulator that starts as a named node (a constant plus it)
+      const T t = x(0) * x(4);
+      T acc = T(0.0);
+      acc += t;
+      acc += x(1);
+      e += acc * t;
+    }
+    {  // a named Var added while it holds the last node: not taken
+      T acc = x(0) * x(2);
+      const T t = x(1) * x(3);
+      acc += t;
+      e += acc * t;
+    }
+    {  // the accumulator added to itself, then more terms
+      T acc = x(3) * x(4);
+      acc += acc;
+      acc += x(0);
+      acc -= acc * T(0.25);
+      e += acc * acc * w;
+    }
+    {  // std::vector's copies
+      std::vector<T> values(1, T(0.0));
+      values[0] = x(1) * x(3);
+      const std::vector<T> copies = values;
+      values[0] += x(2);
+      e += values[0] * copies[0];
+    }
+    return e;
+  }
+};
+}  // namespace
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(accumulation_never_changes_a_var_sharing_the_node, Scalar, Scalars) {
+  const Index n = 5, B = 3;
+  AutoDiffEnergy<Aliases, Scalar> energy(Aliases{}, n, OneParameter<Scalar>(0.7));
+  const Matrix<Scalar> x = implicit::testing::RandomMatrix<Scalar>(n, B, 41);
+  const Matrix<Scalar> v = implicit::testing::RandomMatrix<Scalar>(n, B, 42);
+  ModePair<Aliases, Scalar> pair(energy);
+  CheckAllProducts(pair.forward, pair.reverse, x, v, "aliases");
+  if constexpr (std::is_same<Scalar, double>::value) {  // and against central differences
+    Matrix<double> g(n, B);
+    pair.reverse.Gradient(x, g);
+    const double h = 1e-6;
+    for (Index b = 0; b < B; ++b) {
+      for (Index i = 0; i < n; ++i) {
+        Matrix<double> xp = x.col(b), xm = x.col(b);
+        xp(i) += h;
+        xm(i) -= h;
+        Vector<double> ep(1), em(1);
+        pair.reverse.Value(xp, ep);
+        pair.reverse.Value(xm, em);
+        const double fd = (ep(0) - em(0)) / (2 * h);
+        BOOST_TEST(std::abs(g(i, b) - fd) <= 1e-7 * (1 + std::abs(fd)),
+                   "dE/dx" << i << " of sample " << b << " = " << g(i, b) << ", central difference " << fd);
+      }
+    }
+  }
+}
+
+// A named Var given up to an accumulation (acc += std::move(t)) may have been
+// taken into it: using it again as a variable is refused, never read as the
+// node it held.
+BOOST_AUTO_TEST_CASE(a_var_moved_into_an_accumulation_is_refused_afterwards) {
+  namespace reverse = implicit::reverse;
+  using V = Vector<reverse::Var<double>>;
+  const Vector<double> z = implicit::testing::RandomMatrix<double>(3, 1, 51);
+  Vector<double> g(3);
+  const double e = reverse::Gradient<double>(
+      z.data(), 3,
+      [](const V& x) {
+        reverse::Var<double> acc = x(0) * x(1), t = x(1) * x(2);
+        acc += std::move(t);
+        return acc;
+      },
+      g.data());
+  BOOST_TEST(std::abs(e - (z(0) * z(1) + z(1) * z(2))) <= 1e-15);
+  BOOST_TEST(std::abs(g(1) - (z(0) + z(2))) <= 1e-15);
+  BOOST_CHECK_THROW(reverse::Gradient<double>(
+                        z.data(), 3,
+                        [](const V& x) {
+                          reverse::Var<double> acc = x(0) * x(1), t = x(1) * x(2);
+                          acc += std::move(t);
+                          return acc * t;  // NOLINT(bugprone-use-after-move): the point of the test
+                        },
+                        g.data()),
+                    std::logic_error);
+}

@@ -46,6 +46,7 @@
 
 #include <ceres/jet.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -120,11 +121,15 @@ class Tape {
     products_.clear();
     product_nodes_.clear();
     owned_used_ = 0;
+    last_ordinary_ = -1;
     recording_ = true;
-    recording_number_ = (recording_number_ + 1) & 0x7fffffff;
+    recording_number_ = (recording_number_ + 1) & 0x3fffffff;  // bit 62 of an id is free (reverse_var.h)
   }
   /// Ends the recording begun by BeginRecording(); its nodes stay readable until the next one.
-  void EndRecording() { recording_ = false; }
+  void EndRecording() {
+    recording_ = false;
+    last_ordinary_ = -1;
+  }
 
   ///@{
   /// Appends a node (operands by their ids); returns its id.
@@ -133,15 +138,31 @@ class Tape {
   std::int64_t Push0() { return Close(); }
   std::int64_t Push1(std::int64_t a, const V& da) {
     entries_.Push(da, Node(a));
-    return Close();
+    return last_ordinary_ = Close();
   }
   std::int64_t Push2(std::int64_t a, const V& da, std::int64_t b, const V& db) {
     const std::int32_t na = Node(a), nb = Node(b);
     entries_.Push(da, na);
     entries_.Push(db, nb);
-    return Close();
+    return last_ordinary_ = Close();
   }
   ///@}
+  /// Adds operand b with partial db to node `last` when it is the last node
+  /// recorded and one of one or two operands (Push1, Push2, or one extended
+  /// since: not a run, a product's, an independent variable's or a node of
+  /// AddOperand), and b is another node; returns whether it did (Var's
+  /// accumulation: the caller knows no other Var refers to `last`).
+  /// \throws std::logic_error when b is a variable of another recording.
+  bool Extend(std::int64_t last, std::int64_t b, const V& db) {
+    if (last != last_ordinary_) return false;
+    // last is a node of this recording: b is one when its recording number
+    // is last's, and then an earlier node unless it is last itself.
+    if ((b ^ last) >> 32 != 0) ThrowForeignVar();
+    if (b == last) return false;
+    entries_.Push(db, static_cast<std::int32_t>(b & 0xffffffff));
+    ++ends_.back();
+    return true;
+  }
   /// A node of many operands: AddOperand for each, then Close. The partial
   /// da is in the Var; its scale is multiplied in, and a constant adds
   /// nothing. Returns whether it is a variable.
@@ -198,6 +219,7 @@ class Tape {
   /// \throws std::length_error when the recording would exceed 2^31 nodes or 2^32 operands.
   std::int64_t Close() {
     CheckRoom(1);
+    last_ordinary_ = -1;
     ends_.push_back(static_cast<std::uint32_t>(entries_.size()));
     return (static_cast<std::int64_t>(recording_number_) << 32) |
            static_cast<std::int64_t>(ends_.size() - 1);
@@ -319,6 +341,7 @@ class Tape {
     p.alpha = alpha;
     products_.push_back(p);
     ends_.insert(ends_.end(), outputs, static_cast<std::uint32_t>(entries_.size()));
+    last_ordinary_ = -1;
     return (static_cast<std::int64_t>(recording_number_) << 32) | static_cast<std::int64_t>(p.first);
   }
 
@@ -505,7 +528,8 @@ class Tape {
   [[noreturn]] IMPLICIT_REVERSE_COLD static void ThrowForeignVar() {
     throw std::logic_error(
         "reverse::Var: a variable of another recording (kept from an earlier evaluation or "
-        "made on another thread) used in this one");
+        "made on another thread), or one given up to an accumulation (acc += std::move(b)), "
+        "used in this one");
   }
 
   struct Run {
@@ -524,18 +548,28 @@ class Tape {
   std::vector<std::uint32_t> ends_;
   std::vector<KnownRun> known_runs_;
   /// The nodes' operands: partial derivative and node (or ~(a run's index)),
-  /// in two arrays (no padding between a double and an int).
+  /// in two arrays (no padding between a double and an int) of one length,
+  /// the first size() entries in use.
   struct Entries {
     std::vector<V> partials;
     std::vector<std::int32_t> operands;
-    void Push(const V& partial, std::int32_t operand) {
-      partials.push_back(partial);
-      operands.push_back(operand);
+    std::size_t used = 0;
+    void Push(V partial, std::int32_t operand) {
+      if (used == operands.size()) Grow();
+      partials[used] = partial;
+      operands[used] = operand;
+      ++used;
     }
-    std::size_t size() const { return operands.size(); }
-    void clear() {
-      partials.clear();
-      operands.clear();
+    std::size_t size() const { return used; }
+    void clear() { used = 0; }
+    IMPLICIT_REVERSE_COLD void Grow() {
+      if (operands.size() >= static_cast<std::size_t>(std::numeric_limits<std::uint32_t>::max())) {
+        ThrowTooManyNodes();
+      }
+      const std::size_t capacity = std::min<std::size_t>(
+          std::numeric_limits<std::uint32_t>::max(), std::max<std::size_t>(1024, 2 * operands.size()));
+      partials.resize(capacity);
+      operands.resize(capacity);
     }
   };
   Entries entries_;
@@ -548,7 +582,9 @@ class Tape {
   mutable std::vector<V> adjoints_;
   mutable Matrix<Number> product_scratch_[4];
   bool recording_ = false;
-  std::int64_t recording_number_ = 0;  ///< The recording's number, below 2^31.
+  std::int64_t recording_number_ = 0;  ///< The recording's number, below 2^30.
+  /// The id of the last node when Extend may add operands to it, or -1.
+  std::int64_t last_ordinary_ = -1;
 };
 
 /// f(z) (f: Vector<Var<V>> -> Var<V>, z of `size` values) and its gradient in

@@ -17,6 +17,15 @@
 #include <cstdint>
 #include <type_traits>
 
+/// \def IMPLICIT_REVERSE_NOINLINE
+/// A function kept out of line, so that the hot paths of the tape that call
+/// it stay small enough for the compiler to inline them.
+#if defined(__GNUC__)
+#define IMPLICIT_REVERSE_NOINLINE __attribute__((noinline))
+#else
+#define IMPLICIT_REVERSE_NOINLINE
+#endif
+
 namespace implicit {
 namespace internal {
 /// The number type under V: V itself, or a dual's value part's (recursively).
@@ -40,8 +49,19 @@ class Tape;
 /// constant. A variable is an affine function of its node: its derivative in
 /// the node is scale() (1 for the node itself), so that a sum with a constant,
 /// a product with a number, a negation or a division by a number records
-/// nothing (its partials are multiplied in where the Var is used): a scalar
-/// loop's `acc += X(k, i) * x(k)` records one node of two operands, not two.
+/// nothing (its partials are multiplied in where the Var is used).
+///
+/// Accumulation: `acc += b` (and `-=`) where acc holds the last node recorded
+/// and no other Var refers to that node adds b as one more operand of that
+/// node instead of recording a new one; and when b is a temporary holding the
+/// last node (`acc += x(k) * y(k)`), acc is added to b's node, which acc then
+/// holds. So a scalar loop's `acc += X(k, i) * x(k)` costs one operand (a
+/// partial and a node number) per term, and `acc += x(k) * y(k)` one node.
+/// To know that no other Var refers to a node, a Var carries a flag set on
+/// both sides when it is copied (or another Var is made from it by a number:
+/// a scaled or shifted Var); a flagged Var's node is never changed. A named
+/// Var given as `acc += std::move(b)` may be taken the same way; it is then
+/// left unusable (using it as a variable throws std::logic_error).
 template <typename V>
 class Var {
  public:
@@ -66,25 +86,38 @@ class Var {
   /// da and db are the partial derivatives of the node in a and b.
   static Var Node(const V& value, const Var& a, const V& da) {
     if (a.index_ < 0) return Var(value);
-    return Var(value, Tape<V>::ThisThread().Push1(a.index_, da * a.scale_));
+    return Var(value, Tape<V>::ThisThread().Push1(a.index(), da * a.scale_));
   }
   static Var Node(const V& value, const Var& a, const V& da, const Var& b, const V& db) {
     if (a.index_ < 0) return Node(value, b, db);
     if (b.index_ < 0) return Node(value, a, da);
-    return Var(value, Tape<V>::ThisThread().Push2(a.index_, da * a.scale_, b.index_, db * b.scale_));
+    return Var(value, Tape<V>::ThisThread().Push2(a.index(), da * a.scale_, b.index(), db * b.scale_));
   }
   ///@}
   /// value, as an affine function of a with derivative s: no node.
   static Var Affine(const V& value, const Var& a, Number s) {
+    if (a.index_ < 0) return Var(value);
+    a.index_ |= kShared;  // both refer to a's node now
     Var r(value, a.index_);
     r.scale_ = a.scale_ * s;
-    return a.index_ < 0 ? Var(value) : r;
+    return r;
   }
   /// A Var of node id `index` (the library's recorded operations).
   Var(const V& value, std::int64_t index) : value_(value), index_(index) {}
+  ///@{
+  /// Copies: the copy and the original refer to the same node, so both are
+  /// flagged as sharing it (see "Accumulation" above).
+  Var(const Var& other) : value_(other.value_), scale_(other.scale_), index_(other.Share()) {}
+  Var& operator=(const Var& other) {
+    index_ = other.Share();
+    value_ = other.value_;
+    scale_ = other.scale_;
+    return *this;
+  }
+  ///@}
 
   /// The id of this Var's node on the tape, or a negative number for a constant.
-  std::int64_t index() const { return index_; }
+  std::int64_t index() const { return index_ < 0 ? index_ : index_ & ~kShared; }
   /// Whether this Var is recorded on the tape (index() >= 0) rather than a constant.
   bool is_variable() const { return index_ >= 0; }
   /// Whether a constant's value is a plain number (a dual's tangent zero),
@@ -106,15 +139,18 @@ class Var {
   /// its own when its scale is not).
   Var Materialized() const {
     if (index_ < 0 || unit_scale()) return *this;
-    return Var(value_, Tape<V>::ThisThread().Push1(index_, V(scale_)));
+    return Var(value_, Tape<V>::ThisThread().Push1(index(), V(scale_)));
   }
 
   ///@{
-  /// Compound assignment: *this = *this op b, recorded like op.
-  Var& operator+=(const Var& b) { return *this = *this + b; }
-  Var& operator-=(const Var& b) { return *this = *this - b; }
-  Var& operator*=(const Var& b) { return *this = *this * b; }
-  Var& operator/=(const Var& b) { return *this = *this / b; }
+  /// Compound assignment: *this = *this op b, recorded like op; a sum or
+  /// difference may instead add b to this Var's node (see "Accumulation").
+  Var& operator+=(const Var& b) { return Accumulate(b, Number(1), false); }
+  Var& operator-=(const Var& b) { return Accumulate(b, Number(-1), false); }
+  Var& operator+=(Var&& b) { return Accumulate(b, Number(1), &b != this); }
+  Var& operator-=(Var&& b) { return Accumulate(b, Number(-1), &b != this); }
+  Var& operator*=(const Var& b) { return Take(*this * b); }
+  Var& operator/=(const Var& b) { return Take(*this / b); }
   ///@}
 
   /// The value. Not a conversion: computing with it would lose derivatives
@@ -162,9 +198,78 @@ class Var {
 #undef IMPLICIT_VAR_COMPARISON
 
  private:
+  /// The flag of a Var whose node another Var refers to too (bit 62 of a
+  /// variable's index_; the tape's ids leave it clear).
+  static constexpr std::int64_t kShared = std::int64_t(1) << 62;
+
+  /// index_, flagged as shared (a variable's) for a copy of this Var.
+  std::int64_t Share() const {
+    if (index_ >= 0) index_ |= kShared;
+    return index_;
+  }
+  /// *this = r, r a Var made for it (not a copy: r's node is not shared with r).
+  Var& Take(const Var& r) {
+    value_ = r.value_;
+    scale_ = r.scale_;
+    index_ = r.index_;
+    return *this;
+  }
+  /// Whether a variable's derivative in its node is 1 or -1 (its own inverse).
+  bool unit_magnitude() const { return scale_ == Number(1) || scale_ == Number(-1); }
+  /// *this += sign * b (sign 1 or -1), recorded as an operand added to this
+  /// Var's node, or to b's node when b is `disposable` (a temporary or moved
+  /// from: it is then left unusable), or else as a new node. A node gets an
+  /// operand only when it is the last one recorded (Tape::Extend) and no
+  /// other Var refers to it; a constant b shifts the value only. The common
+  /// case (a term added to this Var's node) inline, the others out of line
+  /// (AddOther, given copies: a loop's accumulator stays in registers).
+  Var& Accumulate(const Var& b, Number sign, bool disposable) {
+    const V sum = sign > 0 ? value_ + b.value_ : value_ - b.value_;
+    // this node + sign b.scale_ scale_ b: times scale_ (scale_^2 = 1) the sum.
+    if (b.index_ < 0 || (index_ >= 0 && (index_ & kShared) == 0 && unit_magnitude() &&
+                         Tape<V>::ThisThread().Extend(index_, b.index(), V(sign * b.scale_ * scale_)))) {
+      value_ = sum;
+      return *this;
+    }
+    const Recorded r = AddOther({scale_, index_}, {b.scale_, b.index_}, sign, disposable);
+    b.index_ = r.b_index;
+    scale_ = r.scale;
+    index_ = r.index;
+    value_ = sum;
+    return *this;
+  }
+  /// A Var's place on the tape: its derivative in its node and the node's id.
+  struct Place {
+    Number scale;
+    std::int64_t index;
+  };
+  /// Accumulate's result when a's node takes no operand (b a variable): the
+  /// sum's place, and b's index after it (flagged as shared, or given up).
+  struct Recorded : Place {
+    std::int64_t b_index;
+  };
+  IMPLICIT_REVERSE_NOINLINE static Recorded AddOther(Place a, Place b, Number sign, bool disposable) {
+    const Number t = sign * b.scale;  // the sum = a.scale (a's node) + t (b's node)
+    const bool take_b = disposable && (b.index & kShared) == 0;
+    if (a.index < 0) {  // a constant plus b: b's node, held by the sum alone when b is given up
+      if (take_b) return {{t, b.index}, kGivenUp};
+      return {{t, b.index | kShared}, b.index | kShared};
+    }
+    const std::int64_t a_node = a.index & ~kShared;
+    if (take_b && (b.scale == Number(1) || b.scale == Number(-1)) &&
+        Tape<V>::ThisThread().Extend(b.index, a_node, V(a.scale * t))) {
+      return {{t, b.index}, kGivenUp};  // b's node + a.scale t (a's node): times t (t^2 = 1) the sum
+    }
+    const std::int64_t node = Tape<V>::ThisThread().Push2(a_node, V(a.scale), b.index & ~kShared, V(t));
+    return {{Number(1), node}, take_b ? kGivenUp : b.index};
+  }
+  /// The index of a Var given up to an accumulation (no recording's node: using it throws).
+  static constexpr std::int64_t kGivenUp = (std::int64_t(0x3fffffff) << 32) | 0xffffffff;
+
   V value_;
   Number scale_ = Number(1);
-  std::int64_t index_ = -1;
+  /// The node's id (a variable), or -1 (a constant); the kShared flag aside.
+  mutable std::int64_t index_ = -1;
 };
 
 /// Mixed operations with numbers: the number as a constant.
