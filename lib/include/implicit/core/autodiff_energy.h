@@ -84,15 +84,19 @@ class AutoDiffEnergy : public Energy<Scalar> {
   static constexpr bool kHasInput =
       std::is_invocable<const Functor&, const Vector<Scalar>&, const Vector<Scalar>&,
                         const Vector<Scalar>&>::value;
-  static_assert(kHasInput || std::is_invocable<const Functor&, const Vector<Scalar>&, const Vector<Scalar>&>::value,
+  /// Whether the functor can be called with vectors of Scalar as (x, theta) or (x, c, theta).
+  static constexpr bool kCallable =
+      kHasInput || std::is_invocable<const Functor&, const Vector<Scalar>&, const Vector<Scalar>&>::value;
+  static_assert(kCallable,
                 "AutoDiffEnergy: the functor must be callable as `template <typename T> T operator()(const "
                 "implicit::Vector<T>& x, const implicit::Vector<T>& theta) const`, or (x, c, theta) with a "
                 "per-sample input c");
-  static_assert(std::is_invocable<const Functor&, const Vector<ceres::Jet<Scalar, kChunk>>&,
-                                  const Vector<ceres::Jet<Scalar, kChunk>>&>::value ||
-                    std::is_invocable<const Functor&, const Vector<ceres::Jet<Scalar, kChunk>>&,
-                                      const Vector<ceres::Jet<Scalar, kChunk>>&,
-                                      const Vector<ceres::Jet<Scalar, kChunk>>&>::value,
+  /// Whether it is a template on the scalar type: called with dual numbers it
+  /// returns one, not a number (a functor on Vector<double> alone would take
+  /// the duals' vectors converted to numbers and return a double).
+  static constexpr bool kTemplateOnT =
+      !kCallable || internal::ReturnsScalarOf<Functor, ceres::Jet<Scalar, kChunk>, kHasInput>::value;
+  static_assert(kTemplateOnT,
                 "AutoDiffEnergy: the functor's operator() must be a template on the scalar type T (it is "
                 "called with dual numbers and tape variables, not only with Scalar): `template <typename T> "
                 "T operator()(const implicit::Vector<T>& x, const implicit::Vector<T>& theta) const`");
@@ -420,7 +424,9 @@ class AutoDiffEnergy : public Energy<Scalar> {
   /// E(x; c, theta) for any of the scalar types; c is ignored without an input.
   template <typename T>
   T Call(const Vector<T>& x, const Vector<T>& input, const Vector<T>& theta) const {
-    if constexpr (kHasInput) {
+    if constexpr (!kCallable || !kTemplateOnT) {  // a static_assert above has said why
+      return T(0.0);
+    } else if constexpr (kHasInput) {
       return functor_(x, input, theta);
     } else {
       (void)input;

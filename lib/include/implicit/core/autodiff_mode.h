@@ -179,6 +179,22 @@ auto LiftWithDirection(const Eigen::MatrixBase<A>& x, const Eigen::MatrixBase<B>
   }
   return out;
 }
+
+/// Whether f(x, theta) (kInput: f(x, c, theta)) of vectors of T returns
+/// something other than a plain number: a functor that is no template on T
+/// takes such vectors converted to numbers and returns a number.
+template <typename F, typename T, bool kInput, typename = void>
+struct ReturnsScalarOf : std::false_type {};
+template <typename F, typename T>
+struct ReturnsScalarOf<F, T, false,
+                       std::void_t<std::invoke_result_t<const F&, const Vector<T>&, const Vector<T>&>>>
+    : std::bool_constant<
+          !std::is_arithmetic<std::invoke_result_t<const F&, const Vector<T>&, const Vector<T>&>>::value> {};
+template <typename F, typename T>
+struct ReturnsScalarOf<
+    F, T, true, std::void_t<std::invoke_result_t<const F&, const Vector<T>&, const Vector<T>&, const Vector<T>&>>>
+    : std::bool_constant<!std::is_arithmetic<
+          std::invoke_result_t<const F&, const Vector<T>&, const Vector<T>&, const Vector<T>&>>::value> {};
 }  // namespace internal
 
 }  // namespace implicit

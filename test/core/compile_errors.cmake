@@ -1,0 +1,36 @@
+# core_compile_errors: each file of test/core/compile_errors/ is a user energy
+# that must not compile. The compiler (-fsyntax-only) must refuse it with the
+# message of the file's "// expect:" line, in one error and a short output
+# (a static_assert naming the rule, not pages of template errors).
+#   cmake -DCXX=<compiler> -DINCLUDES=<dirs> -DDIR=<dir> -P compile_errors.cmake
+set(max_lines 20)
+file(GLOB cases "${DIR}/*.cc")
+if(NOT cases)
+  message(FATAL_ERROR "no cases in ${DIR}")
+endif()
+set(flags -std=c++17 -fsyntax-only)
+foreach(dir IN LISTS INCLUDES)
+  list(APPEND flags "-I${dir}")
+endforeach()
+foreach(case IN LISTS cases)
+  file(STRINGS "${case}" expect REGEX "^// expect: ")
+  string(REPLACE "// expect: " "" expect "${expect}")
+  if(expect STREQUAL "")
+    message(FATAL_ERROR "${case}: no '// expect:' line")
+  endif()
+  execute_process(COMMAND ${CXX} ${flags} "${case}" RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+  get_filename_component(name "${case}" NAME)
+  if(rc EQUAL 0)
+    message(FATAL_ERROR "${name} compiled; it must be refused with: ${expect}")
+  endif()
+  string(FIND "${out}" "${expect}" at)
+  string(REGEX MATCHALL "error:" errors "${out}")
+  list(LENGTH errors error_count)
+  string(REGEX MATCHALL "\n" newlines "${out}")
+  list(LENGTH newlines lines)
+  if(at EQUAL -1 OR NOT error_count EQUAL 1 OR lines GREATER max_lines)
+    message(FATAL_ERROR "${name}: expected one error saying '${expect}' in at most ${max_lines} lines, "
+                        "got ${error_count} errors in ${lines} lines:\n${out}")
+  endif()
+  message(STATUS "${name}: refused (${lines} lines): ${expect}")
+endforeach()
