@@ -354,11 +354,27 @@ BOOST_AUTO_TEST_CASE(invalid_arguments_throw) {
   BOOST_CHECK_THROW(implicit::ConstantPrior<double>{nan}, std::invalid_argument);
   const Matrix<double> W = RandomMatrix<double>(4, 3, 15);
   BOOST_CHECK_THROW(RbmEnergy<double>(W, nullptr), std::invalid_argument);
-  // A per-unit prior with too few values.
-  auto rbm = MakeRbm(W, std::make_shared<implicit::PoissonPrior<double>>(Vector<double>::Ones(2)),
-                     VisibleType::kGaussian, false);
-  Matrix<double> v = RandomMatrix<double>(4, 2, 16), g(4, 2);
-  BOOST_CHECK_THROW(rbm.Gradient(v, g), std::invalid_argument);
+  // A per-unit prior with values for fewer hidden units than W has: refused
+  // when the energy is built, for each prior (not at the first evaluation).
+  BOOST_CHECK_THROW(MakeRbm(W, std::make_shared<implicit::PoissonPrior<double>>(Vector<double>::Ones(2)),
+                            VisibleType::kGaussian, false),
+                    std::invalid_argument);
+  BOOST_CHECK_THROW(MakeRbm(W, std::make_shared<implicit::BernoulliPrior<double>>(Vector<double>::Constant(2, 0.5)),
+                            VisibleType::kGaussian, false),
+                    std::invalid_argument);
+  BOOST_CHECK_THROW(MakeRbm(W,
+                            std::make_shared<implicit::GaussianPrior<double>>(Vector<double>::Zero(3),
+                                                                              Vector<double>::Ones(2)),
+                            VisibleType::kGaussian, false),
+                    std::invalid_argument);
+  BOOST_CHECK_THROW(MakeRbm(W, std::make_shared<implicit::ConstantPrior<double>>(Vector<double>::Ones(2)),
+                            VisibleType::kGaussian, false),
+                    std::invalid_argument);
+  // Enough values (or one for all) are accepted.
+  MakeRbm(W, std::make_shared<implicit::PoissonPrior<double>>(Vector<double>::Ones(3)), VisibleType::kGaussian,
+          false);
+  MakeRbm(W, std::make_shared<implicit::GaussianPrior<double>>(Vector<double>::Zero(1), Vector<double>::Ones(3)),
+          VisibleType::kGaussian, false);
   Matrix<double> bad(3, 2), gbad(3, 2);
   BOOST_CHECK_THROW(MakeRbm(W, std::make_shared<implicit::GaussianPrior<double>>(), VisibleType::kGaussian,
                             false).Gradient(bad, gbad),

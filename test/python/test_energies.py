@@ -153,6 +153,9 @@ def test_hidden_prior_errors():
         implicit.HiddenPrior.poisson([[1.0]])
     with pytest.raises(ValueError, match="visible: 'ternary' is unknown"):
         implicit.RbmEnergy(np.ones((2, 2)), implicit.HiddenPrior.constant(), visible="ternary")
+    # per-unit values for fewer hidden units than W's columns: refused at construction
+    with pytest.raises(ValueError, match="bernoulli prior has values for 2 hidden units, the weights have 3"):
+        implicit.RbmEnergy(np.ones((4, 3)), implicit.HiddenPrior.bernoulli([0.5, 0.5]))
 
 
 def energy_transformer():

@@ -21,8 +21,10 @@
 
 #include <implicit/core/types.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
+#include <initializer_list>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -52,6 +54,10 @@ class HiddenPrior {
   /// Entry-wise K, K', K'' of t (M x B); any output may be nullptr.
   virtual void Evaluate(const Matrix<Scalar>& t, Matrix<Scalar>* k, Matrix<Scalar>* dk,
                         Matrix<Scalar>* d2k) const;
+  /// How many hidden units the prior has values for, or 0 when it applies to
+  /// any number of units (one value for all; the default). RbmEnergy refuses
+  /// couplings with more hidden units than a nonzero count.
+  virtual Index units() const { return 0; }
 };
 
 template <typename Scalar>
@@ -73,6 +79,16 @@ void HiddenPrior<Scalar>::Evaluate(
 }
 
 namespace internal {
+/// The units per-unit parameters cover: 0 when each holds one value for every
+/// unit, else the fewest values a per-unit one holds.
+template <typename Scalar>
+Index UnitsOf(std::initializer_list<const Vector<Scalar>*> values) {
+  Index units = 0;
+  for (const Vector<Scalar>* v : values) {
+    if (v->size() != 1) units = units == 0 ? v->size() : std::min(units, v->size());
+  }
+  return units;
+}
 /// A per-unit parameter: one value for every unit, or one per unit.
 template <typename Scalar>
 Scalar PerUnit(const Vector<Scalar>& v, Index mu, const char* who) {
@@ -117,6 +133,8 @@ class GaussianPrior : public HiddenPrior<Scalar> {
     return s * s;
   }
 
+  Index units() const override { return internal::UnitsOf<Scalar>({&m_, &s_}); }
+
  private:
   Vector<Scalar> m_, s_;
 };
@@ -145,6 +163,8 @@ class PoissonPrior : public HiddenPrior<Scalar> {
   Scalar d2K(Scalar t, Index mu) const override { return dK(t, mu); }
   void Evaluate(const Matrix<Scalar>& t, Matrix<Scalar>* k, Matrix<Scalar>* dk,
                 Matrix<Scalar>* d2k) const override;
+
+  Index units() const override { return internal::UnitsOf<Scalar>({&l_}); }
 
  private:
   void ScaleRows(Matrix<Scalar>& m) const {
@@ -208,6 +228,8 @@ class BernoulliPrior : public HiddenPrior<Scalar> {
   void Evaluate(const Matrix<Scalar>& t, Matrix<Scalar>* k, Matrix<Scalar>* dk,
                 Matrix<Scalar>* d2k) const override;
 
+  Index units() const override { return internal::UnitsOf<Scalar>({&p_}); }
+
  private:
   Vector<Scalar> p_;
 };
@@ -266,6 +288,8 @@ class ConstantPrior : public HiddenPrior<Scalar> {
   Scalar K(Scalar t, Index mu) const override { return internal::PerUnit(c_, mu, "ConstantPrior") * t; }
   Scalar dK(Scalar, Index mu) const override { return internal::PerUnit(c_, mu, "ConstantPrior"); }
   Scalar d2K(Scalar, Index) const override { return Scalar(0); }
+
+  Index units() const override { return internal::UnitsOf<Scalar>({&c_}); }
 
  private:
   Vector<Scalar> c_;

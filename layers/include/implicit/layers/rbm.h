@@ -91,13 +91,19 @@ class RbmEnergy : public Energy<Scalar> {
   /// Builds the energy of the couplings (n x M, column mu = couplings of hidden
   /// unit mu; copied into block "W" when learn_weights) and the hidden prior
   /// (shared, one K per hidden unit); the bias starts at 0.
-  /// \throws std::invalid_argument when the weights are empty or the prior is
-  ///   null.
+  /// \throws std::invalid_argument when the weights are empty, the prior is
+  ///   null, or it holds per-unit values for fewer hidden units than the
+  ///   weights have columns.
   RbmEnergy(Matrix<Scalar> weights, std::shared_ptr<const HiddenPrior<Scalar>> prior,
             const Options& options = Options())
       : options_(options), prior_(std::move(prior)) {
     internal::CheckNonEmpty("RbmEnergy(weights)", weights);
     if (!prior_) throw std::invalid_argument("RbmEnergy(prior): null prior");
+    if (prior_->units() != 0 && prior_->units() < weights.cols()) {
+      throw std::invalid_argument("RbmEnergy(prior): the " + prior_->name() + " prior has values for " +
+                                  std::to_string(prior_->units()) + " hidden units, the weights have " +
+                                  std::to_string(weights.cols()));
+    }
     n_ = weights.rows();
     kernel_.q = options.visible == VisibleType::kGaussian ? Scalar(1) : Scalar(0);
     if (options.learn_weights) {
