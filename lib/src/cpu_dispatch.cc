@@ -175,6 +175,13 @@ void ScaledSoftmaxColumnsKernel(Number* a, std::ptrdiff_t rows, std::ptrdiff_t c
                                                       want_weights, threads);
 }
 
+template <typename Number>
+void LogisticColumnsKernel(const Number* t, std::ptrdiff_t rows, std::ptrdiff_t cols, std::ptrdiff_t t_stride,
+                           const Number* shift, Number* s, std::ptrdiff_t s_stride, Number* s2,
+                           std::ptrdiff_t s2_stride) {
+  KernelsOf<Number>(ActiveKernels()).logistic_columns(t, rows, cols, t_stride, shift, s, s_stride, s2, s2_stride);
+}
+
 template void Gemm<float>(float, const GemmOperand<float>&, const GemmOperand<float>&, float, float*, Index);
 template void Gemm<double>(double, const GemmOperand<double>&, const GemmOperand<double>&, double, double*,
                            Index);
@@ -182,6 +189,10 @@ template void ScaledSoftmaxColumnsKernel<float>(float*, std::ptrdiff_t, std::ptr
                                                 const float*, std::ptrdiff_t, float*, bool, int);
 template void ScaledSoftmaxColumnsKernel<double>(double*, std::ptrdiff_t, std::ptrdiff_t, std::ptrdiff_t, double,
                                                  const double*, std::ptrdiff_t, double*, bool, int);
+template void LogisticColumnsKernel<float>(const float*, std::ptrdiff_t, std::ptrdiff_t, std::ptrdiff_t,
+                                           const float*, float*, std::ptrdiff_t, float*, std::ptrdiff_t);
+template void LogisticColumnsKernel<double>(const double*, std::ptrdiff_t, std::ptrdiff_t, std::ptrdiff_t,
+                                            const double*, double*, std::ptrdiff_t, double*, std::ptrdiff_t);
 
 }  // namespace internal
 }  // namespace implicit

@@ -1,9 +1,9 @@
 // Runtime CPU dispatch (cpu_dispatch.h): every kernel level this machine runs
-// is forced in turn, and its products, softmax passes and a whole attention
-// energy agree with references computed here in long double (and with the
-// generic level) to round-off; the special softmax columns (all masked, +inf,
-// NaN) keep their rules at every level; levels are named, parsed and
-// refused as documented.
+// is forced in turn, and its products, softmax and logistic passes and a whole
+// attention energy agree with references computed here in long double (and
+// with the generic level) to round-off; the special softmax columns (all
+// masked, +inf, NaN) and the logistic limits keep their rules at every level;
+// levels are named, parsed and refused as documented.
 #define BOOST_TEST_MODULE cpu_dispatch
 #include <boost/test/unit_test.hpp>
 
@@ -206,6 +206,46 @@ void CheckHopfieldAgainstGeneric(CpuLevel level) {
   BOOST_TEST(RelativeError((xi - g).eval(), u) < tol);  // the update is xi - grad E
 }
 
+// The Bernoulli prior's logistic pass at the active level against long double
+// references, entry by entry: columns of an odd length (vector and scalar
+// entries), a sub-block (column stride), scores from -800 to 800 (the limits
+// 0 and 1, never NaN) and a NaN score (NaN there only).
+template <typename S>
+void CheckLogistic() {
+  const Index M = 37, B = 5, stride = 41;
+  Matrix<S> t = Random<S>(stride, B, 21) * S(4);
+  t(0, 0) = S(-800);
+  t(1, 0) = S(800);
+  t(2, 0) = S(40);
+  t(3, 0) = S(-40);
+  t(5, 1) = std::numeric_limits<S>::quiet_NaN();
+  const Vector<S> shift = Random<S>(M, 1, 22);
+  Matrix<S> s(stride, B), s2(M, B);
+  implicit::internal::LogisticColumnsKernel<S>(t.data(), M, B, stride, shift.data(), s.data(), stride, s2.data(), M);
+  for (Index j = 0; j < B; ++j) {
+    for (Index i = 0; i < M; ++i) {
+      const long double z = static_cast<long double>(t(i, j)) + static_cast<long double>(shift(i));
+      if (std::isnan(static_cast<double>(z))) {
+        BOOST_TEST((std::isnan(s(i, j)) && std::isnan(s2(i, j))));
+        continue;
+      }
+      const long double sigmoid = 1.0L / (1.0L + std::exp(-z)), sigmoid2 = sigmoid / (1.0L + std::exp(z));
+      // Relative, or below the smallest normal number (the clamped exp's limits).
+      const long double tiny = std::numeric_limits<S>::min();
+      BOOST_TEST(std::abs(s(i, j) - sigmoid) <= 10 * Tolerance<S>() * sigmoid + tiny, "sigmoid at " << i << ", " << j);
+      BOOST_TEST(std::abs(s2(i, j) - sigmoid2) <= 10 * Tolerance<S>() * sigmoid2 + tiny,
+                 "sigmoid(z) sigmoid(-z) at " << i << ", " << j);
+      BOOST_TEST((s(i, j) >= S(0) && s(i, j) <= S(1) && s2(i, j) >= S(0)));
+    }
+  }
+  // One output alone (the other nullptr) gives the same numbers.
+  Matrix<S> s_alone(stride, B), s2_alone(M, B);
+  implicit::internal::LogisticColumnsKernel<S>(t.data(), M, B, stride, shift.data(), s_alone.data(), stride, nullptr, 0);
+  implicit::internal::LogisticColumnsKernel<S>(t.data(), M, B, stride, shift.data(), nullptr, 0, s2_alone.data(), M);
+  BOOST_TEST((s_alone.topRows(M).array() == s.topRows(M).array() || s.topRows(M).array().isNaN()).all());
+  BOOST_TEST((s2_alone.array() == s2.array() || s2.array().isNaN()).all());
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(levels_are_named_parsed_and_listed) {
@@ -243,6 +283,8 @@ BOOST_AUTO_TEST_CASE(every_level_computes_the_same_products_and_softmaxes) {
       CheckGemm<double>();
       CheckSoftmax<float>();
       CheckSoftmax<double>();
+      CheckLogistic<float>();
+      CheckLogistic<double>();
       CheckHopfieldAgainstGeneric<float>(level);
       CheckHopfieldAgainstGeneric<double>(level);
     }

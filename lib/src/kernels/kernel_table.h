@@ -30,6 +30,11 @@ struct KernelsFor {
   void (*scaled_softmax_columns)(Number* a, std::ptrdiff_t rows, std::ptrdiff_t cols, std::ptrdiff_t stride,
                                  Number beta, const Number* mask, std::ptrdiff_t mask_stride, Number* lse,
                                  bool want_weights, int threads);
+  // The logistic pass, with the contract of internal::LogisticColumnsKernel
+  // (core/cpu_dispatch.h), which forwards to it.
+  void (*logistic_columns)(const Number* t, std::ptrdiff_t rows, std::ptrdiff_t cols, std::ptrdiff_t t_stride,
+                           const Number* shift, Number* s, std::ptrdiff_t s_stride, Number* s2,
+                           std::ptrdiff_t s2_stride);
 };
 
 struct KernelTable {

@@ -19,6 +19,7 @@
 /// \endcode
 #pragma once
 
+#include <implicit/core/cpu_dispatch.h>
 #include <implicit/core/types.h>
 
 #include <algorithm>
@@ -261,12 +262,13 @@ void BernoulliPrior<Scalar>::Evaluate(
     }
   }
   if (dk || d2k) {
-    // sigmoid(z) = 1 / (1 + e^-z) (0 or 1 in the limits, never NaN), and
-    // K'' = sigmoid(z) sigmoid(-z), accurate also where sigmoid(z) is near 1.
-    const Matrix<Scalar> z = t.colwise() + logit;
-    Matrix<Scalar> s = ((-z).array().exp() + Scalar(1)).inverse().matrix();
-    if (d2k) *d2k = (s.array() * (z.array().exp() + Scalar(1)).inverse()).matrix();
-    if (dk) *dk = std::move(s);
+    // K' = sigmoid(z) = 1 / (1 + e^-z), z = t + logit p (0 or 1 in the limits,
+    // never NaN), and K'' = sigmoid(z) sigmoid(-z), accurate also where
+    // sigmoid(z) is near 1: one pass at the CPU's vector level, no temporary.
+    if (dk) dk->resize(M, t.cols());
+    if (d2k) d2k->resize(M, t.cols());
+    internal::LogisticColumnsKernel<Scalar>(t.data(), M, t.cols(), M, logit.data(), dk ? dk->data() : nullptr, M,
+                                            d2k ? d2k->data() : nullptr, M);
   }
 }
 

@@ -78,5 +78,16 @@ void ScaledSoftmaxColumnsKernel(Number* a, std::ptrdiff_t rows, std::ptrdiff_t c
                                 Number beta, const Number* mask, std::ptrdiff_t mask_stride, Number* lse,
                                 bool want_weights, int threads);
 
+/// The logistic pass of the Bernoulli hidden prior (layers/hidden_prior.h) at
+/// the active level, for float and double: with z = t + shift (t rows x cols,
+/// column stride t_stride; shift one value per row), s = sigmoid(z) = 1 / (1 +
+/// e^-z) and s2 = sigmoid(z) sigmoid(-z), each into a rows x cols matrix of
+/// the given column stride, or skipped when nullptr. The limits are 0 and 1 (s2
+/// 0 or a subnormal), NaN only where z is.
+template <typename Number>
+void LogisticColumnsKernel(const Number* t, std::ptrdiff_t rows, std::ptrdiff_t cols, std::ptrdiff_t t_stride,
+                           const Number* shift, Number* s, std::ptrdiff_t s_stride, Number* s2,
+                           std::ptrdiff_t s2_stride);
+
 }  // namespace internal
 }  // namespace implicit
