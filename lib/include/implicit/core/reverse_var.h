@@ -214,8 +214,8 @@ class Var {
     index_ = r.index_;
     return *this;
   }
-  /// Whether a variable's derivative in its node is 1 or -1 (its own inverse).
-  bool unit_magnitude() const { return scale_ == Number(1) || scale_ == Number(-1); }
+  /// Whether a derivative in a node is 1 or -1 (its own inverse).
+  static bool UnitMagnitude(Number scale) { return scale == Number(1) || scale == Number(-1); }
   /// *this += sign * b (sign 1 or -1), recorded as an operand added to this
   /// Var's node, or to b's node when b is `disposable` (a temporary or moved
   /// from: it is then left unusable), or else as a new node. A node gets an
@@ -226,7 +226,7 @@ class Var {
   Var& Accumulate(const Var& b, Number sign, bool disposable) {
     const V sum = sign > 0 ? value_ + b.value_ : value_ - b.value_;
     // this node + sign b.scale_ scale_ b: times scale_ (scale_^2 = 1) the sum.
-    if (b.index_ < 0 || (index_ >= 0 && (index_ & kShared) == 0 && unit_magnitude() &&
+    if (b.index_ < 0 || (index_ >= 0 && (index_ & kShared) == 0 && UnitMagnitude(scale_) &&
                          Tape<V>::ThisThread().Extend(index_, b.index(), V(sign * b.scale_ * scale_)))) {
       value_ = sum;
       return *this;
@@ -256,7 +256,7 @@ class Var {
       return {{t, b.index | kShared}, b.index | kShared};
     }
     const std::int64_t a_node = a.index & ~kShared;
-    if (take_b && (b.scale == Number(1) || b.scale == Number(-1)) &&
+    if (take_b && UnitMagnitude(b.scale) &&
         Tape<V>::ThisThread().Extend(b.index, a_node, V(a.scale * t))) {
       return {{t, b.index}, kGivenUp};  // b's node + a.scale t (a's node): times t (t^2 = 1) the sum
     }
