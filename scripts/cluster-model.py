@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """A schedule model of the cluster Picard loop on hopfield-digits (not a measurement).
 
-The cluster kernel (lib/cuda/fused_picard.cu, DeviceLoop::kClustersWhenPossible)
-was written without a GPU at hand. This script estimates its solve time from:
+The cluster kernel (lib/cuda/fused_picard.cu, DeviceLoop::kFusedWhenPossible)
+was written without a GPU at hand (its first GPU run, on an H200, is in
+docs/gpu.md; --probe replays the costs measured there). This script estimates
+its solve time from:
   * each sample's Picard evaluations on hopfield-digits (N = B = 1797, beta 2,
     absolute tolerance 1e-8), computed here with numpy exactly as the problem
     defines it (patterns x/8 - 1, queries with pixels 32..63 zeroed);

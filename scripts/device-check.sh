@@ -39,7 +39,7 @@ sanitize() {
   # The fused Picard kernels' shared-memory exchanges between lanes and warps
   # (and, in the cluster kernel, between the blocks of a cluster).
   # RACECHECK_TESTS: the test cases to run under both tools.
-  races=${RACECHECK_TESTS:-the_fused_picard_loop_follows_the_host_judged_loop:the_cluster_picard_loop_follows_the_host_judged_loop}
+  races=${RACECHECK_TESTS:-a_small_fused_solve_for_the_sanitizers}
   echo "== compute-sanitizer --tool racecheck, --tool synccheck: $races"
   for tool in racecheck synccheck; do
     timeout 300 compute-sanitizer --tool $tool --error-exitcode 3 "$dir"/bin/cuda_device_backend_test \

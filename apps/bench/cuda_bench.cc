@@ -267,9 +267,9 @@ void RunProblem(const std::string& problem, const Matrix<double>& patterns, cons
   }
   // The rows above pass a callback (for the full-batch iteration time), which
   // keeps Picard's loop judged on the host; these let it fuse the whole solve
-  // into one kernel where it can (cuda_solvers.h, DeviceLoop): the grid kernel,
-  // then the thread-block cluster kernel (in double, phase A on the tensor
-  // cores), then the cluster kernel on the CUDA cores only.
+  // into one kernel where it can (cuda_solvers.h, DeviceLoop): the default
+  // (the thread-block cluster kernel, in double with phase A on the tensor
+  // cores), the grid kernel, then the cluster kernel on the CUDA cores only.
   if (std::find(o.solvers.begin(), o.solvers.end(), "picard") != o.solvers.end()) {
     typename implicit::PicardSolver<S>::Options po;
     static_cast<implicit::SolverOptions&>(po) = base;
@@ -278,10 +278,10 @@ void RunProblem(const std::string& problem, const Matrix<double>& patterns, cons
       cuda::DeviceLoop loop;
       const char *label, *note, *missing;
     };
-    for (const FusedRow& f : {FusedRow{cuda::DeviceLoop::kFusedWhenPossible, "picard, fused loop", cuda::kFusedLoopNote,
-                                       "picard (no fused loop here)"},
-                              FusedRow{cuda::DeviceLoop::kClustersWhenPossible, "picard, cluster loop",
-                                       cuda::kClusterLoopNote, "picard (no cluster loop here)"},
+    for (const FusedRow& f : {FusedRow{cuda::DeviceLoop::kFusedWhenPossible, "picard, fused loop (default)",
+                                       cuda::kFusedLoopNote, "picard (no fused loop here)"},
+                              FusedRow{cuda::DeviceLoop::kGridWhenPossible, "picard, grid loop", cuda::kFusedLoopNote,
+                                       "picard (no grid loop here)"},
                               FusedRow{cuda::DeviceLoop::kClustersOnCudaCores, "picard, cluster loop, CUDA cores",
                                        cuda::kClusterLoopNote, "picard (no cluster loop here)"}}) {
       const cuda::DevicePicardSolver<S> solver(po, f.loop);

@@ -242,7 +242,7 @@ class DeviceSolve {
   std::vector<Index> keep_;
 };
 
-// ---- the fused loop (DeviceLoop::kFusedWhenPossible) ------------------------------------
+// ---- the fused loops (DeviceLoop::kFusedWhenPossible) -----------------------------------
 
 // The Summary of a fused solve from its per-sample results (FusedHopfieldPicard,
 // ClusterHopfieldPicard), completed as BatchMonitor completes a host-judged one.
@@ -289,8 +289,8 @@ Summary FusedSummary(const std::string& name, const double* results, int batch,
 }
 
 // The whole Picard solve in one kernel, when the map and options allow it
-// (DeviceLoop): the cluster kernel first when `loop` asks for it, then the
-// grid kernel. Nothing otherwise, with the reason in *why_not when the map is
+// (DeviceLoop): the cluster kernel first unless `loop` asks for the grid
+// kernel, then the grid kernel. Nothing otherwise, with the reason in *why_not when the map is
 // one the fused loop is written for (a softmax HopfieldCccpMap).
 template <typename S>
 std::optional<Summary> SolveFused(Context& context, const DeviceMap<S>& map, DeviceMatrix<S>& z,
@@ -311,7 +311,7 @@ std::optional<Summary> SolveFused(Context& context, const DeviceMap<S>& map, Dev
   const int batch = static_cast<int>(z.cols());
   internal::FusedPicardPlan plan;
   const char* reason = nullptr;
-  const bool want_clusters = loop == DeviceLoop::kClustersWhenPossible || loop == DeviceLoop::kClustersOnCudaCores;
+  const bool want_clusters = loop != DeviceLoop::kGridWhenPossible;
   const bool clusters = want_clusters && internal::PlanClusterHopfieldPicard<S>(n, N, batch, &plan, &reason);
   if (loop == DeviceLoop::kClustersOnCudaCores) plan.tensor_cores = false;
   // Why the cluster kernel was not used, for the message of whichever loop runs.

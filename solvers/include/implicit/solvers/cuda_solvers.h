@@ -75,27 +75,27 @@ class DeviceSolver {
   Summary Solve(Context& context, const DeviceMap<Scalar>& map, MatrixRef<Scalar> z) const;
 };
 
-/// Which loop DevicePicardSolver runs. kFusedWhenPossible: for a
-/// cuda::HopfieldCccpMap with softmax attention (n <= 256, a chunk of the
-/// patterns fitting in shared memory), without record_trace or a callback, the
-/// whole solve is one cooperative kernel that judges every sample on the
-/// device by the same rules (no host round trip per iteration; Summary::message
-/// then ends with kFusedLoopNote, and trace and per-iteration callbacks are
-/// not available); otherwise, and with kHostJudged, the loop described in cuda_solvers.h
-/// (for a softmax HopfieldCccpMap its message then says why the fused loop was
-/// not used).
-/// kClustersWhenPossible: the fused loop in thread-block clusters (sm_90; each
-/// cluster holds all the patterns and solves its own samples, taking the next
-/// from a queue as one stops: no grid-wide barrier), message ending with
-/// kClusterLoopNote; where it does not apply, as kFusedWhenPossible, with the
-/// reason in the message. In double its phase A (the scores and weighted sums
-/// of the patterns) runs on the tensor cores (FP64 WMMA) while more than eight
-/// samples of a cluster are active; the message then also says "(tensor
-/// cores)". kClustersOnCudaCores: the same loop with phase A on the CUDA cores
-/// only (for comparison). Not the default yet: written without a GPU at hand,
-/// the cluster loop has run only under a CPU emulation of CUDA, not on a GPU
-/// (docs/gpu.md).
-enum class DeviceLoop { kFusedWhenPossible, kHostJudged, kClustersWhenPossible, kClustersOnCudaCores };
+/// Which loop DevicePicardSolver runs. kFusedWhenPossible (the default): for
+/// a cuda::HopfieldCccpMap with softmax attention (n <= 256), without
+/// record_trace or a callback, the whole solve is one kernel that judges every
+/// sample on the device by the same rules (no host round trip per iteration;
+/// trace and per-iteration callbacks are not available): the kernel in
+/// thread-block clusters where all the patterns fit in a cluster's shared
+/// memory (sm_90; each cluster holds all the patterns and solves its own
+/// samples, taking the next from a queue as one stops; in double its phase A,
+/// the scores and weighted sums of the patterns, runs on the FP64 tensor
+/// cores while more than eight samples of a cluster are active; message
+/// ending with kClusterLoopNote, then "(tensor cores)"), else the grid kernel
+/// (a cooperative kernel over chunks of the patterns with grid-wide barriers;
+/// message ending with kFusedLoopNote and why no cluster loop). Where neither
+/// applies, and with kHostJudged, the loop described in cuda_solvers.h (for a
+/// softmax HopfieldCccpMap its message then says why the fused loop was not
+/// used). The cluster kernel is the default because it was measured faster:
+/// hopfield-digits 3.41 ms against 4.89 ms for the grid kernel on an H200
+/// (docs/gpu.md). kGridWhenPossible: the grid kernel only;
+/// kClustersOnCudaCores: the cluster kernel with phase A on the CUDA cores only
+/// (both for comparison).
+enum class DeviceLoop { kFusedWhenPossible, kHostJudged, kGridWhenPossible, kClustersOnCudaCores };
 /// The end of Summary::message when DevicePicardSolver ran the fused loop.
 inline constexpr const char* kFusedLoopNote = "fused device loop";
 /// The end of Summary::message when DevicePicardSolver ran the fused loop in
