@@ -29,6 +29,7 @@ endif()
 function(implicit_add_cuda_backend)
   if(IMPLICIT_WITH_CUDA)
     file(GLOB _cuda_sources CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/lib/cuda/*.cu ${PROJECT_SOURCE_DIR}/lib/cuda/*.cc
+         ${PROJECT_SOURCE_DIR}/solvers/src/cuda/*.cu
          ${PROJECT_SOURCE_DIR}/solvers/src/cuda/*.cc ${PROJECT_SOURCE_DIR}/solvers/src/diff/cuda/*.cc
          ${PROJECT_SOURCE_DIR}/layers/src/cuda/*.cc ${PROJECT_SOURCE_DIR}/layers/src/cuda/*.cu)
     list(REMOVE_ITEM _cuda_sources ${PROJECT_SOURCE_DIR}/lib/cuda/cuda_unavailable.cc)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A schedule model of the cluster Picard loop on hopfield-digits (not a measurement).
 
-The cluster kernel (lib/cuda/fused_picard.cu, DeviceLoop::kFusedWhenPossible)
+The cluster kernel (solvers/src/cuda/fused_picard.cu, DeviceLoop::kFusedWhenPossible)
 was written without a GPU at hand (its first GPU run, on an H200, is in
 docs/gpu.md; --probe replays the costs measured there). This script estimates
 its solve time from:

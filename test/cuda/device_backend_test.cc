@@ -14,6 +14,7 @@
 #include <implicit/layers/regularized_attention.h>
 #include <implicit/solvers/anderson.h>
 #include <implicit/solvers/cuda_solvers.h>
+#include <implicit/solvers/internal/fused_picard.h>
 #include <implicit/solvers/picard.h>
 #include <implicit/solvers/registry.h>
 

@@ -1,4 +1,4 @@
-// The fused Picard kernels (lib/cuda/fused_picard_kernels.cuh: the grid kernel
+// The fused Picard kernels (solvers/src/cuda/fused_picard_kernels.cuh: the grid kernel
 // and the thread-block cluster kernel) run on the CPU under the fiber
 // emulation of the CUDA execution model (support/cuda_emulation.h), against
 // the CPU Picard solver on the same Hopfield CCCP map: the same status for
@@ -28,7 +28,7 @@
 // After every other header: it defines CUDA's names as macros.
 #include "support/cuda_emulation.h"
 
-#include "../../lib/cuda/fused_picard_kernels.cuh"
+#include "../../solvers/src/cuda/fused_picard_kernels.cuh"
 
 namespace {
 

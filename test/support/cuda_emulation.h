@@ -2,7 +2,7 @@
 // device kernels on machines without a GPU (CI). Every CUDA thread is a fiber
 // (ucontext) on one OS thread, resumed round-robin; warps, blocks, clusters
 // and the grid synchronise through barriers at which the fibers yield. It
-// covers what lib/cuda/fused_picard_kernels.cuh uses: threadIdx, blockIdx,
+// covers what solvers/src/cuda/fused_picard_kernels.cuh uses: threadIdx, blockIdx,
 // blockDim, gridDim, __syncthreads, __syncwarp, warp shuffles, votes and
 // ballots over the full warp, __ldcg, atomicAdd, __popc, a clock, shared memory
 // (dynamic and static, one arena per block), cooperative_groups' grid and

@@ -3,7 +3,7 @@
 // host receives the active samples' scalars, judges them with the CPU
 // solvers' BatchMonitor and GuardRules, and sends back index lists and
 // per-sample coefficients. Picard on a softmax HopfieldCccpMap runs instead
-// the fused loop (lib/cuda/fused_picard.cu): one kernel, judged on the device,
+// the fused loop (solvers/src/cuda/fused_picard.cu): one kernel, judged on the device,
 // its Summary completed here from the per-sample results.
 #include <implicit/core/cuda_hopfield.h>
 #include <implicit/core/cuda_kernels.h>

@@ -9,7 +9,7 @@
 #error "implicit/solvers/internal/fused_rules.h needs libimplicit built with CUDA"
 #endif
 
-#include <implicit/core/cuda_kernels.h>
+#include <implicit/solvers/internal/fused_picard.h>
 #include <implicit/solvers/picard.h>
 
 namespace implicit {

@@ -1,4 +1,4 @@
-// The fused Picard loops of the softmax Hopfield map (cuda_kernels.h): the
+// The fused Picard loops of the softmax Hopfield map (implicit/solvers/internal/fused_picard.h): the
 // whole solve in one kernel, every sample judged on the device. The kernels
 // and the host code that lays out their memory; fused_picard.cu plans and
 // launches them. Internal, for .cu files and for the kernels' CPU emulation
@@ -39,12 +39,12 @@
 // pair of small GEMMs per tile of kTensorTile patterns on the tensor cores
 // (TensorPartialAttention: FP64 WMMA, 8 x 8 x 4), which reuse each value
 // loaded from shared memory across a whole tile instead of four samples.
-// (Written without a GPU at hand: it has run under the CPU emulation, where it
-// follows the CPU solver, but not yet on a GPU; docs/gpu.md.)
+// (Written without a GPU at hand and checked under the CPU emulation; first run
+// on a GPU, an H200, on 2026-11-29, where it became the default; docs/gpu.md.)
 #pragma once
 
 #include <implicit/core/cuda_kernel_support.cuh>
-#include <implicit/core/cuda_kernels.h>
+#include <implicit/solvers/internal/fused_picard.h>
 
 #include <cfloat>
 #include <cmath>
