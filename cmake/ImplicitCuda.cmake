@@ -21,16 +21,18 @@ else()
 endif()
 
 # implicit_add_cuda_backend(): the target implicit_cuda (implicit::cuda) when
-# the backend is on: the kernels (lib/cuda/*.cu, nvcc) and the host code that
-# drives them (g++): lib/cuda/*.cc (core: context, device maps),
-# solvers/src/cuda/*.cc (device solvers), solvers/src/diff/cuda/*.cc (device
-# backward pass), layers/src/cuda/*.{cc,cu} (the Energy Transformer), with cuBLAS. Off: only the stubs of
-# lib/cuda/cuda_unavailable.cc, which report why no GPU can be used.
+# the backend is on: each layer's kernels (*.cu, nvcc) and the host code that
+# drives them (*.cc, g++): lib/cuda (core: context, device maps, their
+# kernels), solvers/src/cuda (device solvers, their kernels and the fused
+# Picard loops), solvers/src/diff/cuda (device backward pass, the GMRES
+# kernels), layers/src/cuda (the Energy Transformer), with cuBLAS. Off: only
+# the stubs of lib/cuda/cuda_unavailable.cc, which report why no GPU can be used.
 function(implicit_add_cuda_backend)
   if(IMPLICIT_WITH_CUDA)
     file(GLOB _cuda_sources CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/lib/cuda/*.cu ${PROJECT_SOURCE_DIR}/lib/cuda/*.cc
          ${PROJECT_SOURCE_DIR}/solvers/src/cuda/*.cu
          ${PROJECT_SOURCE_DIR}/solvers/src/cuda/*.cc ${PROJECT_SOURCE_DIR}/solvers/src/diff/cuda/*.cc
+         ${PROJECT_SOURCE_DIR}/solvers/src/diff/cuda/*.cu
          ${PROJECT_SOURCE_DIR}/layers/src/cuda/*.cc ${PROJECT_SOURCE_DIR}/layers/src/cuda/*.cu)
     list(REMOVE_ITEM _cuda_sources ${PROJECT_SOURCE_DIR}/lib/cuda/cuda_unavailable.cc)
   else()

@@ -7,6 +7,7 @@
 // its Summary completed here from the per-sample results.
 #include <implicit/core/cuda_hopfield.h>
 #include <implicit/core/cuda_kernels.h>
+#include <implicit/solvers/internal/solver_kernels.h>
 #include <implicit/solvers/cuda_solvers.h>
 #include <implicit/solvers/internal/batch_monitor.h>
 #include <implicit/solvers/internal/device_staging.h>

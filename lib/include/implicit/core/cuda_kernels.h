@@ -1,9 +1,11 @@
 /// \file
-/// The GPU backend's kernels (internal): launchers callable from host C++ code,
-/// each enqueued on the given stream. Matrices are column-major with leading
-/// dimension = rows; `columns` (device int array) lists batch columns; scalar
-/// outputs for the host are double; a null `columns` means 0, 1, ..., count - 1.
-/// Instantiated for float and double.
+/// The GPU backend's core kernels (internal): the maps' passes, column
+/// gathers and reductions, as launchers callable from host C++ code, each
+/// enqueued on the given stream (the solvers' own kernels are in the solvers
+/// layer: implicit/solvers/internal/solver_kernels.h and fused_picard.h).
+/// Matrices are column-major with leading dimension = rows; `columns` (device
+/// int array) lists batch columns; scalar outputs for the host are double; a
+/// null `columns` means 0, 1, ..., count - 1. Instantiated for float and double.
 #pragma once
 
 #ifndef IMPLICIT_WITH_CUDA
@@ -20,10 +22,6 @@ typedef struct CUstream_st* cudaStream_t;
 namespace implicit {
 namespace cuda {
 namespace internal {
-
-/// The largest Anderson memory AndersonPropose takes (its Cholesky factor lives
-/// in one block's shared memory).
-inline constexpr int kMaxAndersonKernelMemory = 32;
 
 /// The Context workspace slots (Context::Workspace) of the device solvers and
 /// the device backward pass: each buffer is allocated once per context.
@@ -85,22 +83,6 @@ template <typename S>
 void ResidualScalars(cudaStream_t stream, const S* z, const S* f, const S* energy, int n,
                      const int* columns, int count, double* out);
 
-/// z_b += damping (f_b - z_b) for b = columns[j].
-template <typename S>
-void DampedStep(cudaStream_t stream, S* z, const S* f, int n, const int* columns, int count,
-                S damping);
-
-/// y_b = z_b + a[j] (f_b - z_b) + c[j] q_b for b = columns[j] (q may be null when c = 0).
-template <typename S>
-void TrialPoints(cudaStream_t stream, S* y, const S* z, const S* f, const S* q, int n,
-                 const int* columns, const double* a, const double* c, int count);
-
-/// For b = columns[j]: out[3 j] = |fy_b - y_b|, out[3 j + 1] = (f_b - z_b) . (y_b - z_b),
-/// out[3 j + 2] = ey[b] (0 when ey is null).
-template <typename S>
-void TrialScalars(cudaStream_t stream, const S* y, const S* fy, const S* ey, const S* z,
-                  const S* f, int n, const int* columns, int count, double* out);
-
 /// out[j] = a_j . b_j (n rows), in double.
 template <typename S>
 void ColumnDots(cudaStream_t stream, const S* a, const S* b, int n, int count, double* out);
@@ -110,19 +92,6 @@ void ColumnDots(cudaStream_t stream, const S* a, const S* b, int n, int count, d
 template <typename S>
 void AddColumns(cudaStream_t stream, S* out, const S* g, int n, const int* columns, int count);
 
-///@{
-/// Krylov bases (the device GMRES): V holds k vectors of n x B, vector i at
-/// V + i * stride. For each listed sample j (b = columns[j]; null: b = j),
-/// reading and writing only the listed columns:
-///   BasisDots:    out[j k + i] = V_i(:, b) . w(:, b) in double, i < k;
-///   BasisCombine: out(:, b) = (accumulate ? out(:, b) : 0) + sum_i coef[j k + i] V_i(:, b).
-template <typename S>
-void BasisDots(cudaStream_t stream, const S* V, long long stride, int k, const S* w, int n, const int* columns,
-               int count, double* out);
-template <typename S>
-void BasisCombine(cudaStream_t stream, const S* V, long long stride, int k, const double* coef, int n,
-                  const int* columns, int count, bool accumulate, S* out);
-///@}
 /// out(:, b) = a(:, b) - c(:, b) for the listed columns (full n x B arrays).
 template <typename S>
 void SubtractColumns(cudaStream_t stream, const S* a, const S* c, int n, const int* columns, int count, S* out);
@@ -130,31 +99,6 @@ void SubtractColumns(cudaStream_t stream, const S* a, const S* c, int n, const i
 /// Fills n values with `value`.
 template <typename S>
 void Fill(cudaStream_t stream, S* data, long long n, S value);
-
-/// Anderson's per-sample step (one thread block per listed sample b):
-/// pushes the pair (z_b - z_prev_b, (f_b - z_b) - g_prev_b) into b's ring of
-/// `memory` slots (when has_prev[b]), updates b's Gram block (double), stores
-/// z_prev_b = z_b, g_prev_b = f_b - z_b, then solves the ridged system by
-/// Cholesky and writes q_b = beta g - (dZ + beta dG) gamma. out[2 j] = 1 when
-/// a proposal was made (0: empty or ill-conditioned history, then cleared),
-/// out[2 j + 1] = q_b . g_b.
-struct AndersonState {
-  int memory = 0;
-  double ridge = 0, condition_limit = 0, mixing = 1;
-  double max_predicted_residual = 1;  ///< the predicted-gain gate (1: off)
-  double fast_contraction = 0;        ///< the fast-contraction rule (0: off)
-  int* count = nullptr;     ///< B: stored pairs
-  int* next = nullptr;      ///< B: next slot
-  int* has_prev = nullptr;  ///< B
-  int* fast_before = nullptr;  ///< B: the last step contracted fast (fast_contraction)
-  double* gram = nullptr;   ///< memory x memory x B
-};
-template <typename S>
-void AndersonPropose(cudaStream_t stream, const AndersonState& state, const S* z, const S* f,
-                     S* z_prev, S* g_prev, S* dz, S* dg, S* q, int n, const int* columns,
-                     int count, double* out);
-/// Clears the history of the listed samples (count = next = 0).
-void AndersonReset(cudaStream_t stream, const AndersonState& state, const int* columns, int count);
 
 }  // namespace internal
 }  // namespace cuda

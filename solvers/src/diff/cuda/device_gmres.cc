@@ -1,6 +1,8 @@
 // Restarted GMRES for the device adjoint (device_gmres.h).
 #include "device_gmres.h"
 
+#include "krylov_kernels.h"
+
 #include <implicit/core/cuda_kernels.h>
 #include <implicit/solvers/internal/batch_monitor.h>
 #include <implicit/solvers/internal/device_staging.h>
