@@ -276,6 +276,8 @@ Summary NewtonSolver<Scalar>::SolveDenseInLockstep(const FixedPointMap<Scalar>& 
       }
     }
     needs_jacobian.assign(requests.size(), 0);
+    // (the monitor's own tolerance rule, sample_rule.h)
+    const internal::SampleLimits forward_limits = internal::MakeSampleLimits<Scalar>(options_, false);
     for (std::size_t k = 0; k < requests.size(); ++k) {
       Lockstep::Request& r = *requests[k];
       bool ok = true;
@@ -295,8 +297,7 @@ Summary NewtonSolver<Scalar>::SolveDenseInLockstep(const FixedPointMap<Scalar>& 
       // prediction ever wrong, the cost would be one Picard-like step.)
       const double residual = static_cast<double>((source[k]->f - w).norm());
       const double f_norm = static_cast<double>(source[k]->f.norm());
-      if (residual <= options_.absolute_tolerance ||
-          residual <= options_.relative_tolerance * f_norm) {
+      if (internal::SampleConverged(forward_limits, residual, f_norm)) {
         for (Index row = 0; row < n; ++row) {
           for (Index col = 0; col < n; ++col) r.out_matrix[row * n + col] = row == col ? -1.0 : 0.0;
         }

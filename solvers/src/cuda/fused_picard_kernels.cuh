@@ -121,7 +121,6 @@ struct SolveArgs {
   S* z;
   S* kept;  // n x batch: each sample's kept iterate
   FusedPicardRules rules;
-  double epsilon;  // of S (the energy's rounding slack)
   JudgeState st;
   double* results;
 };
@@ -486,48 +485,45 @@ __device__ int JudgeAndStep(const SolveArgs<S>& a, int column, int t, const Reco
   const double r = sqrt(r2), scale = sqrt(f2);
   const double e = static_cast<S>(0.5 * z2 - double(lse) / double(a.beta));
 
-  // The judge (every lane alike; lane 0 writes the state).
+  // The judge (every lane alike; lane 0 writes the state): the CPU monitor's
+  // rule (JudgeFiniteSample, sample_rule.h) on the sample's records.
   const FusedPicardRules& rules = a.rules;
   const bool first = t == 0;
   const double relative = scale > 0 ? r / scale : r;
-  double record_energy = rec.energy, kept_residual = rec.kept_residual, relative_out = rec.relative;
+  double kept_residual = rec.kept_residual, relative_out = rec.relative;
   int stop = kFusedRunning;
   bool keep = false;
   if (!isfinite(r) || !isfinite(scale) || !finite || (rules.use_energy && !isfinite(e))) {
     stop = kFusedNonFinite;
   } else {
-    const double initial = first ? r : rec.initial;
-    const bool residual_record = r < rec.residual;
-    keep = residual_record;
-    bool progress = residual_record;
-    if (rules.use_energy) {
-      const double slack = 16.0 * a.epsilon * (1.0 + fabs(e));
-      progress = progress || e < record_energy - slack;
-      keep = e <= record_energy;
-      if (keep) record_energy = e;
-    }
+    implicit::internal::SampleRecord record;
+    record.best_residual = rec.residual;
+    record.best_energy = rec.energy;
+    record.initial_residual = rec.initial;
+    record.stall = rec.stall;
+    const int verdict = implicit::internal::JudgeFiniteSample(rules.limits, &record, r, scale, rules.use_energy, e,
+                                                             first, /*exempt=*/false, &keep);
     if (keep) {
       kept_residual = r;
       relative_out = relative;
     }
-    const int stall = progress ? 0 : rec.stall + 1;
-    if (r <= rules.absolute_tolerance || r <= rules.relative_tolerance * scale) {
+    if (verdict == implicit::internal::kSampleConverged) {
       relative_out = relative;
       stop = kFusedConverged;
-    } else if (!first && r > rules.divergence_threshold * fmax(initial, DBL_MIN)) {
+    } else if (verdict == implicit::internal::kSampleDiverged) {
       stop = kFusedDiverged;
-    } else if (rules.max_stall_iterations > 0 && stall >= rules.max_stall_iterations) {
+    } else if (verdict == implicit::internal::kSampleStalled) {
       stop = kFusedStalled;
     } else if (t >= rules.max_iterations) {
       stop = kFusedMaxIterations;
     }
     if (lane == 0) {
-      st.initial_residual[column] = initial;
-      st.record_residual[column] = residual_record ? r : rec.residual;
-      st.record_energy[column] = record_energy;
+      st.initial_residual[column] = record.initial_residual;
+      st.record_residual[column] = record.best_residual;
+      st.record_energy[column] = record.best_energy;
       st.kept_residual[column] = kept_residual;
       st.relative[column] = relative_out;
-      st.stall[column] = stall;
+      st.stall[column] = record.stall;
     }
   }
   S* zc = a.z + static_cast<std::size_t>(column) * n;
@@ -946,7 +942,6 @@ void SetCommon(SolveArgs<S>* a, const S* patterns, int n, int N, S beta, S* z, i
   a->beta = beta;
   a->z = z;
   a->rules = rules;
-  a->epsilon = std::numeric_limits<S>::epsilon();
   a->results = results;
 }
 

@@ -17,6 +17,7 @@
 #endif
 
 #include <implicit/core/cuda_kernels.h>
+#include <implicit/solvers/internal/sample_rule.h>
 
 #include <cstddef>
 
@@ -44,10 +45,11 @@ namespace internal {
 enum FusedStop : int {
   kFusedRunning = 0, kFusedConverged, kFusedDiverged, kFusedStalled, kFusedNonFinite, kFusedMaxIterations
 };
+/// A Picard solver's options as the kernels take them: the per-sample rule's
+/// limits (sample_rule.h, the CPU monitor's own) and the loop's.
 struct FusedPicardRules {
   int max_iterations = 100;
-  double absolute_tolerance = 0, relative_tolerance = 0, divergence_threshold = 1e8;
-  int max_stall_iterations = 0;
+  implicit::internal::SampleLimits limits;
   bool use_energy = true;
   double damping = 1;
 };

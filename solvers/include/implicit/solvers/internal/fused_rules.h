@@ -10,6 +10,7 @@
 #endif
 
 #include <implicit/solvers/internal/fused_picard.h>
+#include <implicit/solvers/internal/sample_judge.h>
 #include <implicit/solvers/picard.h>
 
 namespace implicit {
@@ -19,10 +20,7 @@ template <typename S>
 cuda::internal::FusedPicardRules FusedRules(const typename PicardSolver<S>::Options& options) {
   cuda::internal::FusedPicardRules rules;
   rules.max_iterations = options.max_iterations;
-  rules.absolute_tolerance = options.absolute_tolerance;
-  rules.relative_tolerance = options.relative_tolerance;
-  rules.divergence_threshold = options.divergence_threshold;
-  rules.max_stall_iterations = options.max_stall_iterations;
+  rules.limits = MakeSampleLimits<S>(options, /*add_tolerances=*/false);
   rules.use_energy = options.use_energy;
   rules.damping = options.damping;
   return rules;

@@ -21,9 +21,13 @@
 //   judge.Reset(batch);
 //   bool kept = false;
 //   std::optional<TerminationType> stop = judge.Judge(b, r, scale, finite, energy, first, &kept);
+//
+// The rule itself (progress, kept iterate, tolerances, divergence, stall) is
+// JudgeFiniteSample (sample_rule.h), which the fused device kernels share.
 #pragma once
 
 #include <implicit/core/types.h>
+#include <implicit/solvers/internal/sample_rule.h>
 #include <implicit/solvers/solver.h>
 
 #include <algorithm>
@@ -49,27 +53,33 @@ struct SampleRules {
   bool keep_best_iterate = true;
 };
 
+// The limits of a solve with these options and rules, for the scalar type Scalar.
+template <typename Scalar>
+SampleLimits MakeSampleLimits(const SolverOptions& options, bool add_tolerances) {
+  SampleLimits limits;
+  limits.absolute_tolerance = options.absolute_tolerance;
+  limits.relative_tolerance = options.relative_tolerance;
+  limits.divergence_threshold = options.divergence_threshold;
+  limits.max_stall_iterations = options.max_stall_iterations;
+  limits.add_tolerances = add_tolerances;
+  limits.epsilon = std::numeric_limits<Scalar>::epsilon();
+  return limits;
+}
+
 template <typename Scalar>
 class SampleJudge {
  public:
   SampleJudge(const SolverOptions& options, SampleRules rules)
-      : relative_tolerance_(options.relative_tolerance),
-        absolute_tolerance_(options.absolute_tolerance),
-        divergence_threshold_(options.divergence_threshold),
-        max_stall_iterations_(options.max_stall_iterations),
-        rules_(rules) {}
+      : limits_(MakeSampleLimits<Scalar>(options, rules.add_tolerances)), rules_(rules) {}
 
   const SampleRules& rules() const { return rules_; }
 
   // Forgets every sample; `batch` fresh ones.
   void Reset(Index batch) {
     const double inf = std::numeric_limits<double>::infinity();
-    record_residual_.assign(batch, inf);
-    record_energy_.assign(batch, inf);
+    records_.assign(batch, SampleRecord{});
     kept_residual_.assign(batch, inf);
     relative_.assign(batch, inf);
-    initial_residual_.assign(batch, 0.0);
-    stall_count_.assign(batch, 0);
     stall_exempt_.assign(batch, 0);
   }
 
@@ -79,7 +89,7 @@ class SampleJudge {
   void ExemptFromStall(Index b) { stall_exempt_[b] = 1; }
   // Sample b's stall count starts again from zero (its plain steps get the
   // whole max_stall_iterations from here).
-  void RestartStallCount(Index b) { stall_count_[b] = 0; }
+  void RestartStallCount(Index b) { records_[b].stall = 0; }
 
   // Judges sample b at an observation: r its residual norm, scale what the
   // relative tolerance multiplies (|f(z_b)| or |rhs_b|), finite whether the
@@ -93,50 +103,33 @@ class SampleJudge {
     const double relative = Relative(r, scale);
     if (!rules_.keep_best_iterate) relative_[b] = relative;
     if (!std::isfinite(r) || !finite) return TerminationType::kNonFinite;
-    if (first) initial_residual_[b] = r;
-    const bool residual_record = r < record_residual_[b];
-    if (residual_record) record_residual_[b] = r;
-    bool keep = residual_record;
-    bool progress = residual_record;
-    if (energy != nullptr) {
-      // A new energy record counts as progress only beyond rounding; the
-      // kept iterate is the lowest-energy one (ties: the later one).
-      const double e = *energy;
-      const double slack = 16.0 * std::numeric_limits<Scalar>::epsilon() * (1.0 + std::abs(e));
-      progress = progress || e < record_energy_[b] - slack;
-      keep = e <= record_energy_[b];
-      if (keep) record_energy_[b] = e;
-    }
+    bool keep = false;
+    const int verdict = JudgeFiniteSample(limits_, &records_[b], r, scale, energy != nullptr,
+                                          energy != nullptr ? *energy : 0.0, first, stall_exempt_[b] != 0, &keep);
+    stall_exempt_[b] = 0;
     if (keep && rules_.keep_best_iterate) {
       kept_residual_[b] = r;
       relative_[b] = relative;
       *kept = true;
     }
-    if (progress) {
-      stall_count_[b] = 0;
-    } else if (!stall_exempt_[b]) {
-      ++stall_count_[b];
+    switch (verdict) {
+      case kSampleConverged:
+        relative_[b] = relative;
+        return TerminationType::kConverged;
+      case kSampleDiverged: return TerminationType::kDiverged;
+      case kSampleStalled: return TerminationType::kStalled;
+      default: return std::nullopt;
     }
-    stall_exempt_[b] = 0;
-    if (Converged(r, scale)) {
-      relative_[b] = relative;
-      return TerminationType::kConverged;
-    }
-    if (!first && r > divergence_threshold_ * std::max(initial_residual_[b], std::numeric_limits<double>::min()))
-      return TerminationType::kDiverged;
-    if (max_stall_iterations_ > 0 && stall_count_[b] >= max_stall_iterations_)
-      return TerminationType::kStalled;
-    return std::nullopt;
   }
 
   // The residual norm at which a sample with this scale has converged (linear rule).
-  double Threshold(double scale) const { return relative_tolerance_ * scale + absolute_tolerance_; }
+  double Threshold(double scale) const { return limits_.relative_tolerance * scale + limits_.absolute_tolerance; }
   static double Relative(double r, double scale) { return scale > 0 ? r / scale : r; }
 
   // The smallest residual sample b has had so far.
-  double best_residual(Index b) const { return record_residual_[b]; }
+  double best_residual(Index b) const { return records_[b].best_residual; }
   // The lowest energy sample b has had so far (infinite without an energy).
-  double best_energy(Index b) const { return record_energy_[b]; }
+  double best_energy(Index b) const { return records_[b].best_energy; }
   // The residual at b's kept iterate (infinite when none was kept).
   double kept_residual(Index b) const { return kept_residual_[b]; }
   // The relative residual reported for b; set_relative for a stopped sample
@@ -147,21 +140,14 @@ class SampleJudge {
 
   // The tolerance rule alone: has a sample with residual r and scale
   // (|f(z_b)| forward, |rhs_b| linear) converged?
-  bool Converged(double r, double scale) const {
-    if (rules_.add_tolerances) return r <= Threshold(scale);
-    return r <= absolute_tolerance_ || r <= relative_tolerance_ * scale;
-  }
+  bool Converged(double r, double scale) const { return SampleConverged(limits_, r, scale); }
 
  private:
-
-  double relative_tolerance_, absolute_tolerance_, divergence_threshold_;
-  int max_stall_iterations_;
+  SampleLimits limits_;
   SampleRules rules_;
-  std::vector<double> record_residual_, record_energy_;  // best seen (progress tests)
-  std::vector<double> kept_residual_;                    // at the kept iterate
-  std::vector<double> relative_;                         // reported r / scale
-  std::vector<double> initial_residual_;
-  std::vector<int> stall_count_;
+  std::vector<SampleRecord> records_;     // best residual and energy, first residual, stall count
+  std::vector<double> kept_residual_;     // at the kept iterate
+  std::vector<double> relative_;          // reported r / scale
   std::vector<char> stall_exempt_;
 };
 
