@@ -24,6 +24,7 @@
 #include <limits>
 #include <memory>
 #include <tuple>
+#include <vector>
 
 using implicit::Index;
 using implicit::Matrix;
@@ -201,10 +202,15 @@ BOOST_AUTO_TEST_CASE(bernoulli_prior_has_interactions_of_all_orders) {
 // relative accuracy) over arguments from -1e4 to 1e4, with one p for all units
 // and with one per unit; too few per-unit values are refused.
 BOOST_AUTO_TEST_CASE(bernoulli_prior_matrix_evaluation_equals_the_entrywise_one) {
-  const Index M = 5, B = 41;
+  // (and small arguments, where expm1 and log1p must keep their relative accuracy)
+  const std::vector<double> small = {-0.7, -0.5, -0.49, -0.3, -1e-3, -1e-8, -1e-13, -1e-300, 0.0,
+                                     1e-300, 1e-13, 1e-8, 1e-3, 0.3, 0.5, 0.7};
+  const Index M = 5, B = 41 + static_cast<Index>(small.size());
   Matrix<double> t(M, B);
-  for (Index b = 0; b < B; ++b)
+  for (Index b = 0; b < 41; ++b)
     for (Index mu = 0; mu < M; ++mu) t(mu, b) = (b - 20) * (b - 20) * (b < 20 ? -25.0 : 25.0) + 0.1 * mu;
+  for (Index j = 0; j < static_cast<Index>(small.size()); ++j)
+    for (Index mu = 0; mu < M; ++mu) t(mu, 41 + j) = small[j] * (1 + 0.1 * mu);
   Vector<double> per_unit(M);
   per_unit << 0.05, 0.3, 0.5, 0.7, 0.999;
   for (const Vector<double>& p : {Vector<double>(Vector<double>::Constant(1, 0.3)), per_unit}) {

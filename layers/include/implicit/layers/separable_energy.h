@@ -17,6 +17,7 @@
 
 #include <implicit/core/gemm.h>
 #include <implicit/core/types.h>
+#include <implicit/core/workspace_pool.h>
 
 #include <stdexcept>
 #include <string>
@@ -31,26 +32,30 @@ namespace internal {
 ///   E(x) = (q/2)|x|^2 - <bias, x> - sum_mu G_mu(w_mu . x)
 /// \endcode
 /// with eval(s, G*, G'*, G''*) evaluating G entry-wise (row mu = unit mu).
+/// The N x B scores and G's values are scratch kept between calls
+/// (WorkspacePool: one per concurrent caller), so an evaluation of a batch of
+/// the size of the last one allocates nothing (at N = B = 1797 they are three
+/// matrices of 26 MB, whose allocation and page faults were about a sixth of
+/// an rbm solve).
 template <typename Scalar>
 struct SeparableEnergy {
   Scalar q = Scalar(1);
 
-  /// The unit inputs W^T x (N x B), the energy's large product.
+  /// The unit inputs W^T x (N x B), the energy's large product, into *s.
   template <typename WT>
-  static Matrix<Scalar> Scores(const WT& W, ConstMatrixRef<Scalar> x) {
-    Matrix<Scalar> s(W.cols(), x.cols());
-    GemmInto<Scalar>(s, W, /*transpose_a=*/true, x);
-    return s;
+  static void Scores(const WT& W, ConstMatrixRef<Scalar> x, Matrix<Scalar>* s) {
+    s->resize(W.cols(), x.cols());
+    GemmInto<Scalar>(*s, W, /*transpose_a=*/true, x);
   }
 
   template <typename WT, typename Eval>
   void Value(const WT& W, const Vector<Scalar>* bias, const Eval& eval,
              ConstMatrixRef<Scalar> x, VectorRef<Scalar> values) const {
-    const Matrix<Scalar> s = Scores(W, x);
-    Matrix<Scalar> g;
-    eval(s, &g, nullptr, nullptr);
+    auto w = pool_.Acquire();
+    Scores(W, x, &w->s);
+    eval(w->s, &w->g, nullptr, nullptr);
     values = (Scalar(0.5) * q) * x.colwise().squaredNorm().transpose() -
-             g.colwise().sum().transpose();
+             w->g.colwise().sum().transpose();
     if (bias != nullptr) values.noalias() -= x.transpose() * (*bias);
   }
   /// *r = bias + W G'(W^T x) and values = E(x), from one product W^T x.
@@ -58,14 +63,14 @@ struct SeparableEnergy {
   void RetrievalAndValue(const WT& W, const Vector<Scalar>* bias, const Eval& eval,
                          ConstMatrixRef<Scalar> x, Matrix<Scalar>* r,
                          VectorRef<Scalar> values) const {
-    const Matrix<Scalar> s = Scores(W, x);
-    Matrix<Scalar> g, dg;
-    eval(s, &g, &dg, nullptr);
+    auto w = pool_.Acquire();
+    Scores(W, x, &w->s);
+    eval(w->s, &w->g, &w->dg, nullptr);
     values = (Scalar(0.5) * q) * x.colwise().squaredNorm().transpose() -
-             g.colwise().sum().transpose();
+             w->g.colwise().sum().transpose();
     if (bias != nullptr) values.noalias() -= x.transpose() * (*bias);
     r->resize(W.rows(), x.cols());
-    GemmInto<Scalar>(*r, W, false, dg);
+    GemmInto<Scalar>(*r, W, false, w->dg);
     if (bias != nullptr) r->colwise() += *bias;
   }
   /// grad = q x - bias - W G'(W^T x);   *retrieval (optional) = bias + W G'(W^T x).
@@ -79,21 +84,21 @@ struct SeparableEnergy {
   template <typename WT, typename Eval>
   void Retrieval(const WT& W, const Vector<Scalar>* bias, const Eval& eval,
                  ConstMatrixRef<Scalar> x, Matrix<Scalar>* r) const {
-    const Matrix<Scalar> s = Scores(W, x);
-    Matrix<Scalar> dg;
-    eval(s, nullptr, &dg, nullptr);
+    auto w = pool_.Acquire();
+    Scores(W, x, &w->s);
+    eval(w->s, nullptr, &w->dg, nullptr);
     r->resize(W.rows(), x.cols());
-    GemmInto<Scalar>(*r, W, false, dg);
+    GemmInto<Scalar>(*r, W, false, w->dg);
     if (bias != nullptr) r->colwise() += *bias;
   }
   /// H v = q v - W (G''(s) .* W^T v).
   template <typename WT, typename Eval>
   void HessianVectorProduct(const WT& W, const Eval& eval, ConstMatrixRef<Scalar> x,
                             ConstMatrixRef<Scalar> v, MatrixRef<Scalar> out) const {
-    const Matrix<Scalar> s = Scores(W, x);
-    Matrix<Scalar> d2g;
-    eval(s, nullptr, nullptr, &d2g);
-    const Matrix<Scalar> wv = (d2g.array() * (W.transpose() * v).array()).matrix();
+    auto w = pool_.Acquire();
+    Scores(W, x, &w->s);
+    eval(w->s, nullptr, nullptr, &w->d2g);
+    const Matrix<Scalar> wv = (w->d2g.array() * (W.transpose() * v).array()).matrix();
     out = q * v;
     out.noalias() -= W * wv;
   }
@@ -101,14 +106,21 @@ struct SeparableEnergy {
   template <typename WT, typename Eval>
   Matrix<Scalar> WeightVjp(const WT& W, const Eval& eval, ConstMatrixRef<Scalar> x,
                            ConstMatrixRef<Scalar> u) const {
-    const Matrix<Scalar> s = Scores(W, x);
-    Matrix<Scalar> dg, d2g;
-    eval(s, nullptr, &dg, &d2g);
-    const Matrix<Scalar> wu = (d2g.array() * (W.transpose() * u).array()).matrix();
-    Matrix<Scalar> out = -(u * dg.transpose());
+    auto w = pool_.Acquire();
+    Scores(W, x, &w->s);
+    eval(w->s, nullptr, &w->dg, &w->d2g);
+    const Matrix<Scalar> wu = (w->d2g.array() * (W.transpose() * u).array()).matrix();
+    Matrix<Scalar> out = -(u * w->dg.transpose());
     out.noalias() -= x * wu.transpose();
     return out;
   }
+
+ private:
+  // The scores S = W^T x and G, G', G'' at them (N x B each).
+  struct Work {
+    Matrix<Scalar> s, g, dg, d2g;
+  };
+  mutable WorkspacePool<Work> pool_;
 };
 
 template <typename Scalar>
