@@ -182,6 +182,12 @@ void LogisticColumnsKernel(const Number* t, std::ptrdiff_t rows, std::ptrdiff_t 
   KernelsOf<Number>(ActiveKernels()).logistic_columns(t, rows, cols, t_stride, shift, s, s_stride, s2, s2_stride);
 }
 
+template <typename Number>
+void BernoulliCgfColumnsKernel(const Number* t, std::ptrdiff_t rows, std::ptrdiff_t cols, std::ptrdiff_t t_stride,
+                               const Number* p, Number* k, std::ptrdiff_t k_stride) {
+  KernelsOf<Number>(ActiveKernels()).bernoulli_cgf_columns(t, rows, cols, t_stride, p, k, k_stride);
+}
+
 template void Gemm<float>(float, const GemmOperand<float>&, const GemmOperand<float>&, float, float*, Index);
 template void Gemm<double>(double, const GemmOperand<double>&, const GemmOperand<double>&, double, double*,
                            Index);
@@ -193,6 +199,10 @@ template void LogisticColumnsKernel<float>(const float*, std::ptrdiff_t, std::pt
                                            const float*, float*, std::ptrdiff_t, float*, std::ptrdiff_t);
 template void LogisticColumnsKernel<double>(const double*, std::ptrdiff_t, std::ptrdiff_t, std::ptrdiff_t,
                                             const double*, double*, std::ptrdiff_t, double*, std::ptrdiff_t);
+template void BernoulliCgfColumnsKernel<float>(const float*, std::ptrdiff_t, std::ptrdiff_t, std::ptrdiff_t,
+                                               const float*, float*, std::ptrdiff_t);
+template void BernoulliCgfColumnsKernel<double>(const double*, std::ptrdiff_t, std::ptrdiff_t, std::ptrdiff_t,
+                                                const double*, double*, std::ptrdiff_t);
 
 }  // namespace internal
 }  // namespace implicit

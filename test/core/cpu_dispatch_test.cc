@@ -246,6 +246,48 @@ void CheckLogistic() {
   BOOST_TEST((s2_alone.array() == s2.array() || s2.array().isNaN()).all());
 }
 
+// The Bernoulli prior's K pass at the active level against long double
+// references, entry by entry: K(t) = log(1 - p + p e^t), relative, over
+// columns of an odd length (vector and scalar entries) and a sub-block, with
+// arguments from -800 to 800 and near 0 (where K ~ p t: expm1 and log1p must
+// keep their relative accuracy), p from 1e-3 to 0.999, and NaN, -inf, +inf.
+template <typename S>
+void CheckBernoulliCgf() {
+  const Index M = 37, B = 6, stride = 41;
+  Matrix<S> t = Random<S>(stride, B, 31) * S(4);
+  const S small[] = {S(-0.7), S(-0.5), S(-0.49), S(-1e-3), S(-1e-6), S(-1e-30), S(0), S(1e-30), S(1e-6), S(0.3)};
+  for (Index i = 0; i < 10; ++i) t(i, 1) = small[i];
+  for (Index i = 0; i < 10; ++i) t(i + 10, 1) = small[i] * S(0.37);
+  t(0, 0) = S(-800);
+  t(1, 0) = S(800);
+  t(2, 0) = S(40);
+  t(3, 0) = S(-40);
+  t(4, 0) = -std::numeric_limits<S>::infinity();
+  t(5, 0) = std::numeric_limits<S>::infinity();
+  t(6, 0) = std::numeric_limits<S>::quiet_NaN();
+  Vector<S> p(M);
+  for (Index i = 0; i < M; ++i) p(i) = S(1e-3) + (S(0.998) * S(i)) / S(M - 1);
+  Matrix<S> k(stride, B);
+  implicit::internal::BernoulliCgfColumnsKernel<S>(t.data(), M, B, stride, p.data(), k.data(), stride);
+  for (Index j = 0; j < B; ++j) {
+    for (Index i = 0; i < M; ++i) {
+      const long double x = t(i, j), pl = p(i);
+      if (std::isnan(t(i, j))) {
+        BOOST_TEST(std::isnan(k(i, j)), "NaN at " << i << ", " << j);
+        continue;
+      }
+      const long double reference = x > 30 ? x + std::log(pl + (1 - pl) * std::exp(-x)) : std::log1p(pl * std::expm1(x));
+      if (std::isinf(static_cast<double>(reference))) {
+        BOOST_TEST(k(i, j) == static_cast<S>(reference), "K at " << i << ", " << j);
+        continue;
+      }
+      BOOST_TEST(std::abs(k(i, j) - reference) <= 8 * Tolerance<S>() * std::abs(reference) +
+                                                     std::numeric_limits<S>::denorm_min(),
+                 "K(" << t(i, j) << ") with p = " << p(i) << ": " << k(i, j) << " against " << static_cast<double>(reference));
+    }
+  }
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(levels_are_named_parsed_and_listed) {
@@ -285,6 +327,8 @@ BOOST_AUTO_TEST_CASE(every_level_computes_the_same_products_and_softmaxes) {
       CheckSoftmax<double>();
       CheckLogistic<float>();
       CheckLogistic<double>();
+      CheckBernoulliCgf<float>();
+      CheckBernoulliCgf<double>();
       CheckHopfieldAgainstGeneric<float>(level);
       CheckHopfieldAgainstGeneric<double>(level);
     }

@@ -358,11 +358,17 @@ void CheckFusedAgainstHostJudged(cuda::DeviceLoop loop, const PicardSolver<doubl
   }
 }
 
-// The cases both fused loops are held to.
-void CheckFusedLoop(cuda::DeviceLoop loop) {
+// The options of the fused loops' cases: every sample converges to 1e-10.
+PicardSolver<double>::Options FusedCaseOptions() {
   PicardSolver<double>::Options o;
   o.absolute_tolerance = 1e-10;
   o.max_iterations = 300;
+  return o;
+}
+
+// The cases both fused loops are held to.
+void CheckFusedLoop(cuda::DeviceLoop loop) {
+  const PicardSolver<double>::Options o = FusedCaseOptions();
   BOOST_TEST_CONTEXT("converged, double") { CheckFusedAgainstHostJudged<double>(loop, o, 1e-9); }
   FusedCase poisoned;
   poisoned.poison = true;
@@ -396,9 +402,7 @@ BOOST_AUTO_TEST_CASE(the_grid_picard_loop_follows_the_host_judged_loop, *boost::
 BOOST_AUTO_TEST_CASE(the_cluster_picard_loop_follows_the_host_judged_loop,
                      *boost::unit_test::precondition(GpuPresent())) {
   CheckFusedLoop(cuda::DeviceLoop::kFusedWhenPossible);
-  PicardSolver<double>::Options o;
-  o.absolute_tolerance = 1e-10;
-  o.max_iterations = 300;
+  PicardSolver<double>::Options o = FusedCaseOptions();
   FusedCase queued;
   queued.n = 100;
   queued.N = 800;
@@ -426,9 +430,7 @@ BOOST_AUTO_TEST_CASE(the_cluster_loop_on_cuda_cores_follows_the_host_judged_loop
 // kernel's phase A runs on the tensor cores while more than eight are active
 // and in sub-chunks after.
 BOOST_AUTO_TEST_CASE(a_small_fused_solve_for_the_sanitizers, *boost::unit_test::precondition(GpuPresent())) {
-  PicardSolver<double>::Options o;
-  o.absolute_tolerance = 1e-10;
-  o.max_iterations = 300;
+  const PicardSolver<double>::Options o = FusedCaseOptions();
   FusedCase small;
   small.N = 300;
   small.B = 24;

@@ -35,6 +35,10 @@ struct KernelsFor {
   void (*logistic_columns)(const Number* t, std::ptrdiff_t rows, std::ptrdiff_t cols, std::ptrdiff_t t_stride,
                            const Number* shift, Number* s, std::ptrdiff_t s_stride, Number* s2,
                            std::ptrdiff_t s2_stride);
+  // The Bernoulli prior's K pass, with the contract of
+  // internal::BernoulliCgfColumnsKernel (core/cpu_dispatch.h), which forwards to it.
+  void (*bernoulli_cgf_columns)(const Number* t, std::ptrdiff_t rows, std::ptrdiff_t cols, std::ptrdiff_t t_stride,
+                                const Number* p, Number* k, std::ptrdiff_t k_stride);
 };
 
 struct KernelTable {

@@ -209,7 +209,9 @@ class BernoulliPrior : public HiddenPrior<Scalar> {
   std::string name() const override { return "bernoulli"; }
   Scalar K(Scalar t, Index mu) const override {
     const Scalar p = internal::PerUnit(p_, mu, "BernoulliPrior");
-    if (t > Scalar(0)) return t + std::log(p + (Scalar(1) - p) * std::exp(-t));
+    // (log1p(p expm1(t)) keeps its relative accuracy near t = 0 on both sides,
+    // where K ~ p t; the other form avoids overflow)
+    if (t > Scalar(30)) return t + std::log(p + (Scalar(1) - p) * std::exp(-t));
     return std::log1p(p * std::expm1(t));
   }
   Scalar dK(Scalar t, Index mu) const override {
@@ -250,16 +252,11 @@ void BernoulliPrior<Scalar>::Evaluate(
   const Vector<Scalar> p = p_.size() == 1 ? Vector<Scalar>::Constant(M, p_(0)) : Vector<Scalar>(p_.head(M));
   const Vector<Scalar> logit = (p.array().log() - (-p.array()).log1p()).matrix();
   if (k) {
-    // t > 0: t + log(p + (1 - p) e^-t); t <= 0: log1p(p expm1(t)), without overflow.
+    // K(t) as K above (log1p(p expm1(t)), or t + log(p + (1 - p) e^-t) past
+    // t = 30): one pass at the CPU's vector level (libm's expm1 and log1p per
+    // entry took most of an rbm evaluation).
     k->resize(M, t.cols());
-    const auto pc = p.array();
-    for (Index b = 0; b < t.cols(); ++b) {
-      const auto tb = t.col(b).array();
-      k->col(b) = (tb > Scalar(0))
-                      .select(tb + (pc + (Scalar(1) - pc) * (-tb.max(Scalar(0))).exp()).log(),
-                              (pc * tb.min(Scalar(0)).expm1()).log1p())
-                      .matrix();
-    }
+    internal::BernoulliCgfColumnsKernel<Scalar>(t.data(), M, t.cols(), M, p.data(), k->data(), M);
   }
   if (dk || d2k) {
     // K' = sigmoid(z) = 1 / (1 + e^-z), z = t + logit p (0 or 1 in the limits,

@@ -89,5 +89,14 @@ void LogisticColumnsKernel(const Number* t, std::ptrdiff_t rows, std::ptrdiff_t 
                            const Number* shift, Number* s, std::ptrdiff_t s_stride, Number* s2,
                            std::ptrdiff_t s2_stride);
 
+/// The K pass of the Bernoulli hidden prior (layers/hidden_prior.h) at the
+/// active level, for float and double: k = K(t) = log(1 - p + p e^t) with p one
+/// value per row of t (rows x cols, column stride t_stride), into k (column
+/// stride k_stride), to a few ulps relative also where t is near 0 (K ~ p t);
+/// NaN only where t is, K(-inf) = log(1 - p), K(+inf) = +inf.
+template <typename Number>
+void BernoulliCgfColumnsKernel(const Number* t, std::ptrdiff_t rows, std::ptrdiff_t cols, std::ptrdiff_t t_stride,
+                               const Number* p, Number* k, std::ptrdiff_t k_stride);
+
 }  // namespace internal
 }  // namespace implicit
