@@ -38,7 +38,9 @@ sanitize() {
     --report_level=short || status=1
   # The fused Picard kernels' shared-memory exchanges between lanes and warps
   # (and, in the cluster kernel, between the blocks of a cluster).
-  # RACECHECK_TESTS: the test cases to run under both tools.
+  # RACECHECK_TESTS: the test cases to run under both tools (by default the
+  # small solve through each fused kernel: racecheck takes minutes over the
+  # large fused-loop cases).
   races=${RACECHECK_TESTS:-a_small_fused_solve_for_the_sanitizers}
   echo "== compute-sanitizer --tool racecheck, --tool synccheck: $races"
   for tool in racecheck synccheck; do
