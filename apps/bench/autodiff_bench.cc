@@ -5,6 +5,7 @@
 
 #include "bench/autodiff_energies.h"
 #include "bench/autodiff_measure.h"
+#include "bench/et_shape.h"
 #include "common/format.h"
 #include "common/table.h"
 
@@ -79,12 +80,7 @@ Json RunAutodiffBench(const AutodiffBenchOptions& o) {
   }
   if (wanted("et")) {  // the Energy Transformer at implicit-et's sizes, against its closed form
     if (!o.quiet) std::cerr << "autodiff: et\n";
-    implicit::EnergyTransformer<double>::Options eo;
-    eo.num_tokens = 17;
-    eo.token_dim = 32;
-    eo.num_heads = 8;
-    eo.head_dim = 8;
-    eo.num_memories = 32;
+    const implicit::EnergyTransformer<double>::Options eo = ImplicitEtShape();
     implicit::EnergyTransformer<double> closed(eo);
     const Index n = eo.num_tokens * eo.token_dim;
     // A whole training step of each, on the same batch (the same iterates).

@@ -2,6 +2,7 @@
 #ifdef IMPLICIT_WITH_CUDA
 
 #include "bench/cuda_bench_parts.h"
+#include "bench/et_shape.h"
 
 #include <implicit/diff/cuda_backward.h>
 #include <implicit/diff/implicit_diff.h>
@@ -22,12 +23,7 @@ using implicit::Matrix;
 // implicit-et: 17 tokens of 32, 8 heads of 8, 32 ReLU memories, half of the
 // 16 patch tokens free), B samples, double, on the device and on the CPU.
 void RunEt(const DeviceBenchOptions& o, cuda::Context& context, std::vector<Row>* rows) {
-  implicit::EnergyTransformerOptions eo;
-  eo.num_tokens = 17;
-  eo.token_dim = 32;
-  eo.num_heads = 8;
-  eo.head_dim = 8;
-  eo.num_memories = 32;
+  const implicit::EnergyTransformerOptions eo = ImplicitEtShape();
   implicit::EnergyTransformer<double> et(eo);
   const Index n = et.dimension(), B = o.et_samples;
   std::mt19937 gen(2);

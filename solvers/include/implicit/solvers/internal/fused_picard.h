@@ -28,7 +28,7 @@ namespace internal {
 // One kernel runs a whole damped Picard solve
 // z_b <- z_b + damping (X softmax(beta X^T z_b) - z_b) of every sample and
 // judges each sample on the device after each evaluation by the forward rules
-// of the host monitor (solvers/internal/sample_judge.h: non-finite values,
+// of the host monitor (JudgeFiniteSample, solvers/internal/sample_rule.h; non-finite values,
 // absolute or relative tolerance, divergence against the first residual,
 // the stall rule with or without the energy, the kept lowest-energy iterate,
 // max_iterations). No host round trip per iteration: the loop stays on the
