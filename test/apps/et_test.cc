@@ -235,7 +235,10 @@ BOOST_AUTO_TEST_CASE(device_cuda_refuses_what_it_cannot_do) {
 // W_K, W_Q, Xi) through the device equilibrium and device adjoint against
 // central differences, and a short training run that follows the CPU run with
 // the same solver (same rules, so the same iterations; the adjoints differ
-// only within their tolerance).
+// only within their tolerance). The first loss is that of the same iterates
+// up to the GEMMs' rounding, which Anderson's least squares amplify: 1.6e-9
+// relative on an H200 (2026-11-30); a different iteration count would move it
+// by the forward tolerance's order (1e-5 here), so 1e-8 still tells them apart.
 BOOST_AUTO_TEST_CASE(device_cuda_trains_like_the_cpu, *boost::unit_test::precondition(implicit::testing::GpuPresent())) {
   ScratchDir dir;
   const auto check = RunCommand(Small(dir) + " --device cuda --check-gradients 10");
@@ -255,7 +258,7 @@ BOOST_AUTO_TEST_CASE(device_cuda_trains_like_the_cpu, *boost::unit_test::precond
   }
   BOOST_TEST(runs[1].at("device").get<std::string>() == "cuda");
   BOOST_TEST(runs[1].at("first_train_loss").get<double>() == runs[0].at("first_train_loss").get<double>(),
-             boost::test_tools::tolerance(1e-9));
+             boost::test_tools::tolerance(1e-8));
   for (const char* k : {"last_train_loss", "heldout_mse"}) {
     BOOST_TEST_INFO(k);
     BOOST_TEST(runs[1].at(k).get<double>() == runs[0].at(k).get<double>(), boost::test_tools::tolerance(1e-5));
