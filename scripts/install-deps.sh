@@ -11,7 +11,7 @@
 # solvers are not built and their tests skip.
 set -euo pipefail
 packages=(cmake ninja-build g++ ccache pkg-config libeigen3-dev libceres-dev
-          libboost-test-dev zlib1g-dev gnuplot-nox libcli11-dev nlohmann-json3-dev lld
+          libboost-test-dev libboost-context-dev zlib1g-dev gnuplot-nox libcli11-dev nlohmann-json3-dev lld
           python3-dev pybind11-dev python3-numpy python3-pytest
           libopenmpi-dev openmpi-bin doxygen)
 fuzzing=(clang-14 libfuzzer-14-dev libomp-14-dev)

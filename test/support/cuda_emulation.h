@@ -1,6 +1,8 @@
 // A CPU emulation of the CUDA execution model, for testing the logic of
 // device kernels on machines without a GPU (CI). Every CUDA thread is a fiber
-// (ucontext) on one OS thread, resumed round-robin; warps, blocks, clusters
+// (Boost.Context: a switch is a few instructions, where ucontext's swapcontext
+// made two signal-mask system calls, most of the emulation's time) on one OS
+// thread, resumed round-robin; warps, blocks, clusters
 // and the grid synchronise through barriers at which the fibers yield. It
 // covers what solvers/src/cuda/fused_picard_kernels.cuh uses: threadIdx, blockIdx,
 // blockDim, gridDim, __syncthreads, __syncwarp, warp shuffles, votes and
@@ -20,7 +22,8 @@
 //                           [&] { SomeKernel<double, 1>(args); });
 #pragma once
 
-#include <ucontext.h>
+#include <boost/context/fiber.hpp>
+#include <boost/context/stack_context.hpp>
 
 #include <math.h>  // exp, log, sqrt, fabs, fmax, isfinite in the global namespace, as in CUDA
 
@@ -83,8 +86,9 @@ struct Warp {
 };
 
 struct Fiber {
-  ucontext_t context;
-  std::unique_ptr<char[]> stack;
+  boost::context::fiber context;    // the suspended fiber, resumed by the scheduler
+  boost::context::fiber scheduler;  // inside the fiber: the scheduler to yield to
+  char* stack = nullptr;            // its stack's lowest address (kStackBytes)
   Dim3 thread, block;
   int block_index = 0;
   unsigned collectives = 0;  // this lane's warp collectives so far (their row parity)
@@ -133,7 +137,6 @@ struct Launch {
 
 inline Launch* g_launch = nullptr;
 inline Fiber* g_fiber = nullptr;
-inline ucontext_t g_scheduler;
 #ifdef IMPLICIT_EMULATION_ASAN
 inline const void* g_scheduler_stack = nullptr;
 inline std::size_t g_scheduler_stack_size = 0;
@@ -155,10 +158,10 @@ inline void Yield() {
 #ifdef IMPLICIT_EMULATION_ASAN
   void* fake = nullptr;
   __sanitizer_start_switch_fiber(&fake, g_scheduler_stack, g_scheduler_stack_size);
-  swapcontext(&g_fiber->context, &g_scheduler);
+  g_fiber->scheduler = std::move(g_fiber->scheduler).resume();
   __sanitizer_finish_switch_fiber(fake, &g_scheduler_stack, &g_scheduler_stack_size);
 #else
-  swapcontext(&g_fiber->context, &g_scheduler);
+  g_fiber->scheduler = std::move(g_fiber->scheduler).resume();
 #endif
 }
 
@@ -173,27 +176,38 @@ inline void Barrier::Wait() {
   Yield();
 }
 
-inline void FiberMain() {
-#ifdef IMPLICIT_EMULATION_ASAN
-  __sanitizer_finish_switch_fiber(nullptr, &g_scheduler_stack, &g_scheduler_stack_size);
-#endif
-  g_launch->body();
-  g_fiber->finished = true;
-#ifdef IMPLICIT_EMULATION_ASAN
-  __sanitizer_start_switch_fiber(nullptr, g_scheduler_stack, g_scheduler_stack_size);
-#endif
-  // returning resumes uc_link, the scheduler
-}
+// A fiber's stack: kStackBytes from the heap (Boost.Context keeps the
+// fiber's own record at its top); its lowest address is kept for the address
+// sanitizer's switch annotations.
+struct StackOf {
+  Fiber* fiber;
+  boost::context::stack_context allocate() {
+    fiber->stack = new char[kStackBytes];
+    boost::context::stack_context stack;
+    stack.size = kStackBytes;
+    stack.sp = fiber->stack + kStackBytes;
+    return stack;
+  }
+  void deallocate(boost::context::stack_context& stack) noexcept {
+    delete[] (static_cast<char*>(stack.sp) - stack.size);
+  }
+};
 
-// A fiber's stack and its context, starting at FiberMain (a function of its
-// own: getcontext returns twice).
-__attribute__((noinline)) inline void Prepare(Fiber* f) {
-  f->stack.reset(new char[kStackBytes]);
-  getcontext(&f->context);
-  f->context.uc_stack.ss_sp = f->stack.get();
-  f->context.uc_stack.ss_size = kStackBytes;
-  f->context.uc_link = &g_scheduler;
-  makecontext(&f->context, FiberMain, 0);
+// The fiber of a thread: it starts running the kernel's body at its first
+// resume (with g_fiber set to it) and ends by returning to the scheduler.
+inline void Prepare(Fiber* f) {
+  f->context = boost::context::fiber(std::allocator_arg, StackOf{f}, [](boost::context::fiber&& scheduler) {
+#ifdef IMPLICIT_EMULATION_ASAN
+    __sanitizer_finish_switch_fiber(nullptr, &g_scheduler_stack, &g_scheduler_stack_size);
+#endif
+    g_fiber->scheduler = std::move(scheduler);
+    g_launch->body();
+    g_fiber->finished = true;
+#ifdef IMPLICIT_EMULATION_ASAN
+    __sanitizer_start_switch_fiber(nullptr, g_scheduler_stack, g_scheduler_stack_size);
+#endif
+    return std::move(g_fiber->scheduler);
+  });
 }
 
 // Runs `body` as a kernel of `blocks` blocks of `threads` threads in clusters
@@ -247,11 +261,11 @@ inline void Run(int blocks, int threads, int cluster, std::size_t dynamic_bytes,
       g_fiber = &f;
 #ifdef IMPLICIT_EMULATION_ASAN
       void* fake = nullptr;
-      __sanitizer_start_switch_fiber(&fake, f.stack.get(), kStackBytes);
-      swapcontext(&g_scheduler, &f.context);
+      __sanitizer_start_switch_fiber(&fake, f.stack, kStackBytes);
+      f.context = std::move(f.context).resume();
       __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
 #else
-      swapcontext(&g_scheduler, &f.context);
+      f.context = std::move(f.context).resume();
 #endif
       if (f.finished) --remaining;
     }
