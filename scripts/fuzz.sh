@@ -3,6 +3,7 @@
 # runs each for SECONDS (default 60), JOBS (default: the cores) side by side,
 # starting from its corpus in the repository.
 #   scripts/fuzz.sh [SECONDS] [TARGET...]     TARGET: digits_csv graph_csv checkpoint solver_options
+#   scripts/fuzz.sh --build-only [TARGET...]   build the harnesses, run nothing
 # New interesting inputs go to build-fuzz/corpus/<target> (not the repository);
 # a crash stops with a non-zero exit status and leaves the input in
 # build-fuzz/crashes/. Such an input belongs in test/fuzz/corpus/<target>/ once
@@ -11,6 +12,8 @@
 # installs both).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+build_only=0
+if [ "${1:-}" = "--build-only" ]; then build_only=1; shift; fi
 seconds=${1:-60}
 shift || true
 targets=("$@")
@@ -28,12 +31,17 @@ if ! echo 'extern "C" int LLVMFuzzerTestOneInput(const char*, unsigned long) { r
 fi
 rm -f /tmp/implicit-fuzz-probe.$$
 
-echo "== libFuzzer harnesses (${seconds} s per target)"
+if [ "$build_only" = 1 ]; then
+  echo "== libFuzzer harnesses: build"
+else
+  echo "== libFuzzer harnesses (${seconds} s per target)"
+fi
 # -O1: libFuzzer's recommended level (fast enough to run, still accurate stacks).
 cmake -S . -B build-fuzz -G Ninja -DCMAKE_CXX_COMPILER=clang++-14 -DCMAKE_BUILD_TYPE=Release \
       -DCMAKE_CXX_FLAGS_RELEASE="-O1 -g1" -DIMPLICIT_FUZZ=ON -DIMPLICIT_BUILD_TESTS=OFF \
       -DIMPLICIT_BUILD_APPS=OFF -DIMPLICIT_WITH_CUDA=OFF -DIMPLICIT_WITH_OPENMP=OFF >/dev/null
 cmake --build build-fuzz -j "$jobs" --target "${targets[@]/#/fuzz_}"
+[ "$build_only" = 1 ] && exit 0
 mkdir -p build-fuzz/crashes
 # JOBS targets run side by side, each for SECONDS on its own core.
 fuzz_one() {

@@ -16,6 +16,9 @@ root=$(pwd)
 jobs=${JOBS:-$(nproc)}
 export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/ccache}
 
+# A background build (below) must not outlive a failed stage.
+trap 'kill $(jobs -p) 2>/dev/null || true' EXIT
+
 # Each stage's wall time, printed at the end (CI time is a project target).
 stage_times=()
 stage_start=$SECONDS
@@ -62,6 +65,46 @@ if [ "${SKIP_SANITIZE:-0}" = "1" ]; then
   release_suites="unit;backends;programs;robustness"
 fi
 
+# The sanitizer pass's build (see its stage below for what it holds).
+sanitizer_build() {
+  # The library and the tests of those suites (the programs too when a suite
+  # runs them). -O0:
+  # the sanitizers check every access at any level (optimization only removes
+  # accesses), and -O0 compiles about a third faster than -O1, which is far
+  # more than the slower test run costs. -g1: the line tables the sanitizer
+  # reports need (file:line per frame) without variable-location tracking,
+  # which at -g dominated the compile time of the Eigen-heavy tests.
+  # The Python module is left out: an ASan-instrumented extension needs the
+  # sanitizer runtime preloaded into the interpreter; its C++ core is the
+  # library tested here. MPI too: Open MPI's own allocations at MPI_Finalize
+  # read as leaks; the communicator tests run here in one process (the
+  # single-process communicator, ShardedSolve and the data-parallel checks),
+  # and under mpirun -np 2 in the Release pass. PETSc for the same reason
+  # (it initialises Open MPI); its backend runs in the Release pass, KINSOL's
+  # in both.
+  # Compiled by clang++-14 where it can link OpenMP (install-deps.sh installs
+  # it): at -O0 with the sanitizers it compiles this project about twice as
+  # fast as g++ (the whole pass's build: 11 min of CPU time against 24). g++
+  # otherwise.
+  sanitizer_compiler=()
+  probe=$(mktemp)
+  if command -v clang++-14 >/dev/null &&
+     echo 'int main() { return 0; }' | clang++-14 -x c++ -fopenmp - -o "$probe" 2>/dev/null; then
+    sanitizer_compiler=(-DCMAKE_CXX_COMPILER=clang++-14)
+  else
+    echo "sanitizer pass: compiled by g++ (clang++-14 with OpenMP not found: Debian clang-14, libomp-14-dev)"
+  fi
+  rm -f "$probe"
+  sanitize_apps=OFF
+  case "$sanitize_suites" in *programs*|*robustness*) sanitize_apps=ON ;; esac
+  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DIMPLICIT_SANITIZE=ON "${sanitizer_compiler[@]}" \
+        -DIMPLICIT_BUILD_APPS=$sanitize_apps -DIMPLICIT_WITH_CUDA=OFF -DIMPLICIT_PYTHON=OFF -DIMPLICIT_WITH_MPI=OFF \
+        -DIMPLICIT_WITH_PETSC=OFF \
+        -DIMPLICIT_GCC_FEWER_COLLECTIONS=$fewer_collections -DIMPLICIT_TEST_SUITES="$sanitize_suites" \
+        -DCMAKE_CXX_FLAGS_DEBUG="-O0 -g1"
+  cmake --build build-asan -j "$jobs"
+}
+
 echo "== Release build and tests (suites: $release_suites)"
 # Debian's interpreter: the one python3-numpy and python3-pytest are installed for
 # (a python3 earlier in PATH, e.g. pyenv's, may lack them).
@@ -70,8 +113,24 @@ cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DIMPLICIT_BUILD_TESTS=O
       -DPython_EXECUTABLE="$python" -DIMPLICIT_GCC_FEWER_COLLECTIONS=$fewer_collections \
       -DIMPLICIT_TEST_SUITES="$release_suites"
 cmake --build build -j "$jobs"
+stage "Release build"
+
+# The sanitizer build compiles in the background from here while the Release
+# pass tests, documents and installs (those leave cores idle: a long test
+# running alone at the end of ctest, Doxygen, configure and install steps);
+# its log is build-asan/build.log, shown when it fails. BACKGROUND_SANITIZER_BUILD=0
+# builds it in the sanitizer stage instead.
+sanitizer_pid=
+if [ "${SKIP_SANITIZE:-0}" != "1" ]; then
+  if [ "${BACKGROUND_SANITIZER_BUILD:-1}" = "1" ]; then
+    mkdir -p build-asan
+    sanitizer_build > build-asan/build.log 2>&1 &
+    sanitizer_pid=$!
+  fi
+fi
+
 (cd build && ctest -j "$jobs" --output-on-failure)
-stage "Release build and tests"
+stage "Release tests"
 
 echo "== API reference (Doxygen over the public headers; any warning fails)"
 cmake --build build --target docs
@@ -109,50 +168,37 @@ stage "install and consumer project"
 
 if [ "${SKIP_SANITIZE:-0}" != "1" ]; then
   echo "== AddressSanitizer + UBSan build and tests (suites: $sanitize_suites)"
-  # The library and the tests of those suites (the programs too when a suite
-  # runs them). -O0:
-  # the sanitizers check every access at any level (optimization only removes
-  # accesses), and -O0 compiles about a third faster than -O1, which is far
-  # more than the slower test run costs. -g1: the line tables the sanitizer
-  # reports need (file:line per frame) without variable-location tracking,
-  # which at -g dominated the compile time of the Eigen-heavy tests.
-  # The Python module is left out: an ASan-instrumented extension needs the
-  # sanitizer runtime preloaded into the interpreter; its C++ core is the
-  # library tested here. MPI too: Open MPI's own allocations at MPI_Finalize
-  # read as leaks; the communicator tests run here in one process (the
-  # single-process communicator, ShardedSolve and the data-parallel checks),
-  # and under mpirun -np 2 in the Release pass. PETSc for the same reason
-  # (it initialises Open MPI); its backend runs in the Release pass, KINSOL's
-  # in both.
-  # Compiled by clang++-14 where it can link OpenMP (install-deps.sh installs
-  # it): at -O0 with the sanitizers it compiles this project about twice as
-  # fast as g++ (the whole pass's build: 11 min of CPU time against 24). g++
-  # otherwise.
-  sanitizer_compiler=()
-  probe=$(mktemp)
-  if command -v clang++-14 >/dev/null &&
-     echo 'int main() { return 0; }' | clang++-14 -x c++ -fopenmp - -o "$probe" 2>/dev/null; then
-    sanitizer_compiler=(-DCMAKE_CXX_COMPILER=clang++-14)
+  if [ -n "$sanitizer_pid" ]; then
+    if ! wait "$sanitizer_pid"; then
+      tail -n 60 build-asan/build.log
+      echo "scripts/test.sh: the sanitizer build failed (whole log: build-asan/build.log)" >&2
+      exit 1
+    fi
+    echo "(built in the background during the Release tests: build-asan/build.log)"
   else
-    echo "sanitizer pass: compiled by g++ (clang++-14 with OpenMP not found: Debian clang-14, libomp-14-dev)"
+    sanitizer_build
   fi
-  rm -f "$probe"
-  sanitize_apps=OFF
-  case "$sanitize_suites" in *programs*|*robustness*) sanitize_apps=ON ;; esac
-  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DIMPLICIT_SANITIZE=ON "${sanitizer_compiler[@]}" \
-        -DIMPLICIT_BUILD_APPS=$sanitize_apps -DIMPLICIT_WITH_CUDA=OFF -DIMPLICIT_PYTHON=OFF -DIMPLICIT_WITH_MPI=OFF \
-        -DIMPLICIT_WITH_PETSC=OFF \
-        -DIMPLICIT_GCC_FEWER_COLLECTIONS=$fewer_collections -DIMPLICIT_TEST_SUITES="$sanitize_suites" \
-        -DCMAKE_CXX_FLAGS_DEBUG="-O0 -g1"
-  cmake --build build-asan -j "$jobs"
+  stage "sanitizer build (the part not overlapped)"
+  # The fuzzing harnesses' build overlaps the sanitizer tests the same way.
+  fuzz_pid=
+  if [ "${SKIP_FUZZ:-0}" != "1" ]; then
+    mkdir -p build-fuzz
+    scripts/fuzz.sh --build-only > build-fuzz/build.log 2>&1 &
+    fuzz_pid=$!
+  fi
   (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
      ctest -j "$jobs" --output-on-failure)
-  stage "sanitizer build and tests"
+  stage "sanitizer tests"
 fi
 if [ "${SKIP_FUZZ:-0}" != "1" ]; then
   # A short bounded run of every libFuzzer harness (test/fuzz), which also
   # replays every input of the corpora in the repository; skipped with a
   # message when clang-14 / libFuzzer are missing.
+  if [ -n "${fuzz_pid:-}" ] && ! wait "$fuzz_pid"; then
+    tail -n 60 build-fuzz/build.log
+    echo "scripts/test.sh: the fuzzing harnesses' build failed (whole log: build-fuzz/build.log)" >&2
+    exit 1
+  fi
   scripts/fuzz.sh "${FUZZ_SECONDS:-15}"
   stage "fuzzing"
 fi

@@ -118,7 +118,7 @@ class DeqTanhProblemT : public ProblemT<S> {
   double norm_ = 0.9;
 };
 
-const bool kRegistered = RegisterProblem<DeqTanhProblemT>([] {
+const bool kDeqTanhRegistered = RegisterProblem<DeqTanhProblemT>([] {
   ProblemInfo p;
   p.name = "deq-tanh";
   p.order = 40;

@@ -158,7 +158,7 @@ class EtDigitsProblemT : public ProblemT<S> {
   double step_ = 0.5;
 };
 
-const bool kRegistered = RegisterProblem<EtDigitsProblemT>([] {
+const bool kEtDigitsRegistered = RegisterProblem<EtDigitsProblemT>([] {
   ProblemInfo p;
   p.name = "et-digits";
   p.order = 50;

@@ -48,7 +48,7 @@ class HopfieldDigitsProblemT : public HopfieldDigitsBase<S> {
   double beta_;
 };
 
-const bool kRegistered = RegisterProblem<HopfieldDigitsProblemT>([] {
+const bool kHopfieldDigitsRegistered = RegisterProblem<HopfieldDigitsProblemT>([] {
   ProblemInfo p;
   p.name = "hopfield-digits";
   p.order = 10;

@@ -44,7 +44,7 @@ class RbmProblemT : public RbmBase<S> {
   double p_, scale_;
 };
 
-const bool kRegistered = RegisterProblem<RbmProblemT>([] {
+const bool kRbmRegistered = RegisterProblem<RbmProblemT>([] {
   ProblemInfo p;
   p.name = "rbm";
   p.order = 30;

@@ -4,7 +4,8 @@
 // registers it:
 //
 //   template <typename S> class MyProblemT : public ProblemT<S> { ... };
-//   const bool kRegistered = RegisterProblem<MyProblemT>([] {
+//   const bool kMyProblemRegistered = RegisterProblem<MyProblemT>([] {  // (a name of its own:
+//                                             // the problems compile as one unit, IMPLICIT_UNITY_BUILD)
 //     ProblemInfo p;
 //     p.name = "my-problem";
 //     p.order = 60;

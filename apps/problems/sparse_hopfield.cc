@@ -52,7 +52,7 @@ class SparseHopfieldProblemT : public SparseHopfieldBase<S> {
   double beta_, alpha_;
 };
 
-const bool kRegistered = RegisterProblem<SparseHopfieldProblemT>([] {
+const bool kSparseHopfieldRegistered = RegisterProblem<SparseHopfieldProblemT>([] {
   ProblemInfo p;
   p.name = "sparse-hopfield";
   p.order = 20;

@@ -58,7 +58,7 @@ std::shared_ptr<PyHopfieldLayer> MakeLayer(
   return handle;
 }
 
-py::array Forward(const PyHopfieldLayer& h, const py::object& queries,
+py::array LayerForward(const PyHopfieldLayer& h, const py::object& queries,
                   const py::object& patterns, const py::object& mask) {
   return Dispatch(h.dtype, [&](auto scalar) {
     using Scalar = decltype(scalar);
@@ -76,7 +76,7 @@ py::array Forward(const PyHopfieldLayer& h, const py::object& queries,
   });
 }
 
-PyHopfieldGradients Backward(const PyHopfieldLayer& h, const py::object& grad) {
+PyHopfieldGradients LayerBackward(const PyHopfieldLayer& h, const py::object& grad) {
   return Dispatch(h.dtype, [&](auto scalar) {
     using Scalar = decltype(scalar);
     HopfieldLayer<Scalar>& layer = h.get<Scalar>();
@@ -99,7 +99,7 @@ PyHopfieldGradients Backward(const PyHopfieldLayer& h, const py::object& grad) {
 }
 
 // Writable views of the layer's parameter blocks, kept alive by the layer.
-py::dict Parameters(const py::object& self) {
+py::dict LayerParameters(const py::object& self) {
   const PyHopfieldLayer& h = self.cast<const PyHopfieldLayer&>();
   return Dispatch(h.dtype, [&](auto scalar) {
     return ParameterViews(&h.get<decltype(scalar)>().parameters(), self);
@@ -147,7 +147,7 @@ its basin: dL/dR and dL/dW_Q are zero then (use query_weight > 0 or one_step).)"
                                  return h.get<decltype(s)>().output_dim();
                                });
                              })
-      .def_property_readonly("parameters", &Parameters,
+      .def_property_readonly("parameters", &LayerParameters,
                              "dict name -> writable view of each parameter block (no copy)")
       .def_property_readonly("summary",
                              [](const PyHopfieldLayer& h) {
@@ -156,9 +156,9 @@ its basin: dL/dR and dL/dW_Q are zero then (use query_weight > 0 or one_step).)"
                                });
                              },
                              "the Summary of the last retrieval")
-      .def("forward", &Forward, py::arg("queries"), py::arg("patterns"),
+      .def("forward", &LayerForward, py::arg("queries"), py::arg("patterns"),
            py::arg("mask") = py::none())
-      .def("backward", &Backward, py::arg("grad"));
+      .def("backward", &LayerBackward, py::arg("grad"));
 }
 
 }  // namespace implicit::python
