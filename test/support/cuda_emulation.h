@@ -158,10 +158,10 @@ inline void Yield() {
 #ifdef IMPLICIT_EMULATION_ASAN
   void* fake = nullptr;
   __sanitizer_start_switch_fiber(&fake, g_scheduler_stack, g_scheduler_stack_size);
+#endif
   g_fiber->scheduler = std::move(g_fiber->scheduler).resume();
+#ifdef IMPLICIT_EMULATION_ASAN
   __sanitizer_finish_switch_fiber(fake, &g_scheduler_stack, &g_scheduler_stack_size);
-#else
-  g_fiber->scheduler = std::move(g_fiber->scheduler).resume();
 #endif
 }
 
@@ -262,10 +262,10 @@ inline void Run(int blocks, int threads, int cluster, std::size_t dynamic_bytes,
 #ifdef IMPLICIT_EMULATION_ASAN
       void* fake = nullptr;
       __sanitizer_start_switch_fiber(&fake, f.stack, kStackBytes);
+#endif
       f.context = std::move(f.context).resume();
+#ifdef IMPLICIT_EMULATION_ASAN
       __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
-#else
-      f.context = std::move(f.context).resume();
 #endif
       if (f.finished) --remaining;
     }
