@@ -239,7 +239,7 @@ class AutoDiffEnergy : public Energy<Scalar> {
     CheckInput("AutoDiffEnergy::HessianVectorProduct", x.cols());
     if constexpr (kCanReverse) {
       if (uses_reverse_mode()) {
-        return ReverseSecondOrder(x, v, [&](Index b, const std::vector<Scalar>& hv) {
+        return ReverseSecondOrder(x, v, kWrtState, [&](Index b, const std::vector<Scalar>& hv) {
           for (Index i = 0; i < dimension_; ++i) out(i, b) = hv[i];
         });
       }
@@ -271,7 +271,7 @@ class AutoDiffEnergy : public Energy<Scalar> {
     if constexpr (kCanReverse) {
       if (uses_reverse_mode()) {
         const Index offset = dimension_ + input_dimension_;
-        return ReverseSecondOrder(x, u, [&](Index, const std::vector<Scalar>& hv) {
+        return ReverseSecondOrder(x, u, kWrtState | kWrtParameters, [&](Index, const std::vector<Scalar>& hv) {
           for (Index i = 0; i < out.size(); ++i) out(i) += hv[offset + i];
         });
       }
@@ -293,7 +293,7 @@ class AutoDiffEnergy : public Energy<Scalar> {
     CheckInput("AutoDiffEnergy::InputVectorJacobianProduct", x.cols());
     if constexpr (kCanReverse) {
       if (uses_reverse_mode()) {
-        return ReverseSecondOrder(x, u, [&](Index b, const std::vector<Scalar>& hv) {
+        return ReverseSecondOrder(x, u, kWrtState | kWrtInput, [&](Index b, const std::vector<Scalar>& hv) {
           for (Index i = 0; i < input_dimension_; ++i) {
             out(i, b) = hv[dimension_ + i];
           }
@@ -370,27 +370,38 @@ class AutoDiffEnergy : public Energy<Scalar> {
     const Vector<Scalar>& theta = parameters_.values();
     for (Index i = 0; i < theta.size(); ++i) *out++ = V(theta(i));
   }
-  /// E at z, recorded on this thread's tape, and its gradient in z.
+  /// Which of the reverse-mode variables a sweep differentiates in (the others
+  /// enter the functor as constants and cost nothing in the sweep): x (the
+  /// state, always: a second-order sweep's direction is on x), c, theta.
+  enum Wrt : unsigned { kWrtState = 1, kWrtInput = 2, kWrtParameters = 4 };
+  /// E at z, recorded on this thread's tape, and its gradient in the parts of
+  /// z named by `wrt` (the others are not written).
   template <typename V>
-  V ReverseSweep(const std::vector<V>& z, std::vector<V>* gradient) const {
+  V ReverseSweep(const std::vector<V>& z, unsigned wrt, std::vector<V>* gradient) const {
     gradient->resize(z.size());
-    return reverse::Gradient<V>(
-        z.data(), num_variables(),
-        [&](const Vector<reverse::Var<V>>& zv) {
-          // x, c and theta as the functor's vectors, known runs of the tape
-          // (their values are z's), so that ad::Dot reads them as vectors.
-          const Vector<reverse::Var<V>> x = zv.head(dimension_);
-          const Vector<reverse::Var<V>> c = zv.segment(dimension_, input_dimension_);
-          const Vector<reverse::Var<V>> theta = zv.tail(parameters_.size());
-          reverse::Tape<V>& tape = reverse::Tape<V>::ThisThread();
-          tape.AddKnownRun(x.data(), x.size(), z.data());
-          tape.AddKnownRun(c.data(), c.size(), z.data() + dimension_);
-          tape.AddKnownRun(theta.data(), theta.size(), z.data() + dimension_ + input_dimension_);
-          // The functor's data (its members) outlive the sweep: products read it in place.
-          const reverse::PersistentScope persistent(&functor_, sizeof(Functor));
-          return Call<reverse::Var<V>>(x, c, theta);
-        },
-        gradient->data());
+    reverse::Recording<V> recording;
+    // x, c and theta as the functor's vectors (this thread's, kept for the
+    // next sweep: no allocation per sample); the variables among them are
+    // known runs of the tape (their values are z's), which products and
+    // ad::Dot read as vectors.
+    static thread_local Vector<reverse::Var<V>> x, c, theta;
+    const bool wrt_input = (wrt & kWrtInput) != 0, wrt_parameters = (wrt & kWrtParameters) != 0;
+    recording.Variables(z.data(), dimension_, true, &x);
+    recording.Variables(z.data() + dimension_, input_dimension_, wrt_input, &c);
+    recording.Variables(z.data() + dimension_ + input_dimension_, parameters_.size(), wrt_parameters, &theta);
+    V value;
+    {
+      // The functor's data (its members) outlive the sweep: products read it in place.
+      const reverse::PersistentScope persistent(&functor_, sizeof(Functor));
+      value = recording.Gradient(Call<reverse::Var<V>>(x, c, theta), gradient->data());
+    }
+    // The independent variables' derivatives in place: x's, then c's and
+    // theta's where they were variables.
+    if (!wrt_input && wrt_parameters) {
+      std::copy_backward(gradient->begin() + dimension_, gradient->begin() + dimension_ + parameters_.size(),
+                         gradient->end());
+    }
+    return value;
   }
   template <typename Sample>
   void ReverseGradient(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> grad, VectorRef<Scalar>* values,
@@ -398,24 +409,25 @@ class AutoDiffEnergy : public Energy<Scalar> {
     std::vector<Scalar> z, g;
     for (Index b = 0; b < x.cols(); ++b) {
       PackVariables(x, b, sample(b), &z);
-      const Scalar e = ReverseSweep(z, &g);
+      const Scalar e = ReverseSweep(z, kWrtState, &g);
       for (Index i = 0; i < dimension_; ++i) grad(i, b) = g[static_cast<std::size_t>(i)];
       if (values != nullptr) (*values)(b) = e;
     }
   }
   /// sink(b, H_b (u_b, 0, 0)) per sample, H_b the Hessian of E in (x, c, theta):
   /// its x rows are the Hessian-vector product, its c and theta rows the input
-  /// and parameter products d/dw <grad_x E, u_b>. One recording in values
-  /// whose tangents are (u_b, 0, 0) and one reverse sweep (forward over reverse).
+  /// and parameter products d/dw <grad_x E, u_b> (those `wrt` names; 0 in the
+  /// others). One recording in values whose tangents are (u_b, 0, 0) and one
+  /// reverse sweep (forward over reverse).
   template <typename Sink>
-  void ReverseSecondOrder(ConstMatrixRef<Scalar> x, ConstMatrixRef<Scalar> u,
+  void ReverseSecondOrder(ConstMatrixRef<Scalar> x, ConstMatrixRef<Scalar> u, unsigned wrt,
                           Sink&& sink) const {
     std::vector<Inner> z, g;
     std::vector<Scalar> hv(static_cast<std::size_t>(num_variables()));
     for (Index b = 0; b < x.cols(); ++b) {
       PackVariables(x, b, b, &z);
       for (Index i = 0; i < dimension_; ++i) z[static_cast<std::size_t>(i)].v[0] = u(i, b);
-      ReverseSweep(z, &g);
+      ReverseSweep(z, wrt, &g);
       for (std::size_t i = 0; i < hv.size(); ++i) hv[i] = g[i].v[0];
       sink(b, hv);
     }

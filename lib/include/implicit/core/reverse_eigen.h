@@ -163,6 +163,7 @@ struct FactorBuilder {
   /// nodes consecutive or listed.
   template <typename E>
   void Vars(const E& e) {
+    if (KnownConstants(e)) return;
     const Index rows = transposed ? e.cols() : e.rows(), cols = transposed ? e.rows() : e.cols();
     factor.rows = rows;
     factor.cols = cols;
@@ -222,6 +223,35 @@ struct FactorBuilder {
     }
   }
 
+  /// Vars that are known constants (Tape::AddKnownConstants: AutoDiffEnergy's
+  /// parameters when a sweep does not differentiate in them), stored
+  /// column-major: their numbers, read where they are (copied for dual
+  /// values, whose tangents are zero there). Returns whether they were.
+  template <typename E>
+  bool KnownConstants(const E& e) {
+    if constexpr (Eigen::internal::has_direct_access<E>::ret && (E::Flags & Eigen::RowMajorBit) == 0) {
+      const Index rows = e.rows(), cols = e.cols();
+      if (rows * cols == 0 || e.innerStride() != 1) return false;
+      const Index span = (cols - 1) * e.outerStride() + rows;  // from the first entry to the last
+      const V* values = nullptr;
+      if (!tape.FindKnownConstants(e.data(), span, &values)) return false;
+      if constexpr (!Tape::kDual) {
+        factor.numbers = {values, rows, cols, e.outerStride(), transposed};
+      } else {
+        factor.owned = tape.OwnedMatrix(rows, cols);
+        Matrix<Number>& copy = tape.Owned(factor.owned);
+        for (Index j = 0; j < cols; ++j) {
+          for (Index i = 0; i < rows; ++i) copy(i, j) = values[j * e.outerStride() + i].a;
+        }
+        factor.numbers = {nullptr, rows, cols, rows, transposed};
+      }
+      factor.rows = factor.numbers.op_rows();
+      factor.cols = factor.numbers.op_cols();
+      return true;
+    }
+    return false;
+  }
+
   // ---- the expression's patterns ----
   template <typename E>
   void Add(const Eigen::MatrixBase<E>& e) {
@@ -277,13 +307,7 @@ void RecordProduct(const Lhs& lhs, const Rhs& rhs, Matrix<Var<V>>* out) {
   FactorBuilder<V> a, b;
   a.Add(lhs);
   b.Add(rhs);
-  Matrix<V> value;
-  const std::int64_t first = Tape<V>::ThisThread().PushProduct(a.factor, b.factor, a.alpha * b.alpha, &value);
-  out->resize(value.rows(), value.cols());
-  const bool variable = a.factor.variable() || b.factor.variable();
-  for (Index i = 0; i < value.size(); ++i) {
-    (*out)(i) = variable ? Var<V>(value(i), first + i) : Var<V>(value(i));
-  }
+  Tape<V>::ThisThread().PushProduct(a.factor, b.factor, a.alpha * b.alpha, out);
   if (a.scaled || b.scaled) {
     const Var<V> scale = a.scaled && b.scaled ? a.scale * b.scale : (a.scaled ? a.scale : b.scale);
     for (Index i = 0; i < out->size(); ++i) (*out)(i) = scale * (*out)(i);

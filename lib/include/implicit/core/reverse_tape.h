@@ -55,6 +55,7 @@
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 /// \def IMPLICIT_REVERSE_COLD
@@ -118,6 +119,7 @@ class Tape {
     runs_.clear();
     numbers_.clear();
     known_runs_.clear();
+    known_constants_.clear();
     products_.clear();
     product_nodes_.clear();
     owned_used_ = 0;
@@ -296,15 +298,15 @@ class Tape {
     return at;
   }
 
-  /// S = alpha op(A) op(B) (A m x k, B k x n as used) recorded as a block of
-  /// m n new nodes without operands, S's entries column-major; *value gets S
-  /// and the first node's id is returned. The reverse sweep differentiates
-  /// the block at once when it reaches that first node: d op(A) += alpha dS
-  /// op(B)^T, d op(B) += alpha op(A)^T dS, each a matrix product of numbers.
+  /// S = alpha op(A) op(B) (A m x k, B k x n as used) into *out, recorded
+  /// as a block of m n new nodes without operands (S's entries column-major)
+  /// when a factor is variable, as constants otherwise. The reverse sweep
+  /// differentiates the block at once when it reaches its last node:
+  /// d op(A) += alpha dS op(B)^T, d op(B) += alpha op(A)^T dS, each a matrix
+  /// product of numbers.
   /// \throws std::logic_error when a node is open.
   /// \throws std::invalid_argument when op(A) and op(B) cannot be multiplied.
-  std::int64_t PushProduct(const ProductFactor& a, const ProductFactor& b, Number alpha,
-                           Matrix<V>* value) {
+  void PushProduct(const ProductFactor& a, const ProductFactor& b, Number alpha, Matrix<Var<V>>* out) {
     if (entries_.size() != (ends_.empty() ? 0 : ends_.back())) {
       throw std::logic_error("reverse::Tape::PushProduct: a node is open");
     }
@@ -314,10 +316,11 @@ class Tape {
                                   std::to_string(b.cols));
     }
     const Index m = a.rows, n = b.cols;
-    value->resize(m, n);
+    out->resize(m, n);
     const std::size_t outputs = static_cast<std::size_t>(m * n);
-    if (outputs == 0) return -1;
-    CheckRoom(outputs + 1);  // the block, and room for one more node after it
+    if (outputs == 0) return;
+    const bool variable = a.variable() || b.variable();
+    if (variable) CheckRoom(outputs + 1);  // the block, and room for one more node after it
     // The value (and for duals the tangent: op(A).v op(B) + op(A) op(B).v).
     Matrix<Number>& s = product_scratch_[0];
     s.resize(m, n);
@@ -327,12 +330,20 @@ class Tape {
       t.setZero(m, n);
       if (a.tangents >= 0) internal::Gemm(alpha, Operand(a, true), Operand(b, false), Number(1), t.data(), m);
       if (b.tangents >= 0) internal::Gemm(alpha, Operand(a, false), Operand(b, true), Number(1), t.data(), m);
-      for (Index i = 0; i < m * n; ++i) {
-        (*value)(i).a = s(i);
-        (*value)(i).v[0] = t(i);
+    }
+    const auto value = [&](Index i) {
+      if constexpr (kDual) {
+        V v(s(i));
+        v.v[0] = product_scratch_[1](i);
+        return v;
+      } else {
+        return s(i);
       }
-    } else {
-      *value = s;
+    };
+    Var<V>* entries = out->data();
+    if (!variable) {
+      for (Index i = 0; i < m * n; ++i) entries[i] = Var<V>(value(i));
+      return;
     }
     Product p;
     p.first = static_cast<std::int32_t>(ends_.size());
@@ -342,7 +353,8 @@ class Tape {
     products_.push_back(p);
     ends_.insert(ends_.end(), outputs, static_cast<std::uint32_t>(entries_.size()));
     last_ordinary_ = -1;
-    return (static_cast<std::int64_t>(recording_number_) << 32) | static_cast<std::int64_t>(p.first);
+    const std::int64_t first = (static_cast<std::int64_t>(recording_number_) << 32) | static_cast<std::int64_t>(p.first);
+    for (Index i = 0; i < m * n; ++i) entries[i] = Var<V>(value(i), first + i);
   }
 
   /// Declares vars[0 .. size) a known run: Vars of consecutive nodes (checked;
@@ -365,15 +377,27 @@ class Tape {
   /// When vars[0 .. size) lies within a known run: true, with the id of its
   /// first node and where its values are.
   bool FindKnownRun(const Var<V>* vars, Index size, std::int64_t* first, const V** values) const {
-    const std::less<const Var<V>*> before;
-    for (const KnownRun& run : known_runs_) {
-      if (before(vars, run.vars) || before(run.vars + run.size, vars + size)) continue;
-      const Index offset = static_cast<Index>(vars - run.vars);
-      *first = run.first + offset;
-      *values = run.values + offset;
-      return true;
-    }
-    return false;
+    const KnownRun* run = Find(known_runs_, vars, size);
+    if (run == nullptr) return false;
+    const Index offset = static_cast<Index>(vars - run->vars);
+    *first = run->first + offset;
+    *values = run->values + offset;
+    return true;
+  }
+  /// Declares vars[0 .. size) known constants: Vars of no node whose values
+  /// are numbers (a dual's tangent zero), also stored at values[0 .. size),
+  /// both unchanged until the recording ends (the caller's promise). A
+  /// product's factor on a stretch of them then reads those numbers instead
+  /// of every Var (AutoDiffEnergy's parameters in a sweep in x alone).
+  void AddKnownConstants(const Var<V>* vars, Index size, const V* values) {
+    if (size > 0) known_constants_.push_back({vars, size, -1, values});
+  }
+  /// When vars[0 .. size) lies within known constants: true, with where their values are.
+  bool FindKnownConstants(const Var<V>* vars, Index size, const V** values) const {
+    const KnownRun* run = Find(known_constants_, vars, size);
+    if (run == nullptr) return false;
+    *values = run->values + (vars - run->vars);
+    return true;
   }
 
   /// The adjoints d(node of id output)/d(node i) of the first `count` nodes
@@ -384,18 +408,26 @@ class Tape {
     const std::size_t out = static_cast<std::size_t>(Node(output));
     adjoints_.assign(ends_.size(), V(0.0));
     adjoints_[out] = V(1.0);
-    // The products whose first node is at or below the output, the last one's
-    // first node (where its block is differentiated) next.
+    // The products whose first node is at or below the output; the next one's
+    // block is differentiated at once when the sweep reaches its last node
+    // (or the output, within it): every node after the block that reads one
+    // of its entries has been swept then, and the block's nodes have no
+    // operands of their own, so the sweep goes on below the block.
     std::size_t products = products_.size();
     while (products > 0 && static_cast<std::size_t>(products_[products - 1].first) > out) --products;
-    const auto first_of_last = [&] {
-      return products > 0 ? static_cast<std::size_t>(products_[products - 1].first) : ends_.size();
+    const auto top_of_next = [&] {
+      if (products == 0) return ends_.size();
+      const Product& p = products_[products - 1];
+      const std::size_t last = static_cast<std::size_t>(p.first) + static_cast<std::size_t>(p.a.rows * p.b.cols) - 1;
+      return std::min(last, out);
     };
-    std::size_t next_product = first_of_last();
+    std::size_t next_product = top_of_next();
     for (std::size_t i = out + 1; i-- > 0;) {
-      if (i == next_product) {  // a product's nodes have no operands of their own
-        BackwardProduct(products_[--products]);
-        next_product = first_of_last();
+      if (i == next_product) {
+        const Product& p = products_[--products];
+        BackwardProduct(p);
+        i = static_cast<std::size_t>(p.first);  // the loop goes on below the block
+        next_product = top_of_next();
         continue;
       }
       const V g = adjoints_[i];
@@ -541,12 +573,20 @@ class Tape {
   struct KnownRun {
     const Var<V>* vars;
     Index size;
-    std::int64_t first;
+    std::int64_t first;  ///< -1 for known constants
     const V* values;
   };
+  /// The run of `runs` that holds vars[0 .. size), or null.
+  static const KnownRun* Find(const std::vector<KnownRun>& runs, const Var<V>* vars, Index size) {
+    const std::less<const Var<V>*> before;
+    for (const KnownRun& run : runs) {
+      if (!before(vars, run.vars) && !before(run.vars + run.size, vars + size)) return &run;
+    }
+    return nullptr;
+  }
 
   std::vector<std::uint32_t> ends_;
-  std::vector<KnownRun> known_runs_;
+  std::vector<KnownRun> known_runs_, known_constants_;
   /// The nodes' operands: partial derivative and node (or ~(a run's index)),
   /// in two arrays (no padding between a double and an int) of one length,
   /// the first size() entries in use.
@@ -587,28 +627,77 @@ class Tape {
   std::int64_t last_ordinary_ = -1;
 };
 
+/// One recording on this thread's Tape<V>, from construction to destruction:
+/// its variables, made by Variables() (independent variables, numbered in the
+/// order made, or constants that record nothing), and the gradient of a
+/// result in them. reverse::Gradient is one of these; AutoDiffEnergy makes
+/// its x, c and theta with it, the ones a sweep does not differentiate in as
+/// constants, so that their part of the work is not done.
+/// \throws std::logic_error (constructor) when a recording of V is already in
+///         progress on this thread.
+template <typename V>
+class Recording {
+ public:
+  Recording() : tape_(Tape<V>::ThisThread()) { tape_.BeginRecording(); }
+  ~Recording() { tape_.EndRecording(); }
+  Recording(const Recording&) = delete;
+  Recording& operator=(const Recording&) = delete;
+
+  /// (*vars)[i] = a Var of value values[i] for i < size: new independent
+  /// variables (consecutive nodes, declared a known run of values) or,
+  /// without `independent`, constants (their derivatives are not computed;
+  /// declared known constants when their tangents are zero). The caller keeps
+  /// `values` and *vars unchanged until the sweep.
+  void Variables(const V* values, Index size, bool independent, Vector<Var<V>>* vars) {
+    vars->resize(size);
+    Var<V>* out = vars->data();
+    if (!independent) {
+      bool numbers = true;
+      for (Index i = 0; i < size; ++i) {
+        out[i] = Var<V>(values[i]);
+        if constexpr (Tape<V>::kDual) {
+          typename Var<V>::Number number;
+          numbers = numbers && Var<V>::IsNumber(values[i], &number);
+        }
+      }
+      if (numbers) tape_.AddKnownConstants(out, size, values);
+      return;
+    }
+    for (Index i = 0; i < size; ++i) out[i] = Var<V>::Independent(values[i]);
+    tape_.AddKnownRun(out, size, values);
+    independent_ += size;
+  }
+  /// How many independent variables Variables() made.
+  Index num_independent() const { return independent_; }
+
+  /// The value of `result` and its derivatives in the independent variables,
+  /// in the order made, into gradient[0 .. num_independent()) (0 when the
+  /// result is a constant).
+  V Gradient(const Var<V>& result, V* gradient) const {
+    const Var<V> out = result.Materialized();
+    if (out.is_variable()) {
+      tape_.Adjoints(out.index(), independent_, gradient);
+    } else {
+      for (Index i = 0; i < independent_; ++i) gradient[i] = V(0.0);
+    }
+    return ValueOf(out);
+  }
+
+ private:
+  Tape<V>& tape_;
+  Index independent_ = 0;
+};
+
 /// f(z) (f: Vector<Var<V>> -> Var<V>, z of `size` values) and its gradient in
 /// z into gradient[0 .. size). With V a DirectionalJet the values' tangents
 /// are the direction: gradient[i].v[0] is then (H v)_i.
 /// \throws std::logic_error when a recording of V is already in progress on this thread.
 template <typename V, typename F>
 V Gradient(const V* z, Index size, F&& f, V* gradient) {
-  Tape<V>& tape = Tape<V>::ThisThread();
-  tape.BeginRecording();
-  struct EndAtExit {
-    Tape<V>& tape;
-    ~EndAtExit() { tape.EndRecording(); }
-  } end_at_exit{tape};
-  Vector<Var<V>> vars(size);
-  for (Index i = 0; i < size; ++i) vars(i) = Var<V>::Independent(z[i]);
-  tape.AddKnownRun(vars.data(), size, z);
-  const Var<V> out = Var<V>(f(static_cast<const Vector<Var<V>>&>(vars))).Materialized();
-  if (out.is_variable()) {
-    tape.Adjoints(out.index(), size, gradient);
-  } else {
-    for (Index i = 0; i < size; ++i) gradient[i] = V(0.0);
-  }
-  return ValueOf(out);
+  Recording<V> recording;
+  Vector<Var<V>> vars;
+  recording.Variables(z, size, true, &vars);
+  return recording.Gradient(Var<V>(f(static_cast<const Vector<Var<V>>&>(vars))), gradient);
 }
 
 }  // namespace reverse
