@@ -195,6 +195,60 @@ BOOST_AUTO_TEST_CASE(edge_shapes) {
                     std::invalid_argument);
 }
 
+// reverse::Recording with some entries of z constants (AutoDiffEnergy's
+// parameters in a gradient in x): the gradient in the variables equals that
+// part of the gradient in every entry, and products with blocks of the
+// constants (strided blocks of a Map of them, used transposed or not) read
+// their numbers in place: with x a known run, nothing is copied into the tape.
+BOOST_AUTO_TEST_CASE(constants_of_a_recording_are_read_in_place) {
+  namespace reverse = implicit::reverse;
+  using Var = reverse::Var<double>;
+  const Index n = 3, rows = 5, cols = 4;
+  const Vector<double> z = implicit::testing::RandomMatrix<double>(n + rows * cols, 1, 63);
+  // E(x; w) = sum tanh(W[1:4, 1:4] x) + |W[0:2, :]^T x[0:2]|^2 with W the 5 x 4 matrix w.
+  const auto energy = [&](const Vector<Var>& x, const Vector<Var>& w) {
+    using std::tanh;
+    const Eigen::Map<const Matrix<Var>> W(w.data(), rows, cols);
+    const Vector<Var> a = W.block(1, 1, 3, 3) * x;
+    const Vector<Var> b = W.topRows(2).transpose() * x.head(2);
+    Var e = b.squaredNorm();
+    for (Index i = 0; i < a.size(); ++i) e += tanh(a(i));
+    return e;
+  };
+  Vector<double> all(z.size());
+  const double e_all = reverse::Gradient<double>(
+      z.data(), z.size(), [&](const Vector<Var>& v) { return energy(v.head(n), v.tail(rows * cols)); }, all.data());
+  Vector<double> in_x(n);
+  double e_x = 0;
+  std::size_t copied = 1;
+  {
+    reverse::Recording<double> recording;
+    Vector<Var> x, w;
+    recording.Variables(z.data(), n, true, &x);
+    recording.Variables(z.data() + n, rows * cols, false, &w);
+    BOOST_TEST(recording.num_independent() == n);
+    e_x = recording.Gradient(energy(x, w), in_x.data());
+    copied = reverse::Tape<double>::ThisThread().owned_numbers();
+  }
+  BOOST_TEST(e_x == e_all);
+  BOOST_TEST((in_x - all.head(n)).norm() <= 1e-14 * (1.0 + all.head(n).norm()));
+  BOOST_TEST(copied == 0u);
+  // And central differences in x.
+  const double h = 1e-6;
+  for (Index i = 0; i < n; ++i) {
+    Vector<double> zp = z, zm = z;
+    zp(i) += h;
+    zm(i) -= h;
+    Vector<double> unused(z.size());
+    const auto value = [&](const Vector<double>& at) {
+      return reverse::Gradient<double>(
+          at.data(), at.size(), [&](const Vector<Var>& v) { return energy(v.head(n), v.tail(rows * cols)); },
+          unused.data());
+    };
+    BOOST_TEST(std::abs((value(zp) - value(zm)) / (2 * h) - in_x(i)) <= 1e-7 * (1.0 + std::abs(in_x(i))));
+  }
+}
+
 // A NaN in one sample gives that sample a NaN gradient (through the recorded
 // products and sums) and leaves the others exact.
 BOOST_AUTO_TEST_CASE(a_non_finite_sample_is_isolated) {
