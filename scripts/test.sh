@@ -18,6 +18,15 @@ export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/ccache}
 
 # A background build (below) must not outlive a failed stage.
 trap 'kill $(jobs -p) 2>/dev/null || true' EXIT
+# Waits for the background build of pid $1 (log $2, called $3 in messages);
+# when it failed, shows the end of its log and stops.
+wait_background_build() {
+  if ! wait "$1"; then
+    tail -n 60 "$2"
+    echo "scripts/test.sh: $3 failed (whole log: $2)" >&2
+    exit 1
+  fi
+}
 
 # Each stage's wall time, printed at the end (CI time is a project target).
 stage_times=()
@@ -173,11 +182,7 @@ stage "install and consumer project"
 if [ "${SKIP_SANITIZE:-0}" != "1" ]; then
   echo "== AddressSanitizer + UBSan build and tests (suites: $sanitize_suites)"
   if [ -n "$sanitizer_pid" ]; then
-    if ! wait "$sanitizer_pid"; then
-      tail -n 60 build-asan/build.log
-      echo "scripts/test.sh: the sanitizer build failed (whole log: build-asan/build.log)" >&2
-      exit 1
-    fi
+    wait_background_build "$sanitizer_pid" build-asan/build.log "the sanitizer build"
     echo "(built in the background during the Release tests: build-asan/build.log)"
   else
     sanitizer_build
@@ -198,10 +203,8 @@ if [ "${SKIP_FUZZ:-0}" != "1" ]; then
   # A short bounded run of every libFuzzer harness (test/fuzz), which also
   # replays every input of the corpora in the repository; skipped with a
   # message when clang-14 / libFuzzer are missing.
-  if [ -n "${fuzz_pid:-}" ] && ! wait "$fuzz_pid"; then
-    tail -n 60 build-fuzz/build.log
-    echo "scripts/test.sh: the fuzzing harnesses' build failed (whole log: build-fuzz/build.log)" >&2
-    exit 1
+  if [ -n "${fuzz_pid:-}" ]; then
+    wait_background_build "$fuzz_pid" build-fuzz/build.log "the fuzzing harnesses' build"
   fi
   scripts/fuzz.sh "${FUZZ_SECONDS:-15}"
   stage "fuzzing"

@@ -55,7 +55,6 @@
 #include <stdexcept>
 #include <string>
 #include <type_traits>
-#include <utility>
 #include <vector>
 
 /// \def IMPLICIT_REVERSE_COLD
