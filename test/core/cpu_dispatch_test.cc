@@ -1,14 +1,16 @@
 // Runtime CPU dispatch (cpu_dispatch.h): every kernel level this machine runs
 // is forced in turn, and its products, softmax and logistic passes and a whole
 // attention energy agree with references computed here in long double (and
-// with the generic level) to round-off; the special softmax columns (all
-// masked, +inf, NaN) and the logistic limits keep their rules at every level;
-// levels are named, parsed and refused as documented.
+// with the generic level) to round-off, and so do the Energy Transformer's
+// value, gradient and Hessian-vector product; the special softmax columns
+// (all masked, +inf, NaN) and the logistic limits keep their rules at every
+// level; levels are named, parsed and refused as documented.
 #define BOOST_TEST_MODULE cpu_dispatch
 #include <boost/test/unit_test.hpp>
 
 #include <implicit/core/cpu_dispatch.h>
 #include <implicit/core/gemm.h>
+#include <implicit/layers/energy_transformer_energy.h>
 #include <implicit/layers/log_sum_exp.h>
 #include <implicit/layers/modern_hopfield_energy.h>
 
@@ -98,6 +100,16 @@ void CheckGemm() {
   BOOST_TEST(RelativeError(c, (a * b).eval()) < Tolerance<S>() * 4);
   Matrix<S> bad(4, 3);
   BOOST_CHECK_THROW(implicit::GemmInto<S>(bad, a, false, b), std::invalid_argument);
+  // Both operands transposed, as row blocks of larger matrices (stacked heads).
+  const Matrix<S> stacked_a = Random<S>(9, 5, 6), stacked_b = Random<S>(7, 4, 7);
+  Matrix<S> d = Random<S>(5, 3, 8);
+  const Matrix<S> d0 = d;
+  implicit::internal::GemmOpInto<S>(d, stacked_a.middleRows(2, 4), true, stacked_b.middleRows(1, 3), true,
+                                    S(2), S(-1));
+  const Matrix<S> expected = S(2) * stacked_a.middleRows(2, 4).transpose() *
+                                 stacked_b.middleRows(1, 3).transpose() - d0;
+  BOOST_TEST(RelativeError(d, expected) < Tolerance<S>() * 4);
+  BOOST_CHECK_THROW(implicit::internal::GemmOpInto<S>(bad, a, false, b, true), std::invalid_argument);
 }
 
 // softmax(beta a + mask) and lse of each column, in long double.
@@ -204,6 +216,45 @@ void CheckHopfieldAgainstGeneric(CpuLevel level) {
   BOOST_TEST(RelativeError(h, h0) < tol);
   BOOST_TEST(RelativeError(e, e0) < tol);
   BOOST_TEST(RelativeError((xi - g).eval(), u) < tol);  // the update is xi - grad E
+}
+
+// The Energy Transformer (its per-head products and softmaxes run the
+// kernels) at the active level against the generic level: energy values,
+// gradient and Hessian-vector product, with a softmax memory and masked
+// self-attention.
+template <typename S>
+void CheckEnergyTransformerAgainstGeneric(CpuLevel level) {
+  typename implicit::EnergyTransformer<S>::Options o;
+  o.num_tokens = 9;
+  o.token_dim = 6;
+  o.num_heads = 2;
+  o.head_dim = 5;
+  o.num_memories = 7;
+  o.memory = implicit::EnergyTransformerMemory::kSoftmax;
+  o.exclude_self = true;
+  implicit::EnergyTransformer<S> energy(o);
+  energy.Initialize(3, 0.7);
+  const Matrix<S> x = Random<S>(54, 4, 14), v = Random<S>(54, 4, 15);
+  auto evaluate = [&](Matrix<S>* grad, Matrix<S>* hvp, Vector<S>* value) {
+    grad->resize(54, 4);
+    hvp->resize(54, 4);
+    value->resize(4);
+    energy.GradientAndValue(x, *grad, *value);
+    energy.HessianVectorProduct(x, v, *hvp);
+  };
+  implicit::SetCpuLevel(CpuLevel::kGeneric);
+  Matrix<S> g0, h0;
+  Vector<S> e0;
+  evaluate(&g0, &h0, &e0);
+  implicit::SetCpuLevel(level);
+  Matrix<S> g, h;
+  Vector<S> e;
+  evaluate(&g, &h, &e);
+  const double tol = Tolerance<S>() * 1000;
+  BOOST_TEST(RelativeError(g, g0) < tol);
+  BOOST_TEST(RelativeError(h, h0) < tol);
+  BOOST_TEST(RelativeError(e, e0) < tol);
+  BOOST_TEST(g.allFinite());
 }
 
 // The Bernoulli prior's logistic pass at the active level against long double
@@ -331,6 +382,8 @@ BOOST_AUTO_TEST_CASE(every_level_computes_the_same_products_and_softmaxes) {
       CheckBernoulliCgf<double>();
       CheckHopfieldAgainstGeneric<float>(level);
       CheckHopfieldAgainstGeneric<double>(level);
+      CheckEnergyTransformerAgainstGeneric<float>(level);
+      CheckEnergyTransformerAgainstGeneric<double>(level);
     }
   }
 }

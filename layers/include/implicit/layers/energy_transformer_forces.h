@@ -16,6 +16,7 @@
 /// \endcode
 #pragma once
 
+#include <implicit/core/gemm.h>
 #include <implicit/core/parameters.h>
 #include <implicit/core/types.h>
 #include <implicit/layers/energy_transformer_options.h>
@@ -158,50 +159,52 @@ Scalar EnergyTransformerForces<Scalar>::Forces(
               Y = options_.head_dim;
   const Matrix<Scalar>& G = s->g;
   Scalar value(0);
+  const Matrix<Scalar> no_mask;
   if (grad) grad->setZero(G.rows(), G.cols());
   if (H > 0) {
     // One product per projection for all heads; the N x N attention per head.
+    // The products and softmaxes run the CPU-dispatched kernels (core/gemm.h).
     const auto wk = params_.Block("W_K"), wq = params_.Block("W_Q");
-    s->K.noalias() = wk * G;
-    s->Q.noalias() = wq * G;
+    s->K.resize(H * Y, N);
+    s->Q.resize(H * Y, N);
+    GemmOpInto<Scalar>(s->K, wk, false, G, false);
+    GemmOpInto<Scalar>(s->Q, wq, false, G, false);
     s->QPt.resize(H * Y, N);
     s->KP.resize(H * Y, N);
     s->P.resize(H);
     Vector<Scalar> lse(N);
-    Matrix<Scalar> scores(N, N);
     for (Index h = 0; h < H; ++h) {
       const auto K = s->K.middleRows(h * Y, Y), Q = s->Q.middleRows(h * Y, Y);
-      scores.noalias() = beta_ * (K.transpose() * Q);  // (B, C)
-      if (options_.exclude_self) {
-        scores.diagonal().setConstant(-std::numeric_limits<Scalar>::infinity());
-      }
-      s->P[h].resize(N, N);
-      ColumnSoftmax<Scalar>(scores, s->P[h], &lse);
+      Matrix<Scalar>& P = s->P[h];
+      P.resize(N, N);
+      GemmOpInto<Scalar>(P, K, true, Q, false, beta_);  // scores (B, C)
+      if (options_.exclude_self) P.diagonal().setConstant(-std::numeric_limits<Scalar>::infinity());
+      ScaledColumnSoftmaxInPlace<Scalar>(P, Scalar(1), no_mask, lse.data(), "EnergyTransformer");
       if (with_value) value -= lse.sum() / beta_;
-      s->QPt.middleRows(h * Y, Y).noalias() = Q * s->P[h].transpose();
-      s->KP.middleRows(h * Y, Y).noalias() = K * s->P[h];
+      GemmOpInto<Scalar>(s->QPt.middleRows(h * Y, Y), Q, false, P, true);
+      GemmOpInto<Scalar>(s->KP.middleRows(h * Y, Y), K, false, P, false);
     }
     // dF/dG = -sum_h (W_K[h]^T Q_h P_h^T + W_Q[h]^T K_h P_h).
     if (grad) {
-      grad->noalias() -= wk.transpose() * s->QPt;
-      grad->noalias() -= wq.transpose() * s->KP;
+      GemmOpInto<Scalar>(*grad, wk, true, s->QPt, false, Scalar(-1), Scalar(1));
+      GemmOpInto<Scalar>(*grad, wq, true, s->KP, false, Scalar(-1), Scalar(1));
     }
   }
   if (M > 0) {
     const auto xi = params_.Block("Xi");
-    s->S.noalias() = xi.transpose() * G;
+    s->S.resize(M, N);
+    GemmOpInto<Scalar>(s->S, xi, true, G, false);
     if (options_.memory == EnergyTransformerMemory::kRelu) {
       s->R = s->S.cwiseMax(Scalar(0));
       if (with_value) value -= Scalar(0.5) * s->R.squaredNorm();
     } else {
       const Scalar bm = static_cast<Scalar>(options_.memory_beta);
-      Matrix<Scalar> scaled = bm * s->S;
-      s->R.resize(M, N);
+      s->R = s->S;
       Vector<Scalar> memory_lse(N);
-      ColumnSoftmax<Scalar>(scaled, s->R, &memory_lse);
+      ScaledColumnSoftmaxInPlace<Scalar>(s->R, bm, no_mask, memory_lse.data(), "EnergyTransformer");
       if (with_value) value -= memory_lse.sum() / bm;
     }
-    if (grad) grad->noalias() -= xi * s->R;
+    if (grad) GemmOpInto<Scalar>(*grad, xi, false, s->R, false, Scalar(-1), Scalar(1));
   }
   return value;
 }

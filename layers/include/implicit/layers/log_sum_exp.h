@@ -32,6 +32,9 @@
 /// that make repeated evaluations allocation-free and keep const energies safe
 /// to call from several threads at once. Built with OpenMP, large matrices are
 /// processed on Eigen::nbThreads() threads, a column each (same results).
+/// In float and double, ColumnSoftmax and the in-place pass run the
+/// CPU-dispatched kernel (core/cpu_dispatch.h): AVX2 or AVX-512 where the CPU
+/// has them, whatever the build's flags.
 #pragma once
 
 #include <implicit/core/cpu_dispatch.h>
@@ -221,6 +224,12 @@ void ColumnSoftmax(ConstMatrixRef<Scalar> a, MatrixRef<Scalar> p,
                    Vector<Scalar>* lse = nullptr) {
   internal::CheckShape("ColumnSoftmax(p)", p, a.rows(), a.cols());
   if (lse != nullptr) lse->resize(a.cols());
+  if constexpr (std::is_same_v<Scalar, float> || std::is_same_v<Scalar, double>) {
+    if (p.data() != a.data() || p.outerStride() != a.outerStride()) p = a;
+    internal::ScaledColumnSoftmaxInPlace<Scalar>(p, Scalar(1), Matrix<Scalar>(),
+                                                 lse != nullptr ? lse->data() : nullptr, "ColumnSoftmax");
+    return;
+  }
 #ifdef _OPENMP
   const int threads = internal::ColumnThreads(a.rows(), a.cols());
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)

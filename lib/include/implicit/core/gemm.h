@@ -49,6 +49,41 @@ extern template void Gemm<double>(double, const GemmOperand<double>&, const Gemm
 
 }  // namespace internal
 
+namespace internal {
+
+/// c = beta c + alpha op(a) op(b), op(m) = m^T when its flag is set: GemmInto
+/// with b transposable too (the products of the layers' per-sample caches,
+/// whose operands are row blocks of stacked heads). Same rules as GemmInto.
+template <typename Scalar>
+void GemmOpInto(MatrixRef<Scalar> c, ConstMatrixRef<Scalar> a, bool transpose_a, ConstMatrixRef<Scalar> b,
+                bool transpose_b, Scalar alpha = Scalar(1), Scalar beta = Scalar(0)) {
+  if constexpr (std::is_same_v<Scalar, float> || std::is_same_v<Scalar, double>) {
+    using Operand = GemmOperand<Scalar>;
+    const Operand A{a.data(), a.rows(), a.cols(), a.outerStride(), transpose_a};
+    const Operand B{b.data(), b.rows(), b.cols(), b.outerStride(), transpose_b};
+    CheckShape("GemmInto(c)", c, A.op_rows(), B.op_cols());
+    Gemm<Scalar>(alpha, A, B, beta, c.data(), c.outerStride());
+  } else {
+    CheckShape("GemmInto(c)", c, transpose_a ? a.cols() : a.rows(), transpose_b ? b.rows() : b.cols());
+    if (beta == Scalar(0)) {
+      c.setZero();
+    } else if (beta != Scalar(1)) {
+      c *= beta;
+    }
+    if (transpose_a && transpose_b) {
+      c.noalias() += alpha * (a.transpose() * b.transpose());
+    } else if (transpose_a) {
+      c.noalias() += alpha * (a.transpose() * b);
+    } else if (transpose_b) {
+      c.noalias() += alpha * (a * b.transpose());
+    } else {
+      c.noalias() += alpha * (a * b);
+    }
+  }
+}
+
+}  // namespace internal
+
 /// c = beta c + alpha op(a) b, op(a) = a^T when transpose_a, on Eigen matrices
 /// or views (columns contiguous); c must not alias a or b (as Eigen's
 /// noalias()). float and double run internal::Gemm at the CPU's best level
@@ -58,25 +93,7 @@ extern template void Gemm<double>(double, const GemmOperand<double>&, const Gemm
 template <typename Scalar>
 void GemmInto(MatrixRef<Scalar> c, ConstMatrixRef<Scalar> a, bool transpose_a, ConstMatrixRef<Scalar> b,
               Scalar alpha = Scalar(1), Scalar beta = Scalar(0)) {
-  if constexpr (std::is_same_v<Scalar, float> || std::is_same_v<Scalar, double>) {
-    const Index rows = transpose_a ? a.cols() : a.rows();
-    internal::CheckShape("GemmInto(c)", c, rows, b.cols());
-    using Operand = internal::GemmOperand<Scalar>;
-    internal::Gemm<Scalar>(alpha, Operand{a.data(), a.rows(), a.cols(), a.outerStride(), transpose_a},
-                           Operand{b.data(), b.rows(), b.cols(), b.outerStride(), false}, beta, c.data(),
-                           c.outerStride());
-  } else {
-    if (beta == Scalar(0)) {
-      c.setZero();
-    } else if (beta != Scalar(1)) {
-      c *= beta;
-    }
-    if (transpose_a) {
-      c.noalias() += alpha * (a.transpose() * b);
-    } else {
-      c.noalias() += alpha * (a * b);
-    }
-  }
+  internal::GemmOpInto<Scalar>(c, a, transpose_a, b, /*transpose_b=*/false, alpha, beta);
 }
 
 }  // namespace implicit
