@@ -94,48 +94,48 @@ class EnergyTransformerForces {
   Scalar Forces(Sample* s, Matrix<Scalar>* grad, bool with_value = false) const;
 
   /// out = H_F dG (the G-Hessian of F along dG), from the caches of Forces().
-  template <typename Derived>
-  void ForcesHvp(const Sample& s, const Eigen::MatrixBase<Derived>& dG, Matrix<Scalar>* out) const {
+  void ForcesHvp(const Sample& s, ConstMatrixRef<Scalar> dG, Matrix<Scalar>* out) const {
     const Index M = options_.num_memories;
     out->setZero(dG.rows(), dG.cols());
     if (options_.num_heads > 0) {
       Matrix<Scalar> k_side, q_side;
       AttentionDirection(s, dG, &k_side, &q_side);
-      out->noalias() -= params_.Block("W_K").transpose() * k_side;
-      out->noalias() -= params_.Block("W_Q").transpose() * q_side;
+      GemmOpInto<Scalar>(*out, params_.Block("W_K"), true, k_side, false, Scalar(-1), Scalar(1));
+      GemmOpInto<Scalar>(*out, params_.Block("W_Q"), true, q_side, false, Scalar(-1), Scalar(1));
     }
     if (M > 0) {
       const auto xi = params_.Block("Xi");
-      Matrix<Scalar> dR;
-      MemoryDirection(s, xi.transpose() * dG, &dR);
-      out->noalias() -= xi * dR;
+      Matrix<Scalar> dS(M, dG.cols()), dR;
+      GemmOpInto<Scalar>(dS, xi, true, dG, false);
+      MemoryDirection(s, dS, &dR);
+      GemmOpInto<Scalar>(*out, xi, false, dR, false, Scalar(-1), Scalar(1));
     }
   }
 
   /// The derivatives of QPt and KP (see Sample) along dG, all heads stacked:
   ///   k_side = d(Q_h P_h^T) = dQ_h P_h^T + Q_h dP_h^T,  q_side = d(K_h P_h) = dK_h P_h + K_h dP_h
   /// with dK = W_K dG, dQ = W_Q dG, dP_h = beta J_softmax(P_h) (dK_h^T Q_h + K_h^T dQ_h).
-  template <typename Derived>
-  void AttentionDirection(const Sample& s, const Eigen::MatrixBase<Derived>& dG,
-                          Matrix<Scalar>* k_side, Matrix<Scalar>* q_side) const {
+  void AttentionDirection(const Sample& s, ConstMatrixRef<Scalar> dG, Matrix<Scalar>* k_side,
+                          Matrix<Scalar>* q_side) const {
     const Index H = options_.num_heads, Y = options_.head_dim, N = dG.cols();
-    const Matrix<Scalar> dK = params_.Block("W_K") * dG, dQ = params_.Block("W_Q") * dG;
+    Matrix<Scalar> dK(H * Y, N), dQ(H * Y, N);
+    GemmOpInto<Scalar>(dK, params_.Block("W_K"), false, dG, false);
+    GemmOpInto<Scalar>(dQ, params_.Block("W_Q"), false, dG, false);
     k_side->resize(H * Y, N);
     q_side->resize(H * Y, N);
     Matrix<Scalar> dA(N, N), dP(N, N);
     for (Index h = 0; h < H; ++h) {
       const auto K = s.K.middleRows(h * Y, Y), Q = s.Q.middleRows(h * Y, Y);
       const auto dKh = dK.middleRows(h * Y, Y), dQh = dQ.middleRows(h * Y, Y);
-      dA.noalias() = dKh.transpose() * Q;
-      dA.noalias() += K.transpose() * dQh;
+      GemmOpInto<Scalar>(dA, dKh, true, Q, false);
+      GemmOpInto<Scalar>(dA, K, true, dQh, false, Scalar(1), Scalar(1));
       internal::SoftmaxJacobianProduct<Scalar>(s.P[h], dA, dP);
-      dP *= beta_;
       auto ks = k_side->middleRows(h * Y, Y);
       auto qs = q_side->middleRows(h * Y, Y);
-      ks.noalias() = dQh * s.P[h].transpose();
-      ks.noalias() += Q * dP.transpose();
-      qs.noalias() = dKh * s.P[h];
-      qs.noalias() += K * dP;
+      GemmOpInto<Scalar>(ks, dQh, false, s.P[h], true);
+      GemmOpInto<Scalar>(ks, Q, false, dP, true, beta_, Scalar(1));
+      GemmOpInto<Scalar>(qs, dKh, false, s.P[h], false);
+      GemmOpInto<Scalar>(qs, K, false, dP, false, beta_, Scalar(1));
     }
   }
 
@@ -236,19 +236,20 @@ void EnergyTransformerForces<Scalar>::ForcesParameterVjp(
     AttentionDirection(s, z, &k_side, &q_side);
     auto gk = params_.BlockOf(*flat, "W_K");
     auto gq = params_.BlockOf(*flat, "W_Q");
-    gk.noalias() -= k_side * G.transpose();
-    gk.noalias() -= s.QPt * z.transpose();
-    gq.noalias() -= q_side * G.transpose();
-    gq.noalias() -= s.KP * z.transpose();
+    GemmOpInto<Scalar>(gk, k_side, false, G, true, Scalar(-1), Scalar(1));
+    GemmOpInto<Scalar>(gk, s.QPt, false, z, true, Scalar(-1), Scalar(1));
+    GemmOpInto<Scalar>(gq, q_side, false, G, true, Scalar(-1), Scalar(1));
+    GemmOpInto<Scalar>(gq, s.KP, false, z, true, Scalar(-1), Scalar(1));
   }
   if (M > 0) {
     // dF/dXi = -G R^T; differentiate along G -> z.
     const auto xi = params_.Block("Xi");
-    Matrix<Scalar> dR;
-    MemoryDirection(s, xi.transpose() * z, &dR);
+    Matrix<Scalar> dS(M, z.cols()), dR;
+    GemmOpInto<Scalar>(dS, xi, true, z, false);
+    MemoryDirection(s, dS, &dR);
     auto gxi = params_.BlockOf(*flat, "Xi");
-    gxi.noalias() -= z * s.R.transpose();
-    gxi.noalias() -= G * dR.transpose();
+    GemmOpInto<Scalar>(gxi, z, false, s.R, true, Scalar(-1), Scalar(1));
+    GemmOpInto<Scalar>(gxi, G, false, dR, true, Scalar(-1), Scalar(1));
   }
 }
 
