@@ -248,6 +248,36 @@ BOOST_AUTO_TEST_CASE(conjugate_is_the_value_of_the_max_and_its_gradient_is_p) {
   }
 }
 
+// The one-pass weights and conjugate (support entries only for alpha 1.5 and
+// 2) equal the two separate calls, also with masked entries, a column with
+// every entry masked and a tie for the largest score; the closed forms may be
+// computed in place.
+BOOST_AUTO_TEST_CASE(weights_and_conjugate_in_one_pass_equal_the_two_calls) {
+  Matrix<double> s = RandomMatrix<double>(40, 5, 16, 2.0);
+  s(3, 0) = -kInf;
+  s.col(1).setConstant(-kInf);
+  s(7, 2) = s(8, 2) = s.col(2).maxCoeff() + 0.5;
+  for (double alpha : {1.0, 1.5, 2.0, 1.7}) {
+    BOOST_TEST_CONTEXT("alpha = " << alpha) {
+      const Matrix<double> p = Apply(s, alpha);
+      Vector<double> conj(5);
+      entmax::Conjugate<double>(s, p, alpha, conj);
+      Matrix<double> q(40, 5);
+      Vector<double> values(5);
+      entmax::EntmaxAndConjugate<double>(s, alpha, q, values);
+      BOOST_TEST((q - p).cwiseAbs().maxCoeff() <= 1e-14);
+      BOOST_TEST(values(1) == -kInf);
+      BOOST_TEST(conj(1) == -kInf);
+      for (Index b : {0, 2, 3, 4}) BOOST_TEST(std::abs(values(b) - conj(b)) <= 1e-12 * (1 + std::abs(conj(b))));
+      Matrix<double> in_place = s;
+      entmax::Entmax<double>(in_place, alpha, in_place);
+      BOOST_TEST((in_place - p).cwiseAbs().maxCoeff() <= 1e-14);
+      Vector<double> wrong(4);
+      BOOST_CHECK_THROW(entmax::EntmaxAndConjugate<double>(s, alpha, q, wrong), std::invalid_argument);
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(huge_scores_give_no_nan_and_shift_invariance_holds) {
   Matrix<double> s = RandomMatrix<double>(10, 3, 11, 1.0);
   const Matrix<double> big = s.array() + 1e8;

@@ -29,6 +29,7 @@
 ///   AlphaDerivative                    dp/dalpha at fixed scores (alpha > 1)
 ///   Conjugate                          Omega*(s) = max_p <p,s> - Omega(p), the
 ///                                      value of the max (log-sum-exp for alpha=1)
+///   EntmaxAndConjugate                 both in one pass (alpha = 1.5, 2)
 ///   Regularizer, LogSumExp
 /// \endcode
 ///
@@ -110,25 +111,80 @@ auto FiniteMax(const Col& col) -> typename Col::Scalar {
   return m;
 }
 
-/// The max-shifted entries z = (s - m) * scale of a column that are >= lower,
-/// sorted in decreasing order. The sort-based closed forms need only the
-/// entries that can be in the support: theirs have tau >= -1 (the largest
-/// entry, z = 0, alone has weight <= 1), so entries with z < -1 never are;
-/// they pass lower = kSupportBound, which leaves a margin far above rounding.
-/// Sorting those few instead of the whole column is most of entmax's cost.
-template <typename Col, typename S>
-void SortedShifted(const Col& col, S m, S scale, S lower, std::vector<S>* z) {
-  z->clear();
-  for (Index i = 0; i < col.size(); ++i) {
-    const S shifted = (col(i) - m) * scale;  // -inf for masked entries
-    if (shifted >= lower) z->push_back(shifted);
-  }
-  std::sort(z->begin(), z->end(), std::greater<S>());
-}
 /// Lower bound on the shifted entries that can be in a sparsemax or 1.5-entmax
 /// support (tau >= -1), with a margin.
 template <typename S>
 constexpr S kSupportBound = S(-1.001);
+
+/// p^alpha for a weight p > 0: p^2 (sparsemax), p sqrt(p) (1.5-entmax), pow.
+template <typename S>
+S PowerAlpha(S p, S alpha) {
+  if (alpha == S(2)) return p * p;
+  if (alpha == S(1.5)) return p * std::sqrt(p);
+  return std::pow(p, alpha);
+}
+
+/// The sort-based closed forms (sparsemax, 1.5-entmax), column by column,
+/// touching only the entries that can be in the support. For a column with a
+/// finite score, m = its largest one, and the candidates are the entries with
+/// (s - m) scale >= kSupportBound: the threshold is tau >= -1 (the largest
+/// entry, at 0, alone has weight <= 1), so no other entry is ever in the
+/// support (the bound leaves a margin far above rounding). tau =
+/// threshold(the candidates' (s - m) scale, sorted in decreasing order); the
+/// candidates' weights weight(s - m, tau) >= 0 are renormalised to sum to one
+/// (exact in theory; removes rounding drift), and every other entry of p is 0.
+/// Sorting and weighting the few candidates instead of the whole column is
+/// most of entmax's cost. A column whose scores are all -inf (every entry
+/// masked) gets p = 0. When conjugate != nullptr, conjugate[b] =
+/// Omega*_alpha(s_b) = m + <p, s - m> - Omega_alpha(p) from the same pass (as
+/// Conjugate computes it; -inf for a masked column). p may alias scores.
+template <typename S, typename Threshold, typename Weight>
+void SupportColumns(const char* function, ConstMatrixRef<S> scores, MatrixRef<S> p, S scale,
+                    const Threshold& threshold, const Weight& weight, S alpha, S* conjugate) {
+  CheckScores(function, scores);
+  CheckShape(function, "p", p, scores.rows(), scores.cols());
+  std::vector<Index> support;
+  std::vector<S> shifted, sorted, weights;
+  for (Index b = 0; b < scores.cols(); ++b) {
+    const auto col = scores.col(b);
+    const S m = FiniteMax(col);
+    if (m == -std::numeric_limits<S>::infinity()) {
+      p.col(b).setZero();
+      if (conjugate != nullptr) conjugate[b] = m;
+      continue;
+    }
+    support.clear();
+    shifted.clear();
+    for (Index i = 0; i < col.size(); ++i) {
+      const S z = col(i) - m;  // -inf for masked entries
+      if (z * scale >= kSupportBound<S>) {
+        support.push_back(i);
+        shifted.push_back(z);
+      }
+    }
+    sorted.resize(shifted.size());
+    for (size_t j = 0; j < shifted.size(); ++j) sorted[j] = shifted[j] * scale;
+    std::sort(sorted.begin(), sorted.end(), std::greater<S>());
+    const S tau = threshold(sorted);
+    weights.resize(shifted.size());
+    S sum(0);
+    for (size_t j = 0; j < shifted.size(); ++j) {
+      weights[j] = weight(shifted[j], tau);
+      sum += weights[j];
+    }
+    p.col(b).setZero();
+    S dot(0), powers(0);
+    for (size_t j = 0; j < support.size(); ++j) {
+      const S w = weights[j] / sum;
+      p(support[j], b) = w;
+      if (w > S(0)) {
+        dot += w * shifted[j];
+        powers += PowerAlpha(w, alpha);
+      }
+    }
+    if (conjugate != nullptr) conjugate[b] = m + dot - (powers - S(1)) / (alpha * (alpha - S(1)));
+  }
+}
 
 /// q_i = p_i^{2 - alpha} on the support (p_i > 0), 0 elsewhere.
 template <typename S>
@@ -166,6 +222,47 @@ void ThresholdedColumns(const char* function, ConstMatrixRef<S> scores, MatrixRe
   }
 }
 
+/// Sparsemax's threshold from the candidates' z = s - m, sorted in decreasing
+/// order: support size k = max{k : 1 + k z_(k) > sum_{j<=k} z_(j)}, tau =
+/// (sum_{j<=k} z_(j) - 1) / k.
+template <typename S>
+S SparsemaxThreshold(const std::vector<S>& z) {
+  S cumsum(0), tau(0);
+  for (size_t j = 0; j < z.size(); ++j) {
+    cumsum += z[j];
+    const S k = static_cast<S>(j + 1);
+    if (S(1) + k * z[j] > cumsum) tau = (cumsum - S(1)) / k;
+  }
+  return tau;
+}
+template <typename S>
+S SparsemaxWeight(S z, S tau) {
+  return std::max(S(0), z - tau);
+}
+
+/// 1.5-entmax's threshold from the candidates' z = (s - m) / 2, sorted in
+/// decreasing order: tau_k = mean_k - sqrt((1 - k (msq_k - mean_k^2)) / k) for
+/// the k largest, the largest k with tau_k <= z_(k) (k = 1: z_(1) = 0, tau = -1).
+template <typename S>
+S Entmax15Threshold(const std::vector<S>& z) {
+  S sum1(0), sum2(0), tau(-1);
+  for (size_t j = 0; j < z.size(); ++j) {
+    sum1 += z[j];
+    sum2 += z[j] * z[j];
+    const S k = static_cast<S>(j + 1);
+    const S mean = sum1 / k;
+    const S delta = (S(1) - k * (sum2 / k - mean * mean)) / k;
+    const S tau_k = mean - std::sqrt(std::max(delta, S(0)));
+    if (tau_k <= z[j]) tau = tau_k;
+  }
+  return tau;
+}
+template <typename S>
+S Entmax15Weight(S z, S tau) {
+  const S d = std::max(S(0), S(0.5) * z - tau);
+  return d * d;
+}
+
 }  // namespace detail
 /// \endcond
 
@@ -196,19 +293,8 @@ void Softmax(ConstMatrixRef<S> scores, MatrixRef<S> p) {
 /// \throws std::invalid_argument when scores is empty or p is not its shape.
 template <typename S>
 void Sparsemax(ConstMatrixRef<S> scores, MatrixRef<S> p) {
-  std::vector<S> z;
-  auto threshold = [&](Index b, S m) {
-    detail::SortedShifted(scores.col(b), m, S(1), detail::kSupportBound<S>, &z);
-    S cumsum(0), tau(0);
-    for (size_t j = 0; j < z.size(); ++j) {
-      cumsum += z[j];
-      const S k = static_cast<S>(j + 1);
-      if (S(1) + k * z[j] > cumsum) tau = (cumsum - S(1)) / k;
-    }
-    return tau;
-  };
-  detail::ThresholdedColumns<S>("Sparsemax", scores, p, threshold,
-                                [](S z, S tau) { return std::max(S(0), z - tau); });
+  detail::SupportColumns<S>("Sparsemax", scores, p, S(1), detail::SparsemaxThreshold<S>,
+                            detail::SparsemaxWeight<S>, S(2), nullptr);
 }
 
 /// p.col(b) = 1.5-entmax(s.col(b)) = [s/2 - tau]_+^2 in closed form (sort-based):
@@ -218,25 +304,8 @@ void Sparsemax(ConstMatrixRef<S> scores, MatrixRef<S> p) {
 /// \throws std::invalid_argument when scores is empty or p is not its shape.
 template <typename S>
 void Entmax15(ConstMatrixRef<S> scores, MatrixRef<S> p) {
-  std::vector<S> z;
-  auto threshold = [&](Index b, S m) {
-    detail::SortedShifted(scores.col(b), m, S(0.5), detail::kSupportBound<S>, &z);
-    S sum1(0), sum2(0), tau(-1);  // k = 1: z_(1) = 0, tau = -1
-    for (size_t j = 0; j < z.size(); ++j) {
-      sum1 += z[j];
-      sum2 += z[j] * z[j];
-      const S k = static_cast<S>(j + 1);
-      const S mean = sum1 / k;
-      const S delta = (S(1) - k * (sum2 / k - mean * mean)) / k;
-      const S tau_k = mean - std::sqrt(std::max(delta, S(0)));
-      if (tau_k <= z[j]) tau = tau_k;
-    }
-    return tau;
-  };
-  detail::ThresholdedColumns<S>("Entmax15", scores, p, threshold, [](S z, S tau) {
-    const S d = std::max(S(0), S(0.5) * z - tau);
-    return d * d;
-  });
+  detail::SupportColumns<S>("Entmax15", scores, p, S(0.5), detail::Entmax15Threshold<S>,
+                            detail::Entmax15Weight<S>, S(1.5), nullptr);
 }
 
 /// p.col(b) = alpha-entmax(s.col(b)) for any alpha > 1 by bisection on tau in
@@ -416,6 +485,26 @@ void Conjugate(ConstMatrixRef<S> scores, ConstMatrixRef<S> p, S alpha, VectorRef
       if (p(i, b) > S(0)) dot += p(i, b) * (scores(i, b) - m);
     }
     values(b) = m + dot - omega(b);
+  }
+}
+
+/// p = Entmax(scores, alpha) and values = Conjugate(scores, p, alpha), in
+/// one pass over each column for alpha = 1.5 and 2 (the conjugate from the
+/// support alone), otherwise by the two calls. p must not alias scores.
+/// \throws std::invalid_argument as Entmax and Conjugate.
+template <typename S>
+void EntmaxAndConjugate(ConstMatrixRef<S> scores, S alpha, MatrixRef<S> p, VectorRef<S> values) {
+  detail::CheckAlpha("EntmaxAndConjugate", static_cast<double>(alpha), true);
+  detail::CheckShape("EntmaxAndConjugate", "values", values, scores.cols(), 1);
+  if (alpha == S(2)) {
+    detail::SupportColumns<S>("EntmaxAndConjugate", scores, p, S(1), detail::SparsemaxThreshold<S>,
+                              detail::SparsemaxWeight<S>, alpha, values.data());
+  } else if (alpha == S(1.5)) {
+    detail::SupportColumns<S>("EntmaxAndConjugate", scores, p, S(0.5), detail::Entmax15Threshold<S>,
+                              detail::Entmax15Weight<S>, alpha, values.data());
+  } else {
+    Entmax<S>(scores, alpha, p);
+    Conjugate<S>(scores, p, alpha, values);
   }
 }
 

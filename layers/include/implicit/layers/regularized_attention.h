@@ -323,9 +323,8 @@ void SparseHopfieldEnergy<Scalar>::WeightsAndValues(
   Matrix<Scalar> s(num_patterns(), xi.cols());
   Scores(xi, s);
   const Scalar a = alpha();
-  entmax::Entmax<Scalar>(s, a, p);
   Vector<Scalar> conj(xi.cols());
-  entmax::Conjugate<Scalar>(s, p, a, conj);
+  entmax::EntmaxAndConjugate<Scalar>(s, a, p, conj);
   values = Scalar(0.5) * xi.colwise().squaredNorm().transpose() - conj / beta();
 }
 
