@@ -98,9 +98,11 @@ struct SeparableEnergy {
     auto w = pool_.Acquire();
     Scores(W, x, &w->s);
     eval(w->s, nullptr, nullptr, &w->d2g);
-    const Matrix<Scalar> wv = (w->d2g.array() * (W.transpose() * v).array()).matrix();
+    w->g.resize(W.cols(), v.cols());  // G''(s) .* W^T v
+    GemmInto<Scalar>(w->g, W, /*transpose_a=*/true, v);
+    w->g.array() *= w->d2g.array();
     out = q * v;
-    out.noalias() -= W * wv;
+    GemmInto<Scalar>(out, W, false, w->g, Scalar(-1), Scalar(1));
   }
   /// d/dW sum_b <grad E(x_b), u_b> = -(U G'(S)^T + X (G''(S) .* W^T U)^T).
   template <typename WT, typename Eval>
@@ -109,9 +111,12 @@ struct SeparableEnergy {
     auto w = pool_.Acquire();
     Scores(W, x, &w->s);
     eval(w->s, nullptr, &w->dg, &w->d2g);
-    const Matrix<Scalar> wu = (w->d2g.array() * (W.transpose() * u).array()).matrix();
-    Matrix<Scalar> out = -(u * w->dg.transpose());
-    out.noalias() -= x * wu.transpose();
+    w->g.resize(W.cols(), u.cols());  // G''(s) .* W^T u
+    GemmInto<Scalar>(w->g, W, /*transpose_a=*/true, u);
+    w->g.array() *= w->d2g.array();
+    Matrix<Scalar> out(W.rows(), W.cols());
+    internal::GemmOpInto<Scalar>(out, u, false, w->dg, true, Scalar(-1));
+    internal::GemmOpInto<Scalar>(out, x, false, w->g, true, Scalar(-1), Scalar(1));
     return out;
   }
 
