@@ -42,32 +42,46 @@ class TanhDeqMapT : public implicit::FixedPointMap<S> {
   bool HasJacobianProducts() const override { return true; }
   void JacobianVectorProduct(implicit::ConstMatrixRef<S> z, implicit::ConstMatrixRef<S> v,
                              implicit::MatrixRef<S> out) const override {
-    Matrix<S> f(z.rows(), z.cols());
-    Evaluate(z, f);
-    ApplyJacobian(f, v, out);
+    Linearize(z)->JacobianVectorProduct(v, out);
   }
   bool SupportsColumnJacobianProducts() const override { return true; }
   void JacobianVectorProductColumns(implicit::ConstMatrixRef<S> z, const std::vector<Index>& columns,
                                     implicit::ConstMatrixRef<S> v, implicit::MatrixRef<S> out) const override {
     Matrix<S> f(z.rows(), z.cols());
     EvaluateColumns(z, columns, f);
-    ApplyJacobian(f, v, out);
+    Jacobian(W_, f).JacobianVectorProduct(v, out);
   }
   void VectorJacobianProduct(implicit::ConstMatrixRef<S> z, implicit::ConstMatrixRef<S> u,
                              implicit::MatrixRef<S> out) const override {
+    Linearize(z)->VectorJacobianProduct(u, out);
+  }
+  // The Jacobian diag(1 - f^2) W at z keeps 1 - f^2: each product at z is then
+  // one GEMM (f is not evaluated again for every product of a Krylov solve).
+  std::unique_ptr<implicit::Linearization<S>> Linearize(implicit::ConstMatrixRef<S> z) const override {
     Matrix<S> f(z.rows(), z.cols());
     Evaluate(z, f);
-    Matrix<S> du = ((S(1) - f.array().square()) * u.array()).matrix();
-    implicit::GemmInto<S>(out, W_, /*transpose_a=*/true, du);
+    return std::make_unique<Jacobian>(W_, f);
   }
   const Matrix<S>& weights() const { return W_; }
 
  private:
-  // out = diag(1 - f^2) W v at the points whose f is given.
-  void ApplyJacobian(const Matrix<S>& f, implicit::ConstMatrixRef<S> v, implicit::MatrixRef<S> out) const {
-    implicit::GemmInto<S>(out, W_, false, v);
-    out.array() *= S(1) - f.array().square();
-  }
+  class Jacobian final : public implicit::Linearization<S> {
+   public:
+    // At the points whose map values are f: tanh' = 1 - f^2.
+    Jacobian(const Matrix<S>& W, const Matrix<S>& f) : W_(W), slope_(S(1) - f.array().square()) {}
+    void JacobianVectorProduct(implicit::ConstMatrixRef<S> v, implicit::MatrixRef<S> out) const override {
+      implicit::GemmInto<S>(out, W_, false, v);
+      out.array() *= slope_.array();
+    }
+    void VectorJacobianProduct(implicit::ConstMatrixRef<S> u, implicit::MatrixRef<S> out) const override {
+      const Matrix<S> du = (slope_.array() * u.array()).matrix();
+      implicit::GemmInto<S>(out, W_, /*transpose_a=*/true, du);
+    }
+
+   private:
+    const Matrix<S>& W_;
+    const Matrix<S> slope_;
+  };
 
   Matrix<S> W_;
   Vector<S> b_;

@@ -15,6 +15,7 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <memory>
 #include <vector>
 
 #include "lockstep.h"
@@ -429,9 +430,11 @@ Summary NewtonSolver<Scalar>::SolveKrylov(const FixedPointMap<Scalar>& map,
   auto any = [](const std::vector<char>& flags) {
     return std::any_of(flags.begin(), flags.end(), [](char c) { return c != 0; });
   };
-  // J_g v = J_f v - v at the current z, one batched JVP.
+  // J_g v = J_f v - v at the current z, one batched JVP (of the map's
+  // linearisation there, made once per Newton step: FixedPointMap::Linearize).
+  std::unique_ptr<Linearization<Scalar>> jacobian_f;
   const LinearOperator<Scalar> jacobian_g = [&](ConstMatrixRef<Scalar> v, MatrixRef<Scalar> out) {
-    map.JacobianVectorProduct(z, v, out);
+    jacobian_f->JacobianVectorProduct(v, out);
     out -= v;
     monitor.CountJacobianProducts();
   };
@@ -466,6 +469,7 @@ Summary NewtonSolver<Scalar>::SolveKrylov(const FixedPointMap<Scalar>& map,
     previous_norm = g_norm;
     krylov.tolerance = eta;
     d.setZero();
+    jacobian_f = map.Linearize(z);
     const LinearSolveSummary inner = GmresSolve<Scalar>(jacobian_g, rhs, d, krylov);
     for (Index b = 0; b < batch; ++b) {
       if (monitor.active(b) && inner.sample_status[b] == TerminationType::kNonFinite) {

@@ -145,6 +145,43 @@ BOOST_AUTO_TEST_CASE(explicit_block_map_equals_the_closed_form_mlp) {
   }
 }
 
+// Linearize(z): the ExplicitBlockMap's dense per-sample Jacobians and the
+// default linearisation (MlpBlockMap) give the map's own products at z, and
+// the dense Jacobian's products match central differences of f; they keep z
+// (a later change of the caller's z does not move them); wrong shapes throw.
+BOOST_AUTO_TEST_CASE(linearizations_give_the_products_at_their_point) {
+  Mlp block(MlpOptions(implicit::BlockActivation::kTanh));
+  implicit::ExplicitBlockMap<MlpFunctor, double> generic(MlpFunctor{5, 7, 3, false}, 5, 3, *block.parameters());
+  const Matrix<double> x = RandomMatrix<double>(3, 4, 21);
+  block.SetInput(x);
+  generic.SetInput(x);
+  Matrix<double> z = RandomMatrix<double>(5, 4, 22);
+  const Matrix<double> z0 = z, v = RandomMatrix<double>(5, 4, 23), u = RandomMatrix<double>(5, 4, 24);
+  const implicit::FixedPointMap<double>* maps[] = {&block, &generic};
+  for (const implicit::FixedPointMap<double>* map : maps) {
+    const auto jacobian = map->Linearize(z);
+    z.setZero();
+    Matrix<double> expected(5, 4), got(5, 4);
+    map->JacobianVectorProduct(z0, v, expected);
+    jacobian->JacobianVectorProduct(v, got);
+    BOOST_TEST((got - expected).norm() <= 1e-13 * (1 + expected.norm()));
+    map->VectorJacobianProduct(z0, u, expected);
+    jacobian->VectorJacobianProduct(u, got);
+    BOOST_TEST((got - expected).norm() <= 1e-13 * (1 + expected.norm()));
+    // Central differences of f along v.
+    const double h = 1e-6;
+    Matrix<double> fp(5, 4), fm(5, 4);
+    map->Evaluate(z0 + h * v, fp);
+    map->Evaluate(z0 - h * v, fm);
+    jacobian->JacobianVectorProduct(v, got);
+    BOOST_TEST(((fp - fm) / (2 * h) - got).norm() <= 1e-7);
+    z = z0;
+  }
+  const auto dense = generic.Linearize(z0);
+  Matrix<double> wrong(5, 3), out(5, 3);
+  BOOST_CHECK_THROW(dense->JacobianVectorProduct(wrong, out), std::invalid_argument);
+}
+
 // The input is per sample, so a block of samples is evaluated with their
 // inputs (the solvers' active set); without an input any subset is a batch.
 BOOST_AUTO_TEST_CASE(mlp_block_evaluates_blocks_of_samples_with_their_inputs) {

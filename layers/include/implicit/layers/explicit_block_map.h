@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <random>
 #include <sstream>
 #include <stdexcept>
@@ -129,6 +130,36 @@ class ExplicitBlockMap : public FixedPointMap<Scalar> {
     }
   }
 
+  /// The Jacobian at z as one dense n x n matrix per sample, made with the
+  /// forward-mode sweeps of one VectorJacobianProduct: each product at z is
+  /// then a matrix-vector product instead of ceil(n / kChunk) functor calls per
+  /// sample (a backward solve makes tens). When the matrices would hold more
+  /// than kMaxLinearizationEntries numbers, the default (products at a copy of z).
+  std::unique_ptr<Linearization<Scalar>> Linearize(ConstMatrixRef<Scalar> z) const override {
+    Check("ExplicitBlockMap::Linearize", z);
+    if (n_ * n_ * z.cols() > kMaxLinearizationEntries) return FixedPointMap<Scalar>::Linearize(z);
+    auto jacobian = std::make_unique<DenseJacobians>(n_, z.cols());
+    const Vector<DualK> theta = Lift<DualK>(params_.values());
+    Vector<DualK> xd(p_), fd(n_);
+    for (Index b = 0; b < z.cols(); ++b) {
+      Vector<DualK> zd = Lift<DualK>(z.col(b));
+      if (p_ > 0) xd = Lift<DualK>(x_.col(b));
+      auto J = jacobian->of(b);
+      ForEachChunk(n_, [&](Index c, Index len) {
+        for (Index k = 0; k < len; ++k) zd(c + k).v[k] = Scalar(1);
+        functor_(zd, xd, theta, &fd);
+        for (Index k = 0; k < len; ++k) {
+          for (Index i = 0; i < n_; ++i) J(i, c + k) = fd(i).v[k];
+          zd(c + k).v[k] = Scalar(0);
+        }
+      });
+    }
+    return jacobian;
+  }
+  /// The most numbers (n * n * B) Linearize keeps as dense Jacobians: 2^25
+  /// (256 MiB in double).
+  static constexpr Index kMaxLinearizationEntries = Index(1) << 25;
+
   Index num_parameters() const override { return params_.size(); }
   ParameterSet<Scalar>* parameters() override { return &params_; }
   void ParameterVectorJacobianProduct(ConstMatrixRef<Scalar> z, ConstMatrixRef<Scalar> u,
@@ -196,6 +227,29 @@ class ExplicitBlockMap : public FixedPointMap<Scalar> {
     for (Index i = 0; i < values.size(); ++i) out(i) = D(values(i));
     return out;
   }
+
+  // The n x n Jacobians of B samples, side by side.
+  class DenseJacobians final : public Linearization<Scalar> {
+   public:
+    DenseJacobians(Index n, Index batch) : n_(n), jacobians_(n, n * batch) {}
+    auto of(Index b) { return jacobians_.middleCols(b * n_, n_); }
+    void JacobianVectorProduct(ConstMatrixRef<Scalar> v, MatrixRef<Scalar> out) const override {
+      internal::CheckShape("ExplicitBlockMap linearization: v", v, n_, jacobians_.cols() / n_);
+      internal::CheckShape("ExplicitBlockMap linearization: out", out, v.rows(), v.cols());
+      for (Index b = 0; b < v.cols(); ++b) out.col(b).noalias() = jacobians_.middleCols(b * n_, n_) * v.col(b);
+    }
+    void VectorJacobianProduct(ConstMatrixRef<Scalar> u, MatrixRef<Scalar> out) const override {
+      internal::CheckShape("ExplicitBlockMap linearization: u", u, n_, jacobians_.cols() / n_);
+      internal::CheckShape("ExplicitBlockMap linearization: out", out, u.rows(), u.cols());
+      for (Index b = 0; b < u.cols(); ++b) {
+        out.col(b).noalias() = jacobians_.middleCols(b * n_, n_).transpose() * u.col(b);
+      }
+    }
+
+   private:
+    Index n_;
+    Matrix<Scalar> jacobians_;
+  };
 
   Functor functor_;
   Index n_, p_;

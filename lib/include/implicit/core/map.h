@@ -52,16 +52,41 @@
 ///     Matrix<double> c_;  // n x B: one shift per sample
 ///   };
 /// \endcode
+///
+/// Newton-Krylov and the implicit backward pass make many Jacobian products at
+/// one point z. Linearize(z) returns the map's Jacobian there as an object
+/// (Linearization); a map whose products share work at one point (the
+/// derivative of an activation, a small dense Jacobian) overrides it:
+///
+/// \code
+///   std::unique_ptr<implicit::Linearization<double>> jacobian = map.Linearize(z);
+///   jacobian->JacobianVectorProduct(v, out);   // = map.JacobianVectorProduct(z, v, out)
+/// \endcode
 #pragma once
 
 #include <implicit/core/energy.h>
 #include <implicit/core/parameters.h>
 #include <implicit/core/types.h>
 
+#include <memory>
 #include <stdexcept>
 #include <vector>
 
 namespace implicit {
+
+/// A map's Jacobian J = df/dz at one batch point z (FixedPointMap::Linearize),
+/// for the many products a Krylov solve makes there: out.col(b) = J_b v_b and
+/// J_b^T u_b. Valid while the map lives and its parameters and input do not
+/// change. Const and safe to use from several threads, as the map is.
+template <typename Scalar>
+class Linearization {
+ public:
+  virtual ~Linearization() = default;
+  /// out = J v, column by column (v, out: dimension() x B of the point).
+  virtual void JacobianVectorProduct(ConstMatrixRef<Scalar> v, MatrixRef<Scalar> out) const = 0;
+  /// out = J^T u, column by column.
+  virtual void VectorJacobianProduct(ConstMatrixRef<Scalar> u, MatrixRef<Scalar> out) const = 0;
+};
 
 /// A batched fixed-point map z <- f(z; x, theta), applied to each column of a batch.
 ///
@@ -103,6 +128,12 @@ class FixedPointMap {
   /// True when I - df/dz is symmetric (maps built from an energy), so that the
   /// backward pass may use CG or MINRES.
   virtual bool HasSymmetricJacobian() const { return false; }
+  /// The Jacobian at z, for repeated products there (see Linearization). The
+  /// default keeps a copy of z and calls JacobianVectorProduct /
+  /// VectorJacobianProduct with it; override it when the products at one point
+  /// share work. Newton-Krylov and ImplicitBackward use it.
+  /// \throws std::logic_error when the map provides no Jacobian products.
+  virtual std::unique_ptr<Linearization<Scalar>> Linearize(ConstMatrixRef<Scalar> z) const;
 
   // ---- Training (optional) -----------------------------------------------
   /// Number of trainable parameters theta (0: none).
@@ -214,5 +245,30 @@ class FixedPointMap {
       "this map has per-sample data and no column Jacobian products: override "
       "JacobianVectorProductColumns or keep SupportsColumnJacobianProducts() false";
 };
+
+namespace internal {
+/// The default Linearization: the map's own products at a copy of z.
+template <typename Scalar>
+class ProductsAtPoint final : public Linearization<Scalar> {
+ public:
+  ProductsAtPoint(const FixedPointMap<Scalar>& map, ConstMatrixRef<Scalar> z) : map_(map), z_(z) {}
+  void JacobianVectorProduct(ConstMatrixRef<Scalar> v, MatrixRef<Scalar> out) const override {
+    map_.JacobianVectorProduct(z_, v, out);
+  }
+  void VectorJacobianProduct(ConstMatrixRef<Scalar> u, MatrixRef<Scalar> out) const override {
+    map_.VectorJacobianProduct(z_, u, out);
+  }
+
+ private:
+  const FixedPointMap<Scalar>& map_;
+  const Matrix<Scalar> z_;
+};
+}  // namespace internal
+
+template <typename Scalar>
+std::unique_ptr<Linearization<Scalar>> FixedPointMap<Scalar>::Linearize(ConstMatrixRef<Scalar> z) const {
+  if (!HasJacobianProducts()) throw std::logic_error("this map provides no Jacobian products to linearize");
+  return std::make_unique<internal::ProductsAtPoint<Scalar>>(*this, z);
+}
 
 }  // namespace implicit

@@ -251,10 +251,12 @@ BackwardResult<Scalar> ImplicitBackwardImpl(const FixedPointMap<Scalar>& map,
 
   BackwardResult<Scalar> result;
   result.adjoint.setZero(n, batch);
-  // (I - J)^T v = v - J^T v, applied to all B columns at once.
-  const LinearOperator<Scalar> apply = [&map, z_star](ConstMatrixRef<Scalar> v,
-                                                       MatrixRef<Scalar> out) {
-    map.VectorJacobianProduct(z_star, v, out);
+  // (I - J)^T v = v - J^T v, applied to all B columns at once, with the map's
+  // linearisation at z* (FixedPointMap::Linearize: made once for every product).
+  std::unique_ptr<Linearization<Scalar>> jacobian;
+  if (map.HasJacobianProducts()) jacobian = map.Linearize(z_star);
+  const LinearOperator<Scalar> apply = [&jacobian](ConstMatrixRef<Scalar> v, MatrixRef<Scalar> out) {
+    jacobian->VectorJacobianProduct(v, out);
     out = v - out;
   };
 
@@ -283,7 +285,7 @@ BackwardResult<Scalar> ImplicitBackwardImpl(const FixedPointMap<Scalar>& map,
       for (int i = 0; i < options.phantom_steps; ++i) {
         result.adjoint += l * a;
         if (i + 1 == options.phantom_steps) break;
-        map.VectorJacobianProduct(z_star, a, ja);
+        jacobian->VectorJacobianProduct(a, ja);
         ++products;
         a = (Scalar(1) - l) * a + l * ja;
       }
