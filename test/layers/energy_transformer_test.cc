@@ -306,6 +306,43 @@ BOOST_AUTO_TEST_CASE(clamped_tokens_stay_fixed_and_derivatives_are_exact) {
   BOOST_CHECK_THROW(completion.Gradient(wrong, wrong), std::invalid_argument);
 }
 
+// The dynamics map's linearisation (the caches of each sample at one point)
+// gives the products at that point, clamped or not: they match central
+// differences of the map along v and <u, J v> = <J^T u, v>, and a later
+// change of the caller's x does not move them; a batch of another size is
+// refused.
+BOOST_AUTO_TEST_CASE(dynamics_map_linearization_gives_the_products_at_its_point) {
+  const Index N = 4, D = 3, B = 3;
+  Et et(MakeOptions(N, D, 2, 2, 5, Memory::kSoftmax, true, true));
+  et.Initialize(40, 0.6);
+  implicit::EnergyTransformerMap<double> map(et, 0.7);
+  const Matrix<double> x0 = RandomMatrix<double>(N * D, B, 41), v = RandomMatrix<double>(N * D, B, 42),
+                       u = RandomMatrix<double>(N * D, B, 43);
+  Matrix<double> token_free = Matrix<double>::Zero(N, B);
+  token_free(1, 0) = token_free(0, 1) = token_free(3, 1) = token_free(2, 2) = 1;
+  for (bool clamp : {false, true}) {
+    BOOST_TEST_CONTEXT("clamp " << clamp) {
+      if (clamp) map.SetClamp(implicit::TokenMask<double>(token_free, D), RandomMatrix<double>(N * D, B, 44));
+      Matrix<double> x = x0;
+      const auto jacobian = map.Linearize(x);
+      x.setZero();
+      Matrix<double> jv(N * D, B), jtu(N * D, B), fp(N * D, B), fm(N * D, B);
+      jacobian->JacobianVectorProduct(v, jv);
+      jacobian->VectorJacobianProduct(u, jtu);
+      const double h = 1e-6;
+      map.Evaluate(x0 + h * v, fp);
+      map.Evaluate(x0 - h * v, fm);
+      BOOST_TEST(((fp - fm) / (2 * h) - jv).cwiseAbs().maxCoeff() <= 1e-7);
+      BOOST_TEST(std::abs((u.array() * jv.array()).sum() - (jtu.array() * v.array()).sum()) <= 1e-10);
+      Matrix<double> expected(N * D, B);
+      map.JacobianVectorProduct(x0, v, expected);
+      BOOST_TEST((expected - jv).cwiseAbs().maxCoeff() <= 1e-14);
+      Matrix<double> wrong(N * D, B + 1), out(N * D, B + 1);
+      BOOST_CHECK_THROW(jacobian->JacobianVectorProduct(wrong, out), std::invalid_argument);
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(dynamics_map_products_are_exact_and_its_fixed_points_are_stationary) {
   const Index N = 4, D = 3, B = 2;
   Et::Options o = MakeOptions(N, D, 2, 2, 5, Memory::kRelu, true, true);

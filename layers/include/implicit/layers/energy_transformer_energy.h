@@ -68,7 +68,9 @@
 #include <implicit/layers/energy_transformer_token_norm.h>
 
 #include <cmath>
+#include <memory>
 #include <string>
+#include <vector>
 
 namespace implicit {
 
@@ -167,6 +169,21 @@ class EnergyTransformer : public Energy<Scalar>, private internal::EnergyTransfo
   ///   out is not its shape.
   void DescentJacobianTransposeProduct(ConstMatrixRef<Scalar> x, ConstMatrixRef<Scalar> u,
                                        MatrixRef<Scalar> out) const;
+  /// The caches of dr/dx at a batch point x (each sample's LayerNorm and
+  /// attention), made once for many products there (EnergyTransformerMap::
+  /// Linearize: the backward pass's adjoint solve). Opaque.
+  class DescentPoint;
+  /// The caches at x, valid while the parameters do not change.
+  /// \throws std::invalid_argument when x is not (N*D) x B (B >= 1).
+  std::shared_ptr<const DescentPoint> LinearizeDescent(ConstMatrixRef<Scalar> x) const;
+  /// DescentJacobianProduct at the point of `at` (v, out: its shape); the
+  /// products only, what the x overload computes after the caches.
+  /// \throws std::invalid_argument when v or out is not the point's shape.
+  void DescentJacobianProduct(const DescentPoint& at, ConstMatrixRef<Scalar> v, MatrixRef<Scalar> out) const;
+  /// DescentJacobianTransposeProduct at the point of `at`.
+  /// \throws std::invalid_argument when u or out is not the point's shape.
+  void DescentJacobianTransposeProduct(const DescentPoint& at, ConstMatrixRef<Scalar> u,
+                                       MatrixRef<Scalar> out) const;
   /// out = d/dtheta sum_b <r(x_b; theta), u_b>   (num_parameters() x 1).
   /// \throws std::invalid_argument when x is not (N*D) x B (B >= 1), u is not
   ///   its shape or out does not have num_parameters() entries.
@@ -195,6 +212,20 @@ class EnergyTransformer : public Energy<Scalar>, private internal::EnergyTransfo
     internal::CheckBatch((name + "(x)").c_str(), x, dimension());
     internal::CheckShape((name + "(v)").c_str(), v, x.rows(), x.cols());
     internal::CheckShape((name + "(out)").c_str(), out, x.rows(), x.cols());
+  }
+
+  /// One sample's (dr/dx) v and (dr/dx)^T u from its caches (Normalize, Forces).
+  void DescentColumn(const Sample& s, const Scalar* v, Scalar* out, bool transpose) const {
+    const auto vb = Tokens(v);
+    Matrix<Scalar> a, b;
+    if (transpose) {
+      ForcesHvp(s, vb, &a);
+      ApplyM(s, a, gamma(), &b);
+    } else {
+      ApplyM(s, vb, gamma(), &a);
+      ForcesHvp(s, a, &b);
+    }
+    Eigen::Map<Matrix<Scalar>>(out, options_.token_dim, options_.num_tokens) = b + vb;
   }
 
   /// r = x + dF/dG (and the caches for the second-order products).
@@ -334,20 +365,23 @@ void EnergyTransformer<Scalar>::ParameterVectorJacobianProduct(
 }
 
 template <typename Scalar>
+class EnergyTransformer<Scalar>::DescentPoint {
+ public:
+  std::vector<Sample> samples;  ///< one per column of the point
+  Index rows = 0;
+};
+
+template <typename Scalar>
 void EnergyTransformer<Scalar>::DescentJacobianProduct(
     ConstMatrixRef<Scalar> x,
     ConstMatrixRef<Scalar> v,
     MatrixRef<Scalar> out) const {
   CheckProduct("DescentJacobianProduct", x, v, out);
   Sample s;
-  Matrix<Scalar> mv, hf;
   for (Index b = 0; b < x.cols(); ++b) {
     Normalize(x.col(b).data(), &s);
     Forces(&s, nullptr);
-    const auto vb = Tokens(v.col(b).data());
-    ApplyM(s, vb, gamma(), &mv);
-    ForcesHvp(s, mv, &hf);
-    Out(out, b) = hf + vb;
+    DescentColumn(s, v.col(b).data(), out.col(b).data(), /*transpose=*/false);
   }
 }
 
@@ -358,14 +392,46 @@ void EnergyTransformer<Scalar>::DescentJacobianTransposeProduct(
     MatrixRef<Scalar> out) const {
   CheckProduct("DescentJacobianTransposeProduct", x, u, out);
   Sample s;
-  Matrix<Scalar> hf, mh;
   for (Index b = 0; b < x.cols(); ++b) {
     Normalize(x.col(b).data(), &s);
     Forces(&s, nullptr);
-    const auto ub = Tokens(u.col(b).data());
-    ForcesHvp(s, ub, &hf);
-    ApplyM(s, hf, gamma(), &mh);
-    Out(out, b) = mh + ub;
+    DescentColumn(s, u.col(b).data(), out.col(b).data(), /*transpose=*/true);
+  }
+}
+
+template <typename Scalar>
+std::shared_ptr<const typename EnergyTransformer<Scalar>::DescentPoint>
+EnergyTransformer<Scalar>::LinearizeDescent(ConstMatrixRef<Scalar> x) const {
+  internal::CheckBatch("EnergyTransformer::LinearizeDescent(x)", x, dimension());
+  auto point = std::make_shared<DescentPoint>();
+  point->rows = x.rows();
+  point->samples.resize(x.cols());
+  for (Index b = 0; b < x.cols(); ++b) {
+    Normalize(x.col(b).data(), &point->samples[b]);
+    Forces(&point->samples[b], nullptr);
+  }
+  return point;
+}
+
+template <typename Scalar>
+void EnergyTransformer<Scalar>::DescentJacobianProduct(const DescentPoint& at, ConstMatrixRef<Scalar> v,
+                                                       MatrixRef<Scalar> out) const {
+  const Index batch = static_cast<Index>(at.samples.size());
+  internal::CheckShape("EnergyTransformer::DescentJacobianProduct(v)", v, at.rows, batch);
+  internal::CheckShape("EnergyTransformer::DescentJacobianProduct(out)", out, at.rows, batch);
+  for (Index b = 0; b < batch; ++b) {
+    DescentColumn(at.samples[b], v.col(b).data(), out.col(b).data(), /*transpose=*/false);
+  }
+}
+
+template <typename Scalar>
+void EnergyTransformer<Scalar>::DescentJacobianTransposeProduct(const DescentPoint& at, ConstMatrixRef<Scalar> u,
+                                                                MatrixRef<Scalar> out) const {
+  const Index batch = static_cast<Index>(at.samples.size());
+  internal::CheckShape("EnergyTransformer::DescentJacobianTransposeProduct(u)", u, at.rows, batch);
+  internal::CheckShape("EnergyTransformer::DescentJacobianTransposeProduct(out)", out, at.rows, batch);
+  for (Index b = 0; b < batch; ++b) {
+    DescentColumn(at.samples[b], u.col(b).data(), out.col(b).data(), /*transpose=*/true);
   }
 }
 

@@ -40,6 +40,7 @@
 #include <implicit/layers/token_mask.h>
 
 #include <cmath>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -119,6 +120,10 @@ class EnergyTransformerMap : public FixedPointMap<Scalar> {
                              MatrixRef<Scalar> out) const override {
     Product(x, u, out, true);
   }
+  /// The Jacobian at x keeps each sample's LayerNorm and attention
+  /// (EnergyTransformer::LinearizeDescent): a product there costs the second-order
+  /// products only. Valid while the parameters and the clamp do not change.
+  std::unique_ptr<Linearization<Scalar>> Linearize(ConstMatrixRef<Scalar> x) const override;
   Index num_parameters() const override { return et_.num_parameters(); }
   ParameterSet<Scalar>* parameters() override { return et_.parameters(); }
   void ParameterVectorJacobianProduct(ConstMatrixRef<Scalar> x, ConstMatrixRef<Scalar> u,
@@ -159,6 +164,10 @@ class EnergyTransformerMap : public FixedPointMap<Scalar> {
   /// J v = m (.) (w - a dr/dy w), w = m (.) v   (transpose: dr/dy^T); no clamp: m = 1.
   void Product(ConstMatrixRef<Scalar> x, ConstMatrixRef<Scalar> v, MatrixRef<Scalar> out,
                bool transpose) const;
+  /// The same with the caches of dr/dy at y (`at`; the merged point when clamped).
+  void ProductAt(const typename EnergyTransformer<Scalar>::DescentPoint& at, ConstMatrixRef<Scalar> v,
+                 MatrixRef<Scalar> out, bool transpose) const;
+  class Jacobian;
 
   EnergyTransformer<Scalar>& et_;
   ClampedEnergy<Scalar> clamped_;
@@ -238,21 +247,47 @@ void EnergyTransformerMap<Scalar>::Product(
     bool transpose) const {
   internal::CheckShape("EnergyTransformerMap: direction", v, x.rows(), x.cols());
   internal::CheckShape("EnergyTransformerMap: output", out, x.rows(), x.cols());
+  // y checks x (and so v, out) against the clamp before the mask is applied.
+  const auto at = et_.LinearizeDescent(has_clamp_ ? clamped_.Merge(x) : Matrix<Scalar>(x));
+  ProductAt(*at, v, out, transpose);
+}
+
+template <typename Scalar>
+void EnergyTransformerMap<Scalar>::ProductAt(const typename EnergyTransformer<Scalar>::DescentPoint& at,
+                                             ConstMatrixRef<Scalar> v, MatrixRef<Scalar> out,
+                                             bool transpose) const {
   Matrix<Scalar> w = v;
-  Matrix<Scalar> y;
-  if (has_clamp_) {
-    y = clamped_.Merge(x);  // checks x (and so v, out) against the clamp before the mask is applied
-    Mask(w);
-  } else {
-    y = x;
-  }
+  if (has_clamp_) Mask(w);
   if (transpose) {
-    et_.DescentJacobianTransposeProduct(y, w, out);
+    et_.DescentJacobianTransposeProduct(at, w, out);
   } else {
-    et_.DescentJacobianProduct(y, w, out);
+    et_.DescentJacobianProduct(at, w, out);
   }
   out = w - step_ * out;
   if (has_clamp_) Mask(out);
+}
+
+template <typename Scalar>
+class EnergyTransformerMap<Scalar>::Jacobian final : public Linearization<Scalar> {
+ public:
+  Jacobian(const EnergyTransformerMap& map, std::shared_ptr<const typename EnergyTransformer<Scalar>::DescentPoint> at)
+      : map_(map), at_(std::move(at)) {}
+  void JacobianVectorProduct(ConstMatrixRef<Scalar> v, MatrixRef<Scalar> out) const override {
+    map_.ProductAt(*at_, v, out, false);
+  }
+  void VectorJacobianProduct(ConstMatrixRef<Scalar> u, MatrixRef<Scalar> out) const override {
+    map_.ProductAt(*at_, u, out, true);
+  }
+
+ private:
+  const EnergyTransformerMap& map_;
+  std::shared_ptr<const typename EnergyTransformer<Scalar>::DescentPoint> at_;
+};
+
+template <typename Scalar>
+std::unique_ptr<Linearization<Scalar>> EnergyTransformerMap<Scalar>::Linearize(ConstMatrixRef<Scalar> x) const {
+  const auto at = et_.LinearizeDescent(has_clamp_ ? clamped_.Merge(x) : Matrix<Scalar>(x));
+  return std::make_unique<Jacobian>(*this, at);
 }
 
 IMPLICIT_EXTERN_TEMPLATE_CLASS(EnergyTransformerMap);
