@@ -1,6 +1,8 @@
 // The derivative checks of energy_checks.h, compiled once for all the tests.
 #include "support/energy_checks.h"
 
+#include <implicit/core/energy_maps.h>
+
 namespace implicit {
 namespace testing {
 
@@ -57,6 +59,22 @@ void CheckEnergyFiniteDifferences(Energy<double>& energy, const Matrix<double>& 
     energy.Gradient(x + h * v, gp);
     energy.Gradient(x - h * v, gm);
     BOOST_TEST(RelativeError(hv, (gp - gm) / (2 * h)) <= tol);
+    {
+      // The Hessian kept at x (Energy::LinearizeHessian; overridden by the
+      // attention energies) gives the same products, both ways, at x even after
+      // the caller's x changed; the gradient-step map's linearisation I - a H.
+      Matrix<double> moved = x;
+      const auto hessian = energy.LinearizeHessian(moved);
+      moved.setZero();
+      Matrix<double> kept(n, B);
+      hessian->JacobianVectorProduct(v, kept);
+      BOOST_TEST(RelativeError(kept, hv) <= 1e-12);
+      hessian->VectorJacobianProduct(v, kept);
+      BOOST_TEST(RelativeError(kept, hv) <= 1e-12);
+      const GradientStepMap<double> step_map(energy, 0.3);
+      step_map.Linearize(x)->VectorJacobianProduct(v, kept);
+      BOOST_TEST(RelativeError(kept, (v - 0.3 * hv).eval()) <= 1e-12);
+    }
     if (energy.num_parameters() > 0) {
       const Matrix<double> u = RandomMatrix<double>(n, B, 109);
       Vector<double> pvjp(energy.num_parameters()), fdp(energy.num_parameters());

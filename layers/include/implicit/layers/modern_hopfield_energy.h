@@ -48,6 +48,7 @@
 
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -205,6 +206,10 @@ class ModernHopfieldEnergy : public Energy<Scalar> {
 
   void HessianVectorProduct(ConstMatrixRef<Scalar> xi, ConstMatrixRef<Scalar> v,
                             MatrixRef<Scalar> out) const override;
+  /// The Hessian at xi keeps the N x B attention weights: a product there is
+  /// two GEMMs and the softmax Jacobian (no scores or softmax again).
+  /// \throws std::invalid_argument when xi is not n x B (B >= 1) or beta is invalid.
+  std::unique_ptr<Linearization<Scalar>> LinearizeHessian(ConstMatrixRef<Scalar> xi) const override;
 
   Index num_parameters() const override { return params_.size(); }
   ParameterSet<Scalar>* parameters() override {
@@ -250,6 +255,16 @@ class ModernHopfieldEnergy : public Energy<Scalar> {
                           VectorRef<Scalar> values) {
     values = Scalar(0.5) * xi.colwise().squaredNorm().transpose() - lse.col(0) / b;
   }
+
+  /// H v = v - beta X J_softmax(p) X^T v with the weights p kept (w: N x B scratch).
+  static void HessianProduct(ConstMatrixRef<Scalar> X, Scalar beta, ConstMatrixRef<Scalar> p,
+                             ConstMatrixRef<Scalar> v, MatrixRef<Scalar> w, MatrixRef<Scalar> out) {
+    GemmInto<Scalar>(w, X, /*transpose_a=*/true, v);
+    internal::SoftmaxJacobianProduct<Scalar>(p, w, w);
+    out = v;
+    GemmInto<Scalar>(out, X, false, w, -beta, Scalar(1));
+  }
+  class Hessian;
 
   Options options_;
   Index n_ = 0, N_ = 0;
@@ -364,11 +379,37 @@ void ModernHopfieldEnergy<Scalar>::HessianVectorProduct(
   internal::CheckShape("ModernHopfieldEnergy::HessianVectorProduct(out)", out, n_, xi.cols());
   const Scalar b = CheckedBeta("ModernHopfieldEnergy::HessianVectorProduct");
   const auto p = Weights(xi, b, nullptr, true, "ModernHopfieldEnergy::HessianVectorProduct");
-  auto w = internal::ThreadScratch<Scalar, 2>(N_, xi.cols());
-  GemmInto<Scalar>(w, patterns(), /*transpose_a=*/true, v);
-  internal::SoftmaxJacobianProduct<Scalar>(p, w, w);
-  out = v;
-  GemmInto<Scalar>(out, patterns(), false, w, -b, Scalar(1));
+  HessianProduct(patterns(), b, p, v, internal::ThreadScratch<Scalar, 2>(N_, xi.cols()), out);
+}
+
+template <typename Scalar>
+class ModernHopfieldEnergy<Scalar>::Hessian final : public Linearization<Scalar> {
+ public:
+  Hessian(const ModernHopfieldEnergy& energy, Scalar beta, ConstMatrixRef<Scalar> p)
+      : energy_(energy), beta_(beta), p_(p) {}
+  void JacobianVectorProduct(ConstMatrixRef<Scalar> v, MatrixRef<Scalar> out) const override {
+    internal::CheckShape("ModernHopfieldEnergy Hessian: v", v, energy_.dimension(), p_.cols());
+    internal::CheckShape("ModernHopfieldEnergy Hessian: out", out, energy_.dimension(), p_.cols());
+    HessianProduct(energy_.patterns(), beta_, p_, v, internal::ThreadScratch<Scalar, 2>(p_.rows(), p_.cols()),
+                   out);
+  }
+  void VectorJacobianProduct(ConstMatrixRef<Scalar> u, MatrixRef<Scalar> out) const override {
+    JacobianVectorProduct(u, out);  // symmetric
+  }
+
+ private:
+  const ModernHopfieldEnergy& energy_;
+  Scalar beta_;
+  Matrix<Scalar> p_;  // the weights at the point
+};
+
+template <typename Scalar>
+std::unique_ptr<Linearization<Scalar>> ModernHopfieldEnergy<Scalar>::LinearizeHessian(
+    ConstMatrixRef<Scalar> xi) const {
+  internal::CheckBatch("ModernHopfieldEnergy::LinearizeHessian(xi)", xi, n_);
+  const Scalar b = CheckedBeta("ModernHopfieldEnergy::LinearizeHessian");
+  const auto p = Weights(xi, b, nullptr, true, "ModernHopfieldEnergy::LinearizeHessian");
+  return std::make_unique<Hessian>(*this, b, p);
 }
 
 template <typename Scalar>

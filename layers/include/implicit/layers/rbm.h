@@ -165,6 +165,12 @@ class RbmEnergy : public Energy<Scalar> {
     internal::CheckShape("RbmEnergy::HessianVectorProduct(out)", out, n_, v.cols());
     kernel_.HessianVectorProduct(weights(), Eval(), v, dv, out);
   }
+  /// The Hessian at v keeping K''(W^T v + ...): a product there is two GEMMs.
+  /// \throws std::invalid_argument when v is not n x B (B >= 1).
+  std::unique_ptr<Linearization<Scalar>> LinearizeHessian(ConstMatrixRef<Scalar> v) const override {
+    internal::CheckBatch("RbmEnergy::LinearizeHessian(v)", v, n_);
+    return kernel_.HessianAt([this] { return weights(); }, Eval(), v);
+  }
 
   Index num_parameters() const override { return params_.size(); }
   ParameterSet<Scalar>* parameters() override { return params_.size() > 0 ? &params_ : nullptr; }

@@ -16,9 +16,11 @@
 #pragma once
 
 #include <implicit/core/gemm.h>
+#include <implicit/core/linearization.h>
 #include <implicit/core/types.h>
 #include <implicit/core/workspace_pool.h>
 
+#include <memory>
 #include <stdexcept>
 #include <string>
 
@@ -91,6 +93,19 @@ struct SeparableEnergy {
     GemmInto<Scalar>(*r, W, false, w->dg);
     if (bias != nullptr) r->colwise() += *bias;
   }
+  /// The Hessian at x keeping G''(W^T x): a product there is two GEMMs.
+  /// weights_of() gives W at each product (so a view of parameters stays valid).
+  template <typename WeightsOf, typename Eval>
+  std::unique_ptr<Linearization<Scalar>> HessianAt(WeightsOf weights_of, const Eval& eval,
+                                                   ConstMatrixRef<Scalar> x) const {
+    auto hessian = std::make_unique<Hessian<WeightsOf>>(weights_of, q);
+    {
+      auto w = pool_.Acquire();
+      Scores(weights_of(), x, &w->s);
+      eval(w->s, nullptr, nullptr, &hessian->d2g);
+    }
+    return hessian;
+  }
   /// H v = q v - W (G''(s) .* W^T v).
   template <typename WT, typename Eval>
   void HessianVectorProduct(const WT& W, const Eval& eval, ConstMatrixRef<Scalar> x,
@@ -121,6 +136,30 @@ struct SeparableEnergy {
   }
 
  private:
+  template <typename WeightsOf>
+  class Hessian final : public Linearization<Scalar> {
+   public:
+    Hessian(WeightsOf weights_of, Scalar q) : weights_of_(weights_of), q_(q) {}
+    void JacobianVectorProduct(ConstMatrixRef<Scalar> v, MatrixRef<Scalar> out) const override {
+      const auto W = weights_of_();
+      internal::CheckShape("SeparableEnergy Hessian: v", v, W.rows(), d2g.cols());
+      internal::CheckShape("SeparableEnergy Hessian: out", out, W.rows(), d2g.cols());
+      Matrix<Scalar> t(W.cols(), v.cols());  // G''(s) .* W^T v
+      GemmInto<Scalar>(t, W, /*transpose_a=*/true, v);
+      t.array() *= d2g.array();
+      out = q_ * v;
+      GemmInto<Scalar>(out, W, false, t, Scalar(-1), Scalar(1));
+    }
+    void VectorJacobianProduct(ConstMatrixRef<Scalar> u, MatrixRef<Scalar> out) const override {
+      JacobianVectorProduct(u, out);  // symmetric
+    }
+    Matrix<Scalar> d2g;  ///< G''(W^T x) at the point
+
+   private:
+    WeightsOf weights_of_;
+    Scalar q_;
+  };
+
   // The scores S = W^T x and G, G', G'' at them (N x B each).
   struct Work {
     Matrix<Scalar> s, g, dg, d2g;

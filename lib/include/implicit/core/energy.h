@@ -23,9 +23,11 @@
 /// Parameter derivatives are summed over the batch (they feed one gradient).
 #pragma once
 
+#include <implicit/core/linearization.h>
 #include <implicit/core/parameters.h>
 #include <implicit/core/types.h>
 
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -55,6 +57,12 @@ class Energy {
   virtual void HessianVectorProduct(ConstMatrixRef<Scalar> x,
                                     ConstMatrixRef<Scalar> v,
                                     MatrixRef<Scalar> out) const = 0;
+  /// The Hessian at x for many products there (linearization.h; it is
+  /// symmetric, so both products are the same): the implicit backward pass's
+  /// adjoint solve through GradientStepMap / CccpMap. The default keeps a copy
+  /// of x and calls HessianVectorProduct; an energy whose products at one point
+  /// share work (the attention weights) overrides it.
+  virtual std::unique_ptr<Linearization<Scalar>> LinearizeHessian(ConstMatrixRef<Scalar> x) const;
 
   /// The direction the energy's own dynamics move along, x <- x - a * D(x).
   /// Defaults to the gradient. The Energy Transformer overrides it with
@@ -181,5 +189,29 @@ class Energy {
     }
   }
 };
+
+namespace internal {
+/// The default Hessian linearisation: the energy's own products at a copy of x.
+template <typename Scalar>
+class HessianAtPoint final : public Linearization<Scalar> {
+ public:
+  HessianAtPoint(const Energy<Scalar>& energy, ConstMatrixRef<Scalar> x) : energy_(energy), x_(x) {}
+  void JacobianVectorProduct(ConstMatrixRef<Scalar> v, MatrixRef<Scalar> out) const override {
+    energy_.HessianVectorProduct(x_, v, out);
+  }
+  void VectorJacobianProduct(ConstMatrixRef<Scalar> u, MatrixRef<Scalar> out) const override {
+    energy_.HessianVectorProduct(x_, u, out);
+  }
+
+ private:
+  const Energy<Scalar>& energy_;
+  const Matrix<Scalar> x_;
+};
+}  // namespace internal
+
+template <typename Scalar>
+std::unique_ptr<Linearization<Scalar>> Energy<Scalar>::LinearizeHessian(ConstMatrixRef<Scalar> x) const {
+  return std::make_unique<internal::HessianAtPoint<Scalar>>(*this, x);
+}
 
 }  // namespace implicit

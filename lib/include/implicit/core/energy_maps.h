@@ -28,8 +28,10 @@
 #include <implicit/core/map.h>
 
 #include <cmath>
+#include <memory>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace implicit {
@@ -70,6 +72,10 @@ class GradientStepMap : public FixedPointMap<Scalar> {
                              MatrixRef<Scalar> out) const override {
     JacobianVectorProduct(z, u, out);  // the Hessian is symmetric
   }
+  /// I - a H with the energy's Hessian linearisation at z (Energy::LinearizeHessian).
+  std::unique_ptr<Linearization<Scalar>> Linearize(ConstMatrixRef<Scalar> z) const override {
+    return std::make_unique<StepJacobian>(energy_.LinearizeHessian(z), step_);
+  }
   Index num_parameters() const override { return energy_.num_parameters(); }
   void ParameterVectorJacobianProduct(ConstMatrixRef<Scalar> z,
                                       ConstMatrixRef<Scalar> u,
@@ -105,6 +111,24 @@ class GradientStepMap : public FixedPointMap<Scalar> {
   }
 
  private:
+  // J = I - a H from a linearised Hessian H (symmetric: both products are one).
+  class StepJacobian final : public Linearization<Scalar> {
+   public:
+    StepJacobian(std::unique_ptr<Linearization<Scalar>> hessian, Scalar step)
+        : hessian_(std::move(hessian)), step_(step) {}
+    void JacobianVectorProduct(ConstMatrixRef<Scalar> v, MatrixRef<Scalar> out) const override {
+      hessian_->JacobianVectorProduct(v, out);
+      out = v - step_ * out;
+    }
+    void VectorJacobianProduct(ConstMatrixRef<Scalar> u, MatrixRef<Scalar> out) const override {
+      JacobianVectorProduct(u, out);
+    }
+
+   private:
+    std::unique_ptr<Linearization<Scalar>> hessian_;
+    Scalar step_;
+  };
+
   const Energy<Scalar>& energy_;
   Scalar step_;
 };

@@ -55,8 +55,8 @@
 ///
 /// Newton-Krylov and the implicit backward pass make many Jacobian products at
 /// one point z. Linearize(z) returns the map's Jacobian there as an object
-/// (Linearization); a map whose products share work at one point (the
-/// derivative of an activation, a small dense Jacobian) overrides it:
+/// (Linearization, linearization.h); a map whose products share work at one
+/// point (the derivative of an activation, a small dense Jacobian) overrides it:
 ///
 /// \code
 ///   std::unique_ptr<implicit::Linearization<double>> jacobian = map.Linearize(z);
@@ -65,6 +65,7 @@
 #pragma once
 
 #include <implicit/core/energy.h>
+#include <implicit/core/linearization.h>
 #include <implicit/core/parameters.h>
 #include <implicit/core/types.h>
 
@@ -73,20 +74,6 @@
 #include <vector>
 
 namespace implicit {
-
-/// A map's Jacobian J = df/dz at one batch point z (FixedPointMap::Linearize),
-/// for the many products a Krylov solve makes there: out.col(b) = J_b v_b and
-/// J_b^T u_b. Valid while the map lives and its parameters and input do not
-/// change. Const and safe to use from several threads, as the map is.
-template <typename Scalar>
-class Linearization {
- public:
-  virtual ~Linearization() = default;
-  /// out = J v, column by column (v, out: dimension() x B of the point).
-  virtual void JacobianVectorProduct(ConstMatrixRef<Scalar> v, MatrixRef<Scalar> out) const = 0;
-  /// out = J^T u, column by column.
-  virtual void VectorJacobianProduct(ConstMatrixRef<Scalar> u, MatrixRef<Scalar> out) const = 0;
-};
 
 /// A batched fixed-point map z <- f(z; x, theta), applied to each column of a batch.
 ///

@@ -1,0 +1,33 @@
+/// \file
+/// Linearization: a map's Jacobian (or an energy's Hessian) at one batch point,
+/// kept for the many products a Krylov solve makes there — Newton-Krylov's
+/// steps and the implicit backward pass's adjoint solve. Made by
+/// FixedPointMap::Linearize (map.h) and Energy::LinearizeHessian (energy.h);
+/// an implementation keeps what the products at that point share (the
+/// derivative of an activation, the attention weights, a small dense Jacobian).
+///
+/// \code
+///   std::unique_ptr<implicit::Linearization<double>> jacobian = map.Linearize(z);
+///   jacobian->JacobianVectorProduct(v, out);   // = map.JacobianVectorProduct(z, v, out)
+///   jacobian->VectorJacobianProduct(u, out);   // = map.VectorJacobianProduct(z, u, out)
+/// \endcode
+#pragma once
+
+#include <implicit/core/types.h>
+
+namespace implicit {
+
+/// A Jacobian J at one batch point: out.col(b) = J_b v_b and J_b^T u_b for the
+/// point's B samples. Valid while what made it lives and its parameters (and
+/// inputs) do not change. Const and safe to use from several threads.
+template <typename Scalar>
+class Linearization {
+ public:
+  virtual ~Linearization() = default;
+  /// out = J v, column by column (v, out: dimension() x B of the point).
+  virtual void JacobianVectorProduct(ConstMatrixRef<Scalar> v, MatrixRef<Scalar> out) const = 0;
+  /// out = J^T u, column by column.
+  virtual void VectorJacobianProduct(ConstMatrixRef<Scalar> u, MatrixRef<Scalar> out) const = 0;
+};
+
+}  // namespace implicit
