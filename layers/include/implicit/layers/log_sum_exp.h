@@ -38,6 +38,7 @@
 #pragma once
 
 #include <implicit/core/cpu_dispatch.h>
+#include <implicit/core/gemm.h>
 #include <implicit/core/types.h>
 
 #include <algorithm>
@@ -287,7 +288,8 @@ struct SoftmaxHead {
   template <typename KT, typename XT>
   void Compute(const KT& K, const XT& xi, Scalar beta, const Matrix<Scalar>& mask,
                const char* who) {
-    scores.noalias() = K.transpose() * xi;
+    scores.resize(K.cols(), xi.cols());
+    GemmInto<Scalar>(scores, K, /*transpose_a=*/true, xi);
     p = scores;
     lse.resize(xi.cols());
     ScaledColumnSoftmaxInPlace<Scalar>(p, beta, mask, lse.data(), who);
@@ -300,11 +302,12 @@ struct SoftmaxHead {
   template <typename KT, typename XT, typename UT>
   void RetrievalVjp(const KT& K, const XT& xi, const UT& u, Scalar beta, Scalar weight,
                     Matrix<Scalar>* dK, Scalar* dbeta) const {
-    Matrix<Scalar> w = K.transpose() * u;
+    Matrix<Scalar> w(K.cols(), u.cols());
+    GemmInto<Scalar>(w, K, /*transpose_a=*/true, u);
     SoftmaxJacobianProduct<Scalar>(p, w, w);
     if (dK != nullptr) {
-      dK->noalias() += weight * (u * p.transpose());
-      dK->noalias() += (weight * beta) * (xi * w.transpose());
+      GemmOpInto<Scalar>(*dK, u, false, p, true, weight, Scalar(1));
+      GemmOpInto<Scalar>(*dK, xi, false, w, true, weight * beta, Scalar(1));
     }
     if (dbeta != nullptr) *dbeta += weight * Dot(w, scores);
   }
@@ -312,9 +315,11 @@ struct SoftmaxHead {
   /// out = K (diag p - p p^T) K^T v   (column-wise), scaled by beta * weight.
   template <typename KT, typename VT>
   Matrix<Scalar> CovarianceProduct(const KT& K, const VT& v, Scalar beta) const {
-    Matrix<Scalar> w = K.transpose() * v;
+    Matrix<Scalar> w(K.cols(), v.cols());
+    GemmInto<Scalar>(w, K, /*transpose_a=*/true, v);
     SoftmaxJacobianProduct<Scalar>(p, w, w);
-    Matrix<Scalar> out = beta * (K * w);
+    Matrix<Scalar> out(K.rows(), v.cols());
+    GemmInto<Scalar>(out, K, false, w, beta);
     return out;
   }
 
