@@ -214,6 +214,13 @@ class EnergyTransformer : public Energy<Scalar>, private internal::EnergyTransfo
     internal::CheckShape((name + "(out)").c_str(), out, x.rows(), x.cols());
   }
 
+  /// (dr/dx) v (transpose: (dr/dx)^T v) column by column, from the caches of
+  /// `at` or, when at == nullptr, from each column of x's caches made here.
+  void DescentColumns(const DescentPoint* at, ConstMatrixRef<Scalar> x, ConstMatrixRef<Scalar> v,
+                      MatrixRef<Scalar> out, bool transpose) const;
+  void CheckPointProduct(const char* function, const DescentPoint& at, ConstMatrixRef<Scalar> v,
+                         MatrixRef<Scalar> out) const;
+
   /// One sample's (dr/dx) v and (dr/dx)^T u from its caches (Normalize, Forces).
   void DescentColumn(const Sample& s, const Scalar* v, Scalar* out, bool transpose) const {
     const auto vb = Tokens(v);
@@ -372,17 +379,35 @@ class EnergyTransformer<Scalar>::DescentPoint {
 };
 
 template <typename Scalar>
+void EnergyTransformer<Scalar>::DescentColumns(const DescentPoint* at, ConstMatrixRef<Scalar> x,
+                                               ConstMatrixRef<Scalar> v, MatrixRef<Scalar> out,
+                                               bool transpose) const {
+  Sample s;
+  for (Index b = 0; b < v.cols(); ++b) {
+    if (at == nullptr) {
+      Normalize(x.col(b).data(), &s);
+      Forces(&s, nullptr);
+    }
+    DescentColumn(at != nullptr ? at->samples[b] : s, v.col(b).data(), out.col(b).data(), transpose);
+  }
+}
+
+template <typename Scalar>
+void EnergyTransformer<Scalar>::CheckPointProduct(const char* function, const DescentPoint& at,
+                                                  ConstMatrixRef<Scalar> v, MatrixRef<Scalar> out) const {
+  const std::string name = std::string("EnergyTransformer::") + function;
+  const Index batch = static_cast<Index>(at.samples.size());
+  internal::CheckShape((name + "(direction)").c_str(), v, at.rows, batch);
+  internal::CheckShape((name + "(out)").c_str(), out, at.rows, batch);
+}
+
+template <typename Scalar>
 void EnergyTransformer<Scalar>::DescentJacobianProduct(
     ConstMatrixRef<Scalar> x,
     ConstMatrixRef<Scalar> v,
     MatrixRef<Scalar> out) const {
   CheckProduct("DescentJacobianProduct", x, v, out);
-  Sample s;
-  for (Index b = 0; b < x.cols(); ++b) {
-    Normalize(x.col(b).data(), &s);
-    Forces(&s, nullptr);
-    DescentColumn(s, v.col(b).data(), out.col(b).data(), /*transpose=*/false);
-  }
+  DescentColumns(nullptr, x, v, out, /*transpose=*/false);
 }
 
 template <typename Scalar>
@@ -391,12 +416,7 @@ void EnergyTransformer<Scalar>::DescentJacobianTransposeProduct(
     ConstMatrixRef<Scalar> u,
     MatrixRef<Scalar> out) const {
   CheckProduct("DescentJacobianTransposeProduct", x, u, out);
-  Sample s;
-  for (Index b = 0; b < x.cols(); ++b) {
-    Normalize(x.col(b).data(), &s);
-    Forces(&s, nullptr);
-    DescentColumn(s, u.col(b).data(), out.col(b).data(), /*transpose=*/true);
-  }
+  DescentColumns(nullptr, x, u, out, /*transpose=*/true);
 }
 
 template <typename Scalar>
@@ -416,23 +436,15 @@ EnergyTransformer<Scalar>::LinearizeDescent(ConstMatrixRef<Scalar> x) const {
 template <typename Scalar>
 void EnergyTransformer<Scalar>::DescentJacobianProduct(const DescentPoint& at, ConstMatrixRef<Scalar> v,
                                                        MatrixRef<Scalar> out) const {
-  const Index batch = static_cast<Index>(at.samples.size());
-  internal::CheckShape("EnergyTransformer::DescentJacobianProduct(v)", v, at.rows, batch);
-  internal::CheckShape("EnergyTransformer::DescentJacobianProduct(out)", out, at.rows, batch);
-  for (Index b = 0; b < batch; ++b) {
-    DescentColumn(at.samples[b], v.col(b).data(), out.col(b).data(), /*transpose=*/false);
-  }
+  CheckPointProduct("DescentJacobianProduct", at, v, out);
+  DescentColumns(&at, v, v, out, /*transpose=*/false);
 }
 
 template <typename Scalar>
 void EnergyTransformer<Scalar>::DescentJacobianTransposeProduct(const DescentPoint& at, ConstMatrixRef<Scalar> u,
                                                                 MatrixRef<Scalar> out) const {
-  const Index batch = static_cast<Index>(at.samples.size());
-  internal::CheckShape("EnergyTransformer::DescentJacobianTransposeProduct(u)", u, at.rows, batch);
-  internal::CheckShape("EnergyTransformer::DescentJacobianTransposeProduct(out)", out, at.rows, batch);
-  for (Index b = 0; b < batch; ++b) {
-    DescentColumn(at.samples[b], u.col(b).data(), out.col(b).data(), /*transpose=*/true);
-  }
+  CheckPointProduct("DescentJacobianTransposeProduct", at, u, out);
+  DescentColumns(&at, u, u, out, /*transpose=*/true);
 }
 
 template <typename Scalar>
