@@ -371,12 +371,14 @@ void EnergyTransformer<Scalar>::ParameterVectorJacobianProduct(
   out = flat;
 }
 
+/// \cond INTERNAL
 template <typename Scalar>
 class EnergyTransformer<Scalar>::DescentPoint {
  public:
   std::vector<Sample> samples;  ///< one per column of the point
   Index rows = 0;
 };
+/// \endcond
 
 template <typename Scalar>
 void EnergyTransformer<Scalar>::DescentColumns(const DescentPoint* at, ConstMatrixRef<Scalar> x,

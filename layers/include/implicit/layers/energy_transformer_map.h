@@ -267,6 +267,7 @@ void EnergyTransformerMap<Scalar>::ProductAt(const typename EnergyTransformer<Sc
   if (has_clamp_) Mask(out);
 }
 
+/// \cond INTERNAL
 template <typename Scalar>
 class EnergyTransformerMap<Scalar>::Jacobian final : public Linearization<Scalar> {
  public:
@@ -283,6 +284,7 @@ class EnergyTransformerMap<Scalar>::Jacobian final : public Linearization<Scalar
   const EnergyTransformerMap& map_;
   std::shared_ptr<const typename EnergyTransformer<Scalar>::DescentPoint> at_;
 };
+/// \endcond
 
 template <typename Scalar>
 std::unique_ptr<Linearization<Scalar>> EnergyTransformerMap<Scalar>::Linearize(ConstMatrixRef<Scalar> x) const {

@@ -382,6 +382,7 @@ void ModernHopfieldEnergy<Scalar>::HessianVectorProduct(
   HessianProduct(patterns(), b, p, v, internal::ThreadScratch<Scalar, 2>(N_, xi.cols()), out);
 }
 
+/// \cond INTERNAL
 template <typename Scalar>
 class ModernHopfieldEnergy<Scalar>::Hessian final : public Linearization<Scalar> {
  public:
@@ -402,6 +403,7 @@ class ModernHopfieldEnergy<Scalar>::Hessian final : public Linearization<Scalar>
   Scalar beta_;
   Matrix<Scalar> p_;  // the weights at the point
 };
+/// \endcond
 
 template <typename Scalar>
 std::unique_ptr<Linearization<Scalar>> ModernHopfieldEnergy<Scalar>::LinearizeHessian(
