@@ -164,9 +164,10 @@ class EnergyTransformerMap : public FixedPointMap<Scalar> {
   /// J v = m (.) (w - a dr/dy w), w = m (.) v   (transpose: dr/dy^T); no clamp: m = 1.
   void Product(ConstMatrixRef<Scalar> x, ConstMatrixRef<Scalar> v, MatrixRef<Scalar> out,
                bool transpose) const;
-  /// The same with the caches of dr/dy at y (`at`; the merged point when clamped).
-  void ProductAt(const typename EnergyTransformer<Scalar>::DescentPoint& at, ConstMatrixRef<Scalar> v,
-                 MatrixRef<Scalar> out, bool transpose) const;
+  /// The same with the caches of dr/dy at y (`at`, of `batch` samples; the
+  /// merged point when clamped). v and out are checked before the mask is applied.
+  void ProductAt(const typename EnergyTransformer<Scalar>::DescentPoint& at, Index batch,
+                 ConstMatrixRef<Scalar> v, MatrixRef<Scalar> out, bool transpose) const;
   class Jacobian;
 
   EnergyTransformer<Scalar>& et_;
@@ -245,17 +246,17 @@ void EnergyTransformerMap<Scalar>::Product(
     ConstMatrixRef<Scalar> v,
     MatrixRef<Scalar> out,
     bool transpose) const {
-  internal::CheckShape("EnergyTransformerMap: direction", v, x.rows(), x.cols());
-  internal::CheckShape("EnergyTransformerMap: output", out, x.rows(), x.cols());
-  // y checks x (and so v, out) against the clamp before the mask is applied.
+  // Merge checks x against the clamp, ProductAt v and out before the mask is applied.
   const auto at = et_.LinearizeDescent(has_clamp_ ? clamped_.Merge(x) : Matrix<Scalar>(x));
-  ProductAt(*at, v, out, transpose);
+  ProductAt(*at, x.cols(), v, out, transpose);
 }
 
 template <typename Scalar>
 void EnergyTransformerMap<Scalar>::ProductAt(const typename EnergyTransformer<Scalar>::DescentPoint& at,
-                                             ConstMatrixRef<Scalar> v, MatrixRef<Scalar> out,
+                                             Index batch, ConstMatrixRef<Scalar> v, MatrixRef<Scalar> out,
                                              bool transpose) const {
+  internal::CheckShape("EnergyTransformerMap: direction", v, dimension(), batch);
+  internal::CheckShape("EnergyTransformerMap: output", out, dimension(), batch);
   Matrix<Scalar> w = v;
   if (has_clamp_) Mask(w);
   if (transpose) {
@@ -271,25 +272,27 @@ void EnergyTransformerMap<Scalar>::ProductAt(const typename EnergyTransformer<Sc
 template <typename Scalar>
 class EnergyTransformerMap<Scalar>::Jacobian final : public Linearization<Scalar> {
  public:
-  Jacobian(const EnergyTransformerMap& map, std::shared_ptr<const typename EnergyTransformer<Scalar>::DescentPoint> at)
-      : map_(map), at_(std::move(at)) {}
+  Jacobian(const EnergyTransformerMap& map, std::shared_ptr<const typename EnergyTransformer<Scalar>::DescentPoint> at,
+           Index batch)
+      : map_(map), at_(std::move(at)), batch_(batch) {}
   void JacobianVectorProduct(ConstMatrixRef<Scalar> v, MatrixRef<Scalar> out) const override {
-    map_.ProductAt(*at_, v, out, false);
+    map_.ProductAt(*at_, batch_, v, out, false);
   }
   void VectorJacobianProduct(ConstMatrixRef<Scalar> u, MatrixRef<Scalar> out) const override {
-    map_.ProductAt(*at_, u, out, true);
+    map_.ProductAt(*at_, batch_, u, out, true);
   }
 
  private:
   const EnergyTransformerMap& map_;
   std::shared_ptr<const typename EnergyTransformer<Scalar>::DescentPoint> at_;
+  Index batch_;
 };
 /// \endcond
 
 template <typename Scalar>
 std::unique_ptr<Linearization<Scalar>> EnergyTransformerMap<Scalar>::Linearize(ConstMatrixRef<Scalar> x) const {
   const auto at = et_.LinearizeDescent(has_clamp_ ? clamped_.Merge(x) : Matrix<Scalar>(x));
-  return std::make_unique<Jacobian>(*this, at);
+  return std::make_unique<Jacobian>(*this, at, x.cols());
 }
 
 IMPLICIT_EXTERN_TEMPLATE_CLASS(EnergyTransformerMap);
