@@ -113,11 +113,8 @@ struct SeparableEnergy {
     auto w = pool_.Acquire();
     Scores(W, x, &w->s);
     eval(w->s, nullptr, nullptr, &w->d2g);
-    w->g.resize(W.cols(), v.cols());  // G''(s) .* W^T v
-    GemmInto<Scalar>(w->g, W, /*transpose_a=*/true, v);
-    w->g.array() *= w->d2g.array();
-    out = q * v;
-    GemmInto<Scalar>(out, W, false, w->g, Scalar(-1), Scalar(1));
+    w->g.resize(W.cols(), v.cols());
+    HessianProduct(W, q, w->d2g, v, w->g, out);
   }
   /// d/dW sum_b <grad E(x_b), u_b> = -(U G'(S)^T + X (G''(S) .* W^T U)^T).
   template <typename WT, typename Eval>
@@ -136,6 +133,14 @@ struct SeparableEnergy {
   }
 
  private:
+  /// out = q v - W (G'' .* W^T v), given G'' at the point (t: N x B scratch).
+  static void HessianProduct(ConstMatrixRef<Scalar> W, Scalar q, ConstMatrixRef<Scalar> d2g,
+                             ConstMatrixRef<Scalar> v, MatrixRef<Scalar> t, MatrixRef<Scalar> out) {
+    GemmInto<Scalar>(t, W, /*transpose_a=*/true, v);
+    t.array() *= d2g.array();
+    out = q * v;
+    GemmInto<Scalar>(out, W, false, t, Scalar(-1), Scalar(1));
+  }
   template <typename WeightsOf>
   class Hessian final : public Linearization<Scalar> {
    public:
@@ -144,11 +149,8 @@ struct SeparableEnergy {
       const auto W = weights_of_();
       internal::CheckShape("SeparableEnergy Hessian: v", v, W.rows(), d2g.cols());
       internal::CheckShape("SeparableEnergy Hessian: out", out, W.rows(), d2g.cols());
-      Matrix<Scalar> t(W.cols(), v.cols());  // G''(s) .* W^T v
-      GemmInto<Scalar>(t, W, /*transpose_a=*/true, v);
-      t.array() *= d2g.array();
-      out = q_ * v;
-      GemmInto<Scalar>(out, W, false, t, Scalar(-1), Scalar(1));
+      Matrix<Scalar> t(W.cols(), v.cols());
+      HessianProduct(W, q_, d2g, v, t, out);
     }
     void VectorJacobianProduct(ConstMatrixRef<Scalar> u, MatrixRef<Scalar> out) const override {
       JacobianVectorProduct(u, out);  // symmetric
