@@ -287,7 +287,103 @@ void LogCosh(const Config& config) {
   }
 }
 
+// A batch whose samples are computed one column at a time (one matrix-vector
+// product each, on one thread whatever Eigen::nbThreads() says), so that only
+// the solvers' own work can depend on the thread count: f(z) = tanh(W z + c_b)
+// with |W|_2 = 0.95, and the quadratic energy 0.5 z^T H z - c_b^T z (H with
+// eigenvalues in [0.5, 1.5]) for the solvers that need an energy.
+class ColumnTanhMap : public FixedPointMap<double> {
+ public:
+  ColumnTanhMap(Index n, Index batch)
+      : W_(testing::RandomMatrixWithNorm<double>(n, n, 0.95, 811)), c_(testing::RandomMatrix<double>(n, batch, 812)) {}
+  Index dimension() const override { return W_.rows(); }
+  void Evaluate(ConstMatrixRef<double> z, MatrixRef<double> out) const override {
+    for (Index b = 0; b < z.cols(); ++b) out.col(b) = (W_ * z.col(b) + c_.col(b)).array().tanh().matrix();
+  }
+  bool HasJacobianProducts() const override { return true; }
+  void JacobianVectorProduct(ConstMatrixRef<double> z, ConstMatrixRef<double> v,
+                             MatrixRef<double> out) const override {  // (1 - f^2) W v
+    Matrix<double> f(z.rows(), z.cols());
+    Evaluate(z, f);
+    for (Index b = 0; b < z.cols(); ++b) out.col(b) = (1.0 - f.col(b).array().square()) * (W_ * v.col(b)).array();
+  }
+  void VectorJacobianProduct(ConstMatrixRef<double> z, ConstMatrixRef<double> u,
+                             MatrixRef<double> out) const override {  // W^T ((1 - f^2) u)
+    Matrix<double> f(z.rows(), z.cols());
+    Evaluate(z, f);
+    for (Index b = 0; b < z.cols(); ++b)
+      out.col(b) = W_.transpose() * ((1.0 - f.col(b).array().square()) * u.col(b).array()).matrix();
+  }
+
+ private:
+  Matrix<double> W_, c_;
+};
+
+class ColumnQuadraticEnergy : public Energy<double> {
+ public:
+  ColumnQuadraticEnergy(Index n, Index batch)
+      : H_(testing::RandomSpd<double>(n, 0.5, 1.5, 813)), c_(testing::RandomMatrix<double>(n, batch, 814)) {}
+  Index dimension() const override { return H_.rows(); }
+  void Value(ConstMatrixRef<double> x, VectorRef<double> values) const override {
+    for (Index b = 0; b < x.cols(); ++b) values(b) = 0.5 * x.col(b).dot(H_ * x.col(b)) - c_.col(b).dot(x.col(b));
+  }
+  void Gradient(ConstMatrixRef<double> x, MatrixRef<double> grad) const override {
+    for (Index b = 0; b < x.cols(); ++b) grad.col(b) = H_ * x.col(b) - c_.col(b);
+  }
+  void HessianVectorProduct(ConstMatrixRef<double>, ConstMatrixRef<double> v, MatrixRef<double> out) const override {
+    for (Index b = 0; b < v.cols(); ++b) out.col(b) = H_ * v.col(b);
+  }
+
+ private:
+  Matrix<double> H_, c_;
+};
+
+// Restores Eigen's thread count when a test ends.
+struct EigenThreadsGuard {
+  int saved = Eigen::nbThreads();
+  ~EigenThreadsGuard() { Eigen::setNbThreads(saved); }
+};
+
 }  // namespace
+
+// The solvers share their per-sample work among Eigen's threads (n x B large
+// enough, internal/sample_loop.h): each sample's computation must be the same
+// as on one thread, so the solution and every per-sample count are identical.
+BOOST_DATA_TEST_CASE(results_do_not_depend_on_the_thread_count, data::make(Labels()), label) {
+  const Config& config = Find(label);
+  const Index n = 24, B = 900;  // n B above the threshold of the parallel loops
+  ColumnTanhMap tanh_map(n, B);
+  ColumnQuadraticEnergy energy(n, B);
+  EnergyRootMap<double> root_map(energy);
+  const FixedPointMap<double>& map =
+      SolverNeedsEnergy(config.solver) ? static_cast<const FixedPointMap<double>&>(root_map) : tanh_map;
+  SolverOptions base;
+  base.absolute_tolerance = 1e-10;
+  base.max_iterations = 300;
+  auto solver = MakeSolver<double>(config.solver, config.options, base);
+  const Matrix<double> z0 = testing::RandomMatrix<double>(n, B, 815, 2.0);
+
+  EigenThreadsGuard guard;
+  std::vector<Matrix<double>> solutions;
+  std::vector<Summary> summaries;
+  for (int threads : {1, 3}) {
+    Eigen::setNbThreads(threads);
+    Matrix<double> z = z0;
+    summaries.push_back(solver->Solve(map, z));
+    solutions.push_back(z);
+  }
+  const Summary &one = summaries[0], &three = summaries[1];
+  BOOST_TEST(one.num_converged() == B, one.FullReport());
+  BOOST_TEST((solutions[0].array() == solutions[1].array()).all());
+  BOOST_TEST(one.iterations == three.iterations);
+  BOOST_TEST(one.function_evaluations == three.function_evaluations);
+  BOOST_TEST(one.sample_iterations == three.sample_iterations, boost::test_tools::per_element());
+  BOOST_TEST(one.sample_evaluations == three.sample_evaluations, boost::test_tools::per_element());
+  BOOST_TEST(one.sample_accelerated_steps == three.sample_accelerated_steps, boost::test_tools::per_element());
+  BOOST_TEST(one.sample_backtracks == three.sample_backtracks, boost::test_tools::per_element());
+  BOOST_TEST(one.sample_fallbacks == three.sample_fallbacks, boost::test_tools::per_element());
+  BOOST_TEST(one.sample_residual == three.sample_residual, boost::test_tools::per_element());
+}
 
 BOOST_DATA_TEST_CASE(affine_contraction, data::make(Labels()), label) {
   Affine<double>(Find(label));

@@ -64,6 +64,7 @@
 #include <implicit/solvers/internal/batch_evaluator.h>
 #include <implicit/solvers/internal/batch_monitor.h>
 #include <implicit/solvers/internal/guarded_step.h>
+#include <implicit/solvers/internal/sample_loop.h>
 #include <implicit/solvers/solver.h>
 
 #include <algorithm>
@@ -164,13 +165,11 @@ class AndersonSolver : public Solver<Scalar> {
 
  private:
   /// Solves (G + lambda I) gamma = rhs for the k x k Gram block G with the
-  /// relative ridge, by an in-place Cholesky factorisation in `chol`. Returns
-  /// false (history must be cleared) when a pivot fails the condition test.
-  bool SolveGram(const Eigen::Ref<const Matrix<double>>& G, Index k, Matrix<double>* chol_ptr,
-                 Vector<double>* rhs_ptr, Vector<double>* gamma_ptr) const {
-    Matrix<double>& L = *chol_ptr;
-    Vector<double>& rhs = *rhs_ptr;
-    Vector<double>& gamma = *gamma_ptr;
+  /// relative ridge, by a Cholesky factorisation in L (m x m scratch, the
+  /// thread's own). Returns false (history must be cleared) when a pivot fails
+  /// the condition test.
+  bool SolveGram(const Eigen::Ref<const Matrix<double>>& G, Index k, Eigen::Ref<Matrix<double>> L,
+                 Eigen::Ref<const Vector<double>> rhs, Eigen::Ref<Vector<double>> gamma) const {
     double trace = 0.0;
     for (Index i = 0; i < k; ++i) trace += G(i, i);
     const double lambda = options_.ridge * trace / static_cast<double>(k);
@@ -226,9 +225,11 @@ Summary AndersonSolver<Scalar>::Solve(const FixedPointMap<Scalar>& map, MatrixRe
   Matrix<Scalar> z_prev(n, batch), g_prev(n, batch);  // last iterate and its residual
   Matrix<Scalar> dz(n, m * batch), dg(n, m * batch);  // sample b: columns [b m, b m + m)
   Matrix<double> gram(m, m * batch);                  // dG^T dG of sample b: block b
-  Matrix<double> chol(m, m);                          // ridged system, then its factor
-  Vector<double> rhs(m), gamma(m);
-  Vector<Scalar> predicted(n);                        // g - dG gamma
+  const internal::SampleLoop samples(n);              // the per-sample work, threaded
+  const int threads = samples.threads();              // scratch: one block per thread
+  Matrix<double> chol(m, m * threads);                // ridged system, then its factor
+  Matrix<double> rhs(m, threads), gamma(m, threads);
+  Matrix<Scalar> predicted(n, threads);               // g - dG gamma
   std::vector<int> count(batch, 0), next(batch, 0);   // stored pairs, next slot to write
   std::vector<char> has_prev(batch, 0), proposal(batch, 0);
   internal::FastContraction fast_contraction(options_.fast_contraction, batch);
@@ -236,7 +237,7 @@ Summary AndersonSolver<Scalar>::Solve(const FixedPointMap<Scalar>& map, MatrixRe
 
   evaluator.Evaluate(z, monitor.active_columns(), fz, energies, &monitor);
   while (monitor.Observe(z, fz, energies)) {
-    for (Index b : monitor.active_columns()) {
+    samples.Run(monitor.active_columns(), [&](Index b, int thread) {
       auto zb = z.col(b);
       const Index base = b * m;
       // Push the newest difference pair into the ring and update the Gram block.
@@ -284,21 +285,24 @@ Summary AndersonSolver<Scalar>::Solve(const FixedPointMap<Scalar>& map, MatrixRe
       // z), unless this is the first fast step or the least squares predicts
       // little gain (max_predicted_residual).
       proposal[b] = 0;
-      if (plain) continue;
+      if (plain) return;
       const Index k = count[b];
-      if (k == 0 || first_fast) continue;
-      for (Index i = 0; i < k; ++i) rhs(i) = static_cast<double>(dg.col(base + i).dot(gb));
-      if (!SolveGram(gram.block(0, base, k, k), k, &chol, &rhs, &gamma)) {
+      if (k == 0 || first_fast) return;
+      auto rhs_b = rhs.col(thread);
+      auto gamma_b = gamma.col(thread);
+      for (Index i = 0; i < k; ++i) rhs_b(i) = static_cast<double>(dg.col(base + i).dot(gb));
+      if (!SolveGram(gram.block(0, base, k, k), k, chol.middleCols(thread * m, m), rhs_b, gamma_b)) {
         count[b] = next[b] = 0;  // ill-conditioned history: safe step, fresh history
-        continue;
+        return;
       }
-      predicted = gb;
-      for (Index i = 0; i < k; ++i) predicted -= static_cast<Scalar>(gamma(i)) * dg.col(base + i);
-      if (predicted.norm() > static_cast<Scalar>(options_.max_predicted_residual) * gb.norm()) continue;
-      q.col(b) = beta * predicted;
-      for (Index i = 0; i < k; ++i) q.col(b) -= static_cast<Scalar>(gamma(i)) * dz.col(base + i);
+      auto predicted_b = predicted.col(thread);
+      predicted_b = gb;
+      for (Index i = 0; i < k; ++i) predicted_b -= static_cast<Scalar>(gamma_b(i)) * dg.col(base + i);
+      if (predicted_b.norm() > static_cast<Scalar>(options_.max_predicted_residual) * gb.norm()) return;
+      q.col(b) = beta * predicted_b;
+      for (Index i = 0; i < k; ++i) q.col(b) -= static_cast<Scalar>(gamma_b(i)) * dz.col(base + i);
       proposal[b] = 1;
-    }
+    });
     stepper.Step(z, fz, energies, q, proposal, &evaluator, &monitor);
     for (Index b : monitor.active_columns()) {
       if (proposal[b] && !stepper.accelerated(b)) count[b] = next[b] = 0;  // fell back

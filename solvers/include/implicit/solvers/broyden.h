@@ -46,6 +46,7 @@
 #include <implicit/solvers/internal/batch_evaluator.h>
 #include <implicit/solvers/internal/batch_monitor.h>
 #include <implicit/solvers/internal/guarded_step.h>
+#include <implicit/solvers/internal/sample_loop.h>
 #include <implicit/solvers/solver.h>
 
 #include <algorithm>
@@ -126,7 +127,8 @@ Summary BroydenSolver<Scalar>::Solve(const FixedPointMap<Scalar>& map, MatrixRef
   Vector<Scalar> e(batch);                                // E(z) (maps with an energy)
   Vector<Scalar>* energies = evaluator.with_energy() ? &e : nullptr;
   Matrix<Scalar> u(n, m * batch), v(n, m * batch);        // sample b: columns [b m, b m + m)
-  Vector<Scalar> hy(n), hts(n);                           // H y and H^T s
+  const internal::SampleLoop samples(n);                  // the per-sample work, threaded
+  Matrix<Scalar> hy(n, samples.threads()), hts(n, samples.threads());  // H y and H^T s, per thread
   std::vector<int> count(batch, 0);
   std::vector<char> proposal(batch, 0);
   internal::FastContraction fast_contraction(options_.fast_contraction, batch);
@@ -136,7 +138,7 @@ Summary BroydenSolver<Scalar>::Solve(const FixedPointMap<Scalar>& map, MatrixRef
   evaluator.Evaluate(z, monitor.active_columns(), fz, energies, &monitor);
   while (monitor.Observe(z, fz, energies)) {
     // Proposal p = -H g = g - sum u_i (v_i . g); with H = -I it is the safe step.
-    for (Index b : monitor.active_columns()) {
+    samples.Run(monitor.active_columns(), [&](Index b, int) {
       const Index base = b * m;
       // The Picard fallback: plain steps, entered from the best iterate with
       // H restarted from -I.
@@ -150,16 +152,16 @@ Summary BroydenSolver<Scalar>::Solve(const FixedPointMap<Scalar>& map, MatrixRef
       g_prev.col(b) = fz.col(b) - z.col(b);
       p.col(b) = g_prev.col(b);
       proposal[b] = 0;
-      if (plain || plain_next[b]) continue;  // plain_next: after the first fast step
+      if (plain || plain_next[b]) return;  // plain_next: after the first fast step
       for (Index i = 0; i < count[b]; ++i) {
         p.col(b) -= v.col(base + i).dot(g_prev.col(b)) * u.col(base + i);
       }
       proposal[b] = count[b] > 0 ? 1 : 0;
-    }
+    });
     stepper.Step(z, fz, energies, p, proposal, &evaluator, &monitor);
 
     // Update each sample's approximation with the step taken.
-    for (Index b : monitor.active_columns()) {
+    samples.Run(monitor.active_columns(), [&](Index b, int thread) {
       const Index base = b * m;
       if ((proposal[b] && !stepper.accelerated(b)) || count[b] == m) count[b] = 0;  // restart
       // s = z_new - z_old (in p), y = g_new - g_old (in g_prev).
@@ -171,24 +173,26 @@ Summary BroydenSolver<Scalar>::Solve(const FixedPointMap<Scalar>& map, MatrixRef
       bool first_fast = false;
       if (fast_contraction.Observe(b, s, y, &first_fast)) count[b] = 0;
       plain_next[b] = first_fast;
-      hy = -y;
-      hts = -s;
+      auto hy_b = hy.col(thread);
+      auto hts_b = hts.col(thread);
+      hy_b = -y;
+      hts_b = -s;
       for (Index i = 0; i < count[b]; ++i) {
-        hy += v.col(base + i).dot(y) * u.col(base + i);
-        hts += u.col(base + i).dot(s) * v.col(base + i);
+        hy_b += v.col(base + i).dot(y) * u.col(base + i);
+        hts_b += u.col(base + i).dot(s) * v.col(base + i);
       }
-      const Scalar denom = s.dot(hy);
-      const Scalar scale = s.norm() * hy.norm();
+      const Scalar denom = s.dot(hy_b);
+      const Scalar scale = s.norm() * hy_b.norm();
       if (std::isfinite(static_cast<double>(denom)) && std::abs(denom) > tiny * scale &&
           scale > Scalar(0)) {
         const Index slot = base + count[b];
-        u.col(slot) = (s - hy) / denom;
-        v.col(slot) = hts;
+        u.col(slot) = (s - hy_b) / denom;
+        v.col(slot) = hts_b;
         ++count[b];
       } else {
         count[b] = 0;
       }
-    }
+    });
   }
   return monitor.Finish(z);
 }

@@ -22,6 +22,7 @@
 
 #include <implicit/solvers/internal/batch_evaluator.h>
 #include <implicit/solvers/internal/batch_monitor.h>
+#include <implicit/solvers/internal/sample_loop.h>
 #include <implicit/solvers/solver.h>
 
 #include <string>
@@ -74,9 +75,10 @@ Summary PicardSolver<Scalar>::Solve(const FixedPointMap<Scalar>& map, MatrixRef<
   Vector<Scalar> e(z.cols());
   Vector<Scalar>* energies = evaluator.with_energy() ? &e : nullptr;
   const Scalar damping = static_cast<Scalar>(options_.damping);
+  const internal::SampleLoop samples(z.rows());
   evaluator.Evaluate(z, monitor.active_columns(), fz, energies, &monitor);
   while (monitor.Observe(z, fz, energies)) {
-    for (Index b : monitor.active_columns()) z.col(b) += damping * (fz.col(b) - z.col(b));
+    samples.Run(monitor.active_columns(), [&](Index b, int) { z.col(b) += damping * (fz.col(b) - z.col(b)); });
     evaluator.Evaluate(z, monitor.active_columns(), fz, energies, &monitor);
   }
   return monitor.Finish(z);

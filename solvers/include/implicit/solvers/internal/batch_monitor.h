@@ -24,6 +24,7 @@
 
 #include <implicit/core/map.h>
 #include <implicit/solvers/internal/sample_judge.h>
+#include <implicit/solvers/internal/sample_loop.h>
 #include <implicit/solvers/linear_solver_options.h>
 #include <implicit/solvers/solver.h>
 
@@ -83,6 +84,9 @@ class BatchMonitor {
       kept_e_.resize(z.cols());
     }
     Allocate(z.cols());
+    samples_ = SampleLoop(z.rows());
+    observed_.resize(z.cols());
+    keep_.reserve(z.cols());
     if (options_.record_trace) summary_.trace.reserve(options_.max_iterations + 1);
   }
 
@@ -157,20 +161,25 @@ class BatchMonitor {
   // Returns true while some sample is still active.
   bool Observe(ConstMatrixRef<Scalar> z, ConstMatrixRef<Scalar> fz,
                const Vector<Scalar>* energies = nullptr) {
-    return ObserveActive(
-        z.cols(),
-        [&](Index b, Index) {
-          const double f_norm = static_cast<double>(fz.col(b).norm());
-          const double e = energies != nullptr ? static_cast<double>((*energies)(b)) : 0.0;
-          return SampleObservation{static_cast<double>((fz.col(b) - z.col(b)).norm()), f_norm, e,
-                                   energies != nullptr, std::isfinite(f_norm) && std::isfinite(e) && z.col(b).allFinite()};
-        },
-        [&](Index b) {
-          kept_z_.col(b) = z.col(b);
-          if (!keep_images_) return;
-          kept_fz_.col(b) = fz.col(b);
-          if (energies != nullptr) kept_e_(b) = (*energies)(b);
-        });
+    // The norms and the copies of kept iterates are per sample, shared among
+    // threads; the verdicts (and the trace's sums) are made in sample order.
+    samples_.Run(active_columns_, [&](Index b, int) {
+      const double f_norm = static_cast<double>(fz.col(b).norm());
+      const double e = energies != nullptr ? static_cast<double>((*energies)(b)) : 0.0;
+      observed_[b] = SampleObservation{static_cast<double>((fz.col(b) - z.col(b)).norm()), f_norm, e,
+                                       energies != nullptr,
+                                       std::isfinite(f_norm) && std::isfinite(e) && z.col(b).allFinite()};
+    });
+    keep_.clear();
+    const bool more = ObserveActive(
+        z.cols(), [&](Index b, Index) { return observed_[b]; }, [&](Index b) { keep_.push_back(b); });
+    samples_.Run(keep_, [&](Index b, int) {
+      kept_z_.col(b) = z.col(b);
+      if (!keep_images_) return;
+      kept_fz_.col(b) = fz.col(b);
+      if (energies != nullptr) kept_e_(b) = (*energies)(b);
+    });
+    return more;
   }
 
   // ---- forward solves whose state lives elsewhere (the device solvers) ----
@@ -442,6 +451,9 @@ class BatchMonitor {
   Matrix<Scalar> kept_z_, kept_fz_;  // forward solves only: kept iterates and f there
   Vector<Scalar> kept_e_;            // and E there (with an energy)
   bool keep_images_ = false;         // kept_fz_ and kept_e_ are kept (Begin)
+  SampleLoop samples_{0};            // forward solves: per-sample work, threaded (Begin)
+  std::vector<SampleObservation> observed_;  // Observe(): each active sample's norms
+  std::vector<Index> keep_;                  // Observe(): the samples whose iterate is kept
   std::vector<char> active_;
   std::vector<Index> active_columns_;
   int num_active_ = 0;

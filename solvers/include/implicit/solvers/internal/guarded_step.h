@@ -37,6 +37,7 @@
 
 #include <implicit/solvers/internal/batch_evaluator.h>
 #include <implicit/solvers/internal/batch_monitor.h>
+#include <implicit/solvers/internal/sample_loop.h>
 
 #include <cmath>
 #include <limits>
@@ -151,13 +152,14 @@ class GuardedStepper {
  public:
   // All memory is allocated here.
   GuardedStepper(const GuardOptions& options, Index n, Index batch, Scalar beta)
-      : options_(options), beta_(beta), y_(n, batch), fy_(n, batch), ey_(batch) {
+      : options_(options), beta_(beta), samples_(n), y_(n, batch), fy_(n, batch), ey_(batch) {
     y_.setZero();
     pending_.reserve(batch);
     next_.reserve(batch);
     tau_.assign(batch, 0.0);
     sigma_.assign(batch, 1.0);
     accelerated_.assign(batch, 0);
+    retry_.assign(batch, 0);
   }
 
   // One guarded step of every active sample. has_proposal[b] says whether
@@ -170,8 +172,8 @@ class GuardedStepper {
     const bool energy = evaluator->with_energy();
     // Maps evaluated on the whole batch see the other samples' current states.
     if (!evaluator->supports_subsets()) y_ = z;
-    pending_.clear();
-    for (Index b : monitor->active_columns()) {
+    pending_ = monitor->active_columns();
+    samples_.Run(pending_, [&](Index b, int) {
       accelerated_[b] = 0;
       double tau = 0.0;
       if (has_proposal[b]) {
@@ -185,13 +187,12 @@ class GuardedStepper {
       tau_[b] = tau;
       sigma_[b] = 1.0;
       SetTrial(b, z, fz, q);
-      pending_.push_back(b);
-    }
+    });
     while (!pending_.empty()) {
       evaluator->Evaluate(y_, pending_, fy_, &ey_, monitor);
-      next_.clear();
-      for (Index b : pending_) {
+      samples_.Run(pending_, [&](Index b, int) {
         const bool safe = tau_[b] == 0.0;
+        retry_[b] = 0;
         if (safe ? AcceptSafe(b, e, energy) : Accept(b, z, fz, e, energy, *monitor)) {
           if (tau_[b] != 0.0) {
             accelerated_[b] = 1;
@@ -200,7 +201,7 @@ class GuardedStepper {
           z.col(b) = y_.col(b);
           fz.col(b) = fy_.col(b);
           if (energy) (*e)(b) = ey_(b);
-          continue;
+          return;
         }
         monitor->CountBacktrack(b);
         if (safe) {
@@ -213,7 +214,11 @@ class GuardedStepper {
           }
         }
         SetTrial(b, z, fz, q);
-        next_.push_back(b);
+        retry_[b] = 1;
+      });
+      next_.clear();
+      for (Index b : pending_) {
+        if (retry_[b]) next_.push_back(b);
       }
       pending_.swap(next_);
     }
@@ -253,11 +258,13 @@ class GuardedStepper {
 
   const GuardOptions options_;
   const Scalar beta_;
+  const SampleLoop samples_;  // the per-sample work, threaded
   Matrix<Scalar> y_, fy_;  // trial points and f there
   Vector<Scalar> ey_;      // E there
   std::vector<Index> pending_, next_;
   std::vector<double> tau_, sigma_;  // trial and safe-step lengths
   std::vector<char> accelerated_;
+  std::vector<char> retry_;  // b backtracks: another round
 };
 
 // The Picard fallback of Anderson and Broyden (FallbackOptions;
