@@ -188,6 +188,18 @@ void BernoulliCgfColumnsKernel(const Number* t, std::ptrdiff_t rows, std::ptrdif
   KernelsOf<Number>(ActiveKernels()).bernoulli_cgf_columns(t, rows, cols, t_stride, p, k, k_stride);
 }
 
+template <typename Number>
+void ColumnDotsKernel(const Number* a, std::ptrdiff_t n, std::ptrdiff_t k, std::ptrdiff_t a_stride, const Number* x,
+                      Number* out) {
+  KernelsOf<Number>(ActiveKernels()).column_dots(a, n, k, a_stride, x, out);
+}
+
+template <typename Number>
+void AddColumnCombinationKernel(const Number* a, std::ptrdiff_t n, std::ptrdiff_t k, std::ptrdiff_t a_stride,
+                                const Number* coef, Number* y) {
+  KernelsOf<Number>(ActiveKernels()).add_column_combination(a, n, k, a_stride, coef, y);
+}
+
 template void Gemm<float>(float, const GemmOperand<float>&, const GemmOperand<float>&, float, float*, Index);
 template void Gemm<double>(double, const GemmOperand<double>&, const GemmOperand<double>&, double, double*,
                            Index);
@@ -203,6 +215,14 @@ template void BernoulliCgfColumnsKernel<float>(const float*, std::ptrdiff_t, std
                                                const float*, float*, std::ptrdiff_t);
 template void BernoulliCgfColumnsKernel<double>(const double*, std::ptrdiff_t, std::ptrdiff_t, std::ptrdiff_t,
                                                 const double*, double*, std::ptrdiff_t);
+template void ColumnDotsKernel<float>(const float*, std::ptrdiff_t, std::ptrdiff_t, std::ptrdiff_t, const float*,
+                                      float*);
+template void ColumnDotsKernel<double>(const double*, std::ptrdiff_t, std::ptrdiff_t, std::ptrdiff_t,
+                                       const double*, double*);
+template void AddColumnCombinationKernel<float>(const float*, std::ptrdiff_t, std::ptrdiff_t, std::ptrdiff_t,
+                                                const float*, float*);
+template void AddColumnCombinationKernel<double>(const double*, std::ptrdiff_t, std::ptrdiff_t, std::ptrdiff_t,
+                                                 const double*, double*);
 
 }  // namespace internal
 }  // namespace implicit

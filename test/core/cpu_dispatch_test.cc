@@ -4,7 +4,8 @@
 // with the generic level) to round-off, and so do the Energy Transformer's
 // value, gradient and Hessian-vector product; the special softmax columns
 // (all masked, +inf, NaN) and the logistic limits keep their rules at every
-// level; levels are named, parsed and refused as documented.
+// level, and so do the solvers' low-rank products; levels are named, parsed
+// and refused as documented.
 #define BOOST_TEST_MODULE cpu_dispatch
 #include <boost/test/unit_test.hpp>
 
@@ -339,6 +340,54 @@ void CheckBernoulliCgf() {
   }
 }
 
+// The solvers' low-rank products at the active level against long double
+// sums: dots and combinations of k columns (a column stride above n) for
+// lengths with and without a vector tail, k = 0 included (nothing is written
+// or added), and the result does not depend on where the data lies (the same
+// columns copied to an address one number further give the same bits).
+template <typename S>
+void CheckLowRank() {
+  for (Index n : {0, 1, 3, 7, 8, 17, 64, 129}) {
+    for (Index k : {0, 1, 5}) {
+      BOOST_TEST_CONTEXT("n " << n << ", k " << k) {
+        const Index stride = n + 3;
+        const Matrix<S> a = Random<S>(stride, std::max<Index>(k, 1), 41 + n);
+        const Vector<S> x = Random<S>(n, 1, 42 + n), coef = Random<S>(std::max<Index>(k, 1), 1, 43);
+        const Vector<S> y0 = Random<S>(n, 1, 44 + n);
+        Vector<S> dots = Vector<S>::Constant(k + 1, S(7));
+        implicit::internal::ColumnDotsKernel<S>(a.data(), n, k, stride, x.data(), dots.data());
+        Vector<S> y = y0;
+        implicit::internal::AddColumnCombinationKernel<S>(a.data(), n, k, stride, coef.data(), y.data());
+        BOOST_TEST(dots(k) == S(7), "nothing written past the k dots");
+        double scale = 1;
+        for (Index i = 0; i < n; ++i) scale += std::abs(static_cast<double>(x(i))) + std::abs(static_cast<double>(y0(i)));
+        for (Index c = 0; c < k; ++c) {
+          long double reference = 0;
+          for (Index i = 0; i < n; ++i) reference += static_cast<long double>(a(i, c)) * x(i);
+          BOOST_TEST(std::abs(dots(c) - reference) <= Tolerance<S>() * scale, "dot " << c);
+        }
+        for (Index i = 0; i < n; ++i) {
+          long double reference = y0(i);
+          for (Index c = 0; c < k; ++c) reference += static_cast<long double>(coef(c)) * a(i, c);
+          BOOST_TEST(std::abs(y(i) - reference) <= Tolerance<S>() * scale, "combination row " << i);
+        }
+        // The same columns one number further in memory: the same bits.
+        Vector<S> shifted(stride * std::max<Index>(k, 1) + 1), x_shifted(n + 1), y_shifted(n + 1);
+        shifted.tail(stride * std::max<Index>(k, 1)) = Eigen::Map<const Vector<S>>(a.data(), a.size());
+        x_shifted.tail(n) = x;
+        y_shifted.tail(n) = y0;
+        Vector<S> dots_shifted(k + 1);
+        implicit::internal::ColumnDotsKernel<S>(shifted.data() + 1, n, k, stride, x_shifted.data() + 1,
+                                                dots_shifted.data());
+        implicit::internal::AddColumnCombinationKernel<S>(shifted.data() + 1, n, k, stride, coef.data(),
+                                                          y_shifted.data() + 1);
+        BOOST_TEST((dots_shifted.head(k).array() == dots.head(k).array()).all());
+        BOOST_TEST((y_shifted.tail(n).array() == y.array()).all());
+      }
+    }
+  }
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(levels_are_named_parsed_and_listed) {
@@ -380,6 +429,8 @@ BOOST_AUTO_TEST_CASE(every_level_computes_the_same_products_and_softmaxes) {
       CheckLogistic<double>();
       CheckBernoulliCgf<float>();
       CheckBernoulliCgf<double>();
+      CheckLowRank<float>();
+      CheckLowRank<double>();
       CheckHopfieldAgainstGeneric<float>(level);
       CheckHopfieldAgainstGeneric<double>(level);
       CheckEnergyTransformerAgainstGeneric<float>(level);

@@ -39,6 +39,13 @@ struct KernelsFor {
   // internal::BernoulliCgfColumnsKernel (core/cpu_dispatch.h), which forwards to it.
   void (*bernoulli_cgf_columns)(const Number* t, std::ptrdiff_t rows, std::ptrdiff_t cols, std::ptrdiff_t t_stride,
                                 const Number* p, Number* k, std::ptrdiff_t k_stride);
+  // The solvers' low-rank products, with the contracts of
+  // internal::ColumnDotsKernel and internal::AddColumnCombinationKernel
+  // (core/cpu_dispatch.h), which forward to them.
+  void (*column_dots)(const Number* a, std::ptrdiff_t n, std::ptrdiff_t k, std::ptrdiff_t a_stride, const Number* x,
+                      Number* out);
+  void (*add_column_combination)(const Number* a, std::ptrdiff_t n, std::ptrdiff_t k, std::ptrdiff_t a_stride,
+                                 const Number* coef, Number* y);
 };
 
 struct KernelTable {

@@ -22,9 +22,10 @@
 ///
 /// Which calls use the kernels: internal::Gemm (gemm.h) and the products and
 /// softmax passes of the attention energies that call it (ModernHopfieldEnergy,
-/// ...). Results of different levels agree to round-off, not bitwise (FMA and
-/// vector widths change the order of additions); one level gives the same
-/// results every run.
+/// ...), and the low-rank products of Anderson's and Broyden's histories.
+/// Results of different levels agree to round-off, not bitwise (FMA and vector
+/// widths change the order of additions); one level gives the same results
+/// every run.
 #pragma once
 
 #include <cstddef>
@@ -97,6 +98,20 @@ void LogisticColumnsKernel(const Number* t, std::ptrdiff_t rows, std::ptrdiff_t 
 template <typename Number>
 void BernoulliCgfColumnsKernel(const Number* t, std::ptrdiff_t rows, std::ptrdiff_t cols, std::ptrdiff_t t_stride,
                                const Number* p, Number* k, std::ptrdiff_t k_stride);
+
+/// The solvers' low-rank products at the active level, for float and double
+/// (Broyden's and Anderson's histories: internal/low_rank.h of the solvers):
+/// out[i] = a_i . x for the k columns a_i of the n x k matrix a (column stride
+/// a_stride). The order of each sum depends on n only, never on addresses.
+template <typename Number>
+void ColumnDotsKernel(const Number* a, std::ptrdiff_t n, std::ptrdiff_t k, std::ptrdiff_t a_stride, const Number* x,
+                      Number* out);
+
+/// y += sum_i coef[i] a_i over the k columns a_i of the n x k matrix a (column
+/// stride a_stride), at the active level, for float and double.
+template <typename Number>
+void AddColumnCombinationKernel(const Number* a, std::ptrdiff_t n, std::ptrdiff_t k, std::ptrdiff_t a_stride,
+                                const Number* coef, Number* y);
 
 }  // namespace internal
 }  // namespace implicit

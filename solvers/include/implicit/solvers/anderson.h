@@ -64,6 +64,7 @@
 #include <implicit/solvers/internal/batch_evaluator.h>
 #include <implicit/solvers/internal/batch_monitor.h>
 #include <implicit/solvers/internal/guarded_step.h>
+#include <implicit/solvers/internal/low_rank.h>
 #include <implicit/solvers/internal/sample_loop.h>
 #include <implicit/solvers/solver.h>
 
@@ -230,6 +231,7 @@ Summary AndersonSolver<Scalar>::Solve(const FixedPointMap<Scalar>& map, MatrixRe
   Matrix<double> chol(m, m * threads);                // ridged system, then its factor
   Matrix<double> rhs(m, threads), gamma(m, threads);
   Matrix<Scalar> predicted(n, threads);               // g - dG gamma
+  Matrix<Scalar> coef(m, threads);                    // dot products, -gamma
   std::vector<int> count(batch, 0), next(batch, 0);   // stored pairs, next slot to write
   std::vector<char> has_prev(batch, 0), proposal(batch, 0);
   internal::FastContraction fast_contraction(options_.fast_contraction, batch);
@@ -247,10 +249,11 @@ Summary AndersonSolver<Scalar>::Solve(const FixedPointMap<Scalar>& map, MatrixRe
         dg.col(base + slot) = (fz.col(b) - zb) - g_prev.col(b);
         count[b] = std::min<int>(count[b] + 1, static_cast<int>(m));
         next[b] = static_cast<int>((slot + 1) % m);
+        Scalar* c = coef.col(thread).data();
+        internal::HistoryDots(dg, base, count[b], dg.col(base + slot), c);
         for (Index j = 0; j < count[b]; ++j) {
-          const double v = static_cast<double>(dg.col(base + slot).dot(dg.col(base + j)));
-          gram(slot, base + j) = v;
-          gram(j, base + slot) = v;
+          gram(slot, base + j) = static_cast<double>(c[j]);
+          gram(j, base + slot) = static_cast<double>(c[j]);
         }
       }
       // Fast contraction along the last step: keep the newest pair only (moved
@@ -290,17 +293,20 @@ Summary AndersonSolver<Scalar>::Solve(const FixedPointMap<Scalar>& map, MatrixRe
       if (k == 0 || first_fast) return;
       auto rhs_b = rhs.col(thread);
       auto gamma_b = gamma.col(thread);
-      for (Index i = 0; i < k; ++i) rhs_b(i) = static_cast<double>(dg.col(base + i).dot(gb));
+      Scalar* c = coef.col(thread).data();
+      internal::HistoryDots(dg, base, k, gb, c);
+      for (Index i = 0; i < k; ++i) rhs_b(i) = static_cast<double>(c[i]);
       if (!SolveGram(gram.block(0, base, k, k), k, chol.middleCols(thread * m, m), rhs_b, gamma_b)) {
         count[b] = next[b] = 0;  // ill-conditioned history: safe step, fresh history
         return;
       }
       auto predicted_b = predicted.col(thread);
       predicted_b = gb;
-      for (Index i = 0; i < k; ++i) predicted_b -= static_cast<Scalar>(gamma_b(i)) * dg.col(base + i);
+      for (Index i = 0; i < k; ++i) c[i] = -static_cast<Scalar>(gamma_b(i));
+      internal::AddHistoryCombination(dg, base, k, c, predicted_b);
       if (predicted_b.norm() > static_cast<Scalar>(options_.max_predicted_residual) * gb.norm()) return;
       q.col(b) = beta * predicted_b;
-      for (Index i = 0; i < k; ++i) q.col(b) -= static_cast<Scalar>(gamma_b(i)) * dz.col(base + i);
+      internal::AddHistoryCombination(dz, base, k, c, q.col(b));
       proposal[b] = 1;
     });
     stepper.Step(z, fz, energies, q, proposal, &evaluator, &monitor);

@@ -46,6 +46,7 @@
 #include <implicit/solvers/internal/batch_evaluator.h>
 #include <implicit/solvers/internal/batch_monitor.h>
 #include <implicit/solvers/internal/guarded_step.h>
+#include <implicit/solvers/internal/low_rank.h>
 #include <implicit/solvers/internal/sample_loop.h>
 #include <implicit/solvers/solver.h>
 
@@ -129,6 +130,7 @@ Summary BroydenSolver<Scalar>::Solve(const FixedPointMap<Scalar>& map, MatrixRef
   Matrix<Scalar> u(n, m * batch), v(n, m * batch);        // sample b: columns [b m, b m + m)
   const internal::SampleLoop samples(n);                  // the per-sample work, threaded
   Matrix<Scalar> hy(n, samples.threads()), hts(n, samples.threads());  // H y and H^T s, per thread
+  Matrix<Scalar> coef(m, samples.threads());                            // v_i . y etc., per thread
   std::vector<int> count(batch, 0);
   std::vector<char> proposal(batch, 0);
   internal::FastContraction fast_contraction(options_.fast_contraction, batch);
@@ -138,7 +140,7 @@ Summary BroydenSolver<Scalar>::Solve(const FixedPointMap<Scalar>& map, MatrixRef
   evaluator.Evaluate(z, monitor.active_columns(), fz, energies, &monitor);
   while (monitor.Observe(z, fz, energies)) {
     // Proposal p = -H g = g - sum u_i (v_i . g); with H = -I it is the safe step.
-    samples.Run(monitor.active_columns(), [&](Index b, int) {
+    samples.Run(monitor.active_columns(), [&](Index b, int thread) {
       const Index base = b * m;
       // The Picard fallback: plain steps, entered from the best iterate with
       // H restarted from -I.
@@ -153,9 +155,10 @@ Summary BroydenSolver<Scalar>::Solve(const FixedPointMap<Scalar>& map, MatrixRef
       p.col(b) = g_prev.col(b);
       proposal[b] = 0;
       if (plain || plain_next[b]) return;  // plain_next: after the first fast step
-      for (Index i = 0; i < count[b]; ++i) {
-        p.col(b) -= v.col(base + i).dot(g_prev.col(b)) * u.col(base + i);
-      }
+      Scalar* c = coef.col(thread).data();
+      internal::HistoryDots(v, base, count[b], g_prev.col(b), c);
+      for (Index i = 0; i < count[b]; ++i) c[i] = -c[i];
+      internal::AddHistoryCombination(u, base, count[b], c, p.col(b));
       proposal[b] = count[b] > 0 ? 1 : 0;
     });
     stepper.Step(z, fz, energies, p, proposal, &evaluator, &monitor);
@@ -177,10 +180,11 @@ Summary BroydenSolver<Scalar>::Solve(const FixedPointMap<Scalar>& map, MatrixRef
       auto hts_b = hts.col(thread);
       hy_b = -y;
       hts_b = -s;
-      for (Index i = 0; i < count[b]; ++i) {
-        hy_b += v.col(base + i).dot(y) * u.col(base + i);
-        hts_b += u.col(base + i).dot(s) * v.col(base + i);
-      }
+      Scalar* c = coef.col(thread).data();
+      internal::HistoryDots(v, base, count[b], y, c);  // hy += sum u_i (v_i . y)
+      internal::AddHistoryCombination(u, base, count[b], c, hy_b);
+      internal::HistoryDots(u, base, count[b], s, c);  // hts += sum v_i (u_i . s)
+      internal::AddHistoryCombination(v, base, count[b], c, hts_b);
       const Scalar denom = s.dot(hy_b);
       const Scalar scale = s.norm() * hy_b.norm();
       if (std::isfinite(static_cast<double>(denom)) && std::abs(denom) > tiny * scale &&
