@@ -15,6 +15,7 @@
 //
 //   implicit-bench                                     # the default run (about 1-2 min, 2 cores)
 //   implicit-bench --problem hopfield-digits --solvers picard,anderson --float --json bench.json
+//   implicit-bench --problem hopfield-digits --solvers anderson --mixed  # float, then double
 //   implicit-bench --autodiff                          # user energies' derivatives (bench/autodiff_bench.h)
 //   implicit-bench --graph-et                          # the graph ET's products per edge (bench/graph_bench.h)
 //   implicit-bench --device cuda                       # the solves on the GPU (bench/cuda_bench.h)
@@ -37,6 +38,7 @@
 #include "problems/random_maps.h"
 
 #include <implicit/core/digits.h>
+#include <implicit/solvers/mixed_precision.h>
 
 #include <chrono>
 #include <cmath>
@@ -126,6 +128,58 @@ Result RunSolver(const ProblemT<S>& problem, const std::string& solver_name, con
   return r;
 }
 
+// One solver as SolveMixedPrecision: in float on the float problem to
+// mixed_tol, then in double on the double problem to tol, from the double
+// problem's initial state. Counts are both stages' sums (a float evaluation
+// counts as one), the verdict and residual the double stage's, and x floor
+// is against the double floor.
+Result RunMixed(const ProblemT<double>& problem, const ProblemT<float>& single, const std::string& solver_name,
+                const Options& o, const FloorTiming& floor) {
+  Result r;
+  StartRun(problem, solver_name, &r);
+  r.precision = "mixed";
+  r.tolerance = o.tol;
+  r.floor_seconds = floor.seconds;
+  if (r.skipped) return r;
+  std::chrono::steady_clock::time_point start;
+  auto options = [&](double tol) {
+    implicit::SolverOptions common = RunOptions(tol, o.max_iter, false);
+    if (o.time_limit > 0) {
+      common.callback = [&start, &o](const implicit::IterationSummary&) {
+        const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        return elapsed > o.time_limit ? implicit::CallbackReturnType::kAbort : implicit::CallbackReturnType::kContinue;
+      };
+    }
+    return common;
+  };
+  try {
+    const auto coarse = MakeSolver<float>(solver_name, options(o.mixed_tol));
+    const auto fine = MakeSolver<double>(solver_name, options(o.tol));
+    Matrix<double> z = problem.initial();
+    start = std::chrono::steady_clock::now();
+    const implicit::MixedPrecisionSummary s = implicit::SolveMixedPrecision(*coarse, single.map(), *fine, problem.map(), z);
+    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    r.status = implicit::TerminationTypeToString(s.full.termination_type);
+    r.message = "float stage: " + std::to_string(s.single.iterations) + " iterations, " +
+                std::to_string(s.single.num_converged()) + " converged to " + Fmt(o.mixed_tol) + "; " + s.full.message;
+    r.converged = s.full.num_converged();
+    r.iterations = s.single.iterations + s.full.iterations;
+    r.function_evaluations = s.single.function_evaluations + s.full.function_evaluations;
+    r.jacobian_products = s.single.jacobian_products + s.full.jacobian_products;
+    r.residual = s.full.absolute_residual;
+    r.counted_per_sample = !s.full.sample_evaluations.empty() && !s.single.sample_evaluations.empty();
+    r.sample_evaluations = r.counted_per_sample ? s.single.total_sample_evaluations() + s.full.total_sample_evaluations()
+                                                : static_cast<long long>(r.function_evaluations) * r.samples;
+    if (r.sample_evaluations > 0) {
+      r.seconds_per_sample_evaluation = r.seconds / static_cast<double>(r.sample_evaluations);
+      r.ratio = r.seconds_per_sample_evaluation / (floor.seconds / static_cast<double>(r.samples));
+    }
+  } catch (const std::exception& e) {
+    r.Fail(e);
+  }
+  return r;
+}
+
 std::string Ms(double seconds) { return std::isfinite(seconds) ? Fmt(seconds * 1e3, 4) : "-"; }
 
 Json TimingJson(const FloorTiming& t) {
@@ -202,13 +256,24 @@ ProblemSettings ProblemSettingsFor(const Options& o, const std::string& name, co
 
 Measurements MeasureAll(const Options& o, const implicit::DigitsDataset& digits) {
   Measurements m;
-  const int total = static_cast<int>(o.problems.names.size() * o.solvers.size() * (o.with_float ? 2 : 1));
+  const int total =
+      static_cast<int>(o.problems.names.size() * o.solvers.size() * (1 + (o.with_float ? 1 : 0) + (o.mixed ? 1 : 0)));
   int done = 0;
   const auto start = std::chrono::steady_clock::now();
   for (const std::string& problem_name : o.problems.names) {
     const ProblemSettings s = ProblemSettingsFor(o, problem_name, digits);
-    MeasureProblem(o, *MakeProblemOf<double>(problem_name, digits, s), "double", &m, &done, total);
-    if (o.with_float) MeasureProblem(o, *MakeProblemOf<float>(problem_name, digits, s), "float", &m, &done, total);
+    const auto problem = MakeProblemOf<double>(problem_name, digits, s);
+    MeasureProblem(o, *problem, "double", &m, &done, total);
+    if (!o.with_float && !o.mixed) continue;
+    const auto single = MakeProblemOf<float>(problem_name, digits, s);
+    if (o.with_float) MeasureProblem(o, *single, "float", &m, &done, total);
+    if (!o.mixed) continue;
+    const FloorTiming& floor = m.floors[m.floors.size() - (o.with_float ? 2 : 1)].floor;  // the double one
+    for (const std::string& solver_name : o.solvers) {
+      if (!o.quiet)
+        std::cerr << "[" << ++done << "/" << total << "] " << problem_name << " / " << solver_name << " (mixed)\n";
+      m.results.push_back(RunMixed(*problem, *single, solver_name, o, floor));
+    }
   }
   m.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return m;
@@ -233,8 +298,8 @@ void PrintFloors(const Options& o, const std::vector<FloorRow>& floors) {
   }
 }
 
-// The table row of one solve (with a type column when float runs too).
-std::vector<std::string> ResultRow(const Result& r, bool with_float) {
+// The table row of one solve (with a type column when float or mixed runs too).
+std::vector<std::string> ResultRow(const Result& r, bool with_precision) {
   std::vector<std::string> row;
   if (!r.ran()) {
     row = {r.problem, r.solver, r.status, "-", "-", "-", "-", "-", "-", "-"};
@@ -244,7 +309,7 @@ std::vector<std::string> ResultRow(const Result& r, bool with_float) {
            std::to_string(r.sample_evaluations), r.counted_per_sample ? "per sample" : "f evals x B",
            Fmt(r.seconds, 3), Fmt(r.ratio, 3)};
   }
-  if (with_float) row.insert(row.begin() + 1, r.precision);
+  if (with_precision) row.insert(row.begin() + 1, r.precision);
   return row;
 }
 
@@ -253,7 +318,8 @@ void PrintResults(const Options& o, const Measurements& m) {
   std::vector<std::string> header = {"problem", "solver", "status", "converged", "iterations", "f evals",
                                      "sample evals", "evals counted", "seconds", "x floor"};
   std::vector<bool> right = {false, false, false, true, true, true, true, false, true, true};
-  if (o.with_float) {
+  const bool with_precision = o.with_float || o.mixed;
+  if (with_precision) {
     header.insert(header.begin() + 1, "type");
     right.insert(right.begin() + 1, false);
   }
@@ -261,7 +327,7 @@ void PrintResults(const Options& o, const Measurements& m) {
   bool any_fallback = false;
   for (const Result& r : m.results) {
     any_fallback |= r.ran() && !r.counted_per_sample;
-    table.AddRow(ResultRow(r, o.with_float));
+    table.AddRow(ResultRow(r, with_precision));
   }
   table.Print(std::cout);
   std::set<std::string> reported;  // a skip once, not once per precision
@@ -274,6 +340,8 @@ void PrintResults(const Options& o, const Measurements& m) {
     std::cout << "evals counted \"f evals x B\": the solver reports no per-sample counts, so every batch "
                  "evaluation is counted as B sample evaluations\n";
   std::cout << "tolerance " << Fmt(o.tol) << (o.with_float ? " (float: " + Fmt(o.float_tol) + ")" : std::string())
+            << (o.mixed ? " (mixed: float stage to " + Fmt(o.mixed_tol) + ", then double; counts of both stages)"
+                        : std::string())
             << " on |f(z) - z| per sample, at most " << o.max_iter << " iterations"
             << (o.time_limit > 0 ? ", at most " + Fmt(o.time_limit) + " s per solve (then user_abort)" : std::string())
             << "; Jacobian products (newton) are not in the sample evaluations; total " << FmtFixed(m.seconds, 2)
@@ -295,6 +363,8 @@ Json SettingsJson(const Options& o, const std::string& data_source) {
   s["threads"] = o.threads;
   s["repeat"] = o.repeat;
   s["float"] = o.with_float;
+  s["mixed"] = o.mixed;
+  s["mixed_tol"] = o.mixed_tol;
   s["seed"] = o.seed;
   s["data"] = data_source;
   return s;
@@ -361,7 +431,7 @@ int Run(int argc, char** argv) {
   Require(o.patterns <= digits.size(), "--patterns: " + std::to_string(o.patterns) + " exceeds the " +
                                            std::to_string(digits.size()) + " digits in " + digits.source);
   for (const std::string& name : o.problems.names)
-    CheckFiniteSettings(name, digits, ProblemSettingsFor(o, name, digits), o.with_float);
+    CheckFiniteSettings(name, digits, ProblemSettingsFor(o, name, digits), o.with_float || o.mixed);
   if (o.threads > 0) Eigen::setNbThreads(static_cast<int>(o.threads));
   PrintMachine();
   const Measurements m = MeasureAll(o, digits);

@@ -77,6 +77,10 @@ bool ParseOptions(int argc, char** argv, Options* o) {
   app.add_flag("--float", o->with_float,
                "also build each problem in float: float floors, map times and solves\n(tolerance --float-tol)");
   app.add_option("--float-tol", o->float_tol, "absolute tolerance of the float solves")->check(Positive());
+  app.add_flag("--mixed", o->mixed,
+               "also run each solver in mixed precision (SolveMixedPrecision): in float to\n"
+               "--mixed-tol, then in double to --tol; judged in double");
+  app.add_option("--mixed-tol", o->mixed_tol, "absolute tolerance of the float stage of --mixed")->check(Positive());
   AddSeedOption(app, &o->seed);
   app.add_option("--data", o->data, "digits.csv.gz, or a directory holding it")->default_str("")->check(PathCheck());
   app.add_option("--json", o->json, "write every number (machine, build flags, floors, results)")->check(PathCheck());

@@ -32,8 +32,9 @@ struct Options {
   ProblemSelection problems;
   std::vector<std::string> solvers = DefaultSolvers();
   long patterns = 0;  // 0: each problem's default
-  double tol = 1e-8, time_limit = 5.0, float_tol = 1e-5;
+  double tol = 1e-8, time_limit = 5.0, float_tol = 1e-5, mixed_tol = 1e-4;
   long max_iter = 500, threads = 0, repeat = 7, seed = 1;
+  bool mixed = false;  // also each solver as SolveMixedPrecision (float to mixed_tol, then double)
   bool with_float = false, quiet = false, autodiff = false, graph_et = false, sweep = false;
   SweepSettings sweep_settings;
   std::vector<std::string> sweep_solvers = {"anderson", "broyden"};
