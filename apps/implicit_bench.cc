@@ -83,6 +83,44 @@ FloorTiming TimeMap(const ProblemT<S>& problem, int repeats) {
                    });
 }
 
+// Solver options at `tol` whose callback aborts a solve once `time_limit`
+// seconds (0: no limit) have passed since *start.
+implicit::SolverOptions TimedOptions(double tol, long max_iter, double time_limit,
+                                     const std::chrono::steady_clock::time_point* start) {
+  implicit::SolverOptions options = RunOptions(tol, max_iter, false);
+  if (time_limit > 0) {
+    options.callback = [start, time_limit](const implicit::IterationSummary&) {
+      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - *start).count();
+      return elapsed > time_limit ? implicit::CallbackReturnType::kAbort : implicit::CallbackReturnType::kContinue;
+    };
+  }
+  return options;
+}
+
+// A solve's verdict and counts into r: those of `s`, with the counts of
+// `first_stage` (a mixed solve's float stage) added when there is one.
+void Record(const implicit::Summary& s, const implicit::Summary* first_stage, double seconds,
+            const FloorTiming& floor, Result* r) {
+  const implicit::Summary none;
+  const implicit::Summary& first = first_stage != nullptr ? *first_stage : none;
+  r->seconds = seconds;
+  r->status = implicit::TerminationTypeToString(s.termination_type);
+  r->message = s.message;
+  r->converged = s.num_converged();
+  r->iterations = first.iterations + s.iterations;
+  r->function_evaluations = first.function_evaluations + s.function_evaluations;
+  r->jacobian_products = first.jacobian_products + s.jacobian_products;
+  r->residual = s.absolute_residual;
+  r->counted_per_sample = !s.sample_evaluations.empty() && (first_stage == nullptr || !first.sample_evaluations.empty());
+  r->sample_evaluations = r->counted_per_sample
+                              ? first.total_sample_evaluations() + s.total_sample_evaluations()
+                              : static_cast<long long>(r->function_evaluations) * r->samples;
+  if (r->sample_evaluations > 0) {
+    r->seconds_per_sample_evaluation = r->seconds / static_cast<double>(r->sample_evaluations);
+    r->ratio = r->seconds_per_sample_evaluation / (floor.seconds / static_cast<double>(r->samples));
+  }
+}
+
 template <typename S>
 Result RunSolver(const ProblemT<S>& problem, const std::string& solver_name, const std::string& precision,
                  double tol, long max_iter, double time_limit, const FloorTiming& floor) {
@@ -92,36 +130,14 @@ Result RunSolver(const ProblemT<S>& problem, const std::string& solver_name, con
   r.tolerance = tol;
   r.floor_seconds = floor.seconds;
   if (r.skipped) return r;
-  implicit::SolverOptions common = RunOptions(tol, max_iter, false);
   std::chrono::steady_clock::time_point start;
-  if (time_limit > 0) {
-    common.callback = [&start, time_limit](const implicit::IterationSummary&) {
-      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      return elapsed > time_limit ? implicit::CallbackReturnType::kAbort
-                                  : implicit::CallbackReturnType::kContinue;
-    };
-  }
   try {
-    std::unique_ptr<implicit::Solver<S>> solver = MakeSolver<S>(solver_name, common);
+    std::unique_ptr<implicit::Solver<S>> solver =
+        MakeSolver<S>(solver_name, TimedOptions(tol, max_iter, time_limit, &start));
     Matrix<S> z = problem.initial();
     start = std::chrono::steady_clock::now();
     const implicit::Summary s = solver->Solve(problem.map(), z);
-    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    r.status = implicit::TerminationTypeToString(s.termination_type);
-    r.message = s.message;
-    r.converged = s.num_converged();
-    r.iterations = s.iterations;
-    r.function_evaluations = s.function_evaluations;
-    r.jacobian_products = s.jacobian_products;
-    r.residual = s.absolute_residual;
-    r.counted_per_sample = !s.sample_evaluations.empty();
-    r.sample_evaluations = r.counted_per_sample
-                               ? s.total_sample_evaluations()
-                               : static_cast<long long>(s.function_evaluations) * r.samples;
-    if (r.sample_evaluations > 0) {
-      r.seconds_per_sample_evaluation = r.seconds / static_cast<double>(r.sample_evaluations);
-      r.ratio = r.seconds_per_sample_evaluation / (floor.seconds / static_cast<double>(r.samples));
-    }
+    Record(s, nullptr, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), floor, &r);
   } catch (const std::exception& e) {
     r.Fail(e);
   }
@@ -142,38 +158,18 @@ Result RunMixed(const ProblemT<double>& problem, const ProblemT<float>& single, 
   r.floor_seconds = floor.seconds;
   if (r.skipped) return r;
   std::chrono::steady_clock::time_point start;
-  auto options = [&](double tol) {
-    implicit::SolverOptions common = RunOptions(tol, o.max_iter, false);
-    if (o.time_limit > 0) {
-      common.callback = [&start, &o](const implicit::IterationSummary&) {
-        const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        return elapsed > o.time_limit ? implicit::CallbackReturnType::kAbort : implicit::CallbackReturnType::kContinue;
-      };
-    }
-    return common;
-  };
   try {
-    const auto coarse = MakeSolver<float>(solver_name, options(o.mixed_tol));
-    const auto fine = MakeSolver<double>(solver_name, options(o.tol));
+    const auto coarse = MakeSolver<float>(solver_name, TimedOptions(o.mixed_tol, o.max_iter, o.time_limit, &start));
+    const auto fine = MakeSolver<double>(solver_name, TimedOptions(o.tol, o.max_iter, o.time_limit, &start));
     Matrix<double> z = problem.initial();
     start = std::chrono::steady_clock::now();
-    const implicit::MixedPrecisionSummary s = implicit::SolveMixedPrecision(*coarse, single.map(), *fine, problem.map(), z);
-    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    r.status = implicit::TerminationTypeToString(s.full.termination_type);
+    const implicit::MixedPrecisionSummary s =
+        implicit::SolveMixedPrecision(*coarse, single.map(), *fine, problem.map(), z);
+    Record(s.full, &s.single, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+           floor, &r);
     r.message = "float stage: " + std::to_string(s.single.iterations) + " iterations, " +
-                std::to_string(s.single.num_converged()) + " converged to " + Fmt(o.mixed_tol) + "; " + s.full.message;
-    r.converged = s.full.num_converged();
-    r.iterations = s.single.iterations + s.full.iterations;
-    r.function_evaluations = s.single.function_evaluations + s.full.function_evaluations;
-    r.jacobian_products = s.single.jacobian_products + s.full.jacobian_products;
-    r.residual = s.full.absolute_residual;
-    r.counted_per_sample = !s.full.sample_evaluations.empty() && !s.single.sample_evaluations.empty();
-    r.sample_evaluations = r.counted_per_sample ? s.single.total_sample_evaluations() + s.full.total_sample_evaluations()
-                                                : static_cast<long long>(r.function_evaluations) * r.samples;
-    if (r.sample_evaluations > 0) {
-      r.seconds_per_sample_evaluation = r.seconds / static_cast<double>(r.sample_evaluations);
-      r.ratio = r.seconds_per_sample_evaluation / (floor.seconds / static_cast<double>(r.samples));
-    }
+                std::to_string(s.single.num_converged()) + " converged to " + Fmt(o.mixed_tol) + "; " +
+                s.full.message;
   } catch (const std::exception& e) {
     r.Fail(e);
   }
