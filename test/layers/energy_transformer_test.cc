@@ -343,6 +343,44 @@ BOOST_AUTO_TEST_CASE(dynamics_map_linearization_gives_the_products_at_its_point)
   }
 }
 
+// The columns are shared among Eigen's threads (ForEachColumn): every value,
+// gradient, product and linearisation is bitwise the same on 1 and 3 threads.
+BOOST_AUTO_TEST_CASE(results_do_not_depend_on_the_thread_count) {
+  const Index N = 5, D = 4, B = 7;
+  Et et(MakeOptions(N, D, 2, 2, 6, Memory::kSoftmax, true, true));
+  et.Initialize(50, 0.6);
+  implicit::EnergyTransformerMap<double> map(et, 0.7);
+  const Matrix<double> x = RandomMatrix<double>(N * D, B, 51), v = RandomMatrix<double>(N * D, B, 52);
+  const int saved = Eigen::nbThreads();
+  std::vector<std::vector<Matrix<double>>> runs;
+  for (int threads : {1, 3}) {
+    Eigen::setNbThreads(threads);
+    std::vector<Matrix<double>> r;
+    Matrix<double> out(N * D, B), values(B, 1), grad(N * D, B);
+    et.Value(x, values.col(0));
+    r.push_back(values);
+    et.GradientAndValue(x, grad, values.col(0));
+    r.push_back(grad);
+    r.push_back(values);
+    et.Gradient(x, out);
+    r.push_back(out);
+    et.HessianVectorProduct(x, v, out);
+    r.push_back(out);
+    map.Evaluate(x, out);
+    r.push_back(out);
+    et.DescentJacobianProduct(x, v, out);
+    r.push_back(out);
+    const auto jacobian = map.Linearize(x);
+    jacobian->VectorJacobianProduct(v, out);
+    r.push_back(out);
+    runs.push_back(r);
+  }
+  Eigen::setNbThreads(saved);
+  for (std::size_t k = 0; k < runs[0].size(); ++k) {
+    BOOST_TEST((runs[0][k].array() == runs[1][k].array()).all(), "result " << k);
+  }
+}
+
 BOOST_AUTO_TEST_CASE(dynamics_map_products_are_exact_and_its_fixed_points_are_stationary) {
   const Index N = 4, D = 3, B = 2;
   Et::Options o = MakeOptions(N, D, 2, 2, 5, Memory::kRelu, true, true);

@@ -67,10 +67,18 @@
 #include <implicit/layers/energy_transformer_options.h>
 #include <implicit/layers/energy_transformer_token_norm.h>
 
+#include <Eigen/Core>
+
+#include <algorithm>
 #include <cmath>
+#include <exception>
 #include <memory>
 #include <string>
 #include <vector>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 namespace implicit {
 
@@ -221,6 +229,44 @@ class EnergyTransformer : public Energy<Scalar>, private internal::EnergyTransfo
   void CheckPointProduct(const char* function, const DescentPoint& at, ConstMatrixRef<Scalar> v,
                          MatrixRef<Scalar> out) const;
 
+  /// A thread's scratch in the column loops: one sample's caches and matrices.
+  struct Work {
+    Sample s;
+    Matrix<Scalar> r, a, b, c, d;
+  };
+  /// body(b, &work) for every column b < cols. The columns are shared among
+  /// the threads Eigen may use (Eigen::setNbThreads; one inside a caller's
+  /// own parallel region), each thread with its own Work; a column is
+  /// computed as on one thread, so results do not depend on the thread
+  /// count. The first exception a column throws is rethrown after the loop.
+  template <typename Body>
+  void ForEachColumn(Index cols, const Body& body) const {
+#ifdef _OPENMP
+    const int threads =
+        cols >= 2 && !omp_in_parallel() ? static_cast<int>(std::min<Index>(Eigen::nbThreads(), cols)) : 1;
+    if (threads > 1) {  // (a region only for several threads: each costs a runtime call)
+      std::exception_ptr error;
+#pragma omp parallel num_threads(threads)
+      {
+        Work work;
+#pragma omp for schedule(static)
+        for (Index b = 0; b < cols; ++b) {
+          try {
+            body(b, &work);
+          } catch (...) {
+#pragma omp critical(implicit_energy_transformer_columns)
+            if (!error) error = std::current_exception();
+          }
+        }
+      }
+      if (error) std::rethrow_exception(error);
+      return;
+    }
+#endif
+    Work work;
+    for (Index b = 0; b < cols; ++b) body(b, &work);
+  }
+
   /// One sample's (dr/dx) v and (dr/dx)^T u from its caches (Normalize, Forces).
   void DescentColumn(const Sample& s, const Scalar* v, Scalar* out, bool transpose) const {
     const auto vb = Tokens(v);
@@ -252,22 +298,20 @@ template <typename Scalar>
 void EnergyTransformer<Scalar>::LayerNorm(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> g) const {
   internal::CheckBatch("EnergyTransformer::LayerNorm(x)", x, dimension());
   internal::CheckShape("EnergyTransformer::LayerNorm(g)", g, x.rows(), x.cols());
-  Sample s;
-  for (Index b = 0; b < x.cols(); ++b) {
-    Normalize(x.col(b).data(), &s);
-    Out(g, b) = s.g;
-  }
+  ForEachColumn(x.cols(), [&](Index b, Work* w) {
+    Normalize(x.col(b).data(), &w->s);
+    Out(g, b) = w->s.g;
+  });
 }
 
 template <typename Scalar>
 void EnergyTransformer<Scalar>::Value(ConstMatrixRef<Scalar> x, VectorRef<Scalar> values) const {
   internal::CheckBatch("EnergyTransformer::Value(x)", x, dimension());
   internal::CheckShape("EnergyTransformer::Value(values)", values, x.cols(), 1);
-  Sample s;
-  for (Index b = 0; b < x.cols(); ++b) {
-    Normalize(x.col(b).data(), &s);
-    values(b) = LayerNormEnergy(s) + Forces(&s, nullptr, /*with_value=*/true);
-  }
+  ForEachColumn(x.cols(), [&](Index b, Work* w) {
+    Normalize(x.col(b).data(), &w->s);
+    values(b) = LayerNormEnergy(w->s) + Forces(&w->s, nullptr, /*with_value=*/true);
+  });
 }
 
 template <typename Scalar>
@@ -276,25 +320,21 @@ void EnergyTransformer<Scalar>::DescentDirection(
     MatrixRef<Scalar> out) const {
   internal::CheckBatch("EnergyTransformer::DescentDirection(x)", x, dimension());
   internal::CheckShape("EnergyTransformer::DescentDirection(out)", out, x.rows(), x.cols());
-  Sample s;
-  Matrix<Scalar> r;
-  for (Index b = 0; b < x.cols(); ++b) {
-    Residual(x.col(b).data(), &s, &r);
-    Out(out, b) = r;
-  }
+  ForEachColumn(x.cols(), [&](Index b, Work* w) {
+    Residual(x.col(b).data(), &w->s, &w->r);
+    Out(out, b) = w->r;
+  });
 }
 
 template <typename Scalar>
 void EnergyTransformer<Scalar>::Gradient(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> grad) const {
   internal::CheckBatch("EnergyTransformer::Gradient(x)", x, dimension());
   internal::CheckShape("EnergyTransformer::Gradient(grad)", grad, x.rows(), x.cols());
-  Sample s;
-  Matrix<Scalar> r, mr;
-  for (Index b = 0; b < x.cols(); ++b) {
-    Residual(x.col(b).data(), &s, &r);
-    ApplyM(s, r, gamma(), &mr);
-    Out(grad, b) = mr;
-  }
+  ForEachColumn(x.cols(), [&](Index b, Work* w) {
+    Residual(x.col(b).data(), &w->s, &w->r);
+    ApplyM(w->s, w->r, gamma(), &w->a);
+    Out(grad, b) = w->a;
+  });
 }
 
 template <typename Scalar>
@@ -305,17 +345,15 @@ void EnergyTransformer<Scalar>::GradientAndValue(
   internal::CheckBatch("EnergyTransformer::GradientAndValue(x)", x, dimension());
   internal::CheckShape("EnergyTransformer::GradientAndValue(grad)", grad, x.rows(), x.cols());
   internal::CheckShape("EnergyTransformer::GradientAndValue(values)", values, x.cols(), 1);
-  Sample s;
-  Matrix<Scalar> r, mr;
-  for (Index b = 0; b < x.cols(); ++b) {
-    Normalize(x.col(b).data(), &s);
-    const Scalar e_ln = LayerNormEnergy(s);
-    const Scalar f = Forces(&s, &r, /*with_value=*/true);
-    r += Tokens(x.col(b).data());
-    ApplyM(s, r, gamma(), &mr);
+  ForEachColumn(x.cols(), [&](Index b, Work* w) {
+    Normalize(x.col(b).data(), &w->s);
+    const Scalar e_ln = LayerNormEnergy(w->s);
+    const Scalar f = Forces(&w->s, &w->r, /*with_value=*/true);
+    w->r += Tokens(x.col(b).data());
+    ApplyM(w->s, w->r, gamma(), &w->a);
     values(b) = e_ln + f;
-    Out(grad, b) = mr;
-  }
+    Out(grad, b) = w->a;
+  });
 }
 
 template <typename Scalar>
@@ -324,19 +362,17 @@ void EnergyTransformer<Scalar>::HessianVectorProduct(
     ConstMatrixRef<Scalar> v,
     MatrixRef<Scalar> out) const {
   CheckProduct("HessianVectorProduct", x, v, out);
-  Sample s;
-  Matrix<Scalar> r, mv, hf, term, result;
-  for (Index b = 0; b < x.cols(); ++b) {
-    Residual(x.col(b).data(), &s, &r);
+  ForEachColumn(x.cols(), [&](Index b, Work* w) {
+    Residual(x.col(b).data(), &w->s, &w->r);
     const auto vb = Tokens(v.col(b).data());
-    ApplyM(s, vb, gamma(), &mv);          // dG = M v
-    ForcesHvp(s, mv, &hf);                // H_F M v
-    hf += vb;                             // dr = v + H_F M v
-    ApplyM(s, hf, gamma(), &result);      // M dr
-    DerivativeOfM(s, vb, r, &term);       // dM[v] r
-    result += term;
-    Out(out, b) = result;
-  }
+    ApplyM(w->s, vb, gamma(), &w->a);     // dG = M v
+    ForcesHvp(w->s, w->a, &w->b);         // H_F M v
+    w->b += vb;                           // dr = v + H_F M v
+    ApplyM(w->s, w->b, gamma(), &w->c);   // M dr
+    DerivativeOfM(w->s, vb, w->r, &w->d); // dM[v] r
+    w->c += w->d;
+    Out(out, b) = w->c;
+  });
 }
 
 template <typename Scalar>
@@ -384,14 +420,13 @@ template <typename Scalar>
 void EnergyTransformer<Scalar>::DescentColumns(const DescentPoint* at, ConstMatrixRef<Scalar> x,
                                                ConstMatrixRef<Scalar> v, MatrixRef<Scalar> out,
                                                bool transpose) const {
-  Sample s;
-  for (Index b = 0; b < v.cols(); ++b) {
+  ForEachColumn(v.cols(), [&](Index b, Work* w) {
     if (at == nullptr) {
-      Normalize(x.col(b).data(), &s);
-      Forces(&s, nullptr);
+      Normalize(x.col(b).data(), &w->s);
+      Forces(&w->s, nullptr);
     }
-    DescentColumn(at != nullptr ? at->samples[b] : s, v.col(b).data(), out.col(b).data(), transpose);
-  }
+    DescentColumn(at != nullptr ? at->samples[b] : w->s, v.col(b).data(), out.col(b).data(), transpose);
+  });
 }
 
 template <typename Scalar>
@@ -428,10 +463,10 @@ EnergyTransformer<Scalar>::LinearizeDescent(ConstMatrixRef<Scalar> x) const {
   auto point = std::make_shared<DescentPoint>();
   point->rows = x.rows();
   point->samples.resize(x.cols());
-  for (Index b = 0; b < x.cols(); ++b) {
+  ForEachColumn(x.cols(), [&](Index b, Work*) {
     Normalize(x.col(b).data(), &point->samples[b]);
     Forces(&point->samples[b], nullptr);
-  }
+  });
   return point;
 }
 

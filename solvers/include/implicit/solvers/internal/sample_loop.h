@@ -51,24 +51,25 @@ class SampleLoop {
   template <typename Body>
   void Run(const std::vector<Index>& columns, const Body& body) const {
     const Index count = static_cast<Index>(columns.size());
+#ifdef _OPENMP
+    // A parallel region only for several threads: even one with a false if
+    // clause is a call into the OpenMP runtime.
     const int threads = ThreadsFor(count);
-    (void)threads;
-#ifdef _OPENMP
-#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
-#endif
-    for (Index j = 0; j < count; ++j) {
-#ifdef _OPENMP
-      const int thread = threads > 1 ? omp_get_thread_num() : 0;
-#else
-      const int thread = 0;
-#endif
-      body(columns[j], thread);
+    if (threads > 1) {
+#pragma omp parallel for num_threads(threads) schedule(static)
+      for (Index j = 0; j < count; ++j) body(columns[j], omp_get_thread_num());
+      return;
     }
+#endif
+    for (Index j = 0; j < count; ++j) body(columns[j], 0);
   }
 
  private:
   // Below about 2^14 numbers of work a parallel region costs more than it saves.
   int ThreadsFor(Index count) const {
+#ifdef _OPENMP
+    if (omp_in_parallel()) return 1;  // a caller's own parallel region
+#endif
     if (threads_ == 1 || count < 2 || n_ * count < (Index(1) << 14)) return 1;
     return static_cast<int>(std::min<Index>(threads_, count));
   }
