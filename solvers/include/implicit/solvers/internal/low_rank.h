@@ -19,19 +19,15 @@
 namespace implicit {
 namespace internal {
 
-// Scalar is deduced from the history alone (a column block converts to the Ref).
-template <typename T>
-struct SameAs {
-  using type = T;
-};
-
+// Scalar is deduced from the history alone (NonDeduced, types.h: a column
+// block converts to the Ref).
 template <typename Scalar>
 constexpr bool kHasKernels = std::is_same<Scalar, float>::value || std::is_same<Scalar, double>::value;
 
 // out[i] = history.col(first + i) . x for i < k.
 template <typename Scalar>
 void HistoryDots(const Matrix<Scalar>& history, Index first, Index k,
-                 Eigen::Ref<const Vector<typename SameAs<Scalar>::type>> x,
+                 Eigen::Ref<const Vector<typename NonDeduced<Scalar>::type>> x,
                  Scalar* out) {
   const Index n = history.rows();
   if constexpr (kHasKernels<Scalar>) {
@@ -44,7 +40,7 @@ void HistoryDots(const Matrix<Scalar>& history, Index first, Index k,
 // y += sum_{i < k} coef[i] history.col(first + i).
 template <typename Scalar>
 void AddHistoryCombination(const Matrix<Scalar>& history, Index first, Index k, const Scalar* coef,
-                           Eigen::Ref<Vector<typename SameAs<Scalar>::type>> y) {
+                           Eigen::Ref<Vector<typename NonDeduced<Scalar>::type>> y) {
   const Index n = history.rows();
   if constexpr (kHasKernels<Scalar>) {
     AddColumnCombinationKernel<Scalar>(history.data() + first * n, n, k, n, coef, y.data());
