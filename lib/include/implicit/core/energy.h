@@ -190,28 +190,10 @@ class Energy {
   }
 };
 
-namespace internal {
-/// The default Hessian linearisation: the energy's own products at a copy of x.
-template <typename Scalar>
-class HessianAtPoint final : public Linearization<Scalar> {
- public:
-  HessianAtPoint(const Energy<Scalar>& energy, ConstMatrixRef<Scalar> x) : energy_(energy), x_(x) {}
-  void JacobianVectorProduct(ConstMatrixRef<Scalar> v, MatrixRef<Scalar> out) const override {
-    energy_.HessianVectorProduct(x_, v, out);
-  }
-  void VectorJacobianProduct(ConstMatrixRef<Scalar> u, MatrixRef<Scalar> out) const override {
-    energy_.HessianVectorProduct(x_, u, out);
-  }
-
- private:
-  const Energy<Scalar>& energy_;
-  const Matrix<Scalar> x_;
-};
-}  // namespace internal
-
 template <typename Scalar>
 std::unique_ptr<Linearization<Scalar>> Energy<Scalar>::LinearizeHessian(ConstMatrixRef<Scalar> x) const {
-  return std::make_unique<internal::HessianAtPoint<Scalar>>(*this, x);
+  return std::make_unique<internal::ProductsAtPoint<Scalar, Energy<Scalar>>>(
+      *this, x, &Energy<Scalar>::HessianVectorProduct, &Energy<Scalar>::HessianVectorProduct);  // symmetric
 }
 
 }  // namespace implicit

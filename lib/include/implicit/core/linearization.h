@@ -30,4 +30,28 @@ class Linearization {
   virtual void VectorJacobianProduct(ConstMatrixRef<Scalar> u, MatrixRef<Scalar> out) const = 0;
 };
 
+namespace internal {
+/// The default linearisations (FixedPointMap::Linearize, Energy::
+/// LinearizeHessian): the owner's own point products at a copy of the point,
+/// through the member functions `jvp` and `vjp` (the same one for a Hessian).
+template <typename Scalar, typename Owner>
+class ProductsAtPoint final : public Linearization<Scalar> {
+ public:
+  using Product = void (Owner::*)(ConstMatrixRef<Scalar>, ConstMatrixRef<Scalar>, MatrixRef<Scalar>) const;
+  ProductsAtPoint(const Owner& owner, ConstMatrixRef<Scalar> point, Product jvp, Product vjp)
+      : owner_(owner), point_(point), jvp_(jvp), vjp_(vjp) {}
+  void JacobianVectorProduct(ConstMatrixRef<Scalar> v, MatrixRef<Scalar> out) const override {
+    (owner_.*jvp_)(point_, v, out);
+  }
+  void VectorJacobianProduct(ConstMatrixRef<Scalar> u, MatrixRef<Scalar> out) const override {
+    (owner_.*vjp_)(point_, u, out);
+  }
+
+ private:
+  const Owner& owner_;
+  const Matrix<Scalar> point_;
+  const Product jvp_, vjp_;
+};
+}  // namespace internal
+
 }  // namespace implicit

@@ -233,29 +233,11 @@ class FixedPointMap {
       "JacobianVectorProductColumns or keep SupportsColumnJacobianProducts() false";
 };
 
-namespace internal {
-/// The default Linearization: the map's own products at a copy of z.
-template <typename Scalar>
-class ProductsAtPoint final : public Linearization<Scalar> {
- public:
-  ProductsAtPoint(const FixedPointMap<Scalar>& map, ConstMatrixRef<Scalar> z) : map_(map), z_(z) {}
-  void JacobianVectorProduct(ConstMatrixRef<Scalar> v, MatrixRef<Scalar> out) const override {
-    map_.JacobianVectorProduct(z_, v, out);
-  }
-  void VectorJacobianProduct(ConstMatrixRef<Scalar> u, MatrixRef<Scalar> out) const override {
-    map_.VectorJacobianProduct(z_, u, out);
-  }
-
- private:
-  const FixedPointMap<Scalar>& map_;
-  const Matrix<Scalar> z_;
-};
-}  // namespace internal
-
 template <typename Scalar>
 std::unique_ptr<Linearization<Scalar>> FixedPointMap<Scalar>::Linearize(ConstMatrixRef<Scalar> z) const {
   if (!HasJacobianProducts()) throw std::logic_error("this map provides no Jacobian products to linearize");
-  return std::make_unique<internal::ProductsAtPoint<Scalar>>(*this, z);
+  return std::make_unique<internal::ProductsAtPoint<Scalar, FixedPointMap<Scalar>>>(
+      *this, z, &FixedPointMap<Scalar>::JacobianVectorProduct, &FixedPointMap<Scalar>::VectorJacobianProduct);
 }
 
 }  // namespace implicit
