@@ -3,6 +3,7 @@
 
 #include "common/format.h"
 
+#include <implicit/core/activations.h>
 #include <implicit/core/gemm.h>
 #include <implicit/core/spectral_norm.h>
 
@@ -29,7 +30,7 @@ class TanhDeqMapT : public implicit::FixedPointMap<S> {
   void Evaluate(implicit::ConstMatrixRef<S> z, implicit::MatrixRef<S> out) const override {
     implicit::GemmInto<S>(out, W_, false, z);
     out += injection_;
-    out = out.array().tanh().matrix();
+    implicit::Tanh<S>(out, out);
   }
   // The injection U x + b is per sample: a block of samples uses its columns.
   bool SupportsColumnSubsets() const override { return true; }
@@ -37,7 +38,7 @@ class TanhDeqMapT : public implicit::FixedPointMap<S> {
                        implicit::MatrixRef<S> out) const override {
     implicit::GemmInto<S>(out, W_, false, z);
     for (Index j = 0; j < z.cols(); ++j) out.col(j) += injection_.col(columns[j]);
-    out = out.array().tanh().matrix();
+    implicit::Tanh<S>(out, out);
   }
   bool HasJacobianProducts() const override { return true; }
   void JacobianVectorProduct(implicit::ConstMatrixRef<S> z, implicit::ConstMatrixRef<S> v,

@@ -179,13 +179,21 @@ template <typename Number>
 void LogisticColumnsKernel(const Number* t, std::ptrdiff_t rows, std::ptrdiff_t cols, std::ptrdiff_t t_stride,
                            const Number* shift, Number* s, std::ptrdiff_t s_stride, Number* s2,
                            std::ptrdiff_t s2_stride) {
-  KernelsOf<Number>(ActiveKernels()).logistic_columns(t, rows, cols, t_stride, shift, s, s_stride, s2, s2_stride);
+  KernelsOf<Number>(ActiveKernels()).logistic_columns(t, rows, cols, t_stride, shift, s, s_stride, s2, s2_stride,
+                                                      EigenProductThreads());
 }
 
 template <typename Number>
 void BernoulliCgfColumnsKernel(const Number* t, std::ptrdiff_t rows, std::ptrdiff_t cols, std::ptrdiff_t t_stride,
                                const Number* p, Number* k, std::ptrdiff_t k_stride) {
-  KernelsOf<Number>(ActiveKernels()).bernoulli_cgf_columns(t, rows, cols, t_stride, p, k, k_stride);
+  KernelsOf<Number>(ActiveKernels()).bernoulli_cgf_columns(t, rows, cols, t_stride, p, k, k_stride,
+                                                           EigenProductThreads());
+}
+
+template <typename Number>
+void TanhColumnsKernel(const Number* x, std::ptrdiff_t rows, std::ptrdiff_t cols, std::ptrdiff_t x_stride,
+                       Number* y, std::ptrdiff_t y_stride) {
+  KernelsOf<Number>(ActiveKernels()).tanh_columns(x, rows, cols, x_stride, y, y_stride, EigenProductThreads());
 }
 
 template <typename Number>
@@ -215,6 +223,10 @@ template void BernoulliCgfColumnsKernel<float>(const float*, std::ptrdiff_t, std
                                                const float*, float*, std::ptrdiff_t);
 template void BernoulliCgfColumnsKernel<double>(const double*, std::ptrdiff_t, std::ptrdiff_t, std::ptrdiff_t,
                                                 const double*, double*, std::ptrdiff_t);
+template void TanhColumnsKernel<float>(const float*, std::ptrdiff_t, std::ptrdiff_t, std::ptrdiff_t, float*,
+                                       std::ptrdiff_t);
+template void TanhColumnsKernel<double>(const double*, std::ptrdiff_t, std::ptrdiff_t, std::ptrdiff_t, double*,
+                                        std::ptrdiff_t);
 template void ColumnDotsKernel<float>(const float*, std::ptrdiff_t, std::ptrdiff_t, std::ptrdiff_t, const float*,
                                       float*);
 template void ColumnDotsKernel<double>(const double*, std::ptrdiff_t, std::ptrdiff_t, std::ptrdiff_t,

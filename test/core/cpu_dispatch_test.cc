@@ -9,6 +9,7 @@
 #define BOOST_TEST_MODULE cpu_dispatch
 #include <boost/test/unit_test.hpp>
 
+#include <implicit/core/activations.h>
 #include <implicit/core/cpu_dispatch.h>
 #include <implicit/core/gemm.h>
 #include <implicit/layers/energy_transformer_energy.h>
@@ -340,6 +341,43 @@ void CheckBernoulliCgf() {
   }
 }
 
+// The tanh pass at the active level against long double std::tanh, entry by
+// entry and relative: columns of an odd length (vector and scalar entries) in
+// a sub-block, arguments over the whole range and near 0 (where the series of
+// expm1 takes over: |2x| < 1/2 and just past it), subnormals, +-0 (its sign
+// kept), +-inf (+-1), +-800 and NaN (NaN there only).
+template <typename S>
+void CheckTanh() {
+  const Index M = 37, B = 5, stride = 41;
+  Matrix<S> x = Random<S>(stride, B, 51) * S(3);
+  const S special[] = {S(0.2499), S(0.25), S(0.2501), S(-0.2499), S(1e-3), S(-1e-7), S(1e-30), S(-1e-30),
+                       std::numeric_limits<S>::denorm_min(), S(19.9), S(20.1), S(-25), S(800), S(-800), S(0), S(-0.0),
+                       std::numeric_limits<S>::infinity(), -std::numeric_limits<S>::infinity(),
+                       std::numeric_limits<S>::quiet_NaN()};
+  Index c = 0;
+  for (S v : special) x(c % M, c / M) = v, ++c;
+  x.col(3) *= S(0.1);  // a column of small arguments
+  Matrix<S> y(M + 2, B);
+  implicit::internal::TanhColumnsKernel<S>(x.data(), M, B, stride, y.data(), M + 2);
+  const long double eps = std::numeric_limits<S>::epsilon();
+  for (Index j = 0; j < B; ++j) {
+    for (Index i = 0; i < M; ++i) {
+      if (std::isnan(x(i, j))) {
+        BOOST_TEST(std::isnan(y(i, j)), "NaN at " << i << ", " << j);
+        continue;
+      }
+      const long double reference = std::tanh(static_cast<long double>(x(i, j)));
+      BOOST_TEST(std::abs(y(i, j) - reference) <= 4 * eps * std::abs(reference),
+                 "tanh(" << x(i, j) << ") = " << y(i, j) << " against " << static_cast<double>(reference));
+      BOOST_TEST(std::signbit(y(i, j)) == std::signbit(x(i, j)), "the sign of tanh(" << x(i, j) << ")");
+    }
+  }
+  // In place: the same numbers.
+  Matrix<S> in_place = x;
+  implicit::internal::TanhColumnsKernel<S>(in_place.data(), M, B, stride, in_place.data(), stride);
+  BOOST_TEST((in_place.topRows(M).array() == y.topRows(M).array() || x.topRows(M).array().isNaN()).all());
+}
+
 // The solvers' low-rank products at the active level against long double
 // sums: dots and combinations of k columns (a column stride above n) for
 // lengths with and without a vector tail, k = 0 included (nothing is written
@@ -429,6 +467,8 @@ BOOST_AUTO_TEST_CASE(every_level_computes_the_same_products_and_softmaxes) {
       CheckLogistic<double>();
       CheckBernoulliCgf<float>();
       CheckBernoulliCgf<double>();
+      CheckTanh<float>();
+      CheckTanh<double>();
       CheckLowRank<float>();
       CheckLowRank<double>();
       CheckHopfieldAgainstGeneric<float>(level);
@@ -437,4 +477,32 @@ BOOST_AUTO_TEST_CASE(every_level_computes_the_same_products_and_softmaxes) {
       CheckEnergyTransformerAgainstGeneric<double>(level);
     }
   }
+}
+
+// implicit::Tanh, the public entry point: views with a column stride, in
+// place, the same numbers on one thread and on three (a large matrix's
+// columns are shared), other scalar types through Eigen, and a wrong output
+// shape refused.
+BOOST_AUTO_TEST_CASE(tanh_works_on_views_in_place_and_on_any_thread_count) {
+  const Matrix<double> x = Random<double>(130, 300, 61) * 2.0;
+  Matrix<double> y(130, 300);
+  implicit::Tanh<double>(x.topRows(100), y.topRows(100));
+  for (Index j = 0; j < 300; ++j)
+    for (Index i = 0; i < 100; ++i)
+      BOOST_TEST(std::abs(y(i, j) - std::tanh(x(i, j))) <= 4 * 2.3e-16 * std::abs(std::tanh(x(i, j))));
+  const int saved = Eigen::nbThreads();
+  Matrix<double> one = x, three = x;
+  Eigen::setNbThreads(1);
+  implicit::Tanh<double>(one, one);
+  Eigen::setNbThreads(3);
+  implicit::Tanh<double>(three, three);
+  Eigen::setNbThreads(saved);
+  BOOST_TEST((one.array() == three.array()).all());
+  BOOST_TEST((one.topRows(100).array() == y.topRows(100).array()).all());
+  const Matrix<long double> xl = x.topLeftCorner(3, 4).cast<long double>();
+  Matrix<long double> yl(3, 4);
+  implicit::Tanh<long double>(xl, yl);
+  BOOST_TEST((yl.array() == xl.array().tanh()).all());
+  Matrix<double> wrong(130, 299);
+  BOOST_CHECK_THROW(implicit::Tanh<double>(x, wrong), std::invalid_argument);
 }

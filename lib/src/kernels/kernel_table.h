@@ -34,11 +34,14 @@ struct KernelsFor {
   // (core/cpu_dispatch.h), which forwards to it.
   void (*logistic_columns)(const Number* t, std::ptrdiff_t rows, std::ptrdiff_t cols, std::ptrdiff_t t_stride,
                            const Number* shift, Number* s, std::ptrdiff_t s_stride, Number* s2,
-                           std::ptrdiff_t s2_stride);
+                           std::ptrdiff_t s2_stride, int threads);
   // The Bernoulli prior's K pass, with the contract of
   // internal::BernoulliCgfColumnsKernel (core/cpu_dispatch.h), which forwards to it.
   void (*bernoulli_cgf_columns)(const Number* t, std::ptrdiff_t rows, std::ptrdiff_t cols, std::ptrdiff_t t_stride,
-                                const Number* p, Number* k, std::ptrdiff_t k_stride);
+                                const Number* p, Number* k, std::ptrdiff_t k_stride, int threads);
+  // The tanh pass, with the contract of internal::TanhColumnsKernel (core/cpu_dispatch.h).
+  void (*tanh_columns)(const Number* x, std::ptrdiff_t rows, std::ptrdiff_t cols, std::ptrdiff_t x_stride, Number* y,
+                       std::ptrdiff_t y_stride, int threads);
   // The solvers' low-rank products, with the contracts of
   // internal::ColumnDotsKernel and internal::AddColumnCombinationKernel
   // (core/cpu_dispatch.h), which forward to them.

@@ -40,6 +40,7 @@
 /// \endcode
 #pragma once
 
+#include <implicit/core/activations.h>
 #include <implicit/core/energy.h>
 #include <implicit/core/parameters.h>
 #include <implicit/core/types.h>
@@ -175,7 +176,7 @@ class DenseAssociativeMemoryEnergy : public Energy<Scalar> {
   /// tanh(T r) for kBox.
   void StoreUpdate(const Matrix<Scalar>& r, MatrixRef<Scalar> out) const {
     if (box_) {
-      out = (T_ * r.array()).tanh().matrix();
+      Tanh<Scalar>(T_ * r, out);
     } else {
       out = r;
     }

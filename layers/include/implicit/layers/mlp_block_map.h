@@ -15,6 +15,7 @@
 /// \endcode
 #pragma once
 
+#include <implicit/core/activations.h>
 #include <implicit/core/map.h>
 #include <implicit/core/parameters.h>
 #include <implicit/core/spectral_norm.h>
@@ -182,14 +183,15 @@ class MlpBlockMap : public FixedPointMap<Scalar> {
     if (options_.activation == BlockActivation::kRelu) {
       *a = a->cwiseMax(Scalar(0));
     } else {
-      *a = a->array().tanh().matrix();
+      Tanh<Scalar>(*a, *a);
     }
   }
   void ActivationDerivative(Matrix<Scalar>* a) const {
     if (options_.activation == BlockActivation::kRelu) {
       *a = (a->array() > Scalar(0)).template cast<Scalar>().matrix();
     } else {
-      *a = (Scalar(1) - a->array().tanh().square()).matrix();
+      Tanh<Scalar>(*a, *a);
+      *a = (Scalar(1) - a->array().square()).matrix();
     }
   }
   Matrix<Scalar> Derivative(ConstMatrixRef<Scalar> z, const char* what) const {

@@ -22,7 +22,8 @@
 ///
 /// Which calls use the kernels: internal::Gemm (gemm.h) and the products and
 /// softmax passes of the attention energies that call it (ModernHopfieldEnergy,
-/// ...), and the low-rank products of Anderson's and Broyden's histories.
+/// ...), the RBM's Bernoulli prior, implicit::Tanh (activations.h), and the
+/// low-rank products of Anderson's and Broyden's histories.
 /// Results of different levels agree to round-off, not bitwise (FMA and vector
 /// widths change the order of additions); one level gives the same results
 /// every run.
@@ -84,7 +85,8 @@ void ScaledSoftmaxColumnsKernel(Number* a, std::ptrdiff_t rows, std::ptrdiff_t c
 /// column stride t_stride; shift one value per row), s = sigmoid(z) = 1 / (1 +
 /// e^-z) and s2 = sigmoid(z) sigmoid(-z), each into a rows x cols matrix of
 /// the given column stride, or skipped when nullptr. The limits are 0 and 1 (s2
-/// 0 or a subnormal), NaN only where z is.
+/// 0 or a subnormal), NaN only where z is. Columns are shared among Eigen's
+/// threads when large (as TanhColumnsKernel).
 template <typename Number>
 void LogisticColumnsKernel(const Number* t, std::ptrdiff_t rows, std::ptrdiff_t cols, std::ptrdiff_t t_stride,
                            const Number* shift, Number* s, std::ptrdiff_t s_stride, Number* s2,
@@ -94,10 +96,20 @@ void LogisticColumnsKernel(const Number* t, std::ptrdiff_t rows, std::ptrdiff_t 
 /// active level, for float and double: k = K(t) = log(1 - p + p e^t) with p one
 /// value per row of t (rows x cols, column stride t_stride), into k (column
 /// stride k_stride), to a few ulps relative also where t is near 0 (K ~ p t);
-/// NaN only where t is, K(-inf) = log(1 - p), K(+inf) = +inf.
+/// NaN only where t is, K(-inf) = log(1 - p), K(+inf) = +inf. Columns are
+/// shared among Eigen's threads when large.
 template <typename Number>
 void BernoulliCgfColumnsKernel(const Number* t, std::ptrdiff_t rows, std::ptrdiff_t cols, std::ptrdiff_t t_stride,
                                const Number* p, Number* k, std::ptrdiff_t k_stride);
+
+/// y = tanh(x) at the active level, for float and double, column by column of
+/// x (rows x cols, column stride x_stride) into y (column stride y_stride; y
+/// may be x itself, not a partial overlap), to a few ulps; NaN where x is.
+/// Columns are shared among Eigen's threads (Eigen::nbThreads()) when large.
+/// The public entry point is implicit::Tanh (activations.h).
+template <typename Number>
+void TanhColumnsKernel(const Number* x, std::ptrdiff_t rows, std::ptrdiff_t cols, std::ptrdiff_t x_stride,
+                       Number* y, std::ptrdiff_t y_stride);
 
 /// The solvers' low-rank products at the active level, for float and double
 /// (Broyden's and Anderson's histories: internal/low_rank.h of the solvers):
