@@ -10,6 +10,7 @@
 #pragma once
 
 #include <implicit/solvers/internal/batch_monitor.h>
+#include <implicit/solvers/internal/sample_loop.h>
 
 #include <algorithm>
 #include <chrono>
@@ -182,12 +183,16 @@ LinearSolveSummary GmresSolve(const LinearOperator<Scalar>& apply, ConstMatrixRe
   std::vector<Matrix<Scalar>> V(k_max + 1);
   V[0].resize(n, batch);
   Matrix<Scalar> r(n, batch), w(n, batch);
-  // Per sample: Hessenberg (k_max+1 x k_max), Givens cosines/sines, rhs g.
-  std::vector<Matrix<double>> H(batch, Matrix<double>(k_max + 1, k_max));
+  // The Hessenberg matrices column by column, allocated as they grow too:
+  // H[j](i, b) is entry (i, j) of sample b's. Givens cosines/sines, rhs g.
+  std::vector<Matrix<double>> H(k_max);
   Matrix<double> cs(k_max, batch), sn(k_max, batch), g(k_max + 1, batch);
-  Vector<double> coef(k_max);
   std::vector<int> steps(batch);
-  std::vector<char> run(batch);
+  std::vector<char> run(batch), singular_hessenberg(batch, 0);
+  std::vector<Index> running_columns;
+  running_columns.reserve(batch);
+  const internal::SampleLoop samples(n * (k_max / 2 + 1));  // (the Arnoldi step grows with j)
+  Matrix<double> coefficients(k_max, samples.threads());     // the back substitution's, per thread
   while (m.Residual(u, r) && m.budget_left()) {
     int running = 0;
     for (Index b = 0; b < batch; ++b) {
@@ -207,67 +212,80 @@ LinearSolveSummary GmresSolve(const LinearOperator<Scalar>& apply, ConstMatrixRe
       m.Apply(V[j], w);
       m.CountIteration();
       if (V[j + 1].size() == 0) V[j + 1].resize(n, batch);
+      if (H[j].size() == 0) H[j].resize(j + 2, batch);
+      running_columns.clear();
       for (Index b = 0; b < batch; ++b) {
-        if (!run[b]) {
+        if (run[b]) {
+          running_columns.push_back(b);
+        } else {
           V[j + 1].col(b).setZero();
-          continue;
         }
-        Matrix<double>& h = H[b];
+      }
+      // Each running sample's Arnoldi step, shared among Eigen's threads.
+      samples.Run(running_columns, [&](Index b, int) {
+        auto h = H[j].col(b);  // column j of sample b's Hessenberg matrix
         for (int i = 0; i <= j; ++i) {  // modified Gram-Schmidt
           const Scalar hij = V[i].col(b).dot(w.col(b));
-          h(i, j) = static_cast<double>(hij);
+          h(i) = static_cast<double>(hij);
           w.col(b) -= hij * V[i].col(b);
         }
         const double hnext = static_cast<double>(w.col(b).norm());
-        h(j + 1, j) = hnext;
+        h(j + 1) = hnext;
         if (hnext > 0) {
           V[j + 1].col(b) = w.col(b) / static_cast<Scalar>(hnext);
         } else {
           V[j + 1].col(b).setZero();
         }
         for (int i = 0; i < j; ++i) {  // previous rotations
-          const double a = h(i, j), c = h(i + 1, j);
-          h(i, j) = cs(i, b) * a + sn(i, b) * c;
-          h(i + 1, j) = -sn(i, b) * a + cs(i, b) * c;
+          const double a = h(i), c = h(i + 1);
+          h(i) = cs(i, b) * a + sn(i, b) * c;
+          h(i + 1) = -sn(i, b) * a + cs(i, b) * c;
         }
-        const double rho = std::hypot(h(j, j), h(j + 1, j));
+        const double rho = std::hypot(h(j), h(j + 1));
         if (rho > 0) {
-          cs(j, b) = h(j, j) / rho;
-          sn(j, b) = h(j + 1, j) / rho;
+          cs(j, b) = h(j) / rho;
+          sn(j, b) = h(j + 1) / rho;
         } else {
           cs(j, b) = 1.0;
           sn(j, b) = 0.0;
         }
-        h(j, j) = rho;
-        h(j + 1, j) = 0.0;
+        h(j) = rho;
+        h(j + 1) = 0.0;
         g(j + 1, b) = -sn(j, b) * g(j, b);
         g(j, b) = cs(j, b) * g(j, b);
         steps[b] = j + 1;
         if (std::abs(g(j + 1, b)) <= m.threshold(b) || !(hnext > 0) || !(rho > 0) ||
             !std::isfinite(g(j + 1, b))) {
           run[b] = 0;
-          --running;
         }
-      }
+      });
+      running = static_cast<int>(std::count(run.begin(), run.end(), 1));
     }
     // u += V_k y with H_k y = g_k (upper triangular), per sample.
+    running_columns.clear();
     for (Index b = 0; b < batch; ++b) {
+      if (steps[b] > 0) running_columns.push_back(b);
+    }
+    samples.Run(running_columns, [&](Index b, int thread) {
       const int k = steps[b];
-      if (k == 0) continue;
-      const Matrix<double>& h = H[b];
+      auto coef = coefficients.col(thread);
       bool singular = false;
       for (int i = k - 1; i >= 0; --i) {
         double sum = g(i, b);
-        for (int l = i + 1; l < k; ++l) sum -= h(i, l) * coef(l);
-        if (!(std::abs(h(i, i)) > 0)) {
+        for (int l = i + 1; l < k; ++l) sum -= H[l](i, b) * coef(l);
+        if (!(std::abs(H[i](i, b)) > 0)) {
           singular = true;
           coef(i) = 0.0;
         } else {
-          coef(i) = sum / h(i, i);
+          coef(i) = sum / H[i](i, b);
         }
       }
-      if (singular) m.Note("gmres: singular Hessenberg matrix (singular operator)");
+      singular_hessenberg[b] = singular ? 1 : 0;
       for (int i = 0; i < k; ++i) u.col(b) += static_cast<Scalar>(coef(i)) * V[i].col(b);
+    });
+    if (std::count(singular_hessenberg.begin(), singular_hessenberg.end(), 1) > 0) {
+      m.Note("gmres: singular Hessenberg matrix (singular operator)");
+      std::fill(singular_hessenberg.begin(), singular_hessenberg.end(), 0);
     }
   }
   return m.FinishLinear();

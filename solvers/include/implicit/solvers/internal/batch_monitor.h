@@ -228,10 +228,15 @@ class BatchMonitor {
   }
 
   // r = rhs - A u (the true residual); judges the active samples at u.
-  // Returns true while some sample is active.
+  // Returns true while some sample is active. At u = 0 (a solve from zero,
+  // as Newton's steps start) r = rhs without a product.
   bool Residual(ConstMatrixRef<Scalar> u, MatrixRef<Scalar> r) {
-    Apply(u, r);
-    r = *rhs_ - r;
+    if ((u.array() == Scalar(0)).all()) {
+      r = *rhs_;
+    } else {
+      Apply(u, r);
+      r = *rhs_ - r;
+    }
     for (Index b = 0; b < r.cols(); ++b)
       JudgeLinear(b, static_cast<double>(r.col(b).norm()), !active(b) || u.col(b).allFinite());
     ++observations_;
