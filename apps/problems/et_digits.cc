@@ -45,10 +45,16 @@ class DescentStepMapT : public implicit::FixedPointMap<S> {
     energy_.DescentDirectionColumns(z, columns, out);
     out = z - step_ * out;
   }
+  // The step and the energy from one pass (DescentDirectionAndValue).
+  void EvaluateWithEnergy(implicit::ConstMatrixRef<S> z, implicit::MatrixRef<S> out,
+                          implicit::VectorRef<S> energies) const override {
+    energy_.DescentDirectionAndValue(z, out, energies);
+    out = z - step_ * out;
+  }
   void EvaluateColumnsWithEnergy(implicit::ConstMatrixRef<S> z, const std::vector<Index>& columns,
                                  implicit::MatrixRef<S> out, implicit::VectorRef<S> energies) const override {
-    EvaluateColumns(z, columns, out);
-    energy_.ValueColumns(z, columns, energies);
+    energy_.DescentDirectionColumnsAndValue(z, columns, out, energies);
+    out = z - step_ * out;
   }
 
  private:

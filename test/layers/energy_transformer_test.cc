@@ -576,7 +576,8 @@ BOOST_AUTO_TEST_CASE(masked_completion_trains_through_implicit_differentiation) 
 
 using OnePassScalars = std::tuple<float, double>;
 
-// GradientAndValue / CccpUpdateAndValue (one pass per sample) agree with the
+// GradientAndValue / CccpUpdateAndValue / DescentDirectionAndValue (one pass
+// per sample; the maps' EvaluateWithEnergy through them) agree with the
 // separate calls, in float and double, for both memories and the clamped
 // energy; the plain energy evaluates any subset of a batch like those
 // columns, the clamped one (per-sample clamps) does not allow subsets, and the
@@ -620,6 +621,11 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(one_pass_evaluations_and_subsets, S, OnePassScalar
       BOOST_TEST(implicit::testing::AgreeEntrywise(ds.col(1), d.col(2), tol));
       BOOST_TEST(std::abs(es(0) - e(0)) <= tol * (1 + std::abs(e(0))));
       BOOST_TEST(std::abs(es(1) - e(2)) <= tol * (1 + std::abs(e(2))));
+      Matrix<S> ds1(N * D, 2);
+      Vector<S> es1(2);
+      clamped.DescentDirectionColumnsAndValue(xs, cols, ds1, es1);  // both from one pass
+      BOOST_TEST(implicit::testing::AgreeEntrywise(ds1, ds, tol));
+      BOOST_TEST(implicit::testing::AgreeEntrywise(es1, es, tol));
     }
   }
 }

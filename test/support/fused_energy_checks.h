@@ -66,6 +66,14 @@ void CheckOnePassEvaluations(const Energy<Scalar>& energy, const Matrix<Scalar>&
   BOOST_TEST(AgreeEntrywise(g1, g, tol));
   BOOST_TEST_INFO("GradientAndValue: value");
   BOOST_TEST(AgreeEntrywise(e1, e, tol));
+  Matrix<Scalar> d(n, B), d1(n, B);
+  Vector<Scalar> e3(B);
+  energy.DescentDirection(x, d);
+  energy.DescentDirectionAndValue(x, d1, e3);
+  BOOST_TEST_INFO("DescentDirectionAndValue: direction");
+  BOOST_TEST(AgreeEntrywise(d1, d, tol));
+  BOOST_TEST_INFO("DescentDirectionAndValue: value");
+  BOOST_TEST(AgreeEntrywise(e3, e, tol));
   if (cccp) {
     Matrix<Scalar> c(n, B), c1(n, B);
     Vector<Scalar> e2(B);
@@ -149,8 +157,12 @@ void CheckColumnEvaluation(const FixedPointMap<Scalar>& map, const Matrix<Scalar
   for (Index j = 0; j < k; ++j) picked.col(j) = f.col(cols[j]);
   BOOST_TEST(AgreeEntrywise(fs, picked, tol));
   if (map.energy() != nullptr) {
-    Vector<Scalar> e(B), es(k), picked_e(k);
+    Vector<Scalar> e(B), es(k), picked_e(k), e_with(B);
     map.energy()->Value(x, e);
+    Matrix<Scalar> f_with(n, B);
+    map.EvaluateWithEnergy(x, f_with, e_with);  // the whole batch in one pass
+    BOOST_TEST(AgreeEntrywise(f_with, f, tol));
+    BOOST_TEST(AgreeEntrywise(e_with, e, tol));
     fs.setZero();
     map.EvaluateColumnsWithEnergy(xs, cols, fs, es);
     for (Index j = 0; j < k; ++j) picked_e(j) = e(cols[j]);

@@ -138,6 +138,10 @@ class EnergyTransformer : public Energy<Scalar>, private internal::EnergyTransfo
   /// come with them).
   void GradientAndValue(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> grad,
                         VectorRef<Scalar> values) const override;
+  /// dE/dg and E from one pass over each sample (the dynamics' map with the
+  /// energy its guard needs: the softmaxes are computed once).
+  void DescentDirectionAndValue(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> out,
+                                VectorRef<Scalar> values) const override;
   /// x - dE/dx (Energy's default CCCP update) and E in one pass.
   void CccpUpdateAndValue(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> out,
                           VectorRef<Scalar> values) const override {
@@ -353,6 +357,24 @@ void EnergyTransformer<Scalar>::GradientAndValue(
     ApplyM(w->s, w->r, gamma(), &w->a);
     values(b) = e_ln + f;
     Out(grad, b) = w->a;
+  });
+}
+
+template <typename Scalar>
+void EnergyTransformer<Scalar>::DescentDirectionAndValue(
+    ConstMatrixRef<Scalar> x,
+    MatrixRef<Scalar> out,
+    VectorRef<Scalar> values) const {
+  internal::CheckBatch("EnergyTransformer::DescentDirectionAndValue(x)", x, dimension());
+  internal::CheckShape("EnergyTransformer::DescentDirectionAndValue(out)", out, x.rows(), x.cols());
+  internal::CheckShape("EnergyTransformer::DescentDirectionAndValue(values)", values, x.cols(), 1);
+  ForEachColumn(x.cols(), [&](Index b, Work* w) {
+    Normalize(x.col(b).data(), &w->s);
+    const Scalar e_ln = LayerNormEnergy(w->s);
+    const Scalar f = Forces(&w->s, &w->r, /*with_value=*/true);
+    w->r += Tokens(x.col(b).data());
+    values(b) = e_ln + f;
+    Out(out, b) = w->r;
   });
 }
 

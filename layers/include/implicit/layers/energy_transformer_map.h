@@ -141,24 +141,27 @@ class EnergyTransformerMap : public FixedPointMap<Scalar> {
   bool SupportsColumnSubsets() const override { return et_.SupportsSubsets(); }
   void EvaluateColumns(ConstMatrixRef<Scalar> x, const std::vector<Index>& columns,
                        MatrixRef<Scalar> out) const override;
+  /// The step and the energy from one pass over each sample (the softmaxes
+  /// once: EnergyTransformer::DescentDirectionAndValue).
+  void EvaluateWithEnergy(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> out,
+                          VectorRef<Scalar> energies) const override;
   void EvaluateColumnsWithEnergy(ConstMatrixRef<Scalar> x, const std::vector<Index>& columns,
-                                 MatrixRef<Scalar> out, VectorRef<Scalar> energies) const override {
-    EvaluateColumns(x, columns, out);
-    if (has_clamp_) {
-      clamped_.ValueColumns(x, columns, energies);
-    } else {
-      et_.Value(x, energies);
-    }
-  }
+                                 MatrixRef<Scalar> out, VectorRef<Scalar> energies) const override;
 
  private:
   void Mask(MatrixRef<Scalar> m) const { m.array() *= clamped_.free_mask().array(); }
   /// out = m (.) (y - a r(y)) + (1 - m) (.) c with y = m (.) x + (1 - m) (.) c,
-  /// for the free mask m and clamped values c of x's samples.
+  /// for the free mask m and clamped values c of x's samples; with `energies`
+  /// also the clamped energy there, from the same pass.
   void ClampedStep(ConstMatrixRef<Scalar> x, const Matrix<Scalar>& mask, const Matrix<Scalar>& clamped,
-                   MatrixRef<Scalar> out) const {
+                   MatrixRef<Scalar> out, VectorRef<Scalar>* energies = nullptr) const {
     const Matrix<Scalar> y = ClampedEnergy<Scalar>::Merge(x, mask, clamped);
-    et_.DescentDirection(y, out);
+    if (energies != nullptr) {
+      et_.DescentDirectionAndValue(y, out, *energies);
+      ClampedEnergy<Scalar>::AddPenalty(x, mask, clamped, *energies);
+    } else {
+      et_.DescentDirection(y, out);
+    }
     out = (mask.array() * (y - step_ * out).array() + (Scalar(1) - mask.array()) * clamped.array()).matrix();
   }
   /// J v = m (.) (w - a dr/dy w), w = m (.) v   (transpose: dr/dy^T); no clamp: m = 1.
@@ -201,6 +204,36 @@ void EnergyTransformerMap<Scalar>::EvaluateColumns(
   Matrix<Scalar> mask, clamped;
   clamped_.GatherClamp("EnergyTransformerMap::EvaluateColumns", x, columns, &mask, &clamped);
   ClampedStep(x, mask, clamped, out);
+}
+
+template <typename Scalar>
+void EnergyTransformerMap<Scalar>::EvaluateWithEnergy(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> out,
+                                                      VectorRef<Scalar> energies) const {
+  internal::CheckShape("EnergyTransformerMap::EvaluateWithEnergy(out)", out, x.rows(), x.cols());
+  if (!has_clamp_) {
+    et_.DescentDirectionAndValue(x, out, energies);
+    out = x - step_ * out;
+    return;
+  }
+  clamped_.Check("EnergyTransformerMap::EvaluateWithEnergy(x)", x);
+  internal::CheckShape("EnergyTransformerMap::EvaluateWithEnergy(energies)", energies, x.cols(), 1);
+  ClampedStep(x, clamped_.free_mask(), clamped_.input(), out, &energies);
+}
+
+template <typename Scalar>
+void EnergyTransformerMap<Scalar>::EvaluateColumnsWithEnergy(ConstMatrixRef<Scalar> x,
+                                                             const std::vector<Index>& columns,
+                                                             MatrixRef<Scalar> out,
+                                                             VectorRef<Scalar> energies) const {
+  internal::CheckShape("EnergyTransformerMap::EvaluateColumnsWithEnergy(out)", out, x.rows(), x.cols());
+  if (!has_clamp_) {
+    FixedPointMap<Scalar>::EvaluateColumnsWithEnergy(x, columns, out, energies);
+    return;
+  }
+  internal::CheckShape("EnergyTransformerMap::EvaluateColumnsWithEnergy(energies)", energies, x.cols(), 1);
+  Matrix<Scalar> mask, clamped;
+  clamped_.GatherClamp("EnergyTransformerMap::EvaluateColumnsWithEnergy", x, columns, &mask, &clamped);
+  ClampedStep(x, mask, clamped, out, &energies);
 }
 
 template <typename Scalar>

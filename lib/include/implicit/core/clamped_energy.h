@@ -115,6 +115,16 @@ class ClampedEnergy : public Energy<Scalar> {
     base_.DescentDirection(Merge(x, mask, clamped), out);
     Combine(x, mask, clamped, out);
   }
+  /// Both at once (the base energy's DescentDirectionAndValue: one pass).
+  void DescentDirectionColumnsAndValue(ConstMatrixRef<Scalar> x, const std::vector<Index>& columns,
+                                       MatrixRef<Scalar> out, VectorRef<Scalar> values) const {
+    Matrix<Scalar> mask, clamped;
+    GatherClamp("ClampedEnergy::DescentDirectionColumnsAndValue", x, columns, &mask, &clamped);
+    internal::CheckShape("ClampedEnergy::DescentDirectionColumnsAndValue(values)", values, x.cols(), 1);
+    base_.DescentDirectionAndValue(Merge(x, mask, clamped), out, values);
+    AddPenalty(x, mask, clamped, values);
+    Combine(x, mask, clamped, out);
+  }
   ///@}
   /// The free mask and clamped values of the samples `columns`, for a block x
   /// (checks x's dimension, the column indices, and that the base energy may
@@ -142,6 +152,14 @@ class ClampedEnergy : public Energy<Scalar> {
   void DescentDirection(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> out) const override {
     const Matrix<Scalar> y = Merge(x);
     base_.DescentDirection(y, out);
+    Combine(x, out);
+  }
+  void DescentDirectionAndValue(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> out,
+                                VectorRef<Scalar> values) const override {
+    const Matrix<Scalar> y = Merge(x);
+    internal::CheckShape("ClampedEnergy::DescentDirectionAndValue(values)", values, x.cols(), 1);
+    base_.DescentDirectionAndValue(y, out, values);
+    AddPenalty(x, mask_, values_, values);
     Combine(x, out);
   }
   void GradientAndValue(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> grad,
@@ -182,6 +200,15 @@ class ClampedEnergy : public Energy<Scalar> {
   void InputVectorJacobianProduct(ConstMatrixRef<Scalar> x, ConstMatrixRef<Scalar> u,
                                   MatrixRef<Scalar> out) const override;
 
+  /// values += 0.5 |(1 - m) (.) (x - c)|^2, the clamp's term of Value, for the
+  /// free mask m and clamped values c of x's samples (a map that evaluates the
+  /// base energy at the merged point itself adds it).
+  static void AddPenalty(ConstMatrixRef<Scalar> x, const Matrix<Scalar>& mask, const Matrix<Scalar>& clamped,
+                         VectorRef<Scalar> values) {
+    values += Scalar(0.5) *
+              ((Scalar(1) - mask.array()) * (x - clamped).array()).matrix().colwise().squaredNorm().transpose();
+  }
+
  private:
   /// E(y) + 0.5 |(1 - m) (.) (x - c)|^2 with y = m (.) x + (1 - m) (.) c.
   void ValueWith(ConstMatrixRef<Scalar> x, const Matrix<Scalar>& mask, const Matrix<Scalar>& clamped,
@@ -200,11 +227,6 @@ class ClampedEnergy : public Energy<Scalar> {
       AddPenalty(x, mask, clamped, values);
     }
     Combine(x, mask, clamped, grad);
-  }
-  static void AddPenalty(ConstMatrixRef<Scalar> x, const Matrix<Scalar>& mask, const Matrix<Scalar>& clamped,
-                         VectorRef<Scalar> values) {
-    values += Scalar(0.5) *
-              ((Scalar(1) - mask.array()) * (x - clamped).array()).matrix().colwise().squaredNorm().transpose();
   }
   /// out <- m (.) out + (1 - m) (.) (x - c)
   void Combine(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> out) const { Combine(x, mask_, values_, out); }

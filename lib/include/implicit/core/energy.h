@@ -83,7 +83,8 @@ class Energy {
 
   // ---- One pass for several quantities (optional, for speed) --------------
   ///@{
-  /// The CCCP update (or the gradient) and the energies in one pass.
+  /// The CCCP update (or the gradient, or the descent direction) and the
+  /// energies in one pass.
   ///
   /// Energy-guarded solvers need E at every point where they evaluate the map.
   /// Energies whose update and value share work (the attention energies: one
@@ -97,6 +98,11 @@ class Energy {
   virtual void GradientAndValue(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> grad,
                                 VectorRef<Scalar> values) const {
     Gradient(x, grad);
+    Value(x, values);
+  }
+  virtual void DescentDirectionAndValue(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> out,
+                                        VectorRef<Scalar> values) const {
+    DescentDirection(x, out);
     Value(x, values);
   }
   ///@}
