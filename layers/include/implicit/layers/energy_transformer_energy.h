@@ -285,6 +285,14 @@ class EnergyTransformer : public Energy<Scalar>, private internal::EnergyTransfo
     Eigen::Map<Matrix<Scalar>>(out, options_.token_dim, options_.num_tokens) = b + vb;
   }
 
+  /// r = x + dF/dG and E from one pass (the forces with their value).
+  Scalar ResidualAndValue(const Scalar* column, Sample* s, Matrix<Scalar>* r) const {
+    Normalize(column, s);
+    const Scalar e_ln = LayerNormEnergy(*s);
+    const Scalar f = Forces(s, r, /*with_value=*/true);
+    *r += Tokens(column);
+    return e_ln + f;
+  }
   /// r = x + dF/dG (and the caches for the second-order products).
   void Residual(const Scalar* column, Sample* s, Matrix<Scalar>* r) const {
     Normalize(column, s);
@@ -350,12 +358,8 @@ void EnergyTransformer<Scalar>::GradientAndValue(
   internal::CheckShape("EnergyTransformer::GradientAndValue(grad)", grad, x.rows(), x.cols());
   internal::CheckShape("EnergyTransformer::GradientAndValue(values)", values, x.cols(), 1);
   ForEachColumn(x.cols(), [&](Index b, Work* w) {
-    Normalize(x.col(b).data(), &w->s);
-    const Scalar e_ln = LayerNormEnergy(w->s);
-    const Scalar f = Forces(&w->s, &w->r, /*with_value=*/true);
-    w->r += Tokens(x.col(b).data());
+    values(b) = ResidualAndValue(x.col(b).data(), &w->s, &w->r);
     ApplyM(w->s, w->r, gamma(), &w->a);
-    values(b) = e_ln + f;
     Out(grad, b) = w->a;
   });
 }
@@ -369,11 +373,7 @@ void EnergyTransformer<Scalar>::DescentDirectionAndValue(
   internal::CheckShape("EnergyTransformer::DescentDirectionAndValue(out)", out, x.rows(), x.cols());
   internal::CheckShape("EnergyTransformer::DescentDirectionAndValue(values)", values, x.cols(), 1);
   ForEachColumn(x.cols(), [&](Index b, Work* w) {
-    Normalize(x.col(b).data(), &w->s);
-    const Scalar e_ln = LayerNormEnergy(w->s);
-    const Scalar f = Forces(&w->s, &w->r, /*with_value=*/true);
-    w->r += Tokens(x.col(b).data());
-    values(b) = e_ln + f;
+    values(b) = ResidualAndValue(x.col(b).data(), &w->s, &w->r);
     Out(out, b) = w->r;
   });
 }
