@@ -281,9 +281,8 @@ void GraphEnergyTransformer<Scalar>::Value(ConstMatrixRef<Scalar> x,
 }
 
 template <typename Scalar>
-void GraphEnergyTransformer<Scalar>::DescentDirectionAndValue(ConstMatrixRef<Scalar> x,
-                                                              MatrixRef<Scalar> out,
-                                                              VectorRef<Scalar>* values) const {
+void GraphEnergyTransformer<Scalar>::Descent(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> out,
+                                             VectorRef<Scalar>* values) const {
   Check("DescentDirection", x, nullptr);
   internal::CheckShape("GraphEnergyTransformer::DescentDirection(out)", out, x.rows(), x.cols());
   if (values) {

@@ -101,7 +101,7 @@ struct GraphEt {
     Matrix<double> out(n, 7 * B);
     Vector<double> values(2 * B), grad(et.num_parameters());
     implicit::VectorRef<double> energies = values.head(B);
-    et.DescentDirectionAndValue(x, out.middleCols(0, B), &energies);
+    et.DescentDirectionAndValue(x, out.middleCols(0, B), energies);
     et.GradientAndValue(x, out.middleCols(B, B), values.tail(B));
     et.HessianVectorProduct(x, v, out.middleCols(2 * B, B));
     map.JacobianVectorProduct(x, v, out.middleCols(3 * B, B));

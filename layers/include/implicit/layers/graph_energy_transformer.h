@@ -166,11 +166,13 @@ class GraphEnergyTransformer : public Energy<Scalar>,
 
   void Value(ConstMatrixRef<Scalar> x, VectorRef<Scalar> values) const override;
   void DescentDirection(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> out) const override {
-    DescentDirectionAndValue(x, out, nullptr);
+    Descent(x, out, nullptr);
   }
-  /// dE/dg and (when values != nullptr) E in one pass.
+  /// dE/dg and E in one pass.
   void DescentDirectionAndValue(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> out,
-                                VectorRef<Scalar>* values) const;
+                                VectorRef<Scalar> values) const override {
+    Descent(x, out, &values);
+  }
   void Gradient(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> grad) const override {
     Run("Gradient", x, nullptr, grad, nullptr);
   }
@@ -249,6 +251,8 @@ class GraphEnergyTransformer : public Energy<Scalar>,
                                          Matrix<Scalar>* dc = nullptr) const;
 
  private:
+  /// dE/dg and (when values != nullptr) E in one pass.
+  void Descent(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> out, VectorRef<Scalar>* values) const;
   using typename Base::Sample;
   using Base::ApplyM;
   using Base::beta_;
@@ -335,7 +339,7 @@ class GraphEnergyTransformerMap : public FixedPointMap<Scalar> {
   /// f and E from one pass (the energy-guarded solvers ask for both).
   void EvaluateWithEnergy(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> out,
                           VectorRef<Scalar> energies) const override {
-    et_.DescentDirectionAndValue(x, out, &energies);
+    et_.DescentDirectionAndValue(x, out, energies);
     out = x - step_ * out;
   }
   bool SupportsSubsets() const override { return et_.SupportsSubsets(); }
