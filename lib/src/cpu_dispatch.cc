@@ -176,18 +176,11 @@ void ScaledSoftmaxColumnsKernel(Number* a, std::ptrdiff_t rows, std::ptrdiff_t c
 }
 
 template <typename Number>
-void LogisticColumnsKernel(const Number* t, std::ptrdiff_t rows, std::ptrdiff_t cols, std::ptrdiff_t t_stride,
-                           const Number* shift, Number* s, std::ptrdiff_t s_stride, Number* s2,
-                           std::ptrdiff_t s2_stride) {
-  KernelsOf<Number>(ActiveKernels()).logistic_columns(t, rows, cols, t_stride, shift, s, s_stride, s2, s2_stride,
-                                                      EigenProductThreads());
-}
-
-template <typename Number>
-void BernoulliCgfColumnsKernel(const Number* t, std::ptrdiff_t rows, std::ptrdiff_t cols, std::ptrdiff_t t_stride,
-                               const Number* p, Number* k, std::ptrdiff_t k_stride) {
-  KernelsOf<Number>(ActiveKernels()).bernoulli_cgf_columns(t, rows, cols, t_stride, p, k, k_stride,
-                                                           EigenProductThreads());
+void BernoulliColumnsKernel(const Number* t, std::ptrdiff_t rows, std::ptrdiff_t cols, std::ptrdiff_t t_stride,
+                            const Number* p, Number* k, std::ptrdiff_t k_stride, Number* s, std::ptrdiff_t s_stride,
+                            Number* s2, std::ptrdiff_t s2_stride) {
+  KernelsOf<Number>(ActiveKernels()).bernoulli_columns(t, rows, cols, t_stride, p, k, k_stride, s, s_stride, s2,
+                                                       s2_stride, EigenProductThreads());
 }
 
 template <typename Number>
@@ -215,14 +208,12 @@ template void ScaledSoftmaxColumnsKernel<float>(float*, std::ptrdiff_t, std::ptr
                                                 const float*, std::ptrdiff_t, float*, bool, int);
 template void ScaledSoftmaxColumnsKernel<double>(double*, std::ptrdiff_t, std::ptrdiff_t, std::ptrdiff_t, double,
                                                  const double*, std::ptrdiff_t, double*, bool, int);
-template void LogisticColumnsKernel<float>(const float*, std::ptrdiff_t, std::ptrdiff_t, std::ptrdiff_t,
-                                           const float*, float*, std::ptrdiff_t, float*, std::ptrdiff_t);
-template void LogisticColumnsKernel<double>(const double*, std::ptrdiff_t, std::ptrdiff_t, std::ptrdiff_t,
-                                            const double*, double*, std::ptrdiff_t, double*, std::ptrdiff_t);
-template void BernoulliCgfColumnsKernel<float>(const float*, std::ptrdiff_t, std::ptrdiff_t, std::ptrdiff_t,
-                                               const float*, float*, std::ptrdiff_t);
-template void BernoulliCgfColumnsKernel<double>(const double*, std::ptrdiff_t, std::ptrdiff_t, std::ptrdiff_t,
-                                                const double*, double*, std::ptrdiff_t);
+template void BernoulliColumnsKernel<float>(const float*, std::ptrdiff_t, std::ptrdiff_t, std::ptrdiff_t,
+                                            const float*, float*, std::ptrdiff_t, float*, std::ptrdiff_t, float*,
+                                            std::ptrdiff_t);
+template void BernoulliColumnsKernel<double>(const double*, std::ptrdiff_t, std::ptrdiff_t, std::ptrdiff_t,
+                                             const double*, double*, std::ptrdiff_t, double*, std::ptrdiff_t, double*,
+                                             std::ptrdiff_t);
 template void TanhColumnsKernel<float>(const float*, std::ptrdiff_t, std::ptrdiff_t, std::ptrdiff_t, float*,
                                        std::ptrdiff_t);
 template void TanhColumnsKernel<double>(const double*, std::ptrdiff_t, std::ptrdiff_t, std::ptrdiff_t, double*,

@@ -1,9 +1,9 @@
 // Runtime CPU dispatch (cpu_dispatch.h): every kernel level this machine runs
-// is forced in turn, and its products, softmax and logistic passes and a whole
+// is forced in turn, and its products, softmax, Bernoulli and tanh passes and a whole
 // attention energy agree with references computed here in long double (and
 // with the generic level) to round-off, and so do the Energy Transformer's
 // value, gradient and Hessian-vector product; the special softmax columns
-// (all masked, +inf, NaN) and the logistic limits keep their rules at every
+// (all masked, +inf, NaN) and the Bernoulli limits keep their rules at every
 // level, and so do the solvers' low-rank products; levels are named, parsed
 // and refused as documented.
 #define BOOST_TEST_MODULE cpu_dispatch
@@ -259,86 +259,69 @@ void CheckEnergyTransformerAgainstGeneric(CpuLevel level) {
   BOOST_TEST(g.allFinite());
 }
 
-// The Bernoulli prior's logistic pass at the active level against long double
-// references, entry by entry: columns of an odd length (vector and scalar
-// entries), a sub-block (column stride), scores from -800 to 800 (the limits
-// 0 and 1, never NaN) and a NaN score (NaN there only).
+// The Bernoulli prior's pass at the active level against long double
+// references, entry by entry: K(t) = log(1 - p + p e^t), relative, with
+// arguments near 0 (where K ~ p t: expm1 and log1p must keep their relative
+// accuracy), K' = sigmoid(t + logit p) and K'' = K'(1 - K') relative or below
+// the smallest normal number (the clamped exp's limits); over columns of an odd
+// length (vector and scalar entries) and a sub-block, arguments from -800 to
+// 800, across t = 30 (where the pass changes form), p from 1e-3 to 0.999, and
+// NaN (NaN there only), -inf, +inf. Each output alone gives the same numbers.
 template <typename S>
-void CheckLogistic() {
-  const Index M = 37, B = 5, stride = 41;
-  Matrix<S> t = Random<S>(stride, B, 21) * S(4);
-  t(0, 0) = S(-800);
-  t(1, 0) = S(800);
-  t(2, 0) = S(40);
-  t(3, 0) = S(-40);
-  t(5, 1) = std::numeric_limits<S>::quiet_NaN();
-  const Vector<S> shift = Random<S>(M, 1, 22);
-  Matrix<S> s(stride, B), s2(M, B);
-  implicit::internal::LogisticColumnsKernel<S>(t.data(), M, B, stride, shift.data(), s.data(), stride, s2.data(), M);
-  for (Index j = 0; j < B; ++j) {
-    for (Index i = 0; i < M; ++i) {
-      const long double z = static_cast<long double>(t(i, j)) + static_cast<long double>(shift(i));
-      if (std::isnan(static_cast<double>(z))) {
-        BOOST_TEST((std::isnan(s(i, j)) && std::isnan(s2(i, j))));
-        continue;
-      }
-      const long double sigmoid = 1.0L / (1.0L + std::exp(-z)), sigmoid2 = sigmoid / (1.0L + std::exp(z));
-      // Relative, or below the smallest normal number (the clamped exp's limits).
-      const long double tiny = std::numeric_limits<S>::min();
-      BOOST_TEST(std::abs(s(i, j) - sigmoid) <= 10 * Tolerance<S>() * sigmoid + tiny, "sigmoid at " << i << ", " << j);
-      BOOST_TEST(std::abs(s2(i, j) - sigmoid2) <= 10 * Tolerance<S>() * sigmoid2 + tiny,
-                 "sigmoid(z) sigmoid(-z) at " << i << ", " << j);
-      BOOST_TEST((s(i, j) >= S(0) && s(i, j) <= S(1) && s2(i, j) >= S(0)));
-    }
-  }
-  // One output alone (the other nullptr) gives the same numbers.
-  Matrix<S> s_alone(stride, B), s2_alone(M, B);
-  implicit::internal::LogisticColumnsKernel<S>(t.data(), M, B, stride, shift.data(), s_alone.data(), stride, nullptr, 0);
-  implicit::internal::LogisticColumnsKernel<S>(t.data(), M, B, stride, shift.data(), nullptr, 0, s2_alone.data(), M);
-  BOOST_TEST((s_alone.topRows(M).array() == s.topRows(M).array() || s.topRows(M).array().isNaN()).all());
-  BOOST_TEST((s2_alone.array() == s2.array() || s2.array().isNaN()).all());
-}
-
-// The Bernoulli prior's K pass at the active level against long double
-// references, entry by entry: K(t) = log(1 - p + p e^t), relative, over
-// columns of an odd length (vector and scalar entries) and a sub-block, with
-// arguments from -800 to 800 and near 0 (where K ~ p t: expm1 and log1p must
-// keep their relative accuracy), p from 1e-3 to 0.999, and NaN, -inf, +inf.
-template <typename S>
-void CheckBernoulliCgf() {
+void CheckBernoulli() {
   const Index M = 37, B = 6, stride = 41;
   Matrix<S> t = Random<S>(stride, B, 31) * S(4);
   const S small[] = {S(-0.7), S(-0.5), S(-0.49), S(-1e-3), S(-1e-6), S(-1e-30), S(0), S(1e-30), S(1e-6), S(0.3)};
   for (Index i = 0; i < 10; ++i) t(i, 1) = small[i];
   for (Index i = 0; i < 10; ++i) t(i + 10, 1) = small[i] * S(0.37);
-  t(0, 0) = S(-800);
-  t(1, 0) = S(800);
-  t(2, 0) = S(40);
-  t(3, 0) = S(-40);
-  t(4, 0) = -std::numeric_limits<S>::infinity();
-  t(5, 0) = std::numeric_limits<S>::infinity();
-  t(6, 0) = std::numeric_limits<S>::quiet_NaN();
+  const S special[] = {S(-800), S(800), S(40), S(-40), -std::numeric_limits<S>::infinity(),
+                       std::numeric_limits<S>::infinity(), std::numeric_limits<S>::quiet_NaN(), S(29.9), S(30.1),
+                       S(31)};
+  for (Index i = 0; i < 10; ++i) t(i, 0) = special[i];
   Vector<S> p(M);
   for (Index i = 0; i < M; ++i) p(i) = S(1e-3) + (S(0.998) * S(i)) / S(M - 1);
-  Matrix<S> k(stride, B);
-  implicit::internal::BernoulliCgfColumnsKernel<S>(t.data(), M, B, stride, p.data(), k.data(), stride);
+  Matrix<S> k(stride, B), s(M, B), s2(stride, B);
+  implicit::internal::BernoulliColumnsKernel<S>(t.data(), M, B, stride, p.data(), k.data(), stride, s.data(), M,
+                                                s2.data(), stride);
+  const long double tiny = std::numeric_limits<S>::min();
   for (Index j = 0; j < B; ++j) {
     for (Index i = 0; i < M; ++i) {
       const long double x = t(i, j), pl = p(i);
       if (std::isnan(t(i, j))) {
-        BOOST_TEST(std::isnan(k(i, j)), "NaN at " << i << ", " << j);
+        BOOST_TEST((std::isnan(k(i, j)) && std::isnan(s(i, j)) && std::isnan(s2(i, j))), "NaN at " << i << ", " << j);
         continue;
       }
       const long double reference = x > 30 ? x + std::log(pl + (1 - pl) * std::exp(-x)) : std::log1p(pl * std::expm1(x));
       if (std::isinf(static_cast<double>(reference))) {
         BOOST_TEST(k(i, j) == static_cast<S>(reference), "K at " << i << ", " << j);
-        continue;
+      } else {
+        BOOST_TEST(std::abs(k(i, j) - reference) <= 8 * Tolerance<S>() * std::abs(reference) +
+                                                       std::numeric_limits<S>::denorm_min(),
+                   "K(" << t(i, j) << ") with p = " << p(i) << ": " << k(i, j) << " against "
+                        << static_cast<double>(reference));
       }
-      BOOST_TEST(std::abs(k(i, j) - reference) <= 8 * Tolerance<S>() * std::abs(reference) +
-                                                     std::numeric_limits<S>::denorm_min(),
-                 "K(" << t(i, j) << ") with p = " << p(i) << ": " << k(i, j) << " against " << static_cast<double>(reference));
+      const long double z = x + std::log(pl / (1 - pl));
+      const long double sigmoid = std::isinf(static_cast<double>(x)) ? (x > 0 ? 1.0L : 0.0L) : 1.0L / (1.0L + std::exp(-z));
+      const long double sigmoid2 = std::isinf(static_cast<double>(x)) ? 0.0L : sigmoid / (1.0L + std::exp(z));
+      BOOST_TEST(std::abs(s(i, j) - sigmoid) <= 10 * Tolerance<S>() * sigmoid + tiny, "K' at " << i << ", " << j);
+      BOOST_TEST(std::abs(s2(i, j) - sigmoid2) <= 10 * Tolerance<S>() * sigmoid2 + tiny, "K'' at " << i << ", " << j);
+      BOOST_TEST((s(i, j) >= S(0) && s(i, j) <= S(1) && s2(i, j) >= S(0)));
     }
   }
+  // One output alone (the others nullptr) gives the same numbers.
+  Matrix<S> k_alone(stride, B), s_alone(M, B), s2_alone(stride, B);
+  implicit::internal::BernoulliColumnsKernel<S>(t.data(), M, B, stride, p.data(), k_alone.data(), stride, nullptr, 0,
+                                                nullptr, 0);
+  implicit::internal::BernoulliColumnsKernel<S>(t.data(), M, B, stride, p.data(), nullptr, 0, s_alone.data(), M,
+                                                nullptr, 0);
+  implicit::internal::BernoulliColumnsKernel<S>(t.data(), M, B, stride, p.data(), nullptr, 0, nullptr, 0,
+                                                s2_alone.data(), stride);
+  const auto same = [&](const Matrix<S>& a, const Matrix<S>& b) {
+    return ((a.topRows(M).array() == b.topRows(M).array()) || b.topRows(M).array().isNaN()).all();
+  };
+  BOOST_TEST(same(k_alone, k));
+  BOOST_TEST(same(s_alone, s));
+  BOOST_TEST(same(s2_alone, s2));
 }
 
 // The tanh pass at the active level against long double std::tanh, entry by
@@ -463,10 +446,8 @@ BOOST_AUTO_TEST_CASE(every_level_computes_the_same_products_and_softmaxes) {
       CheckGemm<double>();
       CheckSoftmax<float>();
       CheckSoftmax<double>();
-      CheckLogistic<float>();
-      CheckLogistic<double>();
-      CheckBernoulliCgf<float>();
-      CheckBernoulliCgf<double>();
+      CheckBernoulli<float>();
+      CheckBernoulli<double>();
       CheckTanh<float>();
       CheckTanh<double>();
       CheckLowRank<float>();

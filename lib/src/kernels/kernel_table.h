@@ -30,15 +30,11 @@ struct KernelsFor {
   void (*scaled_softmax_columns)(Number* a, std::ptrdiff_t rows, std::ptrdiff_t cols, std::ptrdiff_t stride,
                                  Number beta, const Number* mask, std::ptrdiff_t mask_stride, Number* lse,
                                  bool want_weights, int threads);
-  // The logistic pass, with the contract of internal::LogisticColumnsKernel
+  // The Bernoulli prior's pass, with the contract of internal::BernoulliColumnsKernel
   // (core/cpu_dispatch.h), which forwards to it.
-  void (*logistic_columns)(const Number* t, std::ptrdiff_t rows, std::ptrdiff_t cols, std::ptrdiff_t t_stride,
-                           const Number* shift, Number* s, std::ptrdiff_t s_stride, Number* s2,
-                           std::ptrdiff_t s2_stride, int threads);
-  // The Bernoulli prior's K pass, with the contract of
-  // internal::BernoulliCgfColumnsKernel (core/cpu_dispatch.h), which forwards to it.
-  void (*bernoulli_cgf_columns)(const Number* t, std::ptrdiff_t rows, std::ptrdiff_t cols, std::ptrdiff_t t_stride,
-                                const Number* p, Number* k, std::ptrdiff_t k_stride, int threads);
+  void (*bernoulli_columns)(const Number* t, std::ptrdiff_t rows, std::ptrdiff_t cols, std::ptrdiff_t t_stride,
+                            const Number* p, Number* k, std::ptrdiff_t k_stride, Number* s, std::ptrdiff_t s_stride,
+                            Number* s2, std::ptrdiff_t s2_stride, int threads);
   // The tanh pass, with the contract of internal::TanhColumnsKernel (core/cpu_dispatch.h).
   void (*tanh_columns)(const Number* x, std::ptrdiff_t rows, std::ptrdiff_t cols, std::ptrdiff_t x_stride, Number* y,
                        std::ptrdiff_t y_stride, int threads);

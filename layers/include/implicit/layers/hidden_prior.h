@@ -243,29 +243,23 @@ void BernoulliPrior<Scalar>::Evaluate(
     Matrix<Scalar>* k,
     Matrix<Scalar>* dk,
     Matrix<Scalar>* d2k) const {
-  // p and logit p per row of t (one value for every unit, or one per unit).
+  // p per row of t (one value for every unit, or one per unit).
   const Index M = t.rows();
   if (p_.size() != 1 && p_.size() < M) {
     throw std::invalid_argument("BernoulliPrior: the prior has " + std::to_string(p_.size()) +
                                 " per-unit values but " + std::to_string(M) + " units were asked for");
   }
   const Vector<Scalar> p = p_.size() == 1 ? Vector<Scalar>::Constant(M, p_(0)) : Vector<Scalar>(p_.head(M));
-  const Vector<Scalar> logit = (p.array().log() - (-p.array()).log1p()).matrix();
-  if (k) {
-    // K(t) as K above (log1p(p expm1(t)), or t + log(p + (1 - p) e^-t) past
-    // t = 30): one pass at the CPU's vector level (libm's expm1 and log1p per
-    // entry took most of an rbm evaluation).
-    k->resize(M, t.cols());
-    internal::BernoulliCgfColumnsKernel<Scalar>(t.data(), M, t.cols(), M, p.data(), k->data(), M);
-  }
-  if (dk || d2k) {
-    // K' = sigmoid(z) = 1 / (1 + e^-z), z = t + logit p (0 or 1 in the limits,
-    // never NaN), and K'' = sigmoid(z) sigmoid(-z), accurate also where
-    // sigmoid(z) is near 1: one pass at the CPU's vector level, no temporary.
-    if (dk) dk->resize(M, t.cols());
-    if (d2k) d2k->resize(M, t.cols());
-    internal::LogisticColumnsKernel<Scalar>(t.data(), M, t.cols(), M, logit.data(), dk ? dk->data() : nullptr, M,
-                                            d2k ? d2k->data() : nullptr, M);
+  // K(t) as K above, K' = sigmoid(t + logit p) and K'' = K'(1 - K') (0 or 1
+  // in the limits, never NaN, accurate also where K' is near 1): one pass at
+  // the CPU's vector level, one exponential per entry for all three (libm's
+  // expm1 and log1p per entry took most of an rbm evaluation).
+  if (k) k->resize(M, t.cols());
+  if (dk) dk->resize(M, t.cols());
+  if (d2k) d2k->resize(M, t.cols());
+  if (k || dk || d2k) {
+    internal::BernoulliColumnsKernel<Scalar>(t.data(), M, t.cols(), M, p.data(), k ? k->data() : nullptr, M,
+                                             dk ? dk->data() : nullptr, M, d2k ? d2k->data() : nullptr, M);
   }
 }
 

@@ -80,27 +80,19 @@ void ScaledSoftmaxColumnsKernel(Number* a, std::ptrdiff_t rows, std::ptrdiff_t c
                                 Number beta, const Number* mask, std::ptrdiff_t mask_stride, Number* lse,
                                 bool want_weights, int threads);
 
-/// The logistic pass of the Bernoulli hidden prior (layers/hidden_prior.h) at
-/// the active level, for float and double: with z = t + shift (t rows x cols,
-/// column stride t_stride; shift one value per row), s = sigmoid(z) = 1 / (1 +
-/// e^-z) and s2 = sigmoid(z) sigmoid(-z), each into a rows x cols matrix of
-/// the given column stride, or skipped when nullptr. The limits are 0 and 1 (s2
-/// 0 or a subnormal), NaN only where z is. Columns are shared among Eigen's
-/// threads when large (as TanhColumnsKernel).
+/// The pass of the Bernoulli hidden prior (layers/hidden_prior.h) at the
+/// active level, for float and double: with p one value per row of t (rows x
+/// cols, column stride t_stride), k = K(t) = log(1 - p + p e^t), s = K'(t) =
+/// sigmoid(t + logit p) and s2 = K''(t) = s (1 - s), each into a rows x cols
+/// matrix of the given column stride, or skipped when nullptr; one exponential
+/// per entry serves all three. K keeps its relative accuracy near t = 0 (K ~ p
+/// t), s2 where s is near 1. The limits: K(-inf) = log(1 - p), K(+inf) = +inf,
+/// s in [0, 1], s2 >= 0 (0 or a subnormal in the tails); NaN only where t is.
+/// Columns are shared among Eigen's threads when large (as TanhColumnsKernel).
 template <typename Number>
-void LogisticColumnsKernel(const Number* t, std::ptrdiff_t rows, std::ptrdiff_t cols, std::ptrdiff_t t_stride,
-                           const Number* shift, Number* s, std::ptrdiff_t s_stride, Number* s2,
-                           std::ptrdiff_t s2_stride);
-
-/// The K pass of the Bernoulli hidden prior (layers/hidden_prior.h) at the
-/// active level, for float and double: k = K(t) = log(1 - p + p e^t) with p one
-/// value per row of t (rows x cols, column stride t_stride), into k (column
-/// stride k_stride), to a few ulps relative also where t is near 0 (K ~ p t);
-/// NaN only where t is, K(-inf) = log(1 - p), K(+inf) = +inf. Columns are
-/// shared among Eigen's threads when large.
-template <typename Number>
-void BernoulliCgfColumnsKernel(const Number* t, std::ptrdiff_t rows, std::ptrdiff_t cols, std::ptrdiff_t t_stride,
-                               const Number* p, Number* k, std::ptrdiff_t k_stride);
+void BernoulliColumnsKernel(const Number* t, std::ptrdiff_t rows, std::ptrdiff_t cols, std::ptrdiff_t t_stride,
+                            const Number* p, Number* k, std::ptrdiff_t k_stride, Number* s, std::ptrdiff_t s_stride,
+                            Number* s2, std::ptrdiff_t s2_stride);
 
 /// y = tanh(x) at the active level, for float and double, column by column of
 /// x (rows x cols, column stride x_stride) into y (column stride y_stride; y
