@@ -112,8 +112,8 @@ class ClampedEnergy : public Energy<Scalar> {
                                MatrixRef<Scalar> out) const {
     Matrix<Scalar> mask, clamped;
     GatherClamp("ClampedEnergy::DescentDirectionColumns", x, columns, &mask, &clamped);
-    base_.DescentDirection(Merge(x, mask, clamped), out);
-    Combine(x, mask, clamped, out);
+    Vector<Scalar> no_values;
+    DescentWith(x, mask, clamped, out, no_values);
   }
   /// Both at once (the base energy's DescentDirectionAndValue: one pass).
   void DescentDirectionColumnsAndValue(ConstMatrixRef<Scalar> x, const std::vector<Index>& columns,
@@ -121,9 +121,7 @@ class ClampedEnergy : public Energy<Scalar> {
     Matrix<Scalar> mask, clamped;
     GatherClamp("ClampedEnergy::DescentDirectionColumnsAndValue", x, columns, &mask, &clamped);
     internal::CheckShape("ClampedEnergy::DescentDirectionColumnsAndValue(values)", values, x.cols(), 1);
-    base_.DescentDirectionAndValue(Merge(x, mask, clamped), out, values);
-    AddPenalty(x, mask, clamped, values);
-    Combine(x, mask, clamped, out);
+    DescentWith(x, mask, clamped, out, values);
   }
   ///@}
   /// The free mask and clamped values of the samples `columns`, for a block x
@@ -150,17 +148,15 @@ class ClampedEnergy : public Energy<Scalar> {
     GradientWith(x, mask_, values_, grad, no_values);
   }
   void DescentDirection(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> out) const override {
-    const Matrix<Scalar> y = Merge(x);
-    base_.DescentDirection(y, out);
-    Combine(x, out);
+    Check("ClampedEnergy(x)", x);
+    Vector<Scalar> no_values;
+    DescentWith(x, mask_, values_, out, no_values);
   }
   void DescentDirectionAndValue(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> out,
                                 VectorRef<Scalar> values) const override {
-    const Matrix<Scalar> y = Merge(x);
+    Check("ClampedEnergy(x)", x);
     internal::CheckShape("ClampedEnergy::DescentDirectionAndValue(values)", values, x.cols(), 1);
-    base_.DescentDirectionAndValue(y, out, values);
-    AddPenalty(x, mask_, values_, values);
-    Combine(x, out);
+    DescentWith(x, mask_, values_, out, values);
   }
   void GradientAndValue(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> grad,
                         VectorRef<Scalar> values) const override {
@@ -228,8 +224,19 @@ class ClampedEnergy : public Energy<Scalar> {
     }
     Combine(x, mask, clamped, grad);
   }
+  /// The descent direction for the given clamps; the value too unless values is empty.
+  void DescentWith(ConstMatrixRef<Scalar> x, const Matrix<Scalar>& mask, const Matrix<Scalar>& clamped,
+                   MatrixRef<Scalar> out, VectorRef<Scalar> values) const {
+    const Matrix<Scalar> y = Merge(x, mask, clamped);
+    if (values.size() == 0) {
+      base_.DescentDirection(y, out);
+    } else {
+      base_.DescentDirectionAndValue(y, out, values);
+      AddPenalty(x, mask, clamped, values);
+    }
+    Combine(x, mask, clamped, out);
+  }
   /// out <- m (.) out + (1 - m) (.) (x - c)
-  void Combine(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> out) const { Combine(x, mask_, values_, out); }
   static void Combine(ConstMatrixRef<Scalar> x, const Matrix<Scalar>& mask, const Matrix<Scalar>& clamped,
                       MatrixRef<Scalar> out) {
     out = (mask.array() * out.array() + (Scalar(1) - mask.array()) * (x - clamped).array()).matrix();
