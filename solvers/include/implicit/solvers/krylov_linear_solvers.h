@@ -189,8 +189,8 @@ LinearSolveSummary GmresSolve(const LinearOperator<Scalar>& apply, ConstMatrixRe
   Matrix<double> cs(k_max, batch), sn(k_max, batch), g(k_max + 1, batch);
   std::vector<int> steps(batch);
   std::vector<char> run(batch), singular_hessenberg(batch, 0);
-  std::vector<Index> running_columns;
-  running_columns.reserve(batch);
+  std::vector<Index> columns;  // the samples an Arnoldi step (a back substitution) runs for
+  columns.reserve(batch);
   const internal::SampleLoop samples(n * (k_max / 2 + 1));  // (the Arnoldi step grows with j)
   Matrix<double> coefficients(k_max, samples.threads());     // the back substitution's, per thread
   while (m.Residual(u, r) && m.budget_left()) {
@@ -213,16 +213,16 @@ LinearSolveSummary GmresSolve(const LinearOperator<Scalar>& apply, ConstMatrixRe
       m.CountIteration();
       if (V[j + 1].size() == 0) V[j + 1].resize(n, batch);
       if (H[j].size() == 0) H[j].resize(j + 2, batch);
-      running_columns.clear();
+      columns.clear();
       for (Index b = 0; b < batch; ++b) {
         if (run[b]) {
-          running_columns.push_back(b);
+          columns.push_back(b);
         } else {
           V[j + 1].col(b).setZero();
         }
       }
       // Each running sample's Arnoldi step, shared among Eigen's threads.
-      samples.Run(running_columns, [&](Index b, int) {
+      samples.Run(columns, [&](Index b, int) {
         auto h = H[j].col(b);  // column j of sample b's Hessenberg matrix
         for (int i = 0; i <= j; ++i) {  // modified Gram-Schmidt
           const Scalar hij = V[i].col(b).dot(w.col(b));
@@ -262,11 +262,11 @@ LinearSolveSummary GmresSolve(const LinearOperator<Scalar>& apply, ConstMatrixRe
       running = static_cast<int>(std::count(run.begin(), run.end(), 1));
     }
     // u += V_k y with H_k y = g_k (upper triangular), per sample.
-    running_columns.clear();
+    columns.clear();
     for (Index b = 0; b < batch; ++b) {
-      if (steps[b] > 0) running_columns.push_back(b);
+      if (steps[b] > 0) columns.push_back(b);
     }
-    samples.Run(running_columns, [&](Index b, int thread) {
+    samples.Run(columns, [&](Index b, int thread) {
       const int k = steps[b];
       auto coef = coefficients.col(thread);
       bool singular = false;
