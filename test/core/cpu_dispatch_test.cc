@@ -21,6 +21,7 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 using implicit::CpuLevel;
 using implicit::Index;
@@ -185,6 +186,51 @@ void CheckSoftmax() {
   BOOST_TEST(std::isnan(lse(2)));
   BOOST_TEST(std::abs(p.col(3).sum() - S(1)) < 10 * Tolerance<S>());
   BOOST_TEST(std::isfinite(lse(3)));
+}
+
+// The softmax's exponentials at the active level, entry by entry against long
+// double: a column holding 0 (its maximum) and scores down to 40 below the log
+// of the smallest normal number, densely near 0, over the whole range and at
+// the reduction's breakpoints (k log 2 +- log(2) / 2), with beta = 1 and no
+// mask (the scores are not rounded before the exponential). Each weight is
+// within 4 ulps of e^(x - lse) (the kernel's e^x about two, the division's
+// rounding one); below the smallest normal number a weight is 0 or at most it
+// (the vector path flushes what std::exp would make subnormal).
+template <typename S>
+void CheckSoftmaxExponentials() {
+  const long double lowest = std::log(static_cast<long double>(std::numeric_limits<S>::min()));
+  const long double ln2 = std::log(2.0L);
+  std::vector<S> scores = {S(0), S(-0.0), -std::numeric_limits<S>::denorm_min(), S(-1e-30), S(-1e-6)};
+  for (int i = 1; i <= 2000; ++i) scores.push_back(static_cast<S>((lowest - 40) * i / 2000));
+  for (int i = 1; i <= 200; ++i) scores.push_back(static_cast<S>(-2.0L * i / 200));
+  for (int k = 0; k > static_cast<int>(lowest / ln2) - 2; k -= 7) {
+    for (long double d : {-0.5L, 0.5L}) {
+      const long double at = (k + d) * ln2;
+      if (at > 0) continue;
+      scores.push_back(static_cast<S>(at));
+      scores.push_back(std::nextafter(static_cast<S>(at), S(0)));
+    }
+  }
+  scores.push_back(static_cast<S>(lowest));
+  scores.push_back(std::nextafter(static_cast<S>(lowest), S(0)));
+  Matrix<S> column = Eigen::Map<const Vector<S>>(scores.data(), static_cast<Index>(scores.size()));
+  long double sum = 0;
+  for (S x : scores) sum += std::exp(static_cast<long double>(x));
+  Vector<S> lse(1);
+  implicit::internal::ScaledColumnSoftmaxInPlace<S>(column, S(1), Matrix<S>(), lse.data(), "test");
+  const long double eps = std::numeric_limits<S>::epsilon(), tiny = std::numeric_limits<S>::min();
+  int wrong = 0;
+  for (std::size_t i = 0; i < scores.size(); ++i) {
+    const long double reference = std::exp(static_cast<long double>(scores[i])) / sum;
+    const long double p = column(static_cast<Index>(i), 0);
+    const bool ok = reference < tiny ? (p >= 0 && p <= tiny) : std::abs(p - reference) <= 4 * eps * reference;
+    if (!ok && ++wrong <= 5) {
+      BOOST_TEST(ok, "weight of " << scores[i] << ": " << static_cast<double>(p) << " against "
+                                  << static_cast<double>(reference));
+    }
+  }
+  BOOST_TEST(wrong == 0, wrong << " weights off");
+  BOOST_TEST(std::abs(lse(0) - std::log(sum)) <= 4 * eps);
 }
 
 // The modern Hopfield energy's CCCP update, gradient and HVP at this level
@@ -446,6 +492,8 @@ BOOST_AUTO_TEST_CASE(every_level_computes_the_same_products_and_softmaxes) {
       CheckGemm<double>();
       CheckSoftmax<float>();
       CheckSoftmax<double>();
+      CheckSoftmaxExponentials<float>();
+      CheckSoftmaxExponentials<double>();
       CheckBernoulli<float>();
       CheckBernoulli<double>();
       CheckTanh<float>();
