@@ -63,13 +63,19 @@ class TanhDeqMapT : public implicit::FixedPointMap<S> {
     Evaluate(z, f);
     return std::make_unique<Jacobian>(W_, f);
   }
+  // Newton-Krylov has f(z): 1 - f^2 without evaluating f again.
+  std::unique_ptr<implicit::Linearization<S>> LinearizeWithValue(implicit::ConstMatrixRef<S> z,
+                                                                  implicit::ConstMatrixRef<S> fz) const override {
+    (void)z;
+    return std::make_unique<Jacobian>(W_, fz);
+  }
   const Matrix<S>& weights() const { return W_; }
 
  private:
   class Jacobian final : public implicit::Linearization<S> {
    public:
     // At the points whose map values are f: tanh' = 1 - f^2.
-    Jacobian(const Matrix<S>& W, const Matrix<S>& f) : W_(W), slope_(S(1) - f.array().square()) {}
+    Jacobian(const Matrix<S>& W, implicit::ConstMatrixRef<S> f) : W_(W), slope_(S(1) - f.array().square()) {}
     void JacobianVectorProduct(implicit::ConstMatrixRef<S> v, implicit::MatrixRef<S> out) const override {
       implicit::GemmInto<S>(out, W_, false, v);
       out.array() *= slope_.array();

@@ -431,7 +431,8 @@ Summary NewtonSolver<Scalar>::SolveKrylov(const FixedPointMap<Scalar>& map,
     return std::any_of(flags.begin(), flags.end(), [](char c) { return c != 0; });
   };
   // J_g v = J_f v - v at the current z, one batched JVP (of the map's
-  // linearisation there, made once per Newton step: FixedPointMap::Linearize).
+  // linearisation there, made once per Newton step from z and f(z):
+  // FixedPointMap::LinearizeWithValue).
   std::unique_ptr<Linearization<Scalar>> jacobian_f;
   const LinearOperator<Scalar> jacobian_g = [&](ConstMatrixRef<Scalar> v, MatrixRef<Scalar> out) {
     jacobian_f->JacobianVectorProduct(v, out);
@@ -469,7 +470,7 @@ Summary NewtonSolver<Scalar>::SolveKrylov(const FixedPointMap<Scalar>& map,
     previous_norm = g_norm;
     krylov.tolerance = eta;
     d.setZero();
-    jacobian_f = map.Linearize(z);
+    jacobian_f = map.LinearizeWithValue(z, fz);
     const LinearSolveSummary inner = GmresSolve<Scalar>(jacobian_g, rhs, d, krylov);
     for (Index b = 0; b < batch; ++b) {
       if (monitor.active(b) && inner.sample_status[b] == TerminationType::kNonFinite) {

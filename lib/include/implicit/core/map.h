@@ -121,6 +121,16 @@ class FixedPointMap {
   /// share work. Newton-Krylov and ImplicitBackward use it.
   /// \throws std::logic_error when the map provides no Jacobian products.
   virtual std::unique_ptr<Linearization<Scalar>> Linearize(ConstMatrixRef<Scalar> z) const;
+  /// The Jacobian at z when the caller already has fz = f(z) (Newton-Krylov
+  /// linearises at the iterate whose image it has just evaluated). Override it
+  /// when the Jacobian follows from f(z) — z -> tanh(W z + b) has Jacobian
+  /// diag(1 - f(z)^2) W — so that f is not evaluated again. The default ignores
+  /// fz and returns Linearize(z).
+  virtual std::unique_ptr<Linearization<Scalar>> LinearizeWithValue(ConstMatrixRef<Scalar> z,
+                                                                     ConstMatrixRef<Scalar> fz) const {
+    (void)fz;
+    return Linearize(z);
+  }
 
   // ---- Training (optional) -----------------------------------------------
   /// Number of trainable parameters theta (0: none).
