@@ -249,6 +249,45 @@ BOOST_AUTO_TEST_CASE(constants_of_a_recording_are_read_in_place) {
   }
 }
 
+// A sum of squares of any expression is one node whose operands are the
+// expression's coefficients (no node per square): the ReLU memories'
+// |max(H, 0)|^2 records nothing but that node, a variance (x - mean)^2 one
+// node per difference and the sum; with a reduction inside the squared
+// expression (a column sum per coefficient) the result is still right. Each
+// gradient against the closed form.
+BOOST_AUTO_TEST_CASE(sums_of_squares_are_one_node_of_the_expressions_coefficients) {
+  namespace reverse = implicit::reverse;
+  using Var = reverse::Var<double>;
+  const Index rows = 4, cols = 5, n = rows * cols;
+  const Vector<double> z = implicit::testing::RandomMatrix<double>(n, 1, 81);
+  const auto gradient = [&](const auto& f, Index* nodes) {
+    Vector<double> g(n);
+    reverse::Gradient<double>(z.data(), n, [&](const Vector<Var>& v) {
+      const Index before = reverse::Tape<double>::ThisThread().size();
+      const Var e = f(Eigen::Map<const Matrix<Var>>(v.data(), rows, cols));
+      *nodes = reverse::Tape<double>::ThisThread().size() - before;
+      return e;
+    }, g.data());
+    return g;
+  };
+  const Eigen::Map<const Matrix<double>> Z(z.data(), rows, cols);
+  Index nodes = -1;
+  const Vector<double> relu = gradient([](const auto& X) { return X.cwiseMax(Var(0.0)).squaredNorm(); }, &nodes);
+  BOOST_TEST(nodes == 1);
+  const Matrix<double> relu_expected = 2.0 * Z.cwiseMax(0.0);
+  BOOST_TEST((relu - relu_expected.reshaped()).norm() <= 1e-14);
+
+  const Vector<double> variance = gradient([](const auto& X) { return (X.array() - X.mean()).square().sum(); }, &nodes);
+  BOOST_TEST(nodes <= n + 2);  // the mean, n differences, the sum
+  const Matrix<double> variance_expected = 2.0 * (Z.array() - Z.mean()).matrix();  // (the centred sum is 0)
+  BOOST_TEST((variance - variance_expected.reshaped()).norm() <= 1e-13);
+
+  const Vector<double> columns = gradient([](const auto& X) { return X.colwise().sum().cwiseAbs2().sum(); }, &nodes);
+  Matrix<double> columns_expected(rows, cols);
+  for (Index j = 0; j < cols; ++j) columns_expected.col(j).setConstant(2.0 * Z.col(j).sum());
+  BOOST_TEST((columns - columns_expected.reshaped()).norm() <= 1e-13);
+}
+
 // A NaN in one sample gives that sample a NaN gradient (through the recorded
 // products and sums) and leaves the others exact.
 BOOST_AUTO_TEST_CASE(a_non_finite_sample_is_isolated) {

@@ -28,8 +28,9 @@
 ///    not copied. Any other data (a local matrix, an expression of numbers)
 ///    is copied once per evaluation.
 ///  * a sum of coefficients (sum(), squaredNorm(), dot(), norm(), mean()) is
-///    one node of n operands, not n - 1 additions; squaredNorm and dot read
-///    their operands directly (partials 2 x_i, and y_i and x_i).
+///    one node of n operands, not n - 1 additions; a sum of squares
+///    (squaredNorm, cwiseAbs2().sum(), square().sum(), of any expression) and
+///    dot read their operands directly (partials 2 x_i, and y_i and x_i).
 ///  * other coefficient-wise operations (exp, log, tanh, max, arithmetic with
 ///    numbers) record one node per coefficient, each small.
 ///  * numbers mix with Vars in expressions (ScalarBinaryOpTraits below):
@@ -335,12 +336,19 @@ constexpr bool kDualTimesNumbers =
     (std::is_arithmetic<typename Lhs::Scalar>::value &&
      ::implicit::internal::IsDual<typename Rhs::Scalar>::value);
 
-/// x.cwiseAbs2() and x.cwiseProduct(y) (or dot's conjugate product) of stored Vars.
+/// e.cwiseAbs2() or e.array().square() of any expression e of Vars (its
+/// coefficients are computed with their own nodes, the square is not), and
+/// x.cwiseProduct(y) (or dot's conjugate product) of stored Vars.
 template <typename Xpr>
 struct IsAbs2 : std::false_type {};
 template <typename V, typename E>
-struct IsAbs2<Eigen::CwiseUnaryOp<Eigen::internal::scalar_abs2_op<Var<V>>, E>>
-    : std::integral_constant<bool, kStored<E>> {};
+struct IsAbs2<Eigen::CwiseUnaryOp<Eigen::internal::scalar_abs2_op<Var<V>>, E>> : std::true_type {
+  using Nested = E;
+};
+template <typename V, typename E>
+struct IsAbs2<Eigen::CwiseUnaryOp<Eigen::internal::scalar_square_op<Var<V>>, E>> : std::true_type {
+  using Nested = E;
+};
 template <typename Xpr>
 struct IsProductOfVars : std::false_type {};
 template <typename V, typename L, typename R>
@@ -380,9 +388,10 @@ void ReadCoefficients(const E& e, Index rows, Index cols, std::vector<Var<V>>* o
 
 /// sum_i c_i of an expression's coefficients (given by `coefficients`, its
 /// evaluator) as one node; the coefficients are computed first, each with its
-/// own nodes, except for squaredNorm (a sum of abs2), dot (a sum of
-/// products) and sums of exp(s - m) (log-sum-exp, softmax) of stored vectors,
-/// whose operands are read directly.
+/// own nodes, except for sums of squares (squaredNorm, cwiseAbs2().sum(),
+/// square().sum(): the squared expression's coefficients are the operands,
+/// partials 2 c_i), dot (a sum of products) and sums of exp(s - m)
+/// (log-sum-exp, softmax) of stored vectors, whose operands are read directly.
 template <typename V, typename Xpr, typename Evaluator>
 Var<V> RecordSum(const Xpr& xpr, const Evaluator& coefficients) {
   Tape<V>& tape = Tape<V>::ThisThread();
@@ -392,9 +401,13 @@ Var<V> RecordSum(const Xpr& xpr, const Evaluator& coefficients) {
   bool any = false;
   const auto add = [&](const Var<V>& c, const V& partial) { any = tape.AddOperand(c, partial) || any; };
   if constexpr (IsAbs2<Xpr>::value) {
-    ReadCoefficients<V>(xpr.nestedExpression(), rows, cols, &a);
-    for (const Var<V>& x : a) value += ValueOf(x) * ValueOf(x);
-    for (const Var<V>& x : a) add(x, V(2.0) * ValueOf(x));
+    // An expression's coefficients go to a vector of this call's own: one may
+    // be a sum recorded here too (a reduction inside the expression).
+    std::vector<Var<V>> computed;
+    std::vector<Var<V>>& x = kStored<typename IsAbs2<Xpr>::Nested> ? a : computed;
+    ReadCoefficients<V>(xpr.nestedExpression(), rows, cols, &x);
+    for (const Var<V>& c : x) value += ValueOf(c) * ValueOf(c);
+    for (const Var<V>& c : x) add(c, V(2.0) * ValueOf(c));
   } else if constexpr (IsProductOfVars<Xpr>::value) {
     ReadCoefficients<V>(xpr.lhs(), rows, cols, &a);
     ReadCoefficients<V>(xpr.rhs(), rows, cols, &b);
