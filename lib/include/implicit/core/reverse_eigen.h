@@ -428,10 +428,16 @@ Var<V> RecordSum(const Xpr& xpr, const Evaluator& coefficients) {
     }
     static thread_local std::vector<V> e;
     e.resize(a.size());
-    for (std::size_t i = 0; i < a.size(); ++i) {
-      e[i] = exp(V(ValueOf(a[i]) - ValueOf(m)));
-      value += e[i];
+    for (std::size_t i = 0; i < a.size(); ++i) e[i] = V(ValueOf(a[i]) - ValueOf(m));
+    if constexpr (std::is_floating_point<V>::value) {
+      // Eigen's vectorised exp: a log-sum-exp over N scores was N calls of
+      // libm's exp, most of the gradient's time for N in the hundreds.
+      Eigen::Map<Eigen::Array<V, Eigen::Dynamic, 1>> shifted(e.data(), static_cast<Index>(e.size()));
+      shifted = shifted.exp();
+    } else {
+      for (V& t : e) t = exp(t);
     }
+    for (const V& t : e) value += t;
     for (std::size_t i = 0; i < a.size(); ++i) add(a[i], e[i]);
     add(m, -value);
   } else {
@@ -497,6 +503,9 @@ namespace internal {
         m_result = result;                                                                          \
       } else if constexpr (std::is_void<Value>::value) {                                            \
         generic_product_impl<Lhs, Rhs, DenseShape, DenseShape, Tag>::evalTo(m_result, xpr.lhs(), xpr.rhs()); \
+      } else if constexpr (std::is_same<PlainObject, implicit::Matrix<implicit::reverse::Var<Value>>>::value) { \
+        /* into the evaluator's own matrix (same size: its data stays where Base points) */        \
+        implicit::reverse::internal::RecordProduct<Value>(xpr.lhs(), xpr.rhs(), &m_result);          \
       } else {                                                                                      \
         implicit::Matrix<implicit::reverse::Var<Value>> result;                                     \
         implicit::reverse::internal::RecordProduct<Value>(xpr.lhs(), xpr.rhs(), &result);            \
@@ -514,9 +523,17 @@ IMPLICIT_VAR_PRODUCT_EVALUATOR(GemvProduct)
 IMPLICIT_VAR_PRODUCT_EVALUATOR(GemmProduct)
 #undef IMPLICIT_VAR_PRODUCT_EVALUATOR
 
-/// dst = A * B, dst += A * B, dst -= A * B with Var scalars: one recorded block.
+/// dst = A * B, dst += A * B, dst -= A * B with Var scalars: one recorded block,
+/// written straight into dst for `=` to a matrix of Vars (no temporary: for
+/// the scores of an attention energy, megabytes per evaluation). The factors
+/// are read into the tape before dst is written, so y = A * y is safe.
 template <typename V, typename Dst, typename Src, typename Func>
 void AssignRecordedProduct(Dst& dst, const Src& src, const Func& func) {
+  if constexpr (std::is_same<Func, assign_op<implicit::reverse::Var<V>, implicit::reverse::Var<V>>>::value &&
+                std::is_same<Dst, implicit::Matrix<implicit::reverse::Var<V>>>::value) {
+    implicit::reverse::internal::RecordProduct<V>(src.lhs(), src.rhs(), &dst);
+    return;
+  }
   implicit::Matrix<implicit::reverse::Var<V>> result;
   implicit::reverse::internal::RecordProduct<V>(src.lhs(), src.rhs(), &result);
   call_assignment_no_alias(dst, result, func);  // resizes dst for =
