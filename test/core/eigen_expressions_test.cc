@@ -288,6 +288,50 @@ BOOST_AUTO_TEST_CASE(sums_of_squares_are_one_node_of_the_expressions_coefficient
   BOOST_TEST((columns - columns_expected.reshaped()).norm() <= 1e-13);
 }
 
+// maxCoeff() and minCoeff() of Vars return the coefficient Eigen's own loop
+// returns on the values (std::max / std::min in order: the first of equal
+// values; a NaN first stays, a later NaN is passed over), so the derivative
+// goes to that coefficient alone: on stored vectors (scanned by value), on a
+// row of a matrix (strided: Eigen's loop) and on an expression.
+BOOST_AUTO_TEST_CASE(max_and_min_coefficients_pick_eigens_coefficient) {
+  namespace reverse = implicit::reverse;
+  using Var = reverse::Var<double>;
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const std::vector<std::vector<double>> cases = {
+      {1, 3, 3, 2, -5, -5}, {nan, 1, 2}, {1, nan, 0.5, 4}, {2}, {-1, -1, -1}};
+  for (const std::vector<double>& values : cases) {
+    const Index n = static_cast<Index>(values.size());
+    for (const bool max : {true, false}) {
+      BOOST_TEST_CONTEXT((max ? "max" : "min") << " of " << n << " values starting " << values[0]) {
+        // Eigen's scalar loop on the values (its vectorised loop on doubles
+        // treats NaNs otherwise): std::max / std::min in order.
+        Index expected = 0;
+        for (Index i = 1; i < n; ++i) {
+          const double best = values[static_cast<std::size_t>(expected)], c = values[static_cast<std::size_t>(i)];
+          if (max ? best < c : c < best) expected = i;
+        }
+        const double chosen = values[static_cast<std::size_t>(expected)];
+        for (int shape = 0; shape < 3; ++shape) {
+          std::vector<double> g(static_cast<std::size_t>(2 * n));
+          std::vector<double> at(static_cast<std::size_t>(2 * n));  // a 2 x n matrix with the values in both rows
+          for (Index i = 0; i < n; ++i) at[static_cast<std::size_t>(2 * i)] = at[static_cast<std::size_t>(2 * i + 1)] = values[static_cast<std::size_t>(i)];
+          const double result = reverse::Gradient<double>(at.data(), 2 * n, [&](const Vector<Var>& x) {
+            const Eigen::Map<const Matrix<Var>> X(x.data(), 2, n);
+            const Vector<Var> first_row = X.row(0).transpose();
+            if (shape == 0) return max ? first_row.maxCoeff() : first_row.minCoeff();    // stored
+            if (shape == 1) return max ? X.row(0).maxCoeff() : X.row(0).minCoeff();      // strided
+            return max ? (X.row(0).array() * 1.0).maxCoeff() : (X.row(0).array() * 1.0).minCoeff();  // an expression
+          }, g.data());
+          BOOST_TEST((result == chosen || (std::isnan(result) && std::isnan(chosen))), "shape " << shape);
+          for (Index i = 0; i < 2 * n; ++i) {
+            BOOST_TEST(g[static_cast<std::size_t>(i)] == (i == 2 * expected ? 1.0 : 0.0), "shape " << shape << ", entry " << i);
+          }
+        }
+      }
+    }
+  }
+}
+
 // A NaN in one sample gives that sample a NaN gradient (through the recorded
 // products and sums) and leaves the others exact.
 BOOST_AUTO_TEST_CASE(a_non_finite_sample_is_isolated) {

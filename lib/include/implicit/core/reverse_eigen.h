@@ -386,6 +386,19 @@ void ReadCoefficients(const E& e, Index rows, Index cols, std::vector<Var<V>>* o
   }
 }
 
+/// The coefficients of e (rows x cols) column by column, where they are when
+/// e is a stored, contiguous, column-major run of Vars (a vector, a column of
+/// a matrix, a whole matrix), else copied into *scratch: no copy of every Var
+/// (a copy flags its source as shared, a write per coefficient).
+template <typename V, typename E>
+const Var<V>* CoefficientsOf(const E& e, Index rows, Index cols, std::vector<Var<V>>* scratch) {
+  if constexpr (kStored<E> && (std::decay_t<E>::Flags & Eigen::RowMajorBit) == 0) {
+    if (e.innerStride() == 1 && (cols == 1 || e.outerStride() == rows)) return e.data();
+  }
+  ReadCoefficients<V>(e, rows, cols, scratch);
+  return scratch->data();
+}
+
 /// sum_i c_i of an expression's coefficients (given by `coefficients`, its
 /// evaluator) as one node; the coefficients are computed first, each with its
 /// own nodes, except for sums of squares (squaredNorm, cwiseAbs2().sum(),
@@ -404,31 +417,34 @@ Var<V> RecordSum(const Xpr& xpr, const Evaluator& coefficients) {
     // An expression's coefficients go to a vector of this call's own: one may
     // be a sum recorded here too (a reduction inside the expression).
     std::vector<Var<V>> computed;
-    std::vector<Var<V>>& x = kStored<typename IsAbs2<Xpr>::Nested> ? a : computed;
-    ReadCoefficients<V>(xpr.nestedExpression(), rows, cols, &x);
-    for (const Var<V>& c : x) value += ValueOf(c) * ValueOf(c);
-    for (const Var<V>& c : x) add(c, V(2.0) * ValueOf(c));
+    const std::size_t count = static_cast<std::size_t>(rows * cols);
+    const Var<V>* x = CoefficientsOf<V>(xpr.nestedExpression(), rows, cols,
+                                        kStored<typename IsAbs2<Xpr>::Nested> ? &a : &computed);
+    for (std::size_t i = 0; i < count; ++i) value += ValueOf(x[i]) * ValueOf(x[i]);
+    for (std::size_t i = 0; i < count; ++i) add(x[i], V(2.0) * ValueOf(x[i]));
   } else if constexpr (IsProductOfVars<Xpr>::value) {
-    ReadCoefficients<V>(xpr.lhs(), rows, cols, &a);
-    ReadCoefficients<V>(xpr.rhs(), rows, cols, &b);
-    for (std::size_t i = 0; i < a.size(); ++i) value += ValueOf(a[i]) * ValueOf(b[i]);
-    for (std::size_t i = 0; i < a.size(); ++i) {
-      add(a[i], ValueOf(b[i]));
-      add(b[i], ValueOf(a[i]));
+    const std::size_t count = static_cast<std::size_t>(rows * cols);
+    const Var<V>* x = CoefficientsOf<V>(xpr.lhs(), rows, cols, &a);
+    const Var<V>* y = CoefficientsOf<V>(xpr.rhs(), rows, cols, &b);
+    for (std::size_t i = 0; i < count; ++i) value += ValueOf(x[i]) * ValueOf(y[i]);
+    for (std::size_t i = 0; i < count; ++i) {
+      add(x[i], ValueOf(y[i]));
+      add(y[i], ValueOf(x[i]));
     }
   } else if constexpr (ExpOfShifted<Xpr>::value) {
     // sum_i exp(s_i - m): partials exp(s_i - m), and -sum for m.
     using std::exp;
     Var<V> m(0.0);
+    const Var<V>* s = nullptr;
     if constexpr (ExpOfShifted<Xpr>::kShifted) {
-      ReadCoefficients<V>(xpr.nestedExpression().lhs(), rows, cols, &a);
+      s = CoefficientsOf<V>(xpr.nestedExpression().lhs(), rows, cols, &a);
       m = xpr.nestedExpression().rhs().functor().m_other;
     } else {
-      ReadCoefficients<V>(xpr.nestedExpression(), rows, cols, &a);
+      s = CoefficientsOf<V>(xpr.nestedExpression(), rows, cols, &a);
     }
     static thread_local std::vector<V> e;
-    e.resize(a.size());
-    for (std::size_t i = 0; i < a.size(); ++i) e[i] = V(ValueOf(a[i]) - ValueOf(m));
+    e.resize(static_cast<std::size_t>(rows * cols));
+    for (std::size_t i = 0; i < e.size(); ++i) e[i] = V(ValueOf(s[i]) - ValueOf(m));
     if constexpr (std::is_floating_point<V>::value) {
       // Eigen's vectorised exp: a log-sum-exp over N scores was N calls of
       // libm's exp, most of the gradient's time for N in the hundreds.
@@ -438,7 +454,7 @@ Var<V> RecordSum(const Xpr& xpr, const Evaluator& coefficients) {
       for (V& t : e) t = exp(t);
     }
     for (const V& t : e) value += t;
-    for (std::size_t i = 0; i < a.size(); ++i) add(a[i], e[i]);
+    for (std::size_t i = 0; i < e.size(); ++i) add(s[i], e[i]);
     add(m, -value);
   } else {
     a.resize(static_cast<std::size_t>(rows * cols));
@@ -452,6 +468,31 @@ Var<V> RecordSum(const Xpr& xpr, const Evaluator& coefficients) {
     for (const Var<V>& x : a) add(x, V(1.0));
   }
   return any ? Var<V>(value, tape.Close()) : Var<V>(value);
+}
+
+/// maxCoeff() / minCoeff() of stored contiguous Vars: the coefficient Eigen's
+/// loop would return (std::max / std::min in order: the first of equal
+/// values; a NaN kept once it is the running result), found by comparing
+/// values, so that nothing but that one Var is copied (Eigen's loop copies
+/// every coefficient, and a copy flags its source as shared: a write each).
+/// Returns false (nothing found) for other expressions.
+template <typename V, bool kMax, typename Xpr>
+bool SelectStoredCoefficient(const Xpr& xpr, Var<V>* out) {
+  if constexpr (kStored<Xpr> && (std::decay_t<Xpr>::Flags & Eigen::RowMajorBit) == 0) {
+    const Index rows = xpr.rows(), cols = xpr.cols();
+    if (rows * cols == 0 || xpr.innerStride() != 1 || (cols != 1 && xpr.outerStride() != rows)) return false;
+    const Var<V>* c = xpr.data();
+    const Var<V>* best = c;
+    for (Index i = 1; i < rows * cols; ++i) {
+      const bool replace = kMax ? ValueOf(*best) < ValueOf(c[i]) : ValueOf(c[i]) < ValueOf(*best);
+      if (replace) best = c + i;
+    }
+    *out = *best;
+    return true;
+  }
+  (void)xpr;
+  (void)out;
+  return false;
 }
 
 }  // namespace internal
@@ -572,6 +613,31 @@ struct Assignment<DstXprType, Product<Lhs, Rhs, Options>, assign_op<ceres::Jet<P
     }
   }
 };
+
+/// maxCoeff() and minCoeff() of Vars (Eigen's default NaN rule): a stored
+/// contiguous vector or matrix is scanned by value (SelectStoredCoefficient);
+/// anything else takes Eigen's own loop.
+#define IMPLICIT_VAR_EXTREMUM(Op, kMax)                                                                      \
+  template <typename V, typename Xpr>                                                                        \
+  struct redux_impl<Op<implicit::reverse::Var<V>, implicit::reverse::Var<V>, PropagateFast>,               \
+                    redux_evaluator<Xpr>, DefaultTraversal, NoUnrolling> {                                 \
+    typedef implicit::reverse::Var<V> Scalar;                                                                \
+    template <typename XprType>                                                                              \
+    static Scalar run(const redux_evaluator<Xpr>& eval, const Op<Scalar, Scalar, PropagateFast>& func,       \
+                      const XprType& xpr) {                                                                  \
+      Scalar result;                                                                                         \
+      if (implicit::reverse::internal::SelectStoredCoefficient<V, kMax>(xpr, &result)) return result;       \
+      result = eval.coeffByOuterInner(0, 0);                                                                 \
+      for (Index i = 1; i < xpr.innerSize(); ++i) result = func(result, eval.coeffByOuterInner(0, i));       \
+      for (Index i = 1; i < xpr.outerSize(); ++i) {                                                          \
+        for (Index j = 0; j < xpr.innerSize(); ++j) result = func(result, eval.coeffByOuterInner(i, j));     \
+      }                                                                                                      \
+      return result;                                                                                         \
+    }                                                                                                        \
+  };
+IMPLICIT_VAR_EXTREMUM(scalar_max_op, true)
+IMPLICIT_VAR_EXTREMUM(scalar_min_op, false)
+#undef IMPLICIT_VAR_EXTREMUM
 
 /// sum() (and what is built on it: squaredNorm, dot, norm, mean) of Vars:
 /// one node.
