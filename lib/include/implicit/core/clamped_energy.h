@@ -215,23 +215,26 @@ class ClampedEnergy : public Energy<Scalar> {
   /// The gradient for the given clamps; the value too unless values is empty.
   void GradientWith(ConstMatrixRef<Scalar> x, const Matrix<Scalar>& mask, const Matrix<Scalar>& clamped,
                     MatrixRef<Scalar> grad, VectorRef<Scalar> values) const {
-    const Matrix<Scalar> y = Merge(x, mask, clamped);
-    if (values.size() == 0) {
-      base_.Gradient(y, grad);
-    } else {
-      base_.GradientAndValue(y, grad, values);
-      AddPenalty(x, mask, clamped, values);
-    }
-    Combine(x, mask, clamped, grad);
+    AtMerged(&Energy<Scalar>::Gradient, &Energy<Scalar>::GradientAndValue, x, mask, clamped, grad, values);
   }
   /// The descent direction for the given clamps; the value too unless values is empty.
   void DescentWith(ConstMatrixRef<Scalar> x, const Matrix<Scalar>& mask, const Matrix<Scalar>& clamped,
                    MatrixRef<Scalar> out, VectorRef<Scalar> values) const {
+    AtMerged(&Energy<Scalar>::DescentDirection, &Energy<Scalar>::DescentDirectionAndValue, x, mask, clamped, out,
+             values);
+  }
+  /// The base energy's `alone` at y = m (.) x + (1 - m) (.) c into out (or
+  /// `with_value`, the penalty added to values, unless values is empty), then
+  /// combined with the clamps: what the gradient and the descent direction share.
+  void AtMerged(void (Energy<Scalar>::*alone)(ConstMatrixRef<Scalar>, MatrixRef<Scalar>) const,
+                void (Energy<Scalar>::*with_value)(ConstMatrixRef<Scalar>, MatrixRef<Scalar>, VectorRef<Scalar>) const,
+                ConstMatrixRef<Scalar> x, const Matrix<Scalar>& mask, const Matrix<Scalar>& clamped,
+                MatrixRef<Scalar> out, VectorRef<Scalar> values) const {
     const Matrix<Scalar> y = Merge(x, mask, clamped);
     if (values.size() == 0) {
-      base_.DescentDirection(y, out);
+      (base_.*alone)(y, out);
     } else {
-      base_.DescentDirectionAndValue(y, out, values);
+      (base_.*with_value)(y, out, values);
       AddPenalty(x, mask, clamped, values);
     }
     Combine(x, mask, clamped, out);
