@@ -386,15 +386,26 @@ void ReadCoefficients(const E& e, Index rows, Index cols, std::vector<Var<V>>* o
   }
 }
 
-/// The coefficients of e (rows x cols) column by column, where they are when
-/// e is a stored, contiguous, column-major run of Vars (a vector, a column of
-/// a matrix, a whole matrix), else copied into *scratch: no copy of every Var
-/// (a copy flags its source as shared, a write per coefficient).
+/// Where e's coefficients (rows x cols) lie, column by column, when e is a
+/// stored, contiguous, column-major run of Vars (a vector, a column of a
+/// matrix, a whole matrix); nullptr otherwise.
 template <typename V, typename E>
-const Var<V>* CoefficientsOf(const E& e, Index rows, Index cols, std::vector<Var<V>>* scratch) {
+const Var<V>* StoredRun(const E& e, Index rows, Index cols) {
   if constexpr (kStored<E> && (std::decay_t<E>::Flags & Eigen::RowMajorBit) == 0) {
     if (e.innerStride() == 1 && (cols == 1 || e.outerStride() == rows)) return e.data();
   }
+  (void)e;
+  (void)rows;
+  (void)cols;
+  return nullptr;
+}
+
+/// The coefficients of e (rows x cols) column by column: where they are for a
+/// stored run (StoredRun), else copied into *scratch. No copy of every Var
+/// (a copy flags its source as shared, a write per coefficient).
+template <typename V, typename E>
+const Var<V>* CoefficientsOf(const E& e, Index rows, Index cols, std::vector<Var<V>>* scratch) {
+  if (const Var<V>* run = StoredRun<V>(e, rows, cols)) return run;
   ReadCoefficients<V>(e, rows, cols, scratch);
   return scratch->data();
 }
@@ -478,21 +489,16 @@ Var<V> RecordSum(const Xpr& xpr, const Evaluator& coefficients) {
 /// Returns false (nothing found) for other expressions.
 template <typename V, bool kMax, typename Xpr>
 bool SelectStoredCoefficient(const Xpr& xpr, Var<V>* out) {
-  if constexpr (kStored<Xpr> && (std::decay_t<Xpr>::Flags & Eigen::RowMajorBit) == 0) {
-    const Index rows = xpr.rows(), cols = xpr.cols();
-    if (rows * cols == 0 || xpr.innerStride() != 1 || (cols != 1 && xpr.outerStride() != rows)) return false;
-    const Var<V>* c = xpr.data();
-    const Var<V>* best = c;
-    for (Index i = 1; i < rows * cols; ++i) {
-      const bool replace = kMax ? ValueOf(*best) < ValueOf(c[i]) : ValueOf(c[i]) < ValueOf(*best);
-      if (replace) best = c + i;
-    }
-    *out = *best;
-    return true;
+  const Index size = xpr.rows() * xpr.cols();
+  const Var<V>* c = size > 0 ? StoredRun<V>(xpr, xpr.rows(), xpr.cols()) : nullptr;
+  if (c == nullptr) return false;
+  const Var<V>* best = c;
+  for (Index i = 1; i < size; ++i) {
+    const bool replace = kMax ? ValueOf(*best) < ValueOf(c[i]) : ValueOf(c[i]) < ValueOf(*best);
+    if (replace) best = c + i;
   }
-  (void)xpr;
-  (void)out;
-  return false;
+  *out = *best;
+  return true;
 }
 
 }  // namespace internal
