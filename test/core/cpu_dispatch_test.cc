@@ -370,6 +370,37 @@ void CheckBernoulli() {
   BOOST_TEST(same(s2_alone, s2));
 }
 
+// The Bernoulli pass's K and K' at the active level on a dense grid, to a few
+// ulps of long double references (relative): t from -40 to 35 (across t = 30)
+// and a column within 0.2 of 0 (where K ~ p t), p from 1e-3 to 0.999 — the
+// pass's own exponential, expm1 and log (CheckBernoulli's tolerance, kept
+// loose for its limits, would not see a polynomial's term gone).
+template <typename S>
+void CheckBernoulliUlps() {
+  const Index M = 2001, B = 5;
+  Matrix<S> t(M, B);
+  Vector<S> p(M);
+  for (Index i = 0; i < M; ++i) p(i) = S(1e-3) + S(0.998) * S(i) / S(M - 1);
+  for (Index j = 0; j + 1 < B; ++j)
+    for (Index i = 0; i < M; ++i) t(i, j) = S(-40) + S(75) * S((i * 7 + j * 501) % M) / S(M) + S(1e-3) * S(j);
+  for (Index i = 0; i < M; ++i) t(i, B - 1) = S(i - M / 2) * S(2e-4);
+  Matrix<S> k(M, B), s(M, B);
+  implicit::internal::BernoulliColumnsKernel<S>(t.data(), M, B, M, p.data(), k.data(), M, s.data(), M, nullptr, 0);
+  const long double eps = std::numeric_limits<S>::epsilon();
+  long double worst_k = 0, worst_s = 0;
+  for (Index j = 0; j < B; ++j) {
+    for (Index i = 0; i < M; ++i) {
+      const long double x = t(i, j), pl = p(i);
+      const long double reference = x > 30 ? x + std::log(pl + (1 - pl) * std::exp(-x)) : std::log1p(pl * std::expm1(x));
+      if (reference != 0) worst_k = std::max(worst_k, std::abs(k(i, j) - reference) / std::abs(reference) / eps);
+      const long double sigmoid = 1.0L / (1.0L + std::exp(-(x + std::log(pl / (1 - pl)))));
+      worst_s = std::max(worst_s, std::abs(s(i, j) - sigmoid) / sigmoid / eps);
+    }
+  }
+  BOOST_TEST(static_cast<double>(worst_k) <= 4.0, "K within " << static_cast<double>(worst_k) << " ulps");
+  BOOST_TEST(static_cast<double>(worst_s) <= 4.0, "K' within " << static_cast<double>(worst_s) << " ulps");
+}
+
 // The tanh pass at the active level against long double std::tanh, entry by
 // entry and relative: columns of an odd length (vector and scalar entries) in
 // a sub-block, arguments over the whole range and near 0 (where the series of
@@ -496,6 +527,8 @@ BOOST_AUTO_TEST_CASE(every_level_computes_the_same_products_and_softmaxes) {
       CheckSoftmaxExponentials<double>();
       CheckBernoulli<float>();
       CheckBernoulli<double>();
+      CheckBernoulliUlps<float>();
+      CheckBernoulliUlps<double>();
       CheckTanh<float>();
       CheckTanh<double>();
       CheckLowRank<float>();
