@@ -526,7 +526,7 @@ Summary NewtonSolver<Scalar>::SolveOnEnergy(const FixedPointMap<Scalar>& map,
   const Index n = z.rows(), batch = z.cols();
   const bool subsets = map.SupportsColumnJacobianProducts();
   internal::BatchEvaluator<Scalar> evaluator(map, batch, /*with_energy=*/true);
-  internal::GuardedStepper<Scalar> stepper(options_, n, batch, Scalar(1));
+  internal::GuardedStepper<Scalar> stepper(options_, n, batch, Scalar(1), internal::TrialPath::kLine);
 
   // ---- all memory, allocated once -------------------------------------
   Matrix<Scalar> fz(n, batch), q(n, batch), res(n, batch), d(n, batch), ad(n, batch);

@@ -496,6 +496,52 @@ BOOST_AUTO_TEST_CASE(large_dimension_goes_matrix_free) {
   for (double r : testing::IndependentResiduals(map, z)) BOOST_TEST(r <= 1e-8);
 }
 
+// E(x) = sum_i sqrt(1 + x_i^2), recording the first coordinate of every point
+// where E is evaluated. Newton overshoots it wildly for |x| > 1 (the step
+// from x is -x (1 + x^2)).
+class SoftAbsEnergy : public Energy<double> {
+ public:
+  explicit SoftAbsEnergy(Index n) : n_(n) {}
+  Index dimension() const override { return n_; }
+  void Value(ConstMatrixRef<double> x, VectorRef<double> values) const override {
+    for (Index b = 0; b < x.cols(); ++b) points.push_back(x(0, b));
+    values = (x.array().square() + 1.0).sqrt().colwise().sum().transpose();
+  }
+  void Gradient(ConstMatrixRef<double> x, MatrixRef<double> grad) const override {
+    grad = x.array() / (x.array().square() + 1.0).sqrt();
+  }
+  void HessianVectorProduct(ConstMatrixRef<double> x, ConstMatrixRef<double> v,
+                            MatrixRef<double> out) const override {
+    out = v.array() * (x.array().square() + 1.0).pow(-1.5);
+  }
+  mutable std::vector<double> points;
+
+ private:
+  Index n_;
+};
+
+// Newton-CG's trials lie on the line of its step, and after a rejected full
+// step the next length is the minimiser of the quadratic through E(x), the
+// slope -r.q and E(x + q) (not a halving, nor a blend with the safe step).
+BOOST_AUTO_TEST_CASE(newton_backtracks_to_the_interpolated_minimiser_on_its_line) {
+  SoftAbsEnergy energy(1);
+  EnergyRootMap<double> map(energy);  // f(x) = x - grad E(x): r = -grad E
+  Matrix<double> z = Matrix<double>::Constant(1, 1, 2.0);
+  NewtonSolver<double>::Options options;
+  options.absolute_tolerance = 1e-10;
+  const Summary s = NewtonSolver<double>(options).Solve(map, z);
+  BOOST_TEST(s.IsConverged(), s.FullReport());
+  BOOST_TEST(std::abs(z(0, 0)) <= 1e-9);
+  const auto E = [](double x) { return std::sqrt(1 + x * x); };
+  const double x = 2, r = -x / E(x), q = -x * (1 + x * x);  // the exact 1-D Newton step: -10
+  BOOST_TEST_REQUIRE(energy.points.size() >= 3u);
+  BOOST_TEST(energy.points[0] == x);
+  BOOST_TEST(std::abs(energy.points[1] - (x + q)) <= 1e-12);  // the full step, rejected: E(-8) > E(2)
+  const double tau = r * q / (2 * (E(x + q) - E(x) + r * q));  // 0.3028
+  BOOST_TEST(std::abs(energy.points[2] - (x + tau * q)) <= 1e-12);
+  BOOST_TEST(E(energy.points[2]) < E(x));  // accepted: the next points start from it
+}
+
 BOOST_AUTO_TEST_CASE(energy_root_problem) {
   const Index n = 6, B = 2;
   testing::QuadraticEnergy<double> energy(testing::RandomSpd<double>(n, 0.1, 5.0, 71),

@@ -8,7 +8,14 @@
 //
 //   y(tau) = x + (1 - tau) beta r + tau q,    tau = 1, t, t^2, ... t^k  (t = backtrack_factor)
 //
-// and, when none is accepted, the safe step. Acceptance:
+// and, when none is accepted, the safe step. Newton-CG's trials lie on the
+// line of its step instead (TrialPath::kLine): y(tau) = x + tau q, tau = 1
+// and then, with an energy, the minimiser of the quadratic through E(x), its
+// slope -r.q along q and E(x + tau q) at the rejected tau, kept in [tau/10,
+// tau/2] (interpolating backtracking); without an energy tau t. Below t^k the
+// safe step is taken. A Newton step that overshoots an energy far from
+// quadratic (rbm's second step: 2-5 times the CCCP step) is then mostly
+// accepted at its second trial, where halving took two to four. Acceptance:
 //  * maps with an energy (the merit function), Armijo's test with the
 //    first-order model -grad E = r (exact for CccpMap and EnergyRootMap):
 //      E(y) <= E - c r . (y - x)            (c = sufficient_decrease)
@@ -39,6 +46,7 @@
 #include <implicit/solvers/internal/batch_monitor.h>
 #include <implicit/solvers/internal/sample_loop.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -147,12 +155,20 @@ struct GuardRules {
   }
 };
 
+// Where a stepper's trials lie (see the top of this file).
+enum class TrialPath {
+  kBlend,  // x + (1 - tau) beta r + tau q: towards the safe step (Anderson, Broyden, L-BFGS)
+  kLine,   // x + tau q, interpolated lengths (Newton-CG)
+};
+
 template <typename Scalar>
 class GuardedStepper {
  public:
   // All memory is allocated here.
-  GuardedStepper(const GuardOptions& options, Index n, Index batch, Scalar beta)
-      : options_(options), beta_(beta), samples_(n), y_(n, batch), fy_(n, batch), ey_(batch) {
+  GuardedStepper(const GuardOptions& options, Index n, Index batch, Scalar beta,
+                 TrialPath path = TrialPath::kBlend)
+      : options_(options), beta_(beta), line_(path == TrialPath::kLine), samples_(n), y_(n, batch),
+        fy_(n, batch), ey_(batch) {
     y_.setZero();
     pending_.reserve(batch);
     next_.reserve(batch);
@@ -207,7 +223,7 @@ class GuardedStepper {
         if (safe) {
           sigma_[b] *= options_.backtrack_factor;
         } else {
-          tau_[b] *= options_.backtrack_factor;
+          tau_[b] = NextTau(b, z, fz, e, energy, q);
           if (tau_[b] < min_tau()) {
             tau_[b] = 0.0;  // the safe step
             monitor->CountFallback(b);
@@ -232,9 +248,27 @@ class GuardedStepper {
     return GuardRules{options_, static_cast<double>(std::numeric_limits<Scalar>::epsilon())};
   }
 
+  // The trial length after tau_[b] was rejected. On the line with an energy:
+  // phi(s) = E(x + s q) has phi(0) = E, phi'(0) = -r.q (-grad E = r) and
+  // phi(tau) = E(y) (in ey_); the quadratic through them is least at
+  // tau^2 r.q / (2 (E(y) - E + tau r.q)).
+  double NextTau(Index b, ConstMatrixRef<Scalar> z, ConstMatrixRef<Scalar> fz, const Vector<Scalar>* e,
+                 bool energy, ConstMatrixRef<Scalar> q) const {
+    const double tau = tau_[b], shorter = tau * options_.backtrack_factor;
+    if (!line_ || !energy) return shorter;
+    const double descent = static_cast<double>(q.col(b).dot(fz.col(b) - z.col(b)));  // r.q = -phi'(0)
+    const double excess = static_cast<double>(ey_(b)) - static_cast<double>((*e)(b)) + tau * descent;
+    if (!(descent > 0) || !(excess > 0) || !std::isfinite(excess)) return shorter;  // (E(y) not finite)
+    return std::clamp(descent * tau * tau / (2 * excess), 0.1 * tau, 0.5 * tau);
+  }
+
   void SetTrial(Index b, ConstMatrixRef<Scalar> z, ConstMatrixRef<Scalar> fz,
                 ConstMatrixRef<Scalar> q) {
     const Scalar tau = static_cast<Scalar>(tau_[b]);
+    if (line_ && tau != Scalar(0)) {
+      y_.col(b) = z.col(b) + tau * q.col(b);
+      return;
+    }
     const Scalar sigma = tau == Scalar(0) ? static_cast<Scalar>(sigma_[b]) : Scalar(1);
     y_.col(b) = z.col(b) + ((Scalar(1) - tau) * sigma * beta_) * (fz.col(b) - z.col(b));
     if (tau != Scalar(0)) y_.col(b) += tau * q.col(b);
@@ -258,6 +292,7 @@ class GuardedStepper {
 
   const GuardOptions options_;
   const Scalar beta_;
+  const bool line_;           // TrialPath::kLine
   const SampleLoop samples_;  // the per-sample work, threaded
   Matrix<Scalar> y_, fy_;  // trial points and f there
   Vector<Scalar> ey_;      // E there
