@@ -20,6 +20,7 @@
 #include <implicit/core/types.h>
 #include <implicit/core/workspace_pool.h>
 
+#include <algorithm>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -34,11 +35,14 @@ namespace internal {
 ///   E(x) = (q/2)|x|^2 - <bias, x> - sum_mu G_mu(w_mu . x)
 /// \endcode
 /// with eval(s, G*, G'*, G''*) evaluating G entry-wise (row mu = unit mu).
-/// The N x B scores and G's values are scratch kept between calls
-/// (WorkspacePool: one per concurrent caller), so an evaluation of a batch of
-/// the size of the last one allocates nothing (at N = B = 1797 they are three
-/// matrices of 26 MB, whose allocation and page faults were about a sixth of
-/// an rbm solve).
+/// A batch is done in chunks of kChunkColumns columns (and a last, shorter
+/// one): the N x chunk scores and G's values are scratch kept between calls
+/// (WorkspacePool: one per concurrent caller; the last chunk has a pool of its
+/// own), so the full chunks' scratch keeps its size whatever the batch and
+/// allocates nothing after the first call, and a chunk's scores stay in cache.
+/// (Whole-batch scratch was reallocated whenever the batch changed size, as an
+/// active set does: at N = B = 1797 three matrices of 26 MB and their page
+/// faults per call.)
 template <typename Scalar>
 struct SeparableEnergy {
   Scalar q = Scalar(1);
@@ -53,26 +57,26 @@ struct SeparableEnergy {
   template <typename WT, typename Eval>
   void Value(const WT& W, const Vector<Scalar>* bias, const Eval& eval,
              ConstMatrixRef<Scalar> x, VectorRef<Scalar> values) const {
-    auto w = pool_.Acquire();
-    Scores(W, x, &w->s);
-    eval(w->s, &w->g, nullptr, nullptr);
-    values = (Scalar(0.5) * q) * x.colwise().squaredNorm().transpose() -
-             w->g.colwise().sum().transpose();
-    if (bias != nullptr) values.noalias() -= x.transpose() * (*bias);
+    ForEachChunk(x.cols(), [&](Work& w, Index c, Index k) {
+      Scores(W, x.middleCols(c, k), &w.s);
+      eval(w.s, &w.g, nullptr, nullptr);
+      values.segment(c, k) = w.g.colwise().sum().transpose();
+    });
+    Finish(bias, x, values);
   }
   /// *r = bias + W G'(W^T x) and values = E(x), from one product W^T x.
   template <typename WT, typename Eval>
   void RetrievalAndValue(const WT& W, const Vector<Scalar>* bias, const Eval& eval,
                          ConstMatrixRef<Scalar> x, Matrix<Scalar>* r,
                          VectorRef<Scalar> values) const {
-    auto w = pool_.Acquire();
-    Scores(W, x, &w->s);
-    eval(w->s, &w->g, &w->dg, nullptr);
-    values = (Scalar(0.5) * q) * x.colwise().squaredNorm().transpose() -
-             w->g.colwise().sum().transpose();
-    if (bias != nullptr) values.noalias() -= x.transpose() * (*bias);
     r->resize(W.rows(), x.cols());
-    GemmInto<Scalar>(*r, W, false, w->dg);
+    ForEachChunk(x.cols(), [&](Work& w, Index c, Index k) {
+      Scores(W, x.middleCols(c, k), &w.s);
+      eval(w.s, &w.g, &w.dg, nullptr);
+      values.segment(c, k) = w.g.colwise().sum().transpose();
+      GemmInto<Scalar>(r->middleCols(c, k), W, false, w.dg);
+    });
+    Finish(bias, x, values);
     if (bias != nullptr) r->colwise() += *bias;
   }
   /// grad = q x - bias - W G'(W^T x);   *retrieval (optional) = bias + W G'(W^T x).
@@ -86,11 +90,12 @@ struct SeparableEnergy {
   template <typename WT, typename Eval>
   void Retrieval(const WT& W, const Vector<Scalar>* bias, const Eval& eval,
                  ConstMatrixRef<Scalar> x, Matrix<Scalar>* r) const {
-    auto w = pool_.Acquire();
-    Scores(W, x, &w->s);
-    eval(w->s, nullptr, &w->dg, nullptr);
     r->resize(W.rows(), x.cols());
-    GemmInto<Scalar>(*r, W, false, w->dg);
+    ForEachChunk(x.cols(), [&](Work& w, Index c, Index k) {
+      Scores(W, x.middleCols(c, k), &w.s);
+      eval(w.s, nullptr, &w.dg, nullptr);
+      GemmInto<Scalar>(r->middleCols(c, k), W, false, w.dg);
+    });
     if (bias != nullptr) r->colwise() += *bias;
   }
   /// The Hessian at x keeping G''(W^T x): a product there is two GEMMs.
@@ -99,40 +104,66 @@ struct SeparableEnergy {
   std::unique_ptr<Linearization<Scalar>> HessianAt(WeightsOf weights_of, const Eval& eval,
                                                    ConstMatrixRef<Scalar> x) const {
     auto hessian = std::make_unique<Hessian<WeightsOf>>(weights_of, q);
-    {
-      auto w = pool_.Acquire();
-      Scores(weights_of(), x, &w->s);
-      eval(w->s, nullptr, nullptr, &hessian->d2g);
-    }
+    hessian->d2g.resize(weights_of().cols(), x.cols());
+    ForEachChunk(x.cols(), [&](Work& w, Index c, Index k) {
+      Scores(weights_of(), x.middleCols(c, k), &w.s);
+      eval(w.s, nullptr, nullptr, &w.d2g);
+      hessian->d2g.middleCols(c, k) = w.d2g;
+    });
     return hessian;
   }
   /// H v = q v - W (G''(s) .* W^T v).
   template <typename WT, typename Eval>
   void HessianVectorProduct(const WT& W, const Eval& eval, ConstMatrixRef<Scalar> x,
                             ConstMatrixRef<Scalar> v, MatrixRef<Scalar> out) const {
-    auto w = pool_.Acquire();
-    Scores(W, x, &w->s);
-    eval(w->s, nullptr, nullptr, &w->d2g);
-    w->g.resize(W.cols(), v.cols());
-    HessianProduct(W, q, w->d2g, v, w->g, out);
+    ForEachChunk(x.cols(), [&](Work& w, Index c, Index k) {
+      Scores(W, x.middleCols(c, k), &w.s);
+      eval(w.s, nullptr, nullptr, &w.d2g);
+      w.g.resize(W.cols(), k);
+      HessianProduct(W, q, w.d2g, v.middleCols(c, k), w.g, out.middleCols(c, k));
+    });
   }
   /// d/dW sum_b <grad E(x_b), u_b> = -(U G'(S)^T + X (G''(S) .* W^T U)^T).
   template <typename WT, typename Eval>
   Matrix<Scalar> WeightVjp(const WT& W, const Eval& eval, ConstMatrixRef<Scalar> x,
                            ConstMatrixRef<Scalar> u) const {
-    auto w = pool_.Acquire();
-    Scores(W, x, &w->s);
-    eval(w->s, nullptr, &w->dg, &w->d2g);
-    w->g.resize(W.cols(), u.cols());  // G''(s) .* W^T u
-    GemmInto<Scalar>(w->g, W, /*transpose_a=*/true, u);
-    w->g.array() *= w->d2g.array();
-    Matrix<Scalar> out(W.rows(), W.cols());
-    internal::GemmOpInto<Scalar>(out, u, false, w->dg, true, Scalar(-1));
-    internal::GemmOpInto<Scalar>(out, x, false, w->g, true, Scalar(-1), Scalar(1));
+    Matrix<Scalar> out = Matrix<Scalar>::Zero(W.rows(), W.cols());
+    ForEachChunk(x.cols(), [&](Work& w, Index c, Index k) {
+      Scores(W, x.middleCols(c, k), &w.s);
+      eval(w.s, nullptr, &w.dg, &w.d2g);
+      w.g.resize(W.cols(), k);  // G''(s) .* W^T u
+      GemmInto<Scalar>(w.g, W, /*transpose_a=*/true, u.middleCols(c, k));
+      w.g.array() *= w.d2g.array();
+      internal::GemmOpInto<Scalar>(out, u.middleCols(c, k), false, w.dg, true, Scalar(-1), Scalar(1));
+      internal::GemmOpInto<Scalar>(out, x.middleCols(c, k), false, w.g, true, Scalar(-1), Scalar(1));
+    });
     return out;
   }
 
+  /// The columns of a batch done at a time (see the class comment).
+  static constexpr Index kChunkColumns = 256;
+
  private:
+  // The scores S = W^T x and G, G', G'' at them (N x chunk each).
+  struct Work {
+    Matrix<Scalar> s, g, dg, d2g;
+  };
+  // f(work, first column, columns) for each chunk of a batch of `cols` columns.
+  template <typename F>
+  void ForEachChunk(Index cols, F&& f) const {
+    const Index full_end = cols - cols % kChunkColumns;
+    if (full_end > 0) {
+      auto w = full_chunks_.Acquire();
+      for (Index c = 0; c < full_end; c += kChunkColumns) f(*w, c, kChunkColumns);
+    }
+    if (full_end < cols) f(*last_chunk_.Acquire(), full_end, cols - full_end);
+  }
+  // values = (q/2)|x|^2 - <bias, x> - values (values: the sums of G).
+  void Finish(const Vector<Scalar>* bias, ConstMatrixRef<Scalar> x, VectorRef<Scalar> values) const {
+    values = (Scalar(0.5) * q) * x.colwise().squaredNorm().transpose() - values;
+    if (bias != nullptr) values.noalias() -= x.transpose() * (*bias);
+  }
+
   /// out = q v - W (G'' .* W^T v), given G'' at the point (t: N x B scratch).
   static void HessianProduct(ConstMatrixRef<Scalar> W, Scalar q, ConstMatrixRef<Scalar> d2g,
                              ConstMatrixRef<Scalar> v, MatrixRef<Scalar> t, MatrixRef<Scalar> out) {
@@ -149,8 +180,12 @@ struct SeparableEnergy {
       const auto W = weights_of_();
       internal::CheckShape("SeparableEnergy Hessian: v", v, W.rows(), d2g.cols());
       internal::CheckShape("SeparableEnergy Hessian: out", out, W.rows(), d2g.cols());
-      Matrix<Scalar> t(W.cols(), v.cols());
-      HessianProduct(W, q_, d2g, v, t, out);
+      auto t = scratch_.Acquire();  // W^T v, a chunk at a time
+      for (Index c = 0; c < v.cols(); c += kChunkColumns) {
+        const Index k = std::min(kChunkColumns, v.cols() - c);
+        t->resize(W.cols(), k);
+        HessianProduct(W, q_, d2g.middleCols(c, k), v.middleCols(c, k), *t, out.middleCols(c, k));
+      }
     }
     void VectorJacobianProduct(ConstMatrixRef<Scalar> u, MatrixRef<Scalar> out) const override {
       JacobianVectorProduct(u, out);  // symmetric
@@ -160,13 +195,10 @@ struct SeparableEnergy {
    private:
     WeightsOf weights_of_;
     Scalar q_;
+    mutable WorkspacePool<Matrix<Scalar>> scratch_;
   };
 
-  // The scores S = W^T x and G, G', G'' at them (N x B each).
-  struct Work {
-    Matrix<Scalar> s, g, dg, d2g;
-  };
-  mutable WorkspacePool<Work> pool_;
+  mutable WorkspacePool<Work> full_chunks_, last_chunk_;
 };
 
 template <typename Scalar>
