@@ -358,6 +358,14 @@ template <typename V, typename L, typename R>
 struct IsProductOfVars<Eigen::CwiseBinaryOp<Eigen::internal::scalar_product_op<Var<V>, Var<V>>, L, R>>
     : std::integral_constant<bool, kStored<L> && kStored<R>> {};
 
+/// A dual number (ceres::Jet or a type derived from one) of floating-point
+/// value and tangents.
+template <typename V, typename = void>
+struct IsDualOfNumbers : std::false_type {};
+template <typename V>
+struct IsDualOfNumbers<V, std::void_t<decltype(V::DIMENSION), decltype(std::declval<V&>().a)>>
+    : std::is_floating_point<decltype(std::declval<V&>().a)> {};
+
 /// exp(s) or exp(s - m) coefficient-wise, s stored Vars (possibly through
 /// .array()), m a scalar: the log-sum-exp and softmax idiom.
 template <typename Xpr>
@@ -461,6 +469,18 @@ Var<V> RecordSum(const Xpr& xpr, const Evaluator& coefficients) {
       // libm's exp, most of the gradient's time for N in the hundreds.
       Eigen::Map<Eigen::Array<V, Eigen::Dynamic, 1>> shifted(e.data(), static_cast<Index>(e.size()));
       shifted = shifted.exp();
+    } else if constexpr (IsDualOfNumbers<V>::value) {
+      // Dual numbers (the Hessian-vector product's): the values' exp
+      // vectorised as above, the tangents from it (exp(t)' = exp(t) t').
+      using Number = decltype(V().a);
+      static thread_local Eigen::Array<Number, Eigen::Dynamic, 1> values;
+      values.resize(static_cast<Index>(e.size()));
+      for (std::size_t i = 0; i < e.size(); ++i) values(static_cast<Index>(i)) = e[i].a;
+      values = values.exp();
+      for (std::size_t i = 0; i < e.size(); ++i) {
+        e[i].v *= values(static_cast<Index>(i));
+        e[i].a = values(static_cast<Index>(i));
+      }
     } else {
       for (V& t : e) t = exp(t);
     }
