@@ -164,7 +164,7 @@ struct SeparableEnergy {
     if (bias != nullptr) values.noalias() -= x.transpose() * (*bias);
   }
 
-  /// out = q v - W (G'' .* W^T v), given G'' at the point (t: N x B scratch).
+  /// out = q v - W (G'' .* W^T v), given G'' at the point (t: N x columns scratch).
   static void HessianProduct(ConstMatrixRef<Scalar> W, Scalar q, ConstMatrixRef<Scalar> d2g,
                              ConstMatrixRef<Scalar> v, MatrixRef<Scalar> t, MatrixRef<Scalar> out) {
     GemmInto<Scalar>(t, W, /*transpose_a=*/true, v);
