@@ -12,7 +12,9 @@
 /// always a descent direction and negative curvature is never solved through:
 /// Newton leaves saddles of E instead of converging to them. The proposal is
 /// then taken through the same energy guard as Anderson's
-/// (internal/guarded_step.h: Armijo backtracking on E, safe-step fallback).
+/// (internal/guarded_step.h: Armijo's test on E, safe-step fallback), its
+/// trials on the line z + tau q, each tau after the first the minimiser of the
+/// quadratic through E(z), -r.q and the rejected trial's E.
 /// No threads, no dense Jacobian, O(n B) memory.
 /// Dense path (newton_krylov = false and n <= dense_jacobian_max_dimension;
 /// trust_region, initial_trust_region_radius and max_threads configure it; a
