@@ -539,10 +539,42 @@ Summary NewtonSolver<Scalar>::SolveOnEnergy(const FixedPointMap<Scalar>& map,
   next.reserve(batch);
   const double tiny = static_cast<double>(std::numeric_limits<Scalar>::epsilon());
 
+  // The Jacobian at each step's active samples, made once for the step's CG
+  // products (Linearization: an RBM's keeps G'' of its scores, a Hopfield
+  // energy's the softmax weights), when it has products on subsets of its
+  // columns; otherwise each product goes to the map at z. Tried at the first
+  // step: a map whose linearisation lacks them pays one (a copy of z for the
+  // default) and keeps the map's products.
+  bool linearize = subsets && map.SupportsSubsets();  // compacted points: no per-sample data
+  std::unique_ptr<Linearization<Scalar>> jacobian;
+  std::vector<Index> position(batch, 0), at;  // sample -> its column in the linearisation
+  at.reserve(batch);
+  auto linearize_active = [&]() {
+    const std::vector<Index>& active = monitor.active_columns();
+    const Index k = static_cast<Index>(active.size());
+    for (Index j = 0; j < k; ++j) {
+      zc.col(j) = z.col(active[j]);
+      position[active[j]] = j;
+    }
+    jacobian = map.Linearize(zc.leftCols(k));
+    if (!jacobian->HasColumnProducts()) {
+      jacobian.reset();
+      linearize = false;
+    }
+  };
+
   // ad.col(b) = d - J_f d for b in `columns`: one batched JVP.
   auto apply = [&](const std::vector<Index>& columns) {
     const Index k = static_cast<Index>(columns.size());
-    if (subsets) {
+    if (jacobian) {
+      at.clear();
+      for (Index j = 0; j < k; ++j) {
+        dc.col(j) = d.col(columns[j]);
+        at.push_back(position[columns[j]]);
+      }
+      jacobian->JacobianVectorProductColumns(at, dc.leftCols(k), jc.leftCols(k));
+      for (Index j = 0; j < k; ++j) ad.col(columns[j]) = d.col(columns[j]) - jc.col(j);
+    } else if (subsets) {
       for (Index j = 0; j < k; ++j) {
         zc.col(j) = z.col(columns[j]);
         dc.col(j) = d.col(columns[j]);
@@ -570,6 +602,7 @@ Summary NewtonSolver<Scalar>::SolveOnEnergy(const FixedPointMap<Scalar>& map,
       target[b] = eta * eta * rr[b];
       cg.push_back(b);
     }
+    if (linearize) linearize_active();
     for (int it = 0; it < options_.max_krylov_iterations && !cg.empty(); ++it) {
       apply(cg);
       next.clear();
@@ -591,6 +624,7 @@ Summary NewtonSolver<Scalar>::SolveOnEnergy(const FixedPointMap<Scalar>& map,
       }
       cg.swap(next);
     }
+    jacobian.reset();
     stepper.Step(z, fz, &e, q, proposal, &evaluator, &monitor);
   }
   return monitor.Finish(z);

@@ -542,6 +542,94 @@ BOOST_AUTO_TEST_CASE(newton_backtracks_to_the_interpolated_minimiser_on_its_line
   BOOST_TEST(E(energy.points[2]) < E(x));  // accepted: the next points start from it
 }
 
+// E(x) = sum_i c_i sqrt(1 + x_i^2) (c_i from 1 to 8: CG needs several
+// iterations), whose Hessian linearisation keeps diag(c (1 + x^2)^-3/2) and has
+// products on subsets of its samples; every call counted.
+class KeptCurvatureEnergy : public Energy<double> {
+ public:
+  explicit KeptCurvatureEnergy(Index n) : c_(Vector<double>::LinSpaced(n, 1.0, 8.0)) {}
+  Index dimension() const override { return c_.size(); }
+  bool SupportsSubsets() const override { return true; }
+  void Value(ConstMatrixRef<double> x, VectorRef<double> values) const override {
+    values = ((x.array().square() + 1.0).sqrt().colwise() * c_.array()).colwise().sum().transpose();
+  }
+  void Gradient(ConstMatrixRef<double> x, MatrixRef<double> grad) const override {
+    grad = (x.array() / (x.array().square() + 1.0).sqrt()).colwise() * c_.array();
+  }
+  void HessianVectorProduct(ConstMatrixRef<double> x, ConstMatrixRef<double> v,
+                            MatrixRef<double> out) const override {
+    ++hessian_products;
+    out = v.array() * Curvature(x).array();
+  }
+  std::unique_ptr<Linearization<double>> LinearizeHessian(ConstMatrixRef<double> x) const override {
+    ++linearizations;
+    return std::make_unique<Kept>(Curvature(x), this);
+  }
+  mutable int hessian_products = 0, linearizations = 0, column_products = 0;
+  bool kept_products = true;  // HasColumnProducts() of the linearisation
+
+ private:
+  Matrix<double> Curvature(ConstMatrixRef<double> x) const {
+    return (x.array().square() + 1.0).pow(-1.5).colwise() * c_.array();
+  }
+  struct Kept final : Linearization<double> {
+    Kept(Matrix<double> d, const KeptCurvatureEnergy* owner) : d(std::move(d)), owner(owner) {}
+    void JacobianVectorProduct(ConstMatrixRef<double> v, MatrixRef<double> out) const override {
+      out = v.array() * d.array();
+    }
+    void VectorJacobianProduct(ConstMatrixRef<double> u, MatrixRef<double> out) const override {
+      JacobianVectorProduct(u, out);
+    }
+    bool HasColumnProducts() const override { return owner->kept_products; }
+    void JacobianVectorProductColumns(const std::vector<Index>& columns, ConstMatrixRef<double> v,
+                                      MatrixRef<double> out) const override {
+      ++owner->column_products;
+      for (std::size_t j = 0; j < columns.size(); ++j) {
+        const Index c = static_cast<Index>(j);
+        out.col(c) = v.col(c).array() * d.col(columns[j]).array();
+      }
+    }
+    Matrix<double> d;
+    const KeptCurvatureEnergy* owner;
+  };
+  Vector<double> c_;
+};
+
+// Newton-CG linearises once per step at the active samples and makes its CG
+// products from that linearisation on the samples still iterating (their
+// positions among the active ones), never through the map at z; the iterates
+// are those of the map's own products (a linearisation without column
+// products), to the last bit.
+BOOST_AUTO_TEST_CASE(newton_cg_products_come_from_one_linearisation_per_step) {
+  const Index n = 6, B = 5;
+  Matrix<double> start = testing::RandomMatrix<double>(n, B, 91) * 0.9;
+  start.col(1) *= 1e-3;  // converges steps before the others: the active set shrinks
+  NewtonSolver<double>::Options options;
+  options.absolute_tolerance = 1e-11;
+
+  KeptCurvatureEnergy energy(n);
+  EnergyRootMap<double> map(energy);
+  Matrix<double> z = start;
+  const Summary s = NewtonSolver<double>(options).Solve(map, z);
+  BOOST_TEST(s.IsConverged(), s.FullReport());
+  BOOST_TEST(z.cwiseAbs().maxCoeff() <= 1e-10);
+  BOOST_TEST(energy.hessian_products == 0);
+  BOOST_TEST(energy.linearizations == s.iterations);
+  BOOST_TEST(energy.column_products == s.jacobian_products);
+  BOOST_TEST(s.jacobian_products > s.iterations);  // CG iterated on the kept curvature
+
+  KeptCurvatureEnergy reference(n);
+  reference.kept_products = false;
+  EnergyRootMap<double> reference_map(reference);
+  Matrix<double> z_reference = start;
+  const Summary r = NewtonSolver<double>(options).Solve(reference_map, z_reference);
+  BOOST_TEST(reference.linearizations == 1);  // tried once, then the map's products
+  BOOST_TEST(reference.hessian_products == r.jacobian_products);
+  BOOST_TEST(r.function_evaluations == s.function_evaluations);
+  BOOST_TEST(r.jacobian_products == s.jacobian_products);
+  BOOST_TEST((z - z_reference).cwiseAbs().maxCoeff() == 0.0);
+}
+
 BOOST_AUTO_TEST_CASE(energy_root_problem) {
   const Index n = 6, B = 2;
   testing::QuadraticEnergy<double> energy(testing::RandomSpd<double>(n, 0.1, 5.0, 71),

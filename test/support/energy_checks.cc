@@ -3,6 +3,9 @@
 
 #include <implicit/core/energy_maps.h>
 
+#include <stdexcept>
+#include <vector>
+
 namespace implicit {
 namespace testing {
 
@@ -72,8 +75,30 @@ void CheckEnergyFiniteDifferences(Energy<double>& energy, const Matrix<double>& 
       hessian->VectorJacobianProduct(v, kept);
       BOOST_TEST(RelativeError(kept, hv) <= 1e-12);
       const GradientStepMap<double> step_map(energy, 0.3);
-      step_map.Linearize(x)->VectorJacobianProduct(v, kept);
+      const auto step_jacobian = step_map.Linearize(x);
+      step_jacobian->VectorJacobianProduct(v, kept);
       BOOST_TEST(RelativeError(kept, (v - 0.3 * hv).eval()) <= 1e-12);
+      // Products on a subset of the point's samples (Newton-CG's), where the
+      // linearisation has them: the last sample and every other one before it.
+      BOOST_TEST(step_jacobian->HasColumnProducts() == hessian->HasColumnProducts());
+      if (hessian->HasColumnProducts()) {
+        std::vector<Index> columns;
+        for (Index b = B % 2 == 0 ? 1 : 0; b < B; b += 2) columns.push_back(b);
+        const Index k = static_cast<Index>(columns.size());
+        Matrix<double> sub(n, k), out(n, k), want(n, k), step_want(n, k);
+        for (Index j = 0; j < k; ++j) {
+          sub.col(j) = v.col(columns[j]);
+          want.col(j) = hv.col(columns[j]);
+        }
+        step_want = sub - 0.3 * want;
+        hessian->JacobianVectorProductColumns(columns, sub, out);
+        BOOST_TEST(RelativeError(out, want) <= 1e-12);
+        step_jacobian->JacobianVectorProductColumns(columns, sub, out);
+        BOOST_TEST(RelativeError(out, step_want) <= 1e-12);
+        const std::vector<Index> outside{B};  // not a sample of the point
+        BOOST_CHECK_THROW(hessian->JacobianVectorProductColumns(outside, sub.leftCols(1), out.leftCols(1)),
+                          std::invalid_argument);
+      }
     }
     if (energy.num_parameters() > 0) {
       const Matrix<double> u = RandomMatrix<double>(n, B, 109);

@@ -397,6 +397,17 @@ class ModernHopfieldEnergy<Scalar>::Hessian final : public Linearization<Scalar>
   void VectorJacobianProduct(ConstMatrixRef<Scalar> u, MatrixRef<Scalar> out) const override {
     JacobianVectorProduct(u, out);  // symmetric
   }
+  bool HasColumnProducts() const override { return true; }
+  /// The products for some samples: their weights gathered (N x k scratch).
+  void JacobianVectorProductColumns(const std::vector<Index>& columns, ConstMatrixRef<Scalar> v,
+                                    MatrixRef<Scalar> out) const override {
+    internal::CheckColumns("ModernHopfieldEnergy Hessian: columns", columns, v.cols(), p_.cols());
+    internal::CheckShape("ModernHopfieldEnergy Hessian: v", v, energy_.dimension(), v.cols());
+    internal::CheckShape("ModernHopfieldEnergy Hessian: out", out, energy_.dimension(), v.cols());
+    auto p = internal::ThreadScratch<Scalar, 3>(p_.rows(), v.cols());
+    for (Index j = 0; j < v.cols(); ++j) p.col(j) = p_.col(columns[static_cast<std::size_t>(j)]);
+    HessianProduct(energy_.patterns(), beta_, p, v, internal::ThreadScratch<Scalar, 2>(p_.rows(), v.cols()), out);
+  }
 
  private:
   const ModernHopfieldEnergy& energy_;

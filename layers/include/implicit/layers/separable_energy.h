@@ -24,6 +24,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace implicit {
 
@@ -177,22 +178,42 @@ struct SeparableEnergy {
    public:
     Hessian(WeightsOf weights_of, Scalar q) : weights_of_(weights_of), q_(q) {}
     void JacobianVectorProduct(ConstMatrixRef<Scalar> v, MatrixRef<Scalar> out) const override {
-      const auto W = weights_of_();
-      internal::CheckShape("SeparableEnergy Hessian: v", v, W.rows(), d2g.cols());
-      internal::CheckShape("SeparableEnergy Hessian: out", out, W.rows(), d2g.cols());
-      auto t = scratch_.Acquire();  // W^T v, a chunk at a time
-      for (Index c = 0; c < v.cols(); c += kChunkColumns) {
-        const Index k = std::min(kChunkColumns, v.cols() - c);
-        t->resize(W.cols(), k);
-        HessianProduct(W, q_, d2g.middleCols(c, k), v.middleCols(c, k), *t, out.middleCols(c, k));
-      }
+      internal::CheckShape("SeparableEnergy Hessian: v", v, weights_of_().rows(), d2g.cols());
+      Products(v, out, [](Index j) { return j; });
     }
     void VectorJacobianProduct(ConstMatrixRef<Scalar> u, MatrixRef<Scalar> out) const override {
       JacobianVectorProduct(u, out);  // symmetric
     }
+    bool HasColumnProducts() const override { return true; }
+    void JacobianVectorProductColumns(const std::vector<Index>& columns, ConstMatrixRef<Scalar> v,
+                                      MatrixRef<Scalar> out) const override {
+      internal::CheckColumns("SeparableEnergy Hessian: columns", columns, v.cols(), d2g.cols());
+      internal::CheckShape("SeparableEnergy Hessian: v", v, weights_of_().rows(), v.cols());
+      Products(v, out, [&columns](Index j) { return columns[static_cast<std::size_t>(j)]; });
+    }
     Matrix<Scalar> d2g;  ///< G''(W^T x) at the point
 
    private:
+    // out.col(j) = q v.col(j) - W (G''.col(column_of(j)) .* W^T v.col(j)), a
+    // chunk of columns at a time (t = W^T v: pooled scratch that only grows,
+    // so that Newton-CG's shrinking column sets allocate nothing).
+    template <typename ColumnOf>
+    void Products(ConstMatrixRef<Scalar> v, MatrixRef<Scalar> out, ColumnOf column_of) const {
+      const auto W = weights_of_();
+      internal::CheckShape("SeparableEnergy Hessian: out", out, W.rows(), v.cols());
+      auto scratch = scratch_.Acquire();
+      const Index width = std::max(scratch->cols(), std::min(kChunkColumns, v.cols()));
+      if (scratch->rows() != W.cols() || scratch->cols() != width) scratch->resize(W.cols(), width);
+      for (Index c = 0; c < v.cols(); c += kChunkColumns) {
+        const Index k = std::min(kChunkColumns, v.cols() - c);
+        auto t = scratch->leftCols(k);
+        GemmInto<Scalar>(t, W, /*transpose_a=*/true, v.middleCols(c, k));
+        for (Index j = 0; j < k; ++j) t.col(j).array() *= d2g.col(column_of(c + j)).array();
+        out.middleCols(c, k) = q_ * v.middleCols(c, k);
+        GemmInto<Scalar>(out.middleCols(c, k), W, false, t, Scalar(-1), Scalar(1));
+      }
+    }
+
     WeightsOf weights_of_;
     Scalar q_;
     mutable WorkspacePool<Matrix<Scalar>> scratch_;

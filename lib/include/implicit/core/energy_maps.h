@@ -123,6 +123,12 @@ class GradientStepMap : public FixedPointMap<Scalar> {
     void VectorJacobianProduct(ConstMatrixRef<Scalar> u, MatrixRef<Scalar> out) const override {
       JacobianVectorProduct(u, out);
     }
+    bool HasColumnProducts() const override { return hessian_->HasColumnProducts(); }
+    void JacobianVectorProductColumns(const std::vector<Index>& columns, ConstMatrixRef<Scalar> v,
+                                      MatrixRef<Scalar> out) const override {
+      hessian_->JacobianVectorProductColumns(columns, v, out);
+      out = v - step_ * out;
+    }
 
    private:
     std::unique_ptr<Linearization<Scalar>> hessian_;

@@ -15,6 +15,9 @@
 
 #include <implicit/core/types.h>
 
+#include <stdexcept>
+#include <vector>
+
 namespace implicit {
 
 /// A Jacobian J at one batch point: out.col(b) = J_b v_b and J_b^T u_b for the
@@ -28,6 +31,19 @@ class Linearization {
   virtual void JacobianVectorProduct(ConstMatrixRef<Scalar> v, MatrixRef<Scalar> out) const = 0;
   /// out = J^T u, column by column.
   virtual void VectorJacobianProduct(ConstMatrixRef<Scalar> u, MatrixRef<Scalar> out) const = 0;
+
+  /// True when JacobianVectorProductColumns is provided and costs in
+  /// proportion to the columns asked for (false by default).
+  virtual bool HasColumnProducts() const { return false; }
+  /// out.col(j) = J_c v.col(j) with c = columns[j]: products for some of the
+  /// point's samples (v, out: dimension() x columns.size()). Newton-CG makes
+  /// them as its samples' inner solves finish at different iterations.
+  /// \throws std::logic_error unless HasColumnProducts() (the default).
+  virtual void JacobianVectorProductColumns(const std::vector<Index>& columns, ConstMatrixRef<Scalar> v,
+                                            MatrixRef<Scalar> out) const {
+    (void)columns; (void)v; (void)out;
+    throw std::logic_error("this linearisation has no products on a subset of its columns");
+  }
 };
 
 namespace internal {
