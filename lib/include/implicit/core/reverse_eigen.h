@@ -191,22 +191,37 @@ struct FactorBuilder {
     nodes.resize(static_cast<std::size_t>(rows * cols));
     bool consecutive = rows * cols > 0, any_variable = false, any_tangent = false;
     std::int32_t first = -1;
+    // Each entry read where it is (no copy: a copy would flag the entry's
+    // node as shared, a write per entry); a scaled one gets a node of its own.
+    const auto record = [&](const Var<V>& x, Index i) {
+      const V& value = ValueOf(x);
+      if constexpr (Tape::kDual) {
+        values[i] = value.a;
+        tangents[i] = value.v[0];
+        any_tangent = any_tangent || tangents[i] != Number(0);
+      } else {
+        values[i] = value;
+      }
+      const std::int32_t node = x.is_variable() ? tape.Node(x.index()) : -1;
+      nodes[static_cast<std::size_t>(i)] = node;
+      any_variable = any_variable || node >= 0;
+      if (i == 0) first = node;
+      consecutive = consecutive && node >= 0 && node == first + static_cast<std::int32_t>(i);
+    };
+    const auto read = [&](const Var<V>& entry, Index i) {
+      if (entry.is_variable() && !entry.unit_scale()) {
+        record(entry.Materialized(), i);
+      } else {
+        record(entry, i);
+      }
+    };
     for (Index j = 0, i = 0; j < cols; ++j) {
       for (Index r = 0; r < rows; ++r, ++i) {
-        const Var<V> x = (transposed ? Var<V>(e.coeff(j, r)) : Var<V>(e.coeff(r, j))).Materialized();
-        const V& value = ValueOf(x);
-        if constexpr (Tape::kDual) {
-          values[i] = value.a;
-          tangents[i] = value.v[0];
-          any_tangent = any_tangent || tangents[i] != Number(0);
+        if (transposed) {
+          read(e.coeff(j, r), i);
         } else {
-          values[i] = value;
+          read(e.coeff(r, j), i);
         }
-        const std::int32_t node = x.is_variable() ? tape.Node(x.index()) : -1;
-        nodes[static_cast<std::size_t>(i)] = node;
-        any_variable = any_variable || node >= 0;
-        if (i == 0) first = node;
-        consecutive = consecutive && node >= 0 && node == first + static_cast<std::int32_t>(i);
       }
     }
     if (!any_tangent) factor.tangents = -1;

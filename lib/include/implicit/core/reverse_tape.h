@@ -96,7 +96,7 @@ template <typename V>
 class Tape {
  public:
   /// This thread's tape.
-  static Tape& ThisThread() {
+  IMPLICIT_REVERSE_INLINE static Tape& ThisThread() {
     static thread_local Tape tape;
     return tape;
   }

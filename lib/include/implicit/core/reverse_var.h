@@ -25,6 +25,13 @@
 #else
 #define IMPLICIT_REVERSE_NOINLINE
 #endif
+/// \def IMPLICIT_REVERSE_INLINE
+/// A hot path of the tape (a node's recording) inlined into its caller.
+#if defined(__GNUC__)
+#define IMPLICIT_REVERSE_INLINE inline __attribute__((always_inline))
+#else
+#define IMPLICIT_REVERSE_INLINE inline
+#endif
 
 namespace implicit {
 namespace internal {
@@ -84,11 +91,11 @@ class Var {
   /// A node on this thread's tape with one or two operands (constants among
   /// them are left out).
   /// da and db are the partial derivatives of the node in a and b.
-  static Var Node(const V& value, const Var& a, const V& da) {
+  IMPLICIT_REVERSE_INLINE static Var Node(const V& value, const Var& a, const V& da) {
     if (a.index_ < 0) return Var(value);
     return Var(value, Tape<V>::ThisThread().Push1(a.index(), da * a.scale_));
   }
-  static Var Node(const V& value, const Var& a, const V& da, const Var& b, const V& db) {
+  IMPLICIT_REVERSE_INLINE static Var Node(const V& value, const Var& a, const V& da, const Var& b, const V& db) {
     if (a.index_ < 0) return Node(value, b, db);
     if (b.index_ < 0) return Node(value, a, da);
     return Var(value, Tape<V>::ThisThread().Push2(a.index(), da * a.scale_, b.index(), db * b.scale_));

@@ -6,7 +6,12 @@
 /// E, batched and guarded. Each iteration runs conjugate gradients on
 /// (I - J_f) q = r (r = f(z) - z; I - J_f = a hess E for a gradient-step map)
 /// with one batched JVP per CG step for the samples still iterating, to the
-/// relative accuracy min(0.5, sqrt|r|) or max_krylov_iterations. CG stops at
+/// relative accuracy min(0.5, sqrt|r|) or max_krylov_iterations. The JVPs
+/// come from the map's linearisation at the step's active samples, made once
+/// per step (FixedPointMap::Linearize on the compacted columns, for maps whose
+/// samples are independent), when it has products on subsets of its columns
+/// (Linearization::HasColumnProducts: an RBM's keeps G'' of its scores, a
+/// Hopfield energy's the softmax weights); otherwise from the map at z. CG stops at
 /// the first direction of non-positive curvature d^T (I - J_f) d <= 0 and
 /// returns what it has (the safe step r if it is the first), so the proposal is
 /// always a descent direction and negative curvature is never solved through:
