@@ -121,7 +121,7 @@ struct SeparableEnergy {
       Scores(W, x.middleCols(c, k), &w.s);
       eval(w.s, nullptr, nullptr, &w.d2g);
       w.g.resize(W.cols(), k);
-      HessianProduct(W, q, w.d2g, v.middleCols(c, k), w.g, out.middleCols(c, k));
+      HessianProduct(W, q, w.d2g, [](Index j) { return j; }, v.middleCols(c, k), w.g, out.middleCols(c, k));
     });
   }
   /// d/dW sum_b <grad E(x_b), u_b> = -(U G'(S)^T + X (G''(S) .* W^T U)^T).
@@ -165,11 +165,13 @@ struct SeparableEnergy {
     if (bias != nullptr) values.noalias() -= x.transpose() * (*bias);
   }
 
-  /// out = q v - W (G'' .* W^T v), given G'' at the point (t: N x columns scratch).
-  static void HessianProduct(ConstMatrixRef<Scalar> W, Scalar q, ConstMatrixRef<Scalar> d2g,
+  /// out.col(j) = q v.col(j) - W (G''.col(column_of(j)) .* W^T v.col(j)), given
+  /// G'' at the point's samples (t: N x v.cols() scratch).
+  template <typename ColumnOf>
+  static void HessianProduct(ConstMatrixRef<Scalar> W, Scalar q, ConstMatrixRef<Scalar> d2g, ColumnOf column_of,
                              ConstMatrixRef<Scalar> v, MatrixRef<Scalar> t, MatrixRef<Scalar> out) {
     GemmInto<Scalar>(t, W, /*transpose_a=*/true, v);
-    t.array() *= d2g.array();
+    for (Index j = 0; j < v.cols(); ++j) t.col(j).array() *= d2g.col(column_of(j)).array();
     out = q * v;
     GemmInto<Scalar>(out, W, false, t, Scalar(-1), Scalar(1));
   }
@@ -194,9 +196,9 @@ struct SeparableEnergy {
     Matrix<Scalar> d2g;  ///< G''(W^T x) at the point
 
    private:
-    // out.col(j) = q v.col(j) - W (G''.col(column_of(j)) .* W^T v.col(j)), a
-    // chunk of columns at a time (t = W^T v: pooled scratch that only grows,
-    // so that Newton-CG's shrinking column sets allocate nothing).
+    // HessianProduct with the kept G'', a chunk of columns at a time (t = W^T
+    // v: pooled scratch that only grows, so that Newton-CG's shrinking column
+    // sets allocate nothing).
     template <typename ColumnOf>
     void Products(ConstMatrixRef<Scalar> v, MatrixRef<Scalar> out, ColumnOf column_of) const {
       const auto W = weights_of_();
@@ -206,11 +208,8 @@ struct SeparableEnergy {
       if (scratch->rows() != W.cols() || scratch->cols() != width) scratch->resize(W.cols(), width);
       for (Index c = 0; c < v.cols(); c += kChunkColumns) {
         const Index k = std::min(kChunkColumns, v.cols() - c);
-        auto t = scratch->leftCols(k);
-        GemmInto<Scalar>(t, W, /*transpose_a=*/true, v.middleCols(c, k));
-        for (Index j = 0; j < k; ++j) t.col(j).array() *= d2g.col(column_of(c + j)).array();
-        out.middleCols(c, k) = q_ * v.middleCols(c, k);
-        GemmInto<Scalar>(out.middleCols(c, k), W, false, t, Scalar(-1), Scalar(1));
+        HessianProduct(W, q_, d2g, [&](Index j) { return column_of(c + j); }, v.middleCols(c, k),
+                       scratch->leftCols(k), out.middleCols(c, k));
       }
     }
 

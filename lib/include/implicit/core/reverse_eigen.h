@@ -373,13 +373,13 @@ template <typename V, typename L, typename R>
 struct IsProductOfVars<Eigen::CwiseBinaryOp<Eigen::internal::scalar_product_op<Var<V>, Var<V>>, L, R>>
     : std::integral_constant<bool, kStored<L> && kStored<R>> {};
 
-/// A dual number (ceres::Jet or a type derived from one) of floating-point
-/// value and tangents.
+/// A dual number (implicit::internal::IsDual) of floating-point value and
+/// tangents, not of duals.
 template <typename V, typename = void>
 struct IsDualOfNumbers : std::false_type {};
 template <typename V>
-struct IsDualOfNumbers<V, std::void_t<decltype(V::DIMENSION), decltype(std::declval<V&>().a)>>
-    : std::is_floating_point<decltype(std::declval<V&>().a)> {};
+struct IsDualOfNumbers<V, std::enable_if_t<implicit::internal::IsDual<V>::value>>
+    : std::is_floating_point<decltype(V::a)> {};
 
 /// exp(s) or exp(s - m) coefficient-wise, s stored Vars (possibly through
 /// .array()), m a scalar: the log-sum-exp and softmax idiom.
