@@ -357,7 +357,22 @@ BOOST_AUTO_TEST_CASE(invalid_options_and_shapes_throw) {
   } catch (const std::invalid_argument& e) {
     BOOST_TEST(std::string(e.what()).find("max_threads") != std::string::npos);
   }
+  // The restart is GMRES's; a length GMRES would reject is rejected when the
+  // solver is built, not thrown from inside Solve (found by fuzz_solver_options).
+  NewtonSolver<double>::Options long_restart;
+  long_restart.krylov_restart = kMaxSolverMemory + 1;
+  try {
+    NewtonSolver<double> solver(long_restart);
+    BOOST_FAIL("expected std::invalid_argument");
+  } catch (const std::invalid_argument& e) {
+    BOOST_TEST(std::string(e.what()).find("krylov_restart") != std::string::npos);
+  }
+  long_restart.krylov_restart = kMaxSolverMemory;
   AffineMap<double> map = MakeAffine(4, 0.5, 2);
+  {
+    Matrix<double> z = Matrix<double>::Zero(4, 2);
+    BOOST_TEST(NewtonSolver<double>(long_restart).Solve(map, z).IsConverged());
+  }
   Matrix<double> wrong = Matrix<double>::Zero(5, 2), empty(4, 0);
   BOOST_CHECK_THROW(NewtonSolver<double>().Solve(map, wrong), std::invalid_argument);
   BOOST_CHECK_THROW(NewtonSolver<double>().Solve(map, empty), std::invalid_argument);

@@ -115,7 +115,7 @@ class NewtonSolver : public Solver<Scalar> {
     int max_threads = 128;
 
     // ---- Newton-Krylov and energy paths ----
-    /// GMRES restart length (Krylov vectors kept per sample). >= 1.
+    /// GMRES restart length (Krylov vectors kept per sample). 1..kMaxSolverMemory.
     int krylov_restart = 20;
     /// Maximum GMRES (Krylov path) or CG (energy path) iterations, i.e. JVPs,
     /// per Newton step. >= 1.
@@ -153,8 +153,9 @@ class NewtonSolver : public Solver<Scalar> {
                     std::to_string(dense_jacobian_max_dimension));
       if (max_threads < 1)
         return fail("max_threads must be >= 1, got " + std::to_string(max_threads));
-      if (krylov_restart < 1)
-        return fail("krylov_restart must be >= 1, got " + std::to_string(krylov_restart));
+      if (krylov_restart < 1 || krylov_restart > kMaxSolverMemory)
+        return fail("krylov_restart must be in 1.." + std::to_string(kMaxSolverMemory) + ", got " +
+                    std::to_string(krylov_restart));
       if (max_krylov_iterations < 1)
         return fail("max_krylov_iterations must be >= 1, got " +
                     std::to_string(max_krylov_iterations));
