@@ -479,3 +479,34 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(one_pass_evaluations_and_subsets, S, OnePassScalar
     }
   }
 }
+
+// A Hessian linearisation borrows its G'' storage from the energy's pool and
+// gives it back when destroyed (separable_energy.h): linearisations alive at
+// once never share it, and one made in storage given back by a wider one
+// (Newton-CG's shrinking active sets) has its own point's products.
+BOOST_AUTO_TEST_CASE(linearisations_keep_their_own_curvatures) {
+  const Index n = 6, M = 9;
+  const Matrix<double> W = RandomMatrix<double>(n, M, 80, 0.6);
+  auto energy = MakeRbm(W, std::make_shared<implicit::BernoulliPrior<double>>(0.3), VisibleType::kGaussian,
+                        false, false);
+  const Matrix<double> x1 = RandomMatrix<double>(n, 5, 81, 2.0), x2 = RandomMatrix<double>(n, 3, 82, 2.0);
+  auto check = [&](const implicit::Linearization<double>& hessian, const Matrix<double>& x, unsigned seed) {
+    const Matrix<double> v = RandomMatrix<double>(n, x.cols(), seed);
+    Matrix<double> expected(n, x.cols()), got(n, x.cols());
+    energy.HessianVectorProduct(x, v, expected);
+    hessian.JacobianVectorProduct(v, got);
+    BOOST_TEST(RelativeError(got, expected) <= 1e-13);
+  };
+  auto first = energy.LinearizeHessian(x1);
+  {
+    auto second = energy.LinearizeHessian(x2);  // made while the first lives
+    check(*first, x1, 83);
+    check(*second, x2, 84);
+  }
+  first.reset();  // its 5-column storage goes back to the pool ...
+  auto narrow = energy.LinearizeHessian(x2);
+  check(*narrow, x2, 85);  // ... and serves a 3-column point
+  auto wide = energy.LinearizeHessian(x1);
+  check(*wide, x1, 86);
+  check(*narrow, x2, 87);
+}
