@@ -546,6 +546,13 @@ Summary NewtonSolver<Scalar>::SolveOnEnergy(const FixedPointMap<Scalar>& map,
   // step: a map whose linearisation lacks them pays one (a copy of z for the
   // default) and keeps the map's products.
   bool linearize = subsets && map.SupportsSubsets();  // compacted points: no per-sample data
+  // A map that linearises with its evaluation (an RBM's K'' from the pass
+  // that gives K and K') hands every sample's Jacobian over with its
+  // accepted point (BatchEvaluator::KeepLinearizations): no Linearize at all.
+  bool kept = linearize && map.LinearizesWithEvaluation();
+  if (kept) evaluator.KeepLinearizations(true);
+  std::vector<const Linearization<Scalar>*> owners;  // the kept Jacobians of a product's columns
+  std::vector<Index> group;
   std::unique_ptr<Linearization<Scalar>> jacobian;
   std::vector<Index> position(batch, 0), at;  // sample -> its column in the linearisation
   at.reserve(batch);
@@ -566,7 +573,26 @@ Summary NewtonSolver<Scalar>::SolveOnEnergy(const FixedPointMap<Scalar>& map,
   // ad.col(b) = d - J_f d for b in `columns`: one batched JVP.
   auto apply = [&](const std::vector<Index>& columns) {
     const Index k = static_cast<Index>(columns.size());
-    if (jacobian) {
+    if (kept) {  // one product per evaluation that gave the columns' points
+      owners.clear();
+      for (Index b : columns) {
+        const Linearization<Scalar>* owner = evaluator.linearization(b);
+        if (std::find(owners.begin(), owners.end(), owner) == owners.end()) owners.push_back(owner);
+      }
+      for (const Linearization<Scalar>* owner : owners) {
+        at.clear();
+        group.clear();
+        for (Index b : columns) {
+          if (evaluator.linearization(b) != owner) continue;
+          dc.col(static_cast<Index>(group.size())) = d.col(b);
+          at.push_back(evaluator.linearization_column(b));
+          group.push_back(b);
+        }
+        const Index m = static_cast<Index>(group.size());
+        owner->JacobianVectorProductColumns(at, dc.leftCols(m), jc.leftCols(m));
+        for (Index j = 0; j < m; ++j) ad.col(group[j]) = d.col(group[j]) - jc.col(j);
+      }
+    } else if (jacobian) {
       at.clear();
       for (Index j = 0; j < k; ++j) {
         dc.col(j) = d.col(columns[j]);
@@ -591,6 +617,12 @@ Summary NewtonSolver<Scalar>::SolveOnEnergy(const FixedPointMap<Scalar>& map,
   };
 
   evaluator.Evaluate(z, monitor.active_columns(), fz, &e, &monitor);
+  if (kept && !monitor.active_columns().empty() &&
+      !evaluator.linearization(monitor.active_columns().front())->HasColumnProducts()) {
+    kept = false;  // the map's products instead (a linearisation without column products)
+    linearize = false;
+    evaluator.KeepLinearizations(false);
+  }
   while (monitor.Observe(z, fz, &e)) {
     cg.clear();
     for (Index b : monitor.active_columns()) {
@@ -602,7 +634,7 @@ Summary NewtonSolver<Scalar>::SolveOnEnergy(const FixedPointMap<Scalar>& map,
       target[b] = eta * eta * rr[b];
       cg.push_back(b);
     }
-    if (linearize) linearize_active();
+    if (linearize && !kept) linearize_active();
     for (int it = 0; it < options_.max_krylov_iterations && !cg.empty(); ++it) {
       apply(cg);
       next.clear();

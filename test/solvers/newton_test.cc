@@ -580,8 +580,21 @@ class KeptCurvatureEnergy : public Energy<double> {
     ++linearizations;
     return std::make_unique<Kept>(Curvature(x), this);
   }
-  mutable int hessian_products = 0, linearizations = 0, column_products = 0;
-  bool kept_products = true;  // HasColumnProducts() of the linearisation
+  bool LinearizesWithEvaluation() const override { return with_evaluation; }
+  std::unique_ptr<Linearization<double>> EvaluateAndLinearizeHessian(ConstMatrixRef<double> x, EnergyUpdate update,
+                                                                     MatrixRef<double> out,
+                                                                     VectorRef<double> values) const override {
+    ++evaluations_with_hessian;
+    if (update == EnergyUpdate::kCccp) {
+      CccpUpdateAndValue(x, out, values);
+    } else {
+      GradientAndValue(x, out, values);
+    }
+    return std::make_unique<Kept>(Curvature(x), this);
+  }
+  mutable int hessian_products = 0, linearizations = 0, column_products = 0, evaluations_with_hessian = 0;
+  bool kept_products = true;    // HasColumnProducts() of the linearisation
+  bool with_evaluation = false;  // LinearizesWithEvaluation()
 
  private:
   Matrix<double> Curvature(ConstMatrixRef<double> x) const {
@@ -640,6 +653,43 @@ BOOST_AUTO_TEST_CASE(newton_cg_products_come_from_one_linearisation_per_step) {
   const Summary r = NewtonSolver<double>(options).Solve(reference_map, z_reference);
   BOOST_TEST(reference.linearizations == 1);  // tried once, then the map's products
   BOOST_TEST(reference.hessian_products == r.jacobian_products);
+  BOOST_TEST(r.function_evaluations == s.function_evaluations);
+  BOOST_TEST(r.jacobian_products == s.jacobian_products);
+  BOOST_TEST((z - z_reference).cwiseAbs().maxCoeff() == 0.0);
+}
+
+// An energy that linearises with its evaluation hands each sample's Hessian
+// over with its accepted point: Newton-CG never linearises on its own, its CG
+// products come from the evaluations that gave the points (one product call
+// per such evaluation among the samples still iterating, at the samples'
+// columns there: compacted after the active set shrank), and the iterates are
+// the map products' to the last bit.
+BOOST_AUTO_TEST_CASE(newton_cg_takes_each_jacobian_from_the_evaluation_of_its_point) {
+  const Index n = 6, B = 5;
+  Matrix<double> start = testing::RandomMatrix<double>(n, B, 91) * 0.9;
+  start.col(1) *= 1e-3;  // converges steps before the others: the active set shrinks
+  start.col(3) *= 3.0;   // far out: its full steps are rejected (backtracking evaluations)
+  NewtonSolver<double>::Options options;
+  options.absolute_tolerance = 1e-11;
+
+  KeptCurvatureEnergy energy(n);
+  energy.with_evaluation = true;
+  EnergyRootMap<double> map(energy);
+  Matrix<double> z = start;
+  const Summary s = NewtonSolver<double>(options).Solve(map, z);
+  BOOST_TEST(s.IsConverged(), s.FullReport());
+  BOOST_TEST(z.cwiseAbs().maxCoeff() <= 1e-10);
+  BOOST_TEST(energy.linearizations == 0);
+  BOOST_TEST(energy.hessian_products == 0);
+  BOOST_TEST(energy.evaluations_with_hessian == s.function_evaluations);
+  BOOST_TEST(energy.column_products >= s.jacobian_products);
+  BOOST_TEST(s.jacobian_products > s.iterations);
+
+  KeptCurvatureEnergy reference(n);
+  reference.kept_products = false;
+  EnergyRootMap<double> reference_map(reference);
+  Matrix<double> z_reference = start;
+  const Summary r = NewtonSolver<double>(options).Solve(reference_map, z_reference);
   BOOST_TEST(r.function_evaluations == s.function_evaluations);
   BOOST_TEST(r.jacobian_products == s.jacobian_products);
   BOOST_TEST((z - z_reference).cwiseAbs().maxCoeff() == 0.0);

@@ -99,6 +99,42 @@ void CheckEnergyFiniteDifferences(Energy<double>& energy, const Matrix<double>& 
         BOOST_CHECK_THROW(hessian->JacobianVectorProductColumns(outside, sub.leftCols(1), out.leftCols(1)),
                           std::invalid_argument);
       }
+      // The update, E and the Hessian from one call (EvaluateAndLinearizeHessian:
+      // the separable energies' own pass, the others' two calls) equal the
+      // separate calls', for both updates, and so do the maps' (Newton-CG's).
+      Matrix<double> want(n, B), got(n, B);
+      Vector<double> want_values(B), got_values(B);
+      energy.GradientAndValue(x, want, want_values);
+      auto fused = energy.EvaluateAndLinearizeHessian(x, EnergyUpdate::kGradient, got, got_values);
+      BOOST_TEST(RelativeError(got, want) <= 1e-14);
+      BOOST_TEST(RelativeError(got_values, want_values) <= 1e-14);
+      fused->JacobianVectorProduct(v, kept);
+      BOOST_TEST(RelativeError(kept, hv) <= 1e-12);
+      BOOST_TEST(fused->HasColumnProducts() == hessian->HasColumnProducts());
+      step_map.EvaluateWithEnergy(x, want, want_values);
+      fused = step_map.EvaluateWithEnergyAndLinearize(x, got, got_values);
+      BOOST_TEST(RelativeError(got, want) <= 1e-14);
+      BOOST_TEST(RelativeError(got_values, want_values) <= 1e-14);
+      fused->JacobianVectorProduct(v, kept);
+      BOOST_TEST(RelativeError(kept, (v - 0.3 * hv).eval()) <= 1e-12);
+      bool has_cccp = true;
+      try {
+        energy.CccpUpdateAndValue(x, want, want_values);
+      } catch (const std::logic_error&) {  // (binary RBM units)
+        has_cccp = false;
+      }
+      if (has_cccp) {
+        const CccpMap<double> cccp_map(energy);
+        fused = cccp_map.EvaluateWithEnergyAndLinearize(x, got, got_values);
+        BOOST_TEST(RelativeError(got, want) <= 1e-14);
+        BOOST_TEST(RelativeError(got_values, want_values) <= 1e-14);
+        fused->JacobianVectorProduct(v, kept);
+        BOOST_TEST(RelativeError(kept, (v - hv).eval()) <= 1e-12);
+        BOOST_TEST(cccp_map.LinearizesWithEvaluation() == energy.LinearizesWithEvaluation());
+      } else {
+        BOOST_CHECK_THROW(energy.EvaluateAndLinearizeHessian(x, EnergyUpdate::kCccp, got, got_values),
+                          std::logic_error);
+      }
     }
     if (energy.num_parameters() > 0) {
       const Matrix<double> u = RandomMatrix<double>(n, B, 109);

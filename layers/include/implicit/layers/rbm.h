@@ -171,6 +171,13 @@ class RbmEnergy : public Energy<Scalar> {
     internal::CheckBatch("RbmEnergy::LinearizeHessian(v)", v, n_);
     return kernel_.HessianAt([this] { return weights(); }, Eval(), v);
   }
+  /// The update and E as CccpUpdateAndValue / GradientAndValue, and the
+  /// Hessian as LinearizeHessian, from one product W^T v (K'' from the pass
+  /// that gives K and K').
+  std::unique_ptr<Linearization<Scalar>> EvaluateAndLinearizeHessian(ConstMatrixRef<Scalar> v, EnergyUpdate update,
+                                                                     MatrixRef<Scalar> out,
+                                                                     VectorRef<Scalar> values) const override;
+  bool LinearizesWithEvaluation() const override { return true; }
 
   Index num_parameters() const override { return params_.size(); }
   ParameterSet<Scalar>* parameters() override { return params_.size() > 0 ? &params_ : nullptr; }
@@ -250,6 +257,30 @@ void RbmEnergy<Scalar>::GradientAndValue(
   Matrix<Scalar> r;
   kernel_.RetrievalAndValue(weights(), &b, Eval(), v, &r, values);
   grad = kernel_.q * v - r;
+}
+
+template <typename Scalar>
+std::unique_ptr<Linearization<Scalar>> RbmEnergy<Scalar>::EvaluateAndLinearizeHessian(ConstMatrixRef<Scalar> v,
+                                                                                    EnergyUpdate update,
+                                                                                    MatrixRef<Scalar> out,
+                                                                                    VectorRef<Scalar> values) const {
+  const bool cccp = update == EnergyUpdate::kCccp;
+  if (cccp && options_.visible != VisibleType::kGaussian) {
+    throw std::logic_error("RbmEnergy::EvaluateAndLinearizeHessian: binary visible units have no CCCP "
+                           "step; use RetrieveBinary");
+  }
+  internal::CheckBatch("RbmEnergy::EvaluateAndLinearizeHessian(v)", v, n_);
+  internal::CheckShape("RbmEnergy::EvaluateAndLinearizeHessian(out)", out, n_, v.cols());
+  internal::CheckShape("RbmEnergy::EvaluateAndLinearizeHessian(values)", values, v.cols(), 1);
+  const Vector<Scalar> b = bias();
+  Matrix<Scalar> r;
+  auto hessian = kernel_.RetrievalValueAndHessian([this] { return weights(); }, &b, Eval(), v, &r, values);
+  if (cccp) {
+    out = r;
+  } else {
+    out = kernel_.q * v - r;
+  }
+  return hessian;
 }
 
 template <typename Scalar>

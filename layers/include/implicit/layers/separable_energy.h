@@ -70,15 +70,18 @@ struct SeparableEnergy {
   void RetrievalAndValue(const WT& W, const Vector<Scalar>* bias, const Eval& eval,
                          ConstMatrixRef<Scalar> x, Matrix<Scalar>* r,
                          VectorRef<Scalar> values) const {
-    r->resize(W.rows(), x.cols());
-    ForEachChunk(x.cols(), [&](Work& w, Index c, Index k) {
-      Scores(W, x.middleCols(c, k), &w.s);
-      eval(w.s, &w.g, &w.dg, nullptr);
-      values.segment(c, k) = w.g.colwise().sum().transpose();
-      GemmInto<Scalar>(r->middleCols(c, k), W, false, w.dg);
-    });
-    Finish(bias, x, values);
-    if (bias != nullptr) r->colwise() += *bias;
+    RetrievalAndValue(W, bias, eval, x, r, values, nullptr);
+  }
+  /// RetrievalAndValue and the Hessian at x (as HessianAt) from the same
+  /// scores W^T x: G'' comes from the entry-wise pass that gives G and G'.
+  template <typename WeightsOf, typename Eval>
+  std::unique_ptr<Linearization<Scalar>> RetrievalValueAndHessian(WeightsOf weights_of, const Vector<Scalar>* bias,
+                                                                  const Eval& eval, ConstMatrixRef<Scalar> x,
+                                                                  Matrix<Scalar>* r, VectorRef<Scalar> values) const {
+    auto hessian = NewHessian(weights_of, x.cols());
+    MatrixRef<Scalar> d2g = hessian->d2g();
+    RetrievalAndValue(weights_of(), bias, eval, x, r, values, &d2g);
+    return hessian;
   }
   /// grad = q x - bias - W G'(W^T x);   *retrieval (optional) = bias + W G'(W^T x).
   template <typename WT, typename Eval>
@@ -104,8 +107,7 @@ struct SeparableEnergy {
   template <typename WeightsOf, typename Eval>
   std::unique_ptr<Linearization<Scalar>> HessianAt(WeightsOf weights_of, const Eval& eval,
                                                    ConstMatrixRef<Scalar> x) const {
-    auto hessian = std::make_unique<Hessian<WeightsOf>>(weights_of, q, curvatures_.Acquire(), weights_of().cols(),
-                                                        x.cols());
+    auto hessian = NewHessian(weights_of, x.cols());
     ForEachChunk(x.cols(), [&](Work& w, Index c, Index k) {
       Scores(weights_of(), x.middleCols(c, k), &w.s);
       eval(w.s, nullptr, nullptr, &w.d2g);
@@ -158,6 +160,21 @@ struct SeparableEnergy {
       for (Index c = 0; c < full_end; c += kChunkColumns) f(*w, c, kChunkColumns);
     }
     if (full_end < cols) f(*last_chunk_.Acquire(), full_end, cols - full_end);
+  }
+  // *r = bias + W G'(W^T x) and values = E(x); with d2g, also G''(W^T x).
+  template <typename WT, typename Eval>
+  void RetrievalAndValue(const WT& W, const Vector<Scalar>* bias, const Eval& eval, ConstMatrixRef<Scalar> x,
+                         Matrix<Scalar>* r, VectorRef<Scalar> values, MatrixRef<Scalar>* d2g) const {
+    r->resize(W.rows(), x.cols());
+    ForEachChunk(x.cols(), [&](Work& w, Index c, Index k) {
+      Scores(W, x.middleCols(c, k), &w.s);
+      eval(w.s, &w.g, &w.dg, d2g == nullptr ? nullptr : &w.d2g);
+      values.segment(c, k) = w.g.colwise().sum().transpose();
+      GemmInto<Scalar>(r->middleCols(c, k), W, false, w.dg);
+      if (d2g != nullptr) d2g->middleCols(c, k) = w.d2g;
+    });
+    Finish(bias, x, values);
+    if (bias != nullptr) r->colwise() += *bias;
   }
   // values = (q/2)|x|^2 - <bias, x> - values (values: the sums of G).
   void Finish(const Vector<Scalar>* bias, ConstMatrixRef<Scalar> x, VectorRef<Scalar> values) const {
@@ -230,6 +247,13 @@ struct SeparableEnergy {
     Index samples_;
     mutable WorkspacePool<Matrix<Scalar>> scratch_;
   };
+
+  // A Hessian of `samples` columns in storage from the pool (G'' to be filled in).
+  template <typename WeightsOf>
+  std::unique_ptr<Hessian<WeightsOf>> NewHessian(WeightsOf weights_of, Index samples) const {
+    const Index units = weights_of().cols();
+    return std::make_unique<Hessian<WeightsOf>>(weights_of, q, curvatures_.Acquire(), units, samples);
+  }
 
   mutable WorkspacePool<Work> full_chunks_, last_chunk_;
   mutable CurvaturePool curvatures_;

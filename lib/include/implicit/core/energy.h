@@ -34,6 +34,10 @@
 
 namespace implicit {
 
+/// Which update Energy::EvaluateAndLinearizeHessian computes with the value:
+/// grad E (GradientAndValue) or the CCCP update x - grad E (CccpUpdateAndValue).
+enum class EnergyUpdate { kGradient, kCccp };
+
 /// A batched scalar energy E(x; theta): one value per sample (column) of a batch.
 ///
 /// Implement dimension(), Value(), Gradient() and HessianVectorProduct(); the
@@ -106,6 +110,26 @@ class Energy {
     Value(x, values);
   }
   ///@}
+  /// CccpUpdateAndValue (update = kCccp) or GradientAndValue (kGradient) and
+  /// LinearizeHessian(x), in one pass where the energy shares their work
+  /// (LinearizesWithEvaluation()): the separable energies (RBM, dense
+  /// associative memory) keep G'' of the scores W^T x that the update
+  /// computes anyway. GradientStepMap and CccpMap call it for Newton-CG, which
+  /// linearises at every point it evaluates. The default makes the two calls.
+  virtual std::unique_ptr<Linearization<Scalar>> EvaluateAndLinearizeHessian(ConstMatrixRef<Scalar> x,
+                                                                             EnergyUpdate update,
+                                                                             MatrixRef<Scalar> out,
+                                                                             VectorRef<Scalar> values) const {
+    if (update == EnergyUpdate::kCccp) {
+      CccpUpdateAndValue(x, out, values);
+    } else {
+      GradientAndValue(x, out, values);
+    }
+    return LinearizeHessian(x);
+  }
+  /// True when EvaluateAndLinearizeHessian costs about one evaluation (false
+  /// by default: then it costs a LinearizeHessian more).
+  virtual bool LinearizesWithEvaluation() const { return false; }
 
   /// Active set: true when the energy is the same function of every sample
   /// (no per-sample inputs, masks or clamps), so that it may be evaluated on any

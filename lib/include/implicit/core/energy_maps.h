@@ -74,7 +74,7 @@ class GradientStepMap : public FixedPointMap<Scalar> {
   }
   /// I - a H with the energy's Hessian linearisation at z (Energy::LinearizeHessian).
   std::unique_ptr<Linearization<Scalar>> Linearize(ConstMatrixRef<Scalar> z) const override {
-    return std::make_unique<StepJacobian>(energy_.LinearizeHessian(z), step_);
+    return Jacobian(energy_.LinearizeHessian(z));
   }
   Index num_parameters() const override { return energy_.num_parameters(); }
   void ParameterVectorJacobianProduct(ConstMatrixRef<Scalar> z,
@@ -96,6 +96,15 @@ class GradientStepMap : public FixedPointMap<Scalar> {
     energy_.GradientAndValue(z, out, energies);
     out = z - step_ * out;
   }
+  /// EvaluateWithEnergy and Linearize from Energy::EvaluateAndLinearizeHessian.
+  std::unique_ptr<Linearization<Scalar>> EvaluateWithEnergyAndLinearize(ConstMatrixRef<Scalar> z,
+                                                                        MatrixRef<Scalar> out,
+                                                                        VectorRef<Scalar> energies) const override {
+    auto hessian = energy_.EvaluateAndLinearizeHessian(z, EnergyUpdate::kGradient, out, energies);
+    out = z - step_ * out;
+    return Jacobian(std::move(hessian));
+  }
+  bool LinearizesWithEvaluation() const override { return energy_.LinearizesWithEvaluation(); }
   bool SupportsSubsets() const override { return energy_.SupportsSubsets(); }
   bool SupportsColumnSubsets() const override { return energy_.SupportsColumnSubsets(); }
   void EvaluateColumns(ConstMatrixRef<Scalar> z, const std::vector<Index>& columns,
@@ -108,6 +117,12 @@ class GradientStepMap : public FixedPointMap<Scalar> {
                                  MatrixRef<Scalar> out, VectorRef<Scalar> energies) const override {
     energy_.GradientColumns(z, columns, out, energies);
     out = z - step_ * out;
+  }
+
+ protected:
+  /// I - a H from the linearised Hessian H.
+  std::unique_ptr<Linearization<Scalar>> Jacobian(std::unique_ptr<Linearization<Scalar>> hessian) const {
+    return std::make_unique<StepJacobian>(std::move(hessian), step_);
   }
 
  private:
@@ -155,6 +170,12 @@ class CccpMap : public GradientStepMap<Scalar> {
   void EvaluateWithEnergy(ConstMatrixRef<Scalar> z, MatrixRef<Scalar> out,
                           VectorRef<Scalar> energies) const override {
     this->energy()->CccpUpdateAndValue(z, out, energies);
+  }
+  /// EvaluateWithEnergy and Linearize from Energy::EvaluateAndLinearizeHessian.
+  std::unique_ptr<Linearization<Scalar>> EvaluateWithEnergyAndLinearize(ConstMatrixRef<Scalar> z,
+                                                                        MatrixRef<Scalar> out,
+                                                                        VectorRef<Scalar> energies) const override {
+    return this->Jacobian(this->energy()->EvaluateAndLinearizeHessian(z, EnergyUpdate::kCccp, out, energies));
   }
   void EvaluateColumns(ConstMatrixRef<Scalar> z, const std::vector<Index>& columns,
                        MatrixRef<Scalar> out) const override {

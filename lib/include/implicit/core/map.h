@@ -170,6 +170,20 @@ class FixedPointMap {
     Evaluate(z, out);
     energy()->Value(z, energies);
   }
+  /// EvaluateWithEnergy(z, out, energies) and Linearize(z) at the same points,
+  /// in one pass where the map shares their work (LinearizesWithEvaluation()):
+  /// Newton-CG calls it at every point it evaluates, so that the Jacobian of
+  /// each step's point is at hand when the step begins. The default makes the
+  /// two calls.
+  virtual std::unique_ptr<Linearization<Scalar>> EvaluateWithEnergyAndLinearize(ConstMatrixRef<Scalar> z,
+                                                                                MatrixRef<Scalar> out,
+                                                                                VectorRef<Scalar> energies) const {
+    EvaluateWithEnergy(z, out, energies);
+    return Linearize(z);
+  }
+  /// True when EvaluateWithEnergyAndLinearize costs about one
+  /// EvaluateWithEnergy (false by default: then it costs a Linearize more).
+  virtual bool LinearizesWithEvaluation() const { return false; }
 
   // ---- Active set (optional) -----------------------------------------------
   /// True when f is the same function for every sample, so that Evaluate (and

@@ -10,11 +10,19 @@
 // maps with per-sample data take part when they SupportsColumnSubsets(); the
 // others are evaluated on the whole batch instead and only the requested
 // columns are copied out. All buffers are allocated in the constructor.
+//
+// KeepLinearizations() (Newton-CG) evaluates through the map's
+// EvaluateWithEnergyAndLinearize and keeps, for every sample, the Jacobian at
+// the point where it was last evaluated: a guarded step evaluates a sample
+// until it accepts a point, so that is the sample's accepted point.
 #pragma once
 
+#include <implicit/core/linearization.h>
 #include <implicit/core/map.h>
 #include <implicit/solvers/internal/batch_monitor.h>
 
+#include <memory>
+#include <stdexcept>
 #include <vector>
 
 namespace implicit {
@@ -32,6 +40,22 @@ class BatchEvaluator {
         values_(map.dimension(), batch),
         energies_(batch) {}
 
+  // From now on (keep = true), keep every sample's Jacobian at its last
+  // evaluated point (see above); false forgets them. Needs with_energy() and a
+  // map that SupportsSubsets() (compacted points carry no per-sample data).
+  void KeepLinearizations(bool keep) {
+    if (keep && !(with_energy_ && map_.SupportsSubsets())) {
+      throw std::logic_error("BatchEvaluator::KeepLinearizations: needs an energy and a map that supports subsets");
+    }
+    keep_ = keep;
+    kept_.assign(keep ? static_cast<std::size_t>(energies_.size()) : 0, nullptr);
+    kept_column_.assign(kept_.size(), 0);
+  }
+  // The Jacobian at sample b's last evaluated point (KeepLinearizations), and
+  // b's column in it.
+  const Linearization<Scalar>* linearization(Index b) const { return kept_[static_cast<std::size_t>(b)].get(); }
+  Index linearization_column(Index b) const { return kept_column_[static_cast<std::size_t>(b)]; }
+
   bool with_energy() const { return with_energy_; }
   // False: every evaluation is of the whole batch (see above).
   bool supports_subsets() const { return subsets_; }
@@ -46,6 +70,11 @@ class BatchEvaluator {
     const Index batch = points.cols();
     const Index count = static_cast<Index>(columns.size());
     if (count == 0) return;
+    if (keep_) {
+      EvaluateAndKeep(points, columns, f, energies);
+      monitor->CountEvaluations(columns);
+      return;
+    }
     if (count == batch) {  // the whole batch: no gather or scatter
       Call(points, f, energies == nullptr ? energies_ : *energies);
       monitor->CountEvaluations(columns);
@@ -69,6 +98,24 @@ class BatchEvaluator {
   }
 
  private:
+  void EvaluateAndKeep(ConstMatrixRef<Scalar> points, const std::vector<Index>& columns, MatrixRef<Scalar> f,
+                       Vector<Scalar>* energies) {
+    const Index count = static_cast<Index>(columns.size());
+    std::shared_ptr<const Linearization<Scalar>> jacobian;
+    if (count == points.cols()) {
+      jacobian = map_.EvaluateWithEnergyAndLinearize(points, f, energies == nullptr ? energies_ : *energies);
+    } else {
+      for (Index j = 0; j < count; ++j) points_.col(j) = points.col(columns[j]);
+      jacobian = map_.EvaluateWithEnergyAndLinearize(points_.leftCols(count), values_.leftCols(count),
+                                                     energies_.head(count));
+      Scatter(columns, count, /*compact=*/true, f, energies);
+    }
+    for (Index j = 0; j < count; ++j) {
+      const auto b = static_cast<std::size_t>(columns[j]);
+      kept_[b] = jacobian;
+      kept_column_[b] = count == points.cols() ? columns[j] : j;
+    }
+  }
   void Call(ConstMatrixRef<Scalar> z, MatrixRef<Scalar> out, VectorRef<Scalar> e) const {
     if (with_energy_) {
       map_.EvaluateWithEnergy(z, out, e);
@@ -90,6 +137,9 @@ class BatchEvaluator {
   const bool subsets_;
   Matrix<Scalar> points_, values_;  // gathered points and their images
   Vector<Scalar> energies_;
+  bool keep_ = false;
+  std::vector<std::shared_ptr<const Linearization<Scalar>>> kept_;  // per sample (KeepLinearizations)
+  std::vector<Index> kept_column_;
 };
 
 // Whether a solver with these options uses the map's energy.
