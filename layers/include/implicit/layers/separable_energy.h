@@ -19,6 +19,7 @@
 #include <implicit/core/linearization.h>
 #include <implicit/core/types.h>
 #include <implicit/core/workspace_pool.h>
+#include <implicit/layers/log_sum_exp.h>
 
 #include <algorithm>
 #include <memory>
@@ -79,8 +80,7 @@ struct SeparableEnergy {
                                                                   const Eval& eval, ConstMatrixRef<Scalar> x,
                                                                   Matrix<Scalar>* r, VectorRef<Scalar> values) const {
     auto hessian = NewHessian(weights_of, x.cols());
-    MatrixRef<Scalar> d2g = hessian->d2g();
-    RetrievalAndValue(weights_of(), bias, eval, x, r, values, &d2g);
+    RetrievalAndValue(weights_of(), bias, eval, x, r, values, &hessian->chunks());
     return hessian;
   }
   /// grad = q x - bias - W G'(W^T x);   *retrieval (optional) = bias + W G'(W^T x).
@@ -110,8 +110,7 @@ struct SeparableEnergy {
     auto hessian = NewHessian(weights_of, x.cols());
     ForEachChunk(x.cols(), [&](Work& w, Index c, Index k) {
       Scores(weights_of(), x.middleCols(c, k), &w.s);
-      eval(w.s, nullptr, nullptr, &w.d2g);
-      hessian->d2g().middleCols(c, k) = w.d2g;
+      eval(w.s, nullptr, nullptr, &hessian->chunks()[static_cast<std::size_t>(c / kChunkColumns)]);
     });
     return hessian;
   }
@@ -123,7 +122,7 @@ struct SeparableEnergy {
       Scores(W, x.middleCols(c, k), &w.s);
       eval(w.s, nullptr, nullptr, &w.d2g);
       w.g.resize(W.cols(), k);
-      HessianProduct(W, q, w.d2g, [](Index j) { return j; }, v.middleCols(c, k), w.g, out.middleCols(c, k));
+      HessianProduct(W, q, [&w](Index j) { return w.d2g.col(j); }, v.middleCols(c, k), w.g, out.middleCols(c, k));
     });
   }
   /// d/dW sum_b <grad E(x_b), u_b> = -(U G'(S)^T + X (G''(S) .* W^T U)^T).
@@ -161,17 +160,17 @@ struct SeparableEnergy {
     }
     if (full_end < cols) f(*last_chunk_.Acquire(), full_end, cols - full_end);
   }
-  // *r = bias + W G'(W^T x) and values = E(x); with d2g, also G''(W^T x).
+  // *r = bias + W G'(W^T x) and values = E(x); with d2g, also G''(W^T x), a
+  // matrix per chunk of columns.
   template <typename WT, typename Eval>
   void RetrievalAndValue(const WT& W, const Vector<Scalar>* bias, const Eval& eval, ConstMatrixRef<Scalar> x,
-                         Matrix<Scalar>* r, VectorRef<Scalar> values, MatrixRef<Scalar>* d2g) const {
+                         Matrix<Scalar>* r, VectorRef<Scalar> values, std::vector<Matrix<Scalar>>* d2g) const {
     r->resize(W.rows(), x.cols());
     ForEachChunk(x.cols(), [&](Work& w, Index c, Index k) {
       Scores(W, x.middleCols(c, k), &w.s);
-      eval(w.s, &w.g, &w.dg, d2g == nullptr ? nullptr : &w.d2g);
+      eval(w.s, &w.g, &w.dg, d2g == nullptr ? nullptr : &(*d2g)[static_cast<std::size_t>(c / kChunkColumns)]);
       values.segment(c, k) = w.g.colwise().sum().transpose();
       GemmInto<Scalar>(r->middleCols(c, k), W, false, w.dg);
-      if (d2g != nullptr) d2g->middleCols(c, k) = w.d2g;
     });
     Finish(bias, x, values);
     if (bias != nullptr) r->colwise() += *bias;
@@ -182,32 +181,42 @@ struct SeparableEnergy {
     if (bias != nullptr) values.noalias() -= x.transpose() * (*bias);
   }
 
-  /// out.col(j) = q v.col(j) - W (G''.col(column_of(j)) .* W^T v.col(j)), given
-  /// G'' at the point's samples (t: N x v.cols() scratch).
-  template <typename ColumnOf>
-  static void HessianProduct(ConstMatrixRef<Scalar> W, Scalar q, ConstMatrixRef<Scalar> d2g, ColumnOf column_of,
-                             ConstMatrixRef<Scalar> v, MatrixRef<Scalar> t, MatrixRef<Scalar> out) {
+  /// out.col(j) = q v.col(j) - W (curvature(j) .* W^T v.col(j)), given G''
+  /// at the sample of column j, curvature(j) (t: N x v.cols() scratch). The
+  /// scaling is shared among Eigen's threads (a column each: same results).
+  template <typename CurvatureOf>
+  static void HessianProduct(ConstMatrixRef<Scalar> W, Scalar q, CurvatureOf curvature, ConstMatrixRef<Scalar> v,
+                             MatrixRef<Scalar> t, MatrixRef<Scalar> out) {
     GemmInto<Scalar>(t, W, /*transpose_a=*/true, v);
-    for (Index j = 0; j < v.cols(); ++j) t.col(j).array() *= d2g.col(column_of(j)).array();
+#ifdef _OPENMP
+    const int threads = ColumnThreads(t.rows(), t.cols());
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
+#endif
+    for (Index j = 0; j < v.cols(); ++j) t.col(j).array() *= curvature(j).array();
     out = q * v;
     GemmInto<Scalar>(out, W, false, t, Scalar(-1), Scalar(1));
   }
-  // G'' at a linearisation's point, N x B: storage that a linearisation
-  // borrows from the energy's pool and gives back when destroyed, and that
-  // only grows, so that Newton-CG's linearisation at every step (of a
-  // shrinking active set) allocates nothing after the first (at N = B = 1797:
-  // 26 MB and its page faults per step).
-  using CurvaturePool = WorkspacePool<Matrix<Scalar>>;
+  // G'' at a linearisation's point, N x B as one matrix per chunk of
+  // kChunkColumns columns (the entry-wise pass writes each chunk in place):
+  // storage that a linearisation borrows from the energy's pool and gives
+  // back when destroyed, so that Newton-CG's linearisations (at every point it
+  // evaluates, of a shrinking active set) allocate next to nothing after the
+  // first ones (at N = B = 1797: 26 MB and its page faults each).
+  using CurvaturePool = WorkspacePool<std::vector<Matrix<Scalar>>>;
 
   template <typename WeightsOf>
   class Hessian final : public Linearization<Scalar> {
    public:
-    Hessian(WeightsOf weights_of, Scalar q, typename CurvaturePool::Handle storage, Index units, Index samples)
+    Hessian(WeightsOf weights_of, Scalar q, typename CurvaturePool::Handle storage, Index samples)
         : weights_of_(weights_of), q_(q), storage_(std::move(storage)), samples_(samples) {
-      if (storage_->rows() != units || storage_->cols() < samples) storage_->resize(units, samples);
+      storage_->resize(static_cast<std::size_t>((samples + kChunkColumns - 1) / kChunkColumns));
     }
-    /// G''(W^T x) at the point (N x B).
-    MatrixRef<Scalar> d2g() const { return storage_->leftCols(samples_); }
+    /// G''(W^T x) at the point, chunk c / kChunkColumns holding columns c.. (to be filled in).
+    std::vector<Matrix<Scalar>>& chunks() { return *storage_; }
+    /// G''(W^T x_b), sample b's column.
+    auto Curvature(Index b) const {
+      return (*storage_)[static_cast<std::size_t>(b / kChunkColumns)].col(b % kChunkColumns);
+    }
 
     void JacobianVectorProduct(ConstMatrixRef<Scalar> v, MatrixRef<Scalar> out) const override {
       internal::CheckShape("SeparableEnergy Hessian: v", v, weights_of_().rows(), samples_);
@@ -236,7 +245,7 @@ struct SeparableEnergy {
       if (scratch->rows() != W.cols() || scratch->cols() != width) scratch->resize(W.cols(), width);
       for (Index c = 0; c < v.cols(); c += kChunkColumns) {
         const Index k = std::min(kChunkColumns, v.cols() - c);
-        HessianProduct(W, q_, d2g(), [&](Index j) { return column_of(c + j); }, v.middleCols(c, k),
+        HessianProduct(W, q_, [&](Index j) { return Curvature(column_of(c + j)); }, v.middleCols(c, k),
                        scratch->leftCols(k), out.middleCols(c, k));
       }
     }
@@ -251,8 +260,7 @@ struct SeparableEnergy {
   // A Hessian of `samples` columns in storage from the pool (G'' to be filled in).
   template <typename WeightsOf>
   std::unique_ptr<Hessian<WeightsOf>> NewHessian(WeightsOf weights_of, Index samples) const {
-    const Index units = weights_of().cols();
-    return std::make_unique<Hessian<WeightsOf>>(weights_of, q, curvatures_.Acquire(), units, samples);
+    return std::make_unique<Hessian<WeightsOf>>(weights_of, q, curvatures_.Acquire(), samples);
   }
 
   mutable WorkspacePool<Work> full_chunks_, last_chunk_;

@@ -112,9 +112,8 @@ class Energy {
   ///@}
   /// CccpUpdateAndValue (update = kCccp) or GradientAndValue (kGradient) and
   /// LinearizeHessian(x), in one pass where the energy shares their work
-  /// (LinearizesWithEvaluation()): the separable energies (RBM, dense
-  /// associative memory) keep G'' of the scores W^T x that the update
-  /// computes anyway. GradientStepMap and CccpMap call it for Newton-CG, which
+  /// (LinearizesWithEvaluation()): RbmEnergy keeps K'' of the scores W^T v
+  /// that the update computes anyway. GradientStepMap and CccpMap call it for Newton-CG, which
   /// linearises at every point it evaluates. The default makes the two calls.
   virtual std::unique_ptr<Linearization<Scalar>> EvaluateAndLinearizeHessian(ConstMatrixRef<Scalar> x,
                                                                              EnergyUpdate update,
