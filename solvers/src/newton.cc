@@ -556,6 +556,7 @@ Summary NewtonSolver<Scalar>::SolveOnEnergy(const FixedPointMap<Scalar>& map,
   std::unique_ptr<Linearization<Scalar>> jacobian;
   std::vector<Index> position(batch, 0), at;  // sample -> its column in the linearisation
   at.reserve(batch);
+  group.reserve(batch);
   auto linearize_active = [&]() {
     const std::vector<Index>& active = monitor.active_columns();
     const Index k = static_cast<Index>(active.size());
@@ -570,6 +571,14 @@ Summary NewtonSolver<Scalar>::SolveOnEnergy(const FixedPointMap<Scalar>& map,
     }
   };
 
+  // ad.col(b) = d - J_f d for the samples b in `group`, whose Jacobians are
+  // the columns `at` of `jacobian_at`.
+  auto product_from = [&](const Linearization<Scalar>& jacobian_at) {
+    const Index m = static_cast<Index>(group.size());
+    for (Index j = 0; j < m; ++j) dc.col(j) = d.col(group[j]);
+    jacobian_at.JacobianVectorProductColumns(at, dc.leftCols(m), jc.leftCols(m));
+    for (Index j = 0; j < m; ++j) ad.col(group[j]) = d.col(group[j]) - jc.col(j);
+  };
   // ad.col(b) = d - J_f d for b in `columns`: one batched JVP.
   auto apply = [&](const std::vector<Index>& columns) {
     const Index k = static_cast<Index>(columns.size());
@@ -584,22 +593,16 @@ Summary NewtonSolver<Scalar>::SolveOnEnergy(const FixedPointMap<Scalar>& map,
         group.clear();
         for (Index b : columns) {
           if (evaluator.linearization(b) != owner) continue;
-          dc.col(static_cast<Index>(group.size())) = d.col(b);
           at.push_back(evaluator.linearization_column(b));
           group.push_back(b);
         }
-        const Index m = static_cast<Index>(group.size());
-        owner->JacobianVectorProductColumns(at, dc.leftCols(m), jc.leftCols(m));
-        for (Index j = 0; j < m; ++j) ad.col(group[j]) = d.col(group[j]) - jc.col(j);
+        product_from(*owner);
       }
     } else if (jacobian) {
       at.clear();
-      for (Index j = 0; j < k; ++j) {
-        dc.col(j) = d.col(columns[j]);
-        at.push_back(position[columns[j]]);
-      }
-      jacobian->JacobianVectorProductColumns(at, dc.leftCols(k), jc.leftCols(k));
-      for (Index j = 0; j < k; ++j) ad.col(columns[j]) = d.col(columns[j]) - jc.col(j);
+      for (Index b : columns) at.push_back(position[b]);
+      group = columns;
+      product_from(*jacobian);
     } else if (subsets) {
       for (Index j = 0; j < k; ++j) {
         zc.col(j) = z.col(columns[j]);
