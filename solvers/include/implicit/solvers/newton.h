@@ -11,7 +11,11 @@
 /// per step (FixedPointMap::Linearize on the compacted columns, for maps whose
 /// samples are independent), when it has products on subsets of its columns
 /// (Linearization::HasColumnProducts: an RBM's keeps G'' of its scores, a
-/// Hopfield energy's the softmax weights); otherwise from the map at z. CG stops at
+/// Hopfield energy's the softmax weights); otherwise from the map at z. A map
+/// that LinearizesWithEvaluation() (CccpMap or GradientStepMap of an RbmEnergy)
+/// is instead evaluated through EvaluateWithEnergyAndLinearize and each
+/// sample's JVPs come from the evaluation that gave its accepted point, with no
+/// Linearize call (O(N B) more memory: the kept Hessians). CG stops at
 /// the first direction of non-positive curvature d^T (I - J_f) d <= 0 and
 /// returns what it has (the safe step r if it is the first), so the proposal is
 /// always a descent direction and negative curvature is never solved through:
@@ -20,7 +24,7 @@
 /// (internal/guarded_step.h: Armijo's test on E, safe-step fallback), its
 /// trials on the line z + tau q, each tau after the first the minimiser of the
 /// quadratic through E(z), -r.q and the rejected trial's E.
-/// No threads, no dense Jacobian, O(n B) memory.
+/// No threads, no dense Jacobian, O(n B) memory besides the linearisations.
 /// Dense path (newton_krylov = false and n <= dense_jacobian_max_dimension;
 /// trust_region, initial_trust_region_radius and max_threads configure it; a
 /// Krylov solve with any of them changed says in its message that they were

@@ -113,7 +113,7 @@ class BatchEvaluator {
     for (Index j = 0; j < count; ++j) {
       const auto b = static_cast<std::size_t>(columns[j]);
       kept_[b] = jacobian;
-      kept_column_[b] = count == points.cols() ? columns[j] : j;
+      kept_column_[b] = j;  // (the whole batch: columns[j] = j)
     }
   }
   void Call(ConstMatrixRef<Scalar> z, MatrixRef<Scalar> out, VectorRef<Scalar> e) const {
