@@ -4,8 +4,10 @@
 // squared norms and dot products, coefficient-wise functions -- gives in
 // reverse mode the gradient, Hessian-vector product and parameter and input
 // vector-Jacobian products of forward mode (float and double) and of central
-// differences; data the functor holds is read in place, not copied into the
-// tape; edge shapes (1 x 1, empty) and non-finite values behave.
+// differences; data the functor holds and blocks of earlier products'
+// outputs are read in place, not copied into the tape; parameters kept between
+// sweeps are read anew when they change; edge shapes (1 x 1, empty) and
+// non-finite values behave.
 #define BOOST_TEST_MODULE eigen_expressions
 #include <boost/test/unit_test.hpp>
 
@@ -334,6 +336,140 @@ BOOST_AUTO_TEST_CASE(max_and_min_coefficients_pick_eigens_coefficient) {
 
 // A NaN in one sample gives that sample a NaN gradient (through the recorded
 // products and sums) and leaves the others exact.
+// Heads of attention as a user writes them: all heads' keys and queries as
+// one product each, every head's scores a product of row blocks of those
+// outputs, used transposed and not, whole and in part, and of copies of them
+// that were changed after the product (a shifted value, a scaled entry, an
+// entry set to another Var): each must differentiate like forward mode and
+// central differences. theta = (W_K, W_Q), H heads of width Y.
+template <typename S>
+struct Heads {
+  Index N, D, H, Y;
+  template <typename T>
+  T operator()(const Vector<T>& x, const Vector<T>& theta) const {
+    using std::log;
+    const Eigen::Map<const Matrix<T>> X(x.data(), D, N);
+    const Eigen::Map<const Matrix<T>> WK(theta.data(), H * Y, D), WQ(theta.data() + H * Y * D, H * Y, D);
+    const Matrix<T> K = WK * X, Q = WQ * X;  // (H Y) x N each
+    T e = S(0.5) * x.squaredNorm();
+    for (Index h = 0; h < H; ++h) {
+      const Matrix<T> Sc = K.middleRows(h * Y, Y).transpose() * Q.middleRows(h * Y, Y);
+      for (Index t = 0; t < N; ++t) {
+        const T m = Sc.col(t).maxCoeff();
+        e -= m + log((Sc.col(t).array() - m).exp().sum());
+      }
+    }
+    // A corner block, the whole output transposed, a block of columns.
+    e += S(0.1) * (K.block(1, 1, Y, N - 1).transpose() * Q.block(2, 0, Y, N - 1)).sum();
+    e += S(0.05) * (Q.transpose() * K).array().tanh().sum();
+    e += S(0.2) * (Q.rightCols(2) * X.leftCols(2).transpose()).squaredNorm();
+    // Copies changed after the product: each must be read as it is now.
+    Matrix<T> shifted = K, scaled = K, replaced = Q;
+    shifted(1, 0) += S(0.5);
+    scaled(0, 1) *= S(3);
+    replaced(2, 1) = x(3) * x(4);
+    e += S(0.1) * (shifted.topRows(Y).transpose() * Q.topRows(Y)).sum();
+    e += S(0.1) * (scaled.transpose() * Q).sum();
+    e += S(0.1) * (K.transpose() * replaced).array().square().sum();
+    return e;
+  }
+};
+
+template <typename Scalar>
+AutoDiffEnergy<Heads<Scalar>, Scalar> MakeHeads() {
+  const Index N = 5, D = 4, H = 3, Y = 2;
+  implicit::ParameterSet<Scalar> params;
+  params.Add("w_k", H * Y, D);
+  params.Add("w_q", H * Y, D);
+  params.Block("w_k") = implicit::testing::RandomMatrix<Scalar>(H * Y, D, 81, 0.5);
+  params.Block("w_q") = implicit::testing::RandomMatrix<Scalar>(H * Y, D, 82, 0.5);
+  return AutoDiffEnergy<Heads<Scalar>, Scalar>(Heads<Scalar>{N, D, H, Y}, N * D, params);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(blocks_of_a_products_output_match_forward_mode, Scalar, Scalars) {
+  const Index B = 3;
+  const ModePair<Heads<Scalar>, Scalar> pair(MakeHeads<Scalar>());
+  const Matrix<Scalar> x = implicit::testing::RandomMatrix<Scalar>(pair.forward.dimension(), B, 83);
+  const Matrix<Scalar> v = implicit::testing::RandomMatrix<Scalar>(pair.forward.dimension(), B, 84);
+  CheckAllProducts(pair.forward, pair.reverse, x, v, "attention heads");
+}
+
+BOOST_AUTO_TEST_CASE(blocks_of_a_products_output_match_central_differences) {
+  AutoDiffEnergy<Heads<double>, double> energy = MakeHeads<double>();
+  energy.set_mode(AutoDiffMode::kReverse);
+  const Matrix<double> x = implicit::testing::RandomMatrix<double>(energy.dimension(), 2, 85);
+  implicit::testing::CheckEnergyFiniteDifferences(energy, x, 1e-6, "attention heads (reverse)");
+}
+
+// A product whose factors are blocks of earlier products' outputs reads them
+// where the tape holds them: with the data and x read in place too, nothing
+// is copied into the tape's own matrices.
+BOOST_AUTO_TEST_CASE(blocks_of_a_products_output_are_not_copied) {
+  namespace reverse = implicit::reverse;
+  using Var = reverse::Var<double>;
+  const Index N = 5, D = 4, H = 3, Y = 2;
+  const Matrix<double> W = implicit::testing::RandomMatrix<double>(H * Y, D, 86, 0.5);
+  const Vector<double> z = implicit::testing::RandomMatrix<double>(N * D, 1, 87);
+  const auto energy = [&](const Vector<Var>& x) {
+    const Eigen::Map<const Matrix<Var>> X(x.data(), D, N);
+    const Matrix<Var> K = W * X;
+    Var e = Var(0.0);
+    for (Index h = 0; h < H; ++h) {
+      e += (K.middleRows(h * Y, Y).transpose() * K.middleRows(h * Y, Y)).array().tanh().sum();
+    }
+    return e;
+  };
+  Vector<double> gradient(z.size());
+  std::size_t copied = 1;
+  {
+    const reverse::PersistentScope persistent(&W, sizeof(W));
+    reverse::Recording<double> recording;
+    Vector<Var> x;
+    recording.Variables(z.data(), z.size(), true, &x);
+    recording.Gradient(energy(x), gradient.data());
+    copied = reverse::Tape<double>::ThisThread().owned_numbers();
+  }
+  BOOST_TEST(copied == 0u);
+  // The gradient against central differences.
+  const auto value = [&](const Vector<double>& at) {
+    Vector<double> unused(at.size());
+    return reverse::Gradient<double>(at.data(), at.size(), energy, unused.data());
+  };
+  const double h = 1e-6;
+  for (Index i = 0; i < z.size(); ++i) {
+    Vector<double> zp = z, zm = z;
+    zp(i) += h;
+    zm(i) -= h;
+    BOOST_TEST(std::abs((value(zp) - value(zm)) / (2 * h) - gradient(i)) <= 1e-7 * (1.0 + std::abs(gradient(i))));
+  }
+}
+
+// Parameters that are constants of a sweep (a gradient or Hessian-vector
+// product in x) are kept between sweeps: changed in place, they must be read
+// as they are now. The derivatives after a change equal forward mode's.
+BOOST_AUTO_TEST_CASE(parameters_changed_between_sweeps_are_read_anew) {
+  const Index B = 2;
+  AutoDiffEnergy<Heads<double>, double> energy = MakeHeads<double>();
+  energy.set_mode(AutoDiffMode::kReverse);
+  const Matrix<double> x = implicit::testing::RandomMatrix<double>(energy.dimension(), B, 88);
+  const Matrix<double> v = implicit::testing::RandomMatrix<double>(energy.dimension(), B, 89);
+  Matrix<double> g(x.rows(), B), hv(x.rows(), B);
+  energy.Gradient(x, g);
+  energy.HessianVectorProduct(x, v, hv);
+  energy.parameters()->values() *= 1.5;
+  AutoDiffEnergy<Heads<double>, double> forward = energy;  // keeps nothing between evaluations
+  forward.set_mode(AutoDiffMode::kForward);
+  Matrix<double> g_changed(x.rows(), B), hv_changed(x.rows(), B), g_forward(x.rows(), B), hv_forward(x.rows(), B);
+  energy.Gradient(x, g_changed);
+  energy.HessianVectorProduct(x, v, hv_changed);
+  forward.Gradient(x, g_forward);
+  forward.HessianVectorProduct(x, v, hv_forward);
+  BOOST_TEST((g_changed - g).norm() > 1e-3 * g.norm());  // the change matters
+  BOOST_TEST((hv_changed - hv).norm() > 1e-3 * hv.norm());
+  BOOST_TEST((g_changed - g_forward).norm() <= 1e-12 * g_forward.norm());
+  BOOST_TEST((hv_changed - hv_forward).norm() <= 1e-12 * hv_forward.norm());
+}
+
 BOOST_AUTO_TEST_CASE(a_non_finite_sample_is_isolated) {
   const Index n = 20, N = 6;
   AutoDiffEnergy<Retrieval, double> energy(Retrieval{implicit::testing::RandomMatrix<double>(n, N, 71), true}, n);

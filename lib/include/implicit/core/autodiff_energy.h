@@ -384,16 +384,25 @@ class AutoDiffEnergy : public Energy<Scalar> {
     // next sweep: no allocation per sample); the variables among them are
     // known runs of the tape (their values are z's), which products and
     // ad::Dot read as vectors.
+    // theta, when constant, is kept between sweeps and remade only when the
+    // parameters change (a comparison instead of a Var per parameter).
     static thread_local Vector<reverse::Var<V>> x, c, theta;
+    static thread_local typename reverse::Recording<V>::KeptConstants constant_theta;
     const bool wrt_input = (wrt & kWrtInput) != 0, wrt_parameters = (wrt & kWrtParameters) != 0;
     recording.Variables(z.data(), dimension_, true, &x);
     recording.Variables(z.data() + dimension_, input_dimension_, wrt_input, &c);
-    recording.Variables(z.data() + dimension_ + input_dimension_, parameters_.size(), wrt_parameters, &theta);
+    const V* theta_values = z.data() + dimension_ + input_dimension_;
+    if (wrt_parameters) {
+      recording.Variables(theta_values, parameters_.size(), true, &theta);
+    } else {
+      recording.Constants(theta_values, parameters_.size(), &constant_theta);
+    }
     V value;
     {
       // The functor's data (its members) outlive the sweep: products read it in place.
       const reverse::PersistentScope persistent(&functor_, sizeof(Functor));
-      value = recording.Gradient(Call<reverse::Var<V>>(x, c, theta), gradient->data());
+      value = recording.Gradient(Call<reverse::Var<V>>(x, c, wrt_parameters ? theta : constant_theta.vars),
+                                 gradient->data());
     }
     // The independent variables' derivatives in place: x's, then c's and
     // theta's where they were variables.

@@ -27,6 +27,11 @@
 ///    and a product factor whose storage belongs to an object inside them is
 ///    not copied. Any other data (a local matrix, an expression of numbers)
 ///    is copied once per evaluation.
+///  * a product's output stays with the tape: a later product whose factor
+///    is it or a block of it (K.middleRows(h * d, d) of K = W * X, each
+///    head's keys), checked unchanged entry by entry, reads its values where
+///    the tape holds them and adds to its adjoints with one product, where
+///    other Var matrices are copied and their nodes listed.
 ///  * a sum of coefficients (sum(), squaredNorm(), dot(), norm(), mean()) is
 ///    one node of n operands, not n - 1 additions; a sum of squares
 ///    (squaredNorm, cwiseAbs2().sum(), square().sum(), of any expression) and
@@ -177,9 +182,11 @@ struct FactorBuilder {
           tape.FindKnownRun(e.data(), rows * cols, &first, &known)) {
         factor.held = known;
         factor.first = tape.Node(first);
+        factor.stride = rows;
         return;
       }
     }
+    if (ProductOutput(e)) return;
     factor.values = tape.OwnedMatrix(rows, cols);
     Number* values = tape.Owned(factor.values).data();
     Number* tangents = nullptr;
@@ -234,9 +241,58 @@ struct FactorBuilder {
     }
     if (consecutive) {
       factor.first = first;
+      factor.stride = rows;
     } else {
       factor.ids = tape.AddProductNodes(nodes.data(), nodes.size());
     }
+  }
+
+  /// Stored Vars that are (a block of) an earlier product's output, unchanged
+  /// since (K.middleRows(h * d, d) of K = W * X): its values, tangents and
+  /// nodes where the tape holds them, read for the check only (each entry
+  /// the output's node, unscaled, of the output's value). Returns whether
+  /// they were.
+  template <typename E>
+  bool ProductOutput(const E& e) {
+    if constexpr (Eigen::internal::has_direct_access<E>::ret && (E::Flags & Eigen::RowMajorBit) == 0) {
+      const Index rows = e.rows(), cols = e.cols();
+      if (rows * cols == 0 || e.innerStride() != 1) return false;
+      const Var<V>* entries = e.data();  // read in place: a copy would flag them as shared
+      const Var<V>& corner = entries[0];
+      if (!corner.is_variable()) return false;
+      typename Tape::ProductOutput out;
+      const std::int64_t id = corner.index();
+      if (!tape.FindProductOutput(tape.Node(id), &out) || e.outerStride() != out.rows) return false;
+      const Index offset = static_cast<Index>(tape.Node(id) - out.first);
+      const Index top = offset % out.rows, left = offset / out.rows;
+      if (top + rows > out.rows || left + cols > out.cols) return false;
+      const Number* values = out.values + offset;
+      const Number* tangents = out.tangents != nullptr ? out.tangents + offset : nullptr;
+      for (Index j = 0; j < cols; ++j) {
+        for (Index i = 0; i < rows; ++i) {
+          const Index at = i + j * out.rows;
+          const Var<V>& x = entries[at];
+          const V& value = ValueOf(x);
+          bool same = x.index() == id + at && x.unit_scale();
+          if constexpr (Tape::kDual) {
+            same = same && value.a == values[at] && value.v[0] == (tangents != nullptr ? tangents[at] : Number(0));
+          } else {
+            same = same && value == values[at];
+          }
+          if (!same) return false;
+        }
+      }
+      factor.rows = transposed ? cols : rows;
+      factor.cols = transposed ? rows : cols;
+      factor.held = values;
+      factor.held_tangents = tangents;
+      factor.first = static_cast<std::int32_t>(out.first + offset);
+      factor.stride = out.rows;
+      factor.stored_transposed = transposed;
+      return true;
+    }
+    (void)e;
+    return false;
   }
 
   /// Vars that are known constants (Tape::AddKnownConstants: AutoDiffEnergy's

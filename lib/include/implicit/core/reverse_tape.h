@@ -50,6 +50,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <stdexcept>
@@ -122,6 +123,7 @@ class Tape {
     products_.clear();
     product_nodes_.clear();
     owned_used_ = 0;
+    outputs_used_ = 0;
     last_ordinary_ = -1;
     recording_ = true;
     recording_number_ = (recording_number_ + 1) & 0x3fffffff;  // bit 62 of an id is free (reverse_var.h)
@@ -249,8 +251,10 @@ class Tape {
   /// (a matrix of the caller's that outlives the sweeps, or one of the tape's
   /// own: owned >= 0), used transposed or not; variables are values (and, for
   /// dual V, tangents) in the tape's own matrices, column-major in the used
-  /// orientation, with their nodes: consecutive from `first`, or one per entry
-  /// at product_nodes_[ids ..) (-1 for a constant entry).
+  /// orientation, or held where they are (a known run, a block of an earlier
+  /// product's output), with their nodes: laid out like the held values or
+  /// consecutive from `first` in the used orientation, or one per entry at
+  /// product_nodes_[ids ..) (-1 for a constant entry).
   struct ProductFactor {
     ///@{
     /// The shape of the factor as used in the product, rows x cols of op(F).
@@ -262,9 +266,17 @@ class Tape {
     /// A variable's values and tangents: slots of the tape's own matrices (-1: none).
     int values = -1, tangents = -1;
     ///@}
-    const Number* held = nullptr;            ///< Or a variable's values where they are (a known run).
-    /// A variable's first node when its nodes are consecutive (-1 otherwise).
+    /// Or a variable's values where they are (a known run, an earlier
+    /// product's output), and their tangents there (null: none).
+    const Number* held = nullptr;
+    const Number* held_tangents = nullptr;
+    /// A variable's first node when its nodes are laid out regularly (-1
+    /// otherwise): the node of entry (i, j) of the stored matrix is first + i
+    /// + j stride, used transposed when `stored_transposed` (held values lie
+    /// at held[i + j stride] alike).
     std::int32_t first = -1;
+    Index stride = 0;
+    bool stored_transposed = false;
     /// Where a variable's per-entry nodes start among the product nodes (kNoIds: consecutive).
     std::size_t ids = kNoIds;
     /// Whether the factor is a variable (values in the tape or held) rather than constant numbers.
@@ -320,20 +332,28 @@ class Tape {
     if (outputs == 0) return;
     const bool variable = a.variable() || b.variable();
     if (variable) CheckRoom(outputs + 1);  // the block, and room for one more node after it
-    // The value (and for duals the tangent: op(A).v op(B) + op(A) op(B).v).
-    Matrix<Number>& s = product_scratch_[0];
+    // The value (and for duals the tangent: op(A).v op(B) + op(A) op(B).v),
+    // kept by the tape for a variable product: a later product whose factor
+    // is (a block of) this one's output reads them there.
+    Product p;
+    if (variable) {
+      p.values = OutputMatrix(m, n);
+      if constexpr (kDual) p.tangents = OutputMatrix(m, n);
+    }
+    Matrix<Number>& s = variable ? outputs_[static_cast<std::size_t>(p.values)] : product_scratch_[0];
     s.resize(m, n);
     internal::Gemm(alpha, Operand(a, false), Operand(b, false), Number(0), s.data(), m);
     if constexpr (kDual) {
-      Matrix<Number>& t = product_scratch_[1];
+      Matrix<Number>& t = variable ? outputs_[static_cast<std::size_t>(p.tangents)] : product_scratch_[1];
       t.setZero(m, n);
-      if (a.tangents >= 0) internal::Gemm(alpha, Operand(a, true), Operand(b, false), Number(1), t.data(), m);
-      if (b.tangents >= 0) internal::Gemm(alpha, Operand(a, false), Operand(b, true), Number(1), t.data(), m);
+      const internal::GemmOperand<Number> a_tangents = Operand(a, true), b_tangents = Operand(b, true);
+      if (a_tangents.data != nullptr) internal::Gemm(alpha, a_tangents, Operand(b, false), Number(1), t.data(), m);
+      if (b_tangents.data != nullptr) internal::Gemm(alpha, Operand(a, false), b_tangents, Number(1), t.data(), m);
     }
     const auto value = [&](Index i) {
       if constexpr (kDual) {
         V v(s(i));
-        v.v[0] = product_scratch_[1](i);
+        v.v[0] = (variable ? outputs_[static_cast<std::size_t>(p.tangents)] : product_scratch_[1])(i);
         return v;
       } else {
         return s(i);
@@ -344,7 +364,6 @@ class Tape {
       for (Index i = 0; i < m * n; ++i) entries[i] = Var<V>(value(i));
       return;
     }
-    Product p;
     p.first = static_cast<std::int32_t>(ends_.size());
     p.a = a;
     p.b = b;
@@ -396,6 +415,33 @@ class Tape {
     const KnownRun* run = Find(known_constants_, vars, size);
     if (run == nullptr) return false;
     *values = run->values + (vars - run->vars);
+    return true;
+  }
+
+  /// The output of a recorded product as the tape holds it: S = op(A) op(B)
+  /// (rows x cols), its entries the nodes first + i + j rows, their values
+  /// values[i + j rows] and, for duals, tangents (null when it has none).
+  struct ProductOutput {
+    std::int32_t first = -1;
+    Index rows = 0, cols = 0;
+    const Number* values = nullptr;
+    const Number* tangents = nullptr;
+  };
+  /// When node `node` (of this recording) is an entry of a product's output:
+  /// true, with that output.
+  bool FindProductOutput(std::int32_t node, ProductOutput* out) const {
+    // The products in the order recorded: the last one that starts at or below the node.
+    const auto after = std::upper_bound(products_.begin(), products_.end(), node,
+                                        [](std::int32_t n, const Product& p) { return n < p.first; });
+    if (after == products_.begin()) return false;
+    const Product& p = *(after - 1);
+    const Index rows = p.a.rows, cols = p.b.cols;
+    if (static_cast<Index>(node - p.first) >= rows * cols) return false;
+    out->first = p.first;
+    out->rows = rows;
+    out->cols = cols;
+    out->values = outputs_[static_cast<std::size_t>(p.values)].data();
+    out->tangents = p.tangents >= 0 ? outputs_[static_cast<std::size_t>(p.tangents)].data() : nullptr;
     return true;
   }
 
@@ -451,9 +497,11 @@ class Tape {
 
  private:
   struct Product {
-    std::int32_t first;  ///< its first node
+    std::int32_t first = 0;  ///< its first node
     ProductFactor a, b;
-    Number alpha;
+    Number alpha = Number(1);
+    /// Its output's values and (duals) tangents: slots of outputs_.
+    int values = -1, tangents = -1;
   };
 
   /// Factor f as a product operand: its numbers (a constant) or its values or
@@ -466,10 +514,22 @@ class Tape {
       o.data = owned_[static_cast<std::size_t>(f.owned)].data();
       return o;
     }
-    if (!tangent && f.held != nullptr) return {f.held, f.rows, f.cols, f.rows, false};
+    if (f.held != nullptr) {
+      const Number* data = tangent ? f.held_tangents : f.held;
+      if (data == nullptr) return {};
+      return {data, f.stored_transposed ? f.cols : f.rows, f.stored_transposed ? f.rows : f.cols, f.stride,
+              f.stored_transposed};
+    }
     const int slot = tangent ? f.tangents : f.values;
     if (slot < 0) return {};
     return {owned_[static_cast<std::size_t>(slot)].data(), f.rows, f.cols, f.rows, false};
+  }
+  /// A matrix for a variable product's output (rows x cols, contents
+  /// unspecified), kept until the next recording: its slot in outputs_.
+  int OutputMatrix(Index rows, Index cols) {
+    if (outputs_used_ == outputs_.size()) outputs_.emplace_back();
+    outputs_[outputs_used_].resize(rows, cols);
+    return static_cast<int>(outputs_used_++);
   }
   static internal::GemmOperand<Number> Transposed(internal::GemmOperand<Number> o) {
     o.transposed = !o.transposed;
@@ -511,10 +571,14 @@ class Tape {
   void AddToAdjoints(const ProductFactor& f, Number alpha, const internal::GemmOperand<Number>& L,
                      const internal::GemmOperand<Number>& L_t, const internal::GemmOperand<Number>& R,
                      const internal::GemmOperand<Number>& R_t) const {
-    const Index size = f.rows * f.cols;
     if constexpr (!kDual) {
-      if (f.first >= 0) {  // straight into the adjoints of consecutive nodes
-        internal::Gemm(alpha, L, R, Number(1), reinterpret_cast<Number*>(adjoints_.data() + f.first), f.rows);
+      if (f.first >= 0) {  // straight into the adjoints of nodes laid out as a matrix
+        Number* adjoints = reinterpret_cast<Number*>(adjoints_.data() + f.first);
+        if (f.stored_transposed) {  // d F = (d op(F))^T = R^T L^T
+          internal::Gemm(alpha, Transposed(R), Transposed(L), Number(1), adjoints, f.stride);
+        } else {
+          internal::Gemm(alpha, L, R, Number(1), adjoints, f.stride);
+        }
         return;
       }
     }
@@ -535,9 +599,16 @@ class Tape {
         adjoints_[node] += d(i);
       }
     };
-    if (f.first >= 0) {
-      for (Index i = 0; i < size; ++i) add(static_cast<std::size_t>(f.first) + static_cast<std::size_t>(i), i);
+    if (f.first >= 0) {  // entry (r, c) of op(F): node first + r + c stride, or first + c + r stride
+      const std::size_t first = static_cast<std::size_t>(f.first), stride = static_cast<std::size_t>(f.stride);
+      const std::size_t row_step = f.stored_transposed ? stride : 1, col_step = f.stored_transposed ? 1 : stride;
+      for (Index c = 0, i = 0; c < f.cols; ++c) {
+        for (Index r = 0; r < f.rows; ++r, ++i) {
+          add(first + static_cast<std::size_t>(r) * row_step + static_cast<std::size_t>(c) * col_step, i);
+        }
+      }
     } else {
+      const Index size = f.rows * f.cols;
       const std::int32_t* nodes = product_nodes_.data() + f.ids;
       for (Index i = 0; i < size; ++i) {
         if (nodes[i] >= 0) add(static_cast<std::size_t>(nodes[i]), i);
@@ -618,6 +689,8 @@ class Tape {
   std::vector<std::int32_t> product_nodes_;
   std::vector<Matrix<Number>> owned_;  ///< the products' factors; owned_used_ in use
   std::size_t owned_used_ = 0;
+  std::vector<Matrix<Number>> outputs_;  ///< the variable products' outputs; outputs_used_ in use
+  std::size_t outputs_used_ = 0;
   mutable std::vector<V> adjoints_;
   mutable Matrix<Number> product_scratch_[4];
   bool recording_ = false;
@@ -665,6 +738,39 @@ class Recording {
     for (Index i = 0; i < size; ++i) out[i] = Var<V>::Independent(values[i]);
     tape_.AddKnownRun(out, size, values);
     independent_ += size;
+  }
+  /// Constants kept between recordings (Constants()): Vars of no node, made
+  /// again only when the values they were made from change.
+  struct KeptConstants {
+    Vector<Var<V>> vars;   ///< the constants
+    std::vector<V> made_from;  ///< the values they were made from
+    bool numbers = false;  ///< whether every value is a number (a dual's tangent zero)
+  };
+  /// kept->vars[i] = the constant Var of value values[i] for i < size, like
+  /// Variables() without `independent`, but remade only when values[0 ..
+  /// size) differ (bit for bit) from the values *kept was last made from: a
+  /// functor's parameters, constant in a sweep in x alone, cost a comparison
+  /// instead of a Var each per recording. Declared known constants of the
+  /// tape (their numbers at kept->made_from) when they are numbers. The
+  /// caller keeps *kept unchanged until the sweep.
+  void Constants(const V* values, Index size, KeptConstants* kept) {
+    const std::size_t count = static_cast<std::size_t>(size);
+    // Bit for bit: equal bytes are equal values (a NaN too); bytes that
+    // differ but compare equal (-0 and 0) only remake the Vars.
+    if (kept->vars.size() != size || kept->made_from.size() != count ||
+        (count > 0 && std::memcmp(kept->made_from.data(), values, count * sizeof(V)) != 0)) {
+      kept->made_from.assign(values, values + count);
+      kept->vars.resize(size);
+      kept->numbers = true;
+      for (Index i = 0; i < size; ++i) {
+        kept->vars[i] = Var<V>(values[i]);
+        if constexpr (Tape<V>::kDual) {
+          typename Var<V>::Number number;
+          kept->numbers = kept->numbers && Var<V>::IsNumber(values[i], &number);
+        }
+      }
+    }
+    if (kept->numbers) tape_.AddKnownConstants(kept->vars.data(), size, kept->made_from.data());
   }
   /// How many independent variables Variables() made.
   Index num_independent() const { return independent_; }
