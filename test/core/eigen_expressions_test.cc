@@ -5,7 +5,8 @@
 // reverse mode the gradient, Hessian-vector product and parameter and input
 // vector-Jacobian products of forward mode (float and double) and of central
 // differences; data the functor holds and blocks of earlier products'
-// outputs are read in place, not copied into the tape; parameters kept between
+// outputs are read in place, not copied into the tape, and a matrix read by
+// several products is copied once; parameters kept between
 // sweeps are read anew when they change; edge shapes (1 x 1, empty) and
 // non-finite values behave.
 #define BOOST_TEST_MODULE eigen_expressions
@@ -340,8 +341,9 @@ BOOST_AUTO_TEST_CASE(max_and_min_coefficients_pick_eigens_coefficient) {
 // one product each, every head's scores a product of row blocks of those
 // outputs, used transposed and not, whole and in part, and of copies of them
 // that were changed after the product (a shifted value, a scaled entry, an
-// entry set to another Var): each must differentiate like forward mode and
-// central differences. theta = (W_K, W_Q), H heads of width Y.
+// entry set to another Var), and a matrix of Vars read by several products
+// and changed in place between them: each must differentiate like forward
+// mode and central differences. theta = (W_K, W_Q), H heads of width Y.
 template <typename S>
 struct Heads {
   Index N, D, H, Y;
@@ -371,6 +373,17 @@ struct Heads {
     e += S(0.1) * (shifted.topRows(Y).transpose() * Q.topRows(Y)).sum();
     e += S(0.1) * (scaled.transpose() * Q).sum();
     e += S(0.1) * (K.transpose() * replaced).array().square().sum();
+    // A matrix of Vars (no product's output) read by several products, and
+    // changed in place between them.
+    Matrix<T> G = X.array().tanh().matrix();  // D x N
+    e += S(0.1) * (K * G.transpose()).sum();
+    e += S(0.1) * (Q * G.transpose()).array().square().sum();
+    G(0, 1) += S(0.5);
+    e += S(0.1) * (K * G.transpose()).sum();
+    G(1, 0) *= S(3);
+    e += S(0.1) * (Q * G.transpose()).sum();
+    G(2, 2) = x(0) * x(1);
+    e += S(0.1) * (K * G.transpose()).array().square().sum();
     return e;
   }
 };
@@ -442,6 +455,31 @@ BOOST_AUTO_TEST_CASE(blocks_of_a_products_output_are_not_copied) {
     zm(i) -= h;
     BOOST_TEST(std::abs((value(zp) - value(zm)) / (2 * h) - gradient(i)) <= 1e-7 * (1.0 + std::abs(gradient(i))));
   }
+}
+
+// A matrix of Vars read by several products is copied into the tape once:
+// read again unchanged, the first copy is used.
+BOOST_AUTO_TEST_CASE(a_matrix_read_by_several_products_is_copied_once) {
+  namespace reverse = implicit::reverse;
+  using Var = reverse::Var<double>;
+  const Index N = 5, D = 4;
+  const Matrix<double> W = implicit::testing::RandomMatrix<double>(3, D, 90, 0.5);
+  const Vector<double> z = implicit::testing::RandomMatrix<double>(N * D, 1, 91);
+  const auto copied = [&](int reads) {
+    const reverse::PersistentScope persistent(&W, sizeof(W));
+    reverse::Recording<double> recording;
+    Vector<Var> x;
+    recording.Variables(z.data(), z.size(), true, &x);
+    const Eigen::Map<const Matrix<Var>> X(x.data(), D, N);
+    const Matrix<Var> G = X.array().tanh().matrix();
+    Var e = Var(0.0);
+    for (int r = 0; r < reads; ++r) e += (W * G).array().tanh().sum();
+    Vector<double> gradient(z.size());
+    recording.Gradient(e, gradient.data());
+    return reverse::Tape<double>::ThisThread().owned_numbers();
+  };
+  BOOST_TEST(copied(1) == static_cast<std::size_t>(N * D));
+  BOOST_TEST(copied(3) == copied(1));
 }
 
 // Parameters that are constants of a sweep (a gradient or Hessian-vector

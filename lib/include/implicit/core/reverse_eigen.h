@@ -31,7 +31,8 @@
 ///    is it or a block of it (K.middleRows(h * d, d) of K = W * X, each
 ///    head's keys), checked unchanged entry by entry, reads its values where
 ///    the tape holds them and adds to its adjoints with one product, where
-///    other Var matrices are copied and their nodes listed.
+///    other Var matrices are copied and their nodes listed (once: a matrix
+///    read again, unchanged, by a later product uses the first copy).
 ///  * a sum of coefficients (sum(), squaredNorm(), dot(), norm(), mean()) is
 ///    one node of n operands, not n - 1 additions; a sum of squares
 ///    (squaredNorm, cwiseAbs2().sum(), square().sum(), of any expression) and
@@ -186,7 +187,7 @@ struct FactorBuilder {
         return;
       }
     }
-    if (ProductOutput(e)) return;
+    if (ProductOutput(e) || ReadBefore(e)) return;
     factor.values = tape.OwnedMatrix(rows, cols);
     Number* values = tape.Owned(factor.values).data();
     Number* tangents = nullptr;
@@ -245,6 +246,46 @@ struct FactorBuilder {
     } else {
       factor.ids = tape.AddProductNodes(nodes.data(), nodes.size());
     }
+    if constexpr (Eigen::internal::has_direct_access<E>::ret) {
+      tape.RememberRead({e.data(), e.rows(), e.cols(), e.outerStride(), transposed, factor});
+    }
+  }
+
+  /// Stored Vars read as a variable factor before in this recording (G read
+  /// by W_K G, W_Q G and Xi^T G), unchanged since: the factor made then
+  /// (each entry checked: the same node, derivative 1 and value). Returns
+  /// whether they were.
+  template <typename E>
+  bool ReadBefore(const E& e) {
+    if constexpr (Eigen::internal::has_direct_access<E>::ret) {
+      const typename Tape::ReadFactor* read =
+          tape.FindRead(e.data(), e.rows(), e.cols(), e.outerStride(), transposed);
+      if (read == nullptr) return false;
+      const Factor& f = read->factor;
+      const Number* values = tape.Owned(f.values).data();
+      const Number* tangents = f.tangents >= 0 ? tape.Owned(f.tangents).data() : nullptr;
+      const std::int32_t* nodes = f.first >= 0 ? nullptr : tape.ProductNodes(f.ids);
+      const Index rows = f.rows, cols = f.cols;
+      for (Index j = 0, i = 0; j < cols; ++j) {
+        for (Index r = 0; r < rows; ++r, ++i) {
+          const Var<V>& x = transposed ? e.coeff(j, r) : e.coeff(r, j);
+          const std::int32_t node = nodes != nullptr ? nodes[i] : f.first + static_cast<std::int32_t>(i);
+          const bool same_node = x.is_variable() ? x.unit_scale() && tape.Node(x.index()) == node : node < 0;
+          const V& value = ValueOf(x);
+          bool same = same_node;
+          if constexpr (Tape::kDual) {
+            same = same && value.a == values[i] && value.v[0] == (tangents != nullptr ? tangents[i] : Number(0));
+          } else {
+            same = same && value == values[i];
+          }
+          if (!same) return false;
+        }
+      }
+      factor = f;
+      return true;
+    }
+    (void)e;
+    return false;
   }
 
   /// Stored Vars that are (a block of) an earlier product's output, unchanged

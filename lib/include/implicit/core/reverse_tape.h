@@ -124,6 +124,7 @@ class Tape {
     product_nodes_.clear();
     owned_used_ = 0;
     outputs_used_ = 0;
+    for (ReadFactor& r : read_) r.data = nullptr;
     last_ordinary_ = -1;
     recording_ = true;
     recording_number_ = (recording_number_ + 1) & 0x3fffffff;  // bit 62 of an id is free (reverse_var.h)
@@ -302,6 +303,30 @@ class Tape {
     for (std::size_t i = 0; i < owned_used_; ++i) total += static_cast<std::size_t>(owned_[i].size());
     return total;
   }
+  /// A stored matrix of Vars read as a variable product factor in this
+  /// recording (FactorBuilder), and the factor made of it: a later product
+  /// that reads the same matrix checks it unchanged against the factor's
+  /// values and nodes instead of copying it again.
+  struct ReadFactor {
+    const void* data = nullptr;  ///< the matrix's first entry
+    Index rows = 0, cols = 0, outer_stride = 0;
+    bool transposed = false;
+    ProductFactor factor;
+  };
+  /// Remembers `read` among the last kReadFactors factors read.
+  void RememberRead(const ReadFactor& read) { read_[next_read_++ % kReadFactors] = read; }
+  /// The factor remembered for the matrix at `data` read this way, or null.
+  const ReadFactor* FindRead(const void* data, Index rows, Index cols, Index outer_stride, bool transposed) const {
+    for (const ReadFactor& r : read_) {
+      if (r.data == data && r.rows == rows && r.cols == cols && r.outer_stride == outer_stride &&
+          r.transposed == transposed) {
+        return &r;
+      }
+    }
+    return nullptr;
+  }
+  /// The nodes of a factor's entries listed at product_nodes_[ids ..).
+  const std::int32_t* ProductNodes(std::size_t ids) const { return product_nodes_.data() + ids; }
   /// Per-entry nodes of a variable factor: where they start in product_nodes_.
   std::size_t AddProductNodes(const std::int32_t* nodes, std::size_t count) {
     const std::size_t at = product_nodes_.size();
@@ -691,6 +716,9 @@ class Tape {
   std::size_t owned_used_ = 0;
   std::vector<Matrix<Number>> outputs_;  ///< the variable products' outputs; outputs_used_ in use
   std::size_t outputs_used_ = 0;
+  static constexpr std::size_t kReadFactors = 4;
+  ReadFactor read_[kReadFactors];  ///< the last matrices of Vars read as factors (data null: none)
+  std::size_t next_read_ = 0;
   mutable std::vector<V> adjoints_;
   mutable Matrix<Number> product_scratch_[4];
   bool recording_ = false;
