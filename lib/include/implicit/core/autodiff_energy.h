@@ -357,16 +357,18 @@ class AutoDiffEnergy : public Energy<Scalar> {
   /// x, c and theta: the variables of the reverse-mode tape.
   Index num_variables() const { return dimension_ + input_dimension_ + parameters_.size(); }
 
-  /// z = (x_b, c_s, theta) as values of type V: the variables of reverse mode
-  /// for column b of x, batch sample s (its input column).
+  /// z = (x_b, c_s, theta) as values of type V, theta only `with_parameters`:
+  /// the variables of reverse mode for column b of x, batch sample s (its
+  /// input column).
   template <typename V>
-  void PackVariables(ConstMatrixRef<Scalar> x, Index b, Index s, std::vector<V>* z) const {
-    z->resize(static_cast<std::size_t>(num_variables()));
+  void PackVariables(ConstMatrixRef<Scalar> x, Index b, Index s, bool with_parameters, std::vector<V>* z) const {
+    z->resize(static_cast<std::size_t>(dimension_ + input_dimension_ + (with_parameters ? parameters_.size() : 0)));
     V* out = z->data();
     for (Index i = 0; i < dimension_; ++i) *out++ = V(x(i, b));
     if constexpr (kHasInput) {
       for (Index i = 0; i < input_dimension_; ++i) *out++ = V(input_(i, s));
     }
+    if (!with_parameters) return;
     const Vector<Scalar>& theta = parameters_.values();
     for (Index i = 0; i < theta.size(); ++i) *out++ = V(theta(i));
   }
@@ -375,7 +377,8 @@ class AutoDiffEnergy : public Energy<Scalar> {
   /// state, always: a second-order sweep's direction is on x), c, theta.
   enum Wrt : unsigned { kWrtState = 1, kWrtInput = 2, kWrtParameters = 4 };
   /// E at z, recorded on this thread's tape, and its gradient in the parts of
-  /// z named by `wrt` (the others are not written).
+  /// z named by `wrt` (the others are not written); z holds theta only when
+  /// `wrt` names it (PackVariables), the parameters' own values are read otherwise.
   template <typename V>
   V ReverseSweep(const std::vector<V>& z, unsigned wrt, std::vector<V>* gradient) const {
     gradient->resize(z.size());
@@ -391,11 +394,10 @@ class AutoDiffEnergy : public Energy<Scalar> {
     const bool wrt_input = (wrt & kWrtInput) != 0, wrt_parameters = (wrt & kWrtParameters) != 0;
     recording.Variables(z.data(), dimension_, true, &x);
     recording.Variables(z.data() + dimension_, input_dimension_, wrt_input, &c);
-    const V* theta_values = z.data() + dimension_ + input_dimension_;
     if (wrt_parameters) {
-      recording.Variables(theta_values, parameters_.size(), true, &theta);
+      recording.Variables(z.data() + dimension_ + input_dimension_, parameters_.size(), true, &theta);
     } else {
-      recording.Constants(theta_values, parameters_.size(), &constant_theta);
+      recording.Constants(parameters_.values().data(), parameters_.size(), &constant_theta);
     }
     V value;
     {
@@ -417,7 +419,7 @@ class AutoDiffEnergy : public Energy<Scalar> {
                        Sample&& sample) const {
     std::vector<Scalar> z, g;
     for (Index b = 0; b < x.cols(); ++b) {
-      PackVariables(x, b, sample(b), &z);
+      PackVariables(x, b, sample(b), false, &z);
       const Scalar e = ReverseSweep(z, kWrtState, &g);
       for (Index i = 0; i < dimension_; ++i) grad(i, b) = g[static_cast<std::size_t>(i)];
       if (values != nullptr) (*values)(b) = e;
@@ -434,10 +436,10 @@ class AutoDiffEnergy : public Energy<Scalar> {
     std::vector<Inner> z, g;
     std::vector<Scalar> hv(static_cast<std::size_t>(num_variables()));
     for (Index b = 0; b < x.cols(); ++b) {
-      PackVariables(x, b, b, &z);
+      PackVariables(x, b, b, (wrt & kWrtParameters) != 0, &z);
       for (Index i = 0; i < dimension_; ++i) z[static_cast<std::size_t>(i)].v[0] = u(i, b);
       ReverseSweep(z, wrt, &g);
-      for (std::size_t i = 0; i < hv.size(); ++i) hv[i] = g[i].v[0];
+      for (std::size_t i = 0; i < g.size(); ++i) hv[i] = g[i].v[0];  // theta's only when wrt names it
       sink(b, hv);
     }
   }

@@ -767,38 +767,35 @@ class Recording {
     tape_.AddKnownRun(out, size, values);
     independent_ += size;
   }
-  /// Constants kept between recordings (Constants()): Vars of no node, made
-  /// again only when the values they were made from change.
+  /// Number constants kept between recordings (Constants()): Vars of no
+  /// node, made again only when the numbers they were made from change.
   struct KeptConstants {
-    Vector<Var<V>> vars;   ///< the constants
-    std::vector<V> made_from;  ///< the values they were made from
-    bool numbers = false;  ///< whether every value is a number (a dual's tangent zero)
+    using Number = typename Tape<V>::Number;
+    Vector<Var<V>> vars;          ///< the constants
+    std::vector<V> values;        ///< their values
+    std::vector<Number> made_from;  ///< the numbers they were made from
   };
-  /// kept->vars[i] = the constant Var of value values[i] for i < size, like
-  /// Variables() without `independent`, but remade only when values[0 ..
-  /// size) differ (bit for bit) from the values *kept was last made from: a
+  /// kept->vars[i] = the constant Var of value numbers[i] for i < size, like
+  /// Variables() without `independent`, but remade only when numbers[0 ..
+  /// size) differ (bit for bit) from the numbers *kept was last made from: a
   /// functor's parameters, constant in a sweep in x alone, cost a comparison
   /// instead of a Var each per recording. Declared known constants of the
-  /// tape (their numbers at kept->made_from) when they are numbers. The
-  /// caller keeps *kept unchanged until the sweep.
-  void Constants(const V* values, Index size, KeptConstants* kept) {
+  /// tape. The caller keeps *kept unchanged until the sweep.
+  void Constants(const typename KeptConstants::Number* numbers, Index size, KeptConstants* kept) {
     const std::size_t count = static_cast<std::size_t>(size);
-    // Bit for bit: equal bytes are equal values (a NaN too); bytes that
+    // Bit for bit: equal bytes are equal numbers (a NaN too); bytes that
     // differ but compare equal (-0 and 0) only remake the Vars.
     if (kept->vars.size() != size || kept->made_from.size() != count ||
-        (count > 0 && std::memcmp(kept->made_from.data(), values, count * sizeof(V)) != 0)) {
-      kept->made_from.assign(values, values + count);
+        (count > 0 && std::memcmp(kept->made_from.data(), numbers, count * sizeof(numbers[0])) != 0)) {
+      kept->made_from.assign(numbers, numbers + count);
+      kept->values.resize(count);
       kept->vars.resize(size);
-      kept->numbers = true;
-      for (Index i = 0; i < size; ++i) {
-        kept->vars[i] = Var<V>(values[i]);
-        if constexpr (Tape<V>::kDual) {
-          typename Var<V>::Number number;
-          kept->numbers = kept->numbers && Var<V>::IsNumber(values[i], &number);
-        }
+      for (std::size_t i = 0; i < count; ++i) {
+        kept->values[i] = V(numbers[i]);
+        kept->vars[static_cast<Index>(i)] = Var<V>(kept->values[i]);
       }
     }
-    if (kept->numbers) tape_.AddKnownConstants(kept->vars.data(), size, kept->made_from.data());
+    tape_.AddKnownConstants(kept->vars.data(), size, kept->values.data());
   }
   /// How many independent variables Variables() made.
   Index num_independent() const { return independent_; }
