@@ -251,6 +251,17 @@ struct FactorBuilder {
     }
   }
 
+  /// Whether `value` is the number values[i] (and, for duals, has the tangent
+  /// tangents[i], or 0 where tangents is null).
+  static bool SameValue(const V& value, const Number* values, const Number* tangents, Index i) {
+    if constexpr (Tape::kDual) {
+      return value.a == values[i] && value.v[0] == (tangents != nullptr ? tangents[i] : Number(0));
+    } else {
+      (void)tangents;
+      return value == values[i];
+    }
+  }
+
   /// Stored Vars read as a variable factor before in this recording (G read
   /// by W_K G, W_Q G and Xi^T G), unchanged since: the factor made then
   /// (each entry checked: the same node, derivative 1 and value). Returns
@@ -271,14 +282,7 @@ struct FactorBuilder {
           const Var<V>& x = transposed ? e.coeff(j, r) : e.coeff(r, j);
           const std::int32_t node = nodes != nullptr ? nodes[i] : f.first + static_cast<std::int32_t>(i);
           const bool same_node = x.is_variable() ? x.unit_scale() && tape.Node(x.index()) == node : node < 0;
-          const V& value = ValueOf(x);
-          bool same = same_node;
-          if constexpr (Tape::kDual) {
-            same = same && value.a == values[i] && value.v[0] == (tangents != nullptr ? tangents[i] : Number(0));
-          } else {
-            same = same && value == values[i];
-          }
-          if (!same) return false;
+          if (!same_node || !SameValue(ValueOf(x), values, tangents, i)) return false;
         }
       }
       factor = f;
@@ -303,8 +307,9 @@ struct FactorBuilder {
       if (!corner.is_variable()) return false;
       typename Tape::ProductOutput out;
       const std::int64_t id = corner.index();
-      if (!tape.FindProductOutput(tape.Node(id), &out) || e.outerStride() != out.rows) return false;
-      const Index offset = static_cast<Index>(tape.Node(id) - out.first);
+      const std::int32_t node = tape.Node(id);
+      if (!tape.FindProductOutput(node, &out) || e.outerStride() != out.rows) return false;
+      const Index offset = static_cast<Index>(node - out.first);
       const Index top = offset % out.rows, left = offset / out.rows;
       if (top + rows > out.rows || left + cols > out.cols) return false;
       const Number* values = out.values + offset;
@@ -313,14 +318,7 @@ struct FactorBuilder {
         for (Index i = 0; i < rows; ++i) {
           const Index at = i + j * out.rows;
           const Var<V>& x = entries[at];
-          const V& value = ValueOf(x);
-          bool same = x.index() == id + at && x.unit_scale();
-          if constexpr (Tape::kDual) {
-            same = same && value.a == values[at] && value.v[0] == (tangents != nullptr ? tangents[at] : Number(0));
-          } else {
-            same = same && value == values[at];
-          }
-          if (!same) return false;
+          if (x.index() != id + at || !x.unit_scale() || !SameValue(ValueOf(x), values, tangents, at)) return false;
         }
       }
       factor.rows = transposed ? cols : rows;
