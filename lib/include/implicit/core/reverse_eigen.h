@@ -198,7 +198,6 @@ struct FactorBuilder {
     static thread_local std::vector<std::int32_t> nodes;
     nodes.resize(static_cast<std::size_t>(rows * cols));
     bool consecutive = rows * cols > 0, any_variable = false, any_tangent = false;
-    std::int32_t first = -1;
     // Each entry read where it is (no copy: a copy would flag the entry's
     // node as shared, a write per entry); a scaled one gets a node of its own.
     const auto record = [&](const Var<V>& x, Index i) {
@@ -213,8 +212,7 @@ struct FactorBuilder {
       const std::int32_t node = x.is_variable() ? tape.Node(x.index()) : -1;
       nodes[static_cast<std::size_t>(i)] = node;
       any_variable = any_variable || node >= 0;
-      if (i == 0) first = node;
-      consecutive = consecutive && node >= 0 && node == first + static_cast<std::int32_t>(i);
+      consecutive = consecutive && node >= 0 && node == nodes[0] + static_cast<std::int32_t>(i);
     };
     const auto read = [&](const Var<V>& entry, Index i) {
       if (entry.is_variable() && !entry.unit_scale()) {
@@ -241,7 +239,7 @@ struct FactorBuilder {
       return;
     }
     if (consecutive) {
-      factor.first = first;
+      factor.first = nodes[0];
       factor.stride = rows;
     } else {
       factor.ids = tape.AddProductNodes(nodes.data(), nodes.size());

@@ -268,15 +268,17 @@ class Tape {
     int values = -1, tangents = -1;
     ///@}
     /// Or a variable's values where they are (a known run, an earlier
-    /// product's output), and their tangents there (null: none).
+    /// product's output).
     const Number* held = nullptr;
+    /// A held variable's tangents where they are (null: none).
     const Number* held_tangents = nullptr;
     /// A variable's first node when its nodes are laid out regularly (-1
-    /// otherwise): the node of entry (i, j) of the stored matrix is first + i
-    /// + j stride, used transposed when `stored_transposed` (held values lie
-    /// at held[i + j stride] alike).
+    /// otherwise): the node of entry (i, j) of the stored matrix is first +
+    /// i + j * stride, held values lie at held[i + j * stride] alike.
     std::int32_t first = -1;
+    /// The leading dimension of the stored matrix of `first` and `held`.
     Index stride = 0;
+    /// Whether op(F) is the stored matrix's transpose (`first`, `held`).
     bool stored_transposed = false;
     /// Where a variable's per-entry nodes start among the product nodes (kNoIds: consecutive).
     std::size_t ids = kNoIds;
@@ -309,9 +311,12 @@ class Tape {
   /// values and nodes instead of copying it again.
   struct ReadFactor {
     const void* data = nullptr;  ///< the matrix's first entry
+    ///@{
+    /// The matrix's shape and leading dimension.
     Index rows = 0, cols = 0, outer_stride = 0;
-    bool transposed = false;
-    ProductFactor factor;
+    ///@}
+    bool transposed = false;  ///< whether the product used its transpose
+    ProductFactor factor;     ///< the factor made of it
   };
   /// Remembers `read` among the last kReadFactors factors read.
   void RememberRead(const ReadFactor& read) { read_[next_read_++ % kReadFactors] = read; }
@@ -447,10 +452,13 @@ class Tape {
   /// (rows x cols), its entries the nodes first + i + j rows, their values
   /// values[i + j rows] and, for duals, tangents (null when it has none).
   struct ProductOutput {
-    std::int32_t first = -1;
+    std::int32_t first = -1;  ///< the node of S(0, 0)
+    ///@{
+    /// The shape of S.
     Index rows = 0, cols = 0;
-    const Number* values = nullptr;
-    const Number* tangents = nullptr;
+    ///@}
+    const Number* values = nullptr;    ///< S's values, column-major
+    const Number* tangents = nullptr;  ///< their tangents (duals; null otherwise)
   };
   /// When node `node` (of this recording) is an entry of a product's output:
   /// true, with that output.
@@ -770,17 +778,17 @@ class Recording {
   /// Number constants kept between recordings (Constants()): Vars of no
   /// node, made again only when the numbers they were made from change.
   struct KeptConstants {
-    using Number = typename Tape<V>::Number;
-    Vector<Var<V>> vars;          ///< the constants
-    std::vector<V> values;        ///< their values
-    std::vector<Number> made_from;  ///< the numbers they were made from
+    using Number = typename Tape<V>::Number;  ///< the number type under V
+    Vector<Var<V>> vars;                      ///< the constants
+    std::vector<V> values;                    ///< their values
+    std::vector<Number> made_from;            ///< the numbers they were made from
   };
   /// kept->vars[i] = the constant Var of value numbers[i] for i < size, like
-  /// Variables() without `independent`, but remade only when numbers[0 ..
-  /// size) differ (bit for bit) from the numbers *kept was last made from: a
-  /// functor's parameters, constant in a sweep in x alone, cost a comparison
-  /// instead of a Var each per recording. Declared known constants of the
-  /// tape. The caller keeps *kept unchanged until the sweep.
+  /// Variables() without `independent`, but remade only when the numbers
+  /// differ (bit for bit) from kept->made_from, those they were last made
+  /// from: a functor's parameters, constant in a sweep in x alone, cost a
+  /// comparison instead of a Var each per recording. Declared known
+  /// constants of the tape. The caller keeps `kept` unchanged until the sweep.
   void Constants(const typename KeptConstants::Number* numbers, Index size, KeptConstants* kept) {
     const std::size_t count = static_cast<std::size_t>(size);
     // Bit for bit: equal bytes are equal numbers (a NaN too); bytes that
