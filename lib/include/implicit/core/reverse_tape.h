@@ -290,11 +290,7 @@ class Tape {
 
   /// A matrix of the tape's own for this recording (rows x cols, contents
   /// unspecified), kept until the next recording: its slot.
-  int OwnedMatrix(Index rows, Index cols) {
-    if (owned_used_ == owned_.size()) owned_.emplace_back();
-    owned_[owned_used_].resize(rows, cols);
-    return static_cast<int>(owned_used_++);
-  }
+  int OwnedMatrix(Index rows, Index cols) { return TakeMatrix(&owned_, &owned_used_, rows, cols); }
   /// The tape's own matrix in slot `slot` (from OwnedMatrix()).
   Matrix<Number>& Owned(int slot) { return owned_[static_cast<std::size_t>(slot)]; }
   /// How many numbers this recording's products hold in the tape's own
@@ -371,10 +367,10 @@ class Tape {
       if constexpr (kDual) p.tangents = OutputMatrix(m, n);
     }
     Matrix<Number>& s = variable ? outputs_[static_cast<std::size_t>(p.values)] : product_scratch_[0];
+    Matrix<Number>& t = kDual && variable ? outputs_[static_cast<std::size_t>(p.tangents)] : product_scratch_[1];
     s.resize(m, n);
     internal::Gemm(alpha, Operand(a, false), Operand(b, false), Number(0), s.data(), m);
     if constexpr (kDual) {
-      Matrix<Number>& t = variable ? outputs_[static_cast<std::size_t>(p.tangents)] : product_scratch_[1];
       t.setZero(m, n);
       const internal::GemmOperand<Number> a_tangents = Operand(a, true), b_tangents = Operand(b, true);
       if (a_tangents.data != nullptr) internal::Gemm(alpha, a_tangents, Operand(b, false), Number(1), t.data(), m);
@@ -383,7 +379,7 @@ class Tape {
     const auto value = [&](Index i) {
       if constexpr (kDual) {
         V v(s(i));
-        v.v[0] = (variable ? outputs_[static_cast<std::size_t>(p.tangents)] : product_scratch_[1])(i);
+        v.v[0] = t(i);
         return v;
       } else {
         return s(i);
@@ -559,10 +555,14 @@ class Tape {
   }
   /// A matrix for a variable product's output (rows x cols, contents
   /// unspecified), kept until the next recording: its slot in outputs_.
-  int OutputMatrix(Index rows, Index cols) {
-    if (outputs_used_ == outputs_.size()) outputs_.emplace_back();
-    outputs_[outputs_used_].resize(rows, cols);
-    return static_cast<int>(outputs_used_++);
+  int OutputMatrix(Index rows, Index cols) { return TakeMatrix(&outputs_, &outputs_used_, rows, cols); }
+  /// The next unused matrix of `pool` (*used of them in use), made rows x
+  /// cols (contents unspecified): its slot. Pools keep their matrices
+  /// between recordings.
+  static int TakeMatrix(std::vector<Matrix<Number>>* pool, std::size_t* used, Index rows, Index cols) {
+    if (*used == pool->size()) pool->emplace_back();
+    (*pool)[*used].resize(rows, cols);
+    return static_cast<int>((*used)++);
   }
   static internal::GemmOperand<Number> Transposed(internal::GemmOperand<Number> o) {
     o.transposed = !o.transposed;
