@@ -554,7 +554,79 @@ BOOST_AUTO_TEST_CASE(tape_gradient_and_hessian_products_match_central_difference
       BOOST_TEST(std::abs(gi.v[0] - fd_hv(i)) <= 1e-6 * (1 + std::abs(fd_hv(i))),
                  "(Hv)" << i << " = " << gi.v[0] << ", central difference " << fd_hv(i));
     }
+    // Recorded once with its second derivatives (a linearizing recording, in
+    // another direction u), the tape gives H v for any v by recomputing its
+    // tangents (SetDirection) and one sweep: every elementary function's
+    // second derivatives, checked against the recording's own tangents in u
+    // and against the recording in v above.
+    reverse::Tape<Inner> kept;
+    std::int32_t output = -1;
+    std::vector<double> u(5);
+    {
+      reverse::Recording<Inner> recording(/*linearize=*/true);
+      std::vector<Inner> zu(5);
+      for (Index i = 0; i < 5; ++i) {
+        u[static_cast<std::size_t>(i)] = 0.3 - 0.25 * static_cast<double>(i);
+        zu[static_cast<std::size_t>(i)] = Inner(z(i));
+        zu[static_cast<std::size_t>(i)].v[0] = u[static_cast<std::size_t>(i)];
+      }
+      Vector<reverse::Var<Inner>> w;
+      recording.Variables(zu.data(), 5, true, &w);
+      output = recording.Keep(Elementary(w), &kept);
+    }
+    BOOST_TEST(kept.CheckLinearization(u.data(), 5, 1e-10));
+    for (int repeat = 0; repeat < 2; ++repeat) {  // the kept recording is reused
+      kept.SetDirection(v.data(), 5);
+      std::vector<Inner> gk(5);
+      kept.SweepFrom(output, 5, gk.data());
+      for (Index i = 0; i < 5; ++i) {
+        const Inner& want = gj[static_cast<std::size_t>(i)];
+        const Inner& got = gk[static_cast<std::size_t>(i)];
+        BOOST_TEST(std::abs(got.a - want.a) <= 1e-14 * (1 + std::abs(want.a)));
+        BOOST_TEST(std::abs(got.v[0] - want.v[0]) <= 1e-12 * (1 + std::abs(want.v[0])),
+                   "(Hv)" << i << " recomputed " << got.v[0] << ", recorded " << want.v[0]);
+      }
+    }
   }
+}
+
+// x^3 recorded as a node of the caller's own (reverse::Var::Node), which
+// keeps no second derivatives.
+template <typename T>
+T Cubed(const T& a) {
+  if constexpr (implicit::reverse::IsVar<T>::value) {
+    const typename T::Value value = ValueOf(a);
+    return T::Node(value * value * value, a, typename T::Value(3.0) * value * value);
+  } else {
+    return a * a * a;
+  }
+}
+struct CubeEnergy {
+  template <typename T>
+  T operator()(const Vector<T>& x, const Vector<T>&) const {
+    T e(0.0);
+    for (Index i = 0; i < x.size(); ++i) e += T(0.1) * Cubed(x(i)) + x(i) * x(i);
+    return e;
+  }
+};
+
+// A linearizing recording of an operation without second derivatives does
+// not check out, and AutoDiffEnergy's recorded Hessian then differentiates
+// those samples at the point: its products are still H v.
+BOOST_AUTO_TEST_CASE(a_node_without_second_derivatives_is_differentiated_at_the_point) {
+  AutoDiffEnergy<CubeEnergy, double> energy(CubeEnergy{}, 4);
+  energy.set_mode(AutoDiffMode::kReverse);
+  const Matrix<double> x = implicit::testing::RandomMatrix<double>(4, 3, 61);
+  const Matrix<double> v = implicit::testing::RandomMatrix<double>(4, 3, 62);
+  const Matrix<double> want = ((0.6 * x.array() + 2.0) * v.array()).matrix();  // H = diag(0.6 x + 2)
+  const auto hessian = energy.LinearizeHessian(x);
+  const auto* recorded =
+      dynamic_cast<const AutoDiffEnergy<CubeEnergy, double>::RecordedHessian*>(hessian.get());
+  BOOST_REQUIRE(recorded != nullptr);
+  BOOST_TEST(recorded->samples_recorded() == 0);
+  Matrix<double> got(4, 3);
+  hessian->JacobianVectorProduct(v, got);
+  BOOST_TEST((got - want).norm() <= 1e-13 * want.norm());
 }
 
 BOOST_AUTO_TEST_CASE(a_nested_recording_or_a_stale_var_is_refused_and_the_tape_stays_usable) {

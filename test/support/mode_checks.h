@@ -52,6 +52,23 @@ void CheckAllProducts(const implicit::AutoDiffEnergy<Functor, Scalar>& forward,
   forward.HessianVectorProduct(x, v, hf);
   reverse.HessianVectorProduct(x, v, hr);
   CheckClose<Scalar>(hr, hf, name + " Hessian-vector product");
+  // The Hessian recorded once at x (a linearizing recording per sample):
+  // products in two directions, both ways, equal forward mode's.
+  {
+    const auto hessian = reverse.LinearizeHessian(x);
+    const auto* recorded =
+        dynamic_cast<const typename implicit::AutoDiffEnergy<Functor, Scalar>::RecordedHessian*>(hessian.get());
+    BOOST_REQUIRE(recorded != nullptr);
+    BOOST_TEST(recorded->samples_recorded() == B, name << ": every sample's recording kept");
+    Matrix<Scalar> kept(n, B);
+    hessian->JacobianVectorProduct(v, kept);
+    CheckClose<Scalar>(kept, hf, name + " recorded Hessian (JVP)");
+    const Matrix<Scalar> w = ((Scalar(-2) * v).array() + Scalar(0.25)).matrix();
+    Matrix<Scalar> hw(n, B);
+    forward.HessianVectorProduct(x, w, hw);
+    hessian->VectorJacobianProduct(w, kept);
+    CheckClose<Scalar>(kept, hw, name + " recorded Hessian (VJP, a second direction)");
+  }
   const Index p = forward.num_parameters();
   Vector<Scalar> pf(p), pr(p);
   forward.ParameterVectorJacobianProduct(x, v, pf);

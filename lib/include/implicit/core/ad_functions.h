@@ -152,7 +152,15 @@ typename Derived::Scalar LogSumExp(const Eigen::MatrixBase<Derived>& scores) {
     reverse::Tape<V>& tape = reverse::Tape<V>::ThisThread();
     bool any = false;
     for (Index i = 0; i < s.size(); ++i) {
-      any = tape.AddOperand(T(s(i)), shifted[static_cast<std::size_t>(i)] * inverse) || any;
+      // The partial p_i = softmax_i changes as p_i (ds_i - d lse).
+      const T& si = s(i);
+      const V p = shifted[static_cast<std::size_t>(i)] * inverse;
+      if (tape.AddOperand(si, p)) {
+        any = true;
+        const auto pn = internal::NumberOf(p);
+        tape.AddCurvature(si, si, pn);
+        tape.AddCurvatureInResult(si, -pn);
+      }
     }
     return any ? T(lse, tape.Close()) : T(lse);
   } else {
@@ -189,9 +197,17 @@ auto Dot(const Eigen::MatrixBase<A>& a_in, const Eigen::MatrixBase<B>& b_in) {
       V value(0.0);
       bool any = false;
       for (Index i = 0; i < n; ++i) value += ValueOf(a.coeff(i)) * ValueOf(b.coeff(i));
-      for (Index i = 0; i < n; ++i) {
-        any = tape.AddOperand(a.coeff(i), ValueOf(b.coeff(i))) || any;
-        any = tape.AddOperand(b.coeff(i), ValueOf(a.coeff(i))) || any;
+      for (Index i = 0; i < n; ++i) {  // partials b_i and a_i: the mixed second derivative 1
+        const T& ai = a.coeff(i);
+        const T& bi = b.coeff(i);
+        if (tape.AddOperand(ai, ValueOf(bi))) {
+          any = true;
+          tape.AddCurvature(ai, bi, 1);
+        }
+        if (tape.AddOperand(bi, ValueOf(ai))) {
+          any = true;
+          tape.AddCurvature(bi, ai, 1);
+        }
       }
       return any ? T(value, tape.Close()) : T(value);
     }

@@ -62,6 +62,9 @@
 #include <implicit/core/types.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -259,6 +262,95 @@ class AutoDiffEnergy : public Energy<Scalar> {
     }
   }
 
+  /// The Hessian at x for many products there (the implicit backward pass's
+  /// adjoint solve, Newton-Krylov). In reverse mode each sample's energy is
+  /// recorded once with its second derivatives, and every product then
+  /// recomputes that recording's tangents for its direction and sweeps it
+  /// (reverse::Tape::SetDirection): no call of the functor per product. A
+  /// sample whose recording does not check out (the functor records an
+  /// operation without second derivatives: a reverse::Var::Node of its own)
+  /// or that would take the linearisation's tapes past
+  /// kMaxLinearizationBytes gets HessianVectorProduct at the point instead.
+  /// In forward mode: Energy's default (HessianVectorProduct at the point).
+  std::unique_ptr<Linearization<Scalar>> LinearizeHessian(ConstMatrixRef<Scalar> x) const override {
+    internal::CheckBatch("AutoDiffEnergy::LinearizeHessian(x)", x, dimension_);
+    CheckInput("AutoDiffEnergy::LinearizeHessian", x.cols());
+    if constexpr (kCanReverse) {
+      if (uses_reverse_mode()) return std::make_unique<RecordedHessian>(*this, x);
+    }
+    return Energy<Scalar>::LinearizeHessian(x);
+  }
+  /// The most bytes the recorded tapes of one LinearizeHessian hold
+  /// (samples beyond it are differentiated at the point for each product).
+  static constexpr std::size_t kMaxLinearizationBytes = std::size_t(1) << 30;
+
+  /// LinearizeHessian's linearisation in reverse mode: a recording kept per
+  /// sample (or, for a sample whose recording did not check out, products at
+  /// the point).
+  class RecordedHessian final : public Linearization<Scalar> {
+   public:
+    /// Records `energy` at each sample of x (LinearizeHessian).
+    RecordedHessian(const AutoDiffEnergy& energy, ConstMatrixRef<Scalar> x)
+        : energy_(energy), point_(x), samples_(static_cast<std::size_t>(x.cols())) {
+      std::size_t bytes = 0;
+      for (Index b = 0; b < x.cols(); ++b) {
+        Sample& s = samples_[static_cast<std::size_t>(b)];
+        if (bytes > kMaxLinearizationBytes) break;  // the rest at the point
+        s.tape = std::make_unique<reverse::Tape<Inner>>();
+        bool usable = false;
+        s.output = energy.RecordLinearization(x, b, s.tape.get(), &usable);
+        bytes += s.tape->bytes();
+        if (!usable) s.tape.reset();
+      }
+    }
+    /// How many of the point's samples have their recording kept (the others
+    /// are differentiated at the point for each product).
+    Index samples_recorded() const {
+      Index count = 0;
+      for (const Sample& s : samples_) count += s.tape != nullptr ? 1 : 0;
+      return count;
+    }
+    /// out = H v, sample by sample.
+    void JacobianVectorProduct(ConstMatrixRef<Scalar> v, MatrixRef<Scalar> out) const override {
+      Products(v, out);
+    }
+    /// The Hessian is symmetric: the same products.
+    void VectorJacobianProduct(ConstMatrixRef<Scalar> u, MatrixRef<Scalar> out) const override {
+      Products(u, out);
+    }
+
+   private:
+    struct Sample {
+      std::unique_ptr<reverse::Tape<Inner>> tape;  ///< null: differentiated at the point
+      std::int32_t output = -1;                    ///< the energy's node (-1: a constant)
+      mutable std::mutex mutex;                    ///< one product at a time on the tape
+    };
+    void Products(ConstMatrixRef<Scalar> v, MatrixRef<Scalar> out) const {
+      const Index n = energy_.dimension_;
+      internal::CheckShape("AutoDiffEnergy::LinearizeHessian products (v)", v, n, point_.cols());
+      internal::CheckShape("AutoDiffEnergy::LinearizeHessian products (out)", out, n, point_.cols());
+      std::vector<Inner> adjoints(static_cast<std::size_t>(n));
+      for (Index b = 0; b < point_.cols(); ++b) {
+        const Sample& s = samples_[static_cast<std::size_t>(b)];
+        if (s.tape == nullptr) {
+          energy_.HessianVectorProduct(point_.col(b), v.col(b), out.col(b));
+        } else if (s.output < 0) {
+          out.col(b).setZero();
+        } else {
+          const std::lock_guard<std::mutex> lock(s.mutex);
+          const Vector<Scalar> direction = v.col(b);
+          s.tape->SetDirection(direction.data(), n);
+          s.tape->SweepFrom(s.output, n, adjoints.data());
+          for (Index i = 0; i < n; ++i) out(i, b) = adjoints[static_cast<std::size_t>(i)].v[0];
+        }
+      }
+    }
+    const AutoDiffEnergy& energy_;
+    const Matrix<Scalar> point_;
+    std::vector<Sample> samples_;
+  };
+
+
   void ParameterVectorJacobianProduct(ConstMatrixRef<Scalar> x,
                                       ConstMatrixRef<Scalar> u,
                                       VectorRef<Scalar> out) const override {
@@ -444,6 +536,42 @@ class AutoDiffEnergy : public Energy<Scalar> {
     }
   }
 
+  /// Sample b of x recorded in values whose tangents are a fixed
+  /// pseudo-random direction, with its second derivatives (a linearizing
+  /// recording), into *kept: the output's node (-1: E does not depend on
+  /// the variables), and in *usable whether the recording checked out
+  /// (reverse::Tape::CheckLinearization against that direction).
+  std::int32_t RecordLinearization(ConstMatrixRef<Scalar> x, Index b, reverse::Tape<Inner>* kept,
+                                   bool* usable) const {
+    std::vector<Inner> z;
+    PackVariables(x, b, b, false, &z);
+    std::vector<Scalar> direction(static_cast<std::size_t>(dimension_));
+    std::uint64_t state = 0x9e3779b97f4a7c15ull;
+    for (Index i = 0; i < dimension_; ++i) {  // splitmix64, mapped to [-1, 1)
+      std::uint64_t r = (state += 0x9e3779b97f4a7c15ull);
+      r = (r ^ (r >> 30)) * 0xbf58476d1ce4e5b9ull;
+      r = (r ^ (r >> 27)) * 0x94d049bb133111ebull;
+      r ^= r >> 31;
+      direction[static_cast<std::size_t>(i)] = static_cast<Scalar>(static_cast<double>(r >> 11) * 0x1.0p-52 - 1.0);
+      z[static_cast<std::size_t>(i)].v[0] = direction[static_cast<std::size_t>(i)];
+    }
+    reverse::Recording<Inner> recording(/*linearize=*/true);
+    static thread_local Vector<reverse::Var<Inner>> xs, c;
+    static thread_local typename reverse::Recording<Inner>::KeptConstants theta;
+    recording.Variables(z.data(), dimension_, true, &xs);
+    recording.Variables(z.data() + dimension_, input_dimension_, false, &c);
+    recording.Constants(parameters_.values().data(), parameters_.size(), &theta);
+    std::int32_t output = -1;
+    {
+      const reverse::PersistentScope persistent(&functor_, sizeof(Functor));
+      output = recording.Keep(Call<reverse::Var<Inner>>(xs, c, theta.vars), kept);
+    }
+    // Recomputed and recorded tangents agree to round-off when every node has
+    // its second derivatives; a node without them is off by its whole tangent.
+    const Scalar tolerance = std::is_same<Scalar, float>::value ? Scalar(1e-2) : Scalar(1e-6);
+    *usable = output < 0 || kept->CheckLinearization(direction.data(), dimension_, tolerance);
+    return output;
+  }
   /// E(x; c, theta) for any of the scalar types; c is ignored without an input.
   template <typename T>
   T Call(const Vector<T>& x, const Vector<T>& input, const Vector<T>& theta) const {

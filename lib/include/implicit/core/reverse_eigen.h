@@ -230,7 +230,7 @@ struct FactorBuilder {
         }
       }
     }
-    if (!any_tangent) factor.tangents = -1;
+    if (!any_tangent && !tape.linearizing()) factor.tangents = -1;  // kept for SetDirection
     if (!any_variable) {  // constants after all: numbers
       factor.owned = factor.values;
       factor.values = -1;
@@ -534,6 +534,7 @@ const Var<V>* CoefficientsOf(const E& e, Index rows, Index cols, std::vector<Var
 /// (log-sum-exp, softmax) of stored vectors, whose operands are read directly.
 template <typename V, typename Xpr, typename Evaluator>
 Var<V> RecordSum(const Xpr& xpr, const Evaluator& coefficients) {
+  using Number = typename Tape<V>::Number;
   Tape<V>& tape = Tape<V>::ThisThread();
   static thread_local std::vector<Var<V>> a, b;
   const Index rows = xpr.rows(), cols = xpr.cols();
@@ -548,15 +549,26 @@ Var<V> RecordSum(const Xpr& xpr, const Evaluator& coefficients) {
     const Var<V>* x = CoefficientsOf<V>(xpr.nestedExpression(), rows, cols,
                                         kStored<typename IsAbs2<Xpr>::Nested> ? &a : &computed);
     for (std::size_t i = 0; i < count; ++i) value += ValueOf(x[i]) * ValueOf(x[i]);
-    for (std::size_t i = 0; i < count; ++i) add(x[i], V(2.0) * ValueOf(x[i]));
+    for (std::size_t i = 0; i < count; ++i) {
+      if (tape.AddOperand(x[i], V(2.0) * ValueOf(x[i]))) {  // partial 2 x_i: second derivative 2
+        any = true;
+        tape.AddCurvature(x[i], x[i], Number(2));
+      }
+    }
   } else if constexpr (IsProductOfVars<Xpr>::value) {
     const std::size_t count = static_cast<std::size_t>(rows * cols);
     const Var<V>* x = CoefficientsOf<V>(xpr.lhs(), rows, cols, &a);
     const Var<V>* y = CoefficientsOf<V>(xpr.rhs(), rows, cols, &b);
     for (std::size_t i = 0; i < count; ++i) value += ValueOf(x[i]) * ValueOf(y[i]);
-    for (std::size_t i = 0; i < count; ++i) {
-      add(x[i], ValueOf(y[i]));
-      add(y[i], ValueOf(x[i]));
+    for (std::size_t i = 0; i < count; ++i) {  // partials y_i and x_i: the mixed second derivative 1
+      if (tape.AddOperand(x[i], ValueOf(y[i]))) {
+        any = true;
+        tape.AddCurvature(x[i], y[i], Number(1));
+      }
+      if (tape.AddOperand(y[i], ValueOf(x[i]))) {
+        any = true;
+        tape.AddCurvature(y[i], x[i], Number(1));
+      }
     }
   } else if constexpr (ExpOfShifted<Xpr>::value) {
     // sum_i exp(s_i - m): partials exp(s_i - m), and -sum for m.
@@ -593,8 +605,20 @@ Var<V> RecordSum(const Xpr& xpr, const Evaluator& coefficients) {
       for (V& t : e) t = exp(t);
     }
     for (const V& t : e) value += t;
-    for (std::size_t i = 0; i < e.size(); ++i) add(s[i], e[i]);
-    add(m, -value);
+    // The partial e_i = exp(s_i - m) changes as e_i (ds_i - dm); m's, -sum_i
+    // e_i, as minus the sum's own tangent.
+    for (std::size_t i = 0; i < e.size(); ++i) {
+      if (tape.AddOperand(s[i], e[i])) {
+        any = true;
+        const Number ei = ::implicit::internal::NumberPart(e[i]);
+        tape.AddCurvature(s[i], s[i], ei);
+        tape.AddCurvature(s[i], m, -ei);
+      }
+    }
+    if (tape.AddOperand(m, -value)) {
+      any = true;
+      tape.AddCurvatureInResult(m, Number(-1));
+    }
   } else {
     a.resize(static_cast<std::size_t>(rows * cols));
     for (Index j = 0, i = 0; j < cols; ++j) {

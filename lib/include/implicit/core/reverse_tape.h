@@ -78,6 +78,13 @@ struct ExposesStorage<E, std::void_t<decltype(std::declval<const E&>().data()),
                                      decltype(std::declval<const E&>().innerStride())>>
     : std::true_type {};
 
+/// Whether V is a dual number whose value part is a number (not a dual).
+template <typename V, typename = void>
+struct IsDualOfNumber : std::false_type {};
+template <typename V>
+struct IsDualOfNumber<V, std::enable_if_t<IsDual<V>::value>>
+    : std::is_arithmetic<std::decay_t<decltype(std::declval<const V&>().a)>> {};
+
 }  // namespace internal
 
 namespace reverse {
@@ -96,6 +103,15 @@ namespace reverse {
 template <typename V>
 class Tape {
  public:
+  /// The number type under V (V itself, or a dual's value part's).
+  using Number = typename internal::NumberTypeOf<V>::type;
+  /// Whether V is a dual number (forward over reverse) rather than a number.
+  static constexpr bool kDual = !std::is_same<V, Number>::value;
+  static_assert(!kDual || internal::IsDual<V>::value,
+                "reverse::Tape: values are numbers or first-order duals of one tangent");
+  /// Whether a recording can be linearised (BeginRecording's `linearize`):
+  /// dual values of one tangent whose value part is a number.
+  static constexpr bool kLinearizable = internal::IsDualOfNumber<V>::value;
   /// This thread's tape.
   IMPLICIT_REVERSE_INLINE static Tape& ThisThread() {
     static thread_local Tape tape;
@@ -107,8 +123,11 @@ class Tape {
 
   /// Clears the tape and marks it recording until EndRecording (throws
   /// std::logic_error when it already is: nested recordings on one thread).
+  /// With `linearize` (dual values of numbers only: kLinearizable), the
+  /// nodes' second derivatives are recorded too, so that the recording can be
+  /// kept and its tangents recomputed for other directions (SetDirection).
   /// \throws std::logic_error when a recording is already in progress on this thread.
-  void BeginRecording() {
+  void BeginRecording(bool linearize = false) {
     if (recording_) {
       throw std::logic_error(
           "reverse::Tape: a recording is already in progress on this thread (nested "
@@ -125,6 +144,9 @@ class Tape {
     owned_used_ = 0;
     outputs_used_ = 0;
     for (ReadFactor& r : read_) r.data = nullptr;
+    curvatures_.clear();
+    linearizing_ = kLinearizable && linearize;
+    linearized_ = false;
     last_ordinary_ = -1;
     recording_ = true;
     recording_number_ = (recording_number_ + 1) & 0x3fffffff;  // bit 62 of an id is free (reverse_var.h)
@@ -151,6 +173,45 @@ class Tape {
     return last_ordinary_ = Close();
   }
   ///@}
+  ///@{
+  /// Push1 and Push2 of a node whose partials depend on its operands: haa,
+  /// hab, hbb are the second derivatives of the node in its operand nodes
+  /// (the partials' derivatives), recorded when the tape is linearizing.
+  std::int64_t Push1(std::int64_t a, const V& da, Number haa) {
+    const std::int64_t id = Push1(a, da);
+    if (linearizing_) Curve(entries_.size() - 1, a, haa);
+    return id;
+  }
+  std::int64_t Push2(std::int64_t a, const V& da, std::int64_t b, const V& db, Number haa, Number hab,
+                     Number hbb) {
+    const std::int64_t id = Push2(a, da, b, db);
+    if (linearizing_) {
+      const std::size_t ka = entries_.size() - 2, kb = entries_.size() - 1;
+      Curve(ka, a, haa);
+      Curve(ka, b, hab);
+      Curve(kb, a, hab);
+      Curve(kb, b, hbb);
+    }
+    return id;
+  }
+  ///@}
+  /// Whether this recording keeps second derivatives (BeginRecording's `linearize`).
+  bool linearizing() const { return linearizing_; }
+  /// For the operand just added for `a` (AddOperand returned true): its
+  /// partial da depends on y's value with derivative h (recorded when the
+  /// tape is linearizing and y is a variable; the Vars' scales are applied
+  /// here).
+  void AddCurvature(const Var<V>& a, const Var<V>& y, Number h) {
+    if (linearizing_ && y.is_variable()) Curve(entries_.size() - 1, y.index(), h * a.scale() * y.scale());
+  }
+  /// For the operand just added for `a`: its partial depends on the value of
+  /// the node being built (closed next) with derivative h.
+  void AddCurvatureInResult(const Var<V>& a, Number h) {
+    if (linearizing_ && h != Number(0)) {
+      curvatures_.push_back({static_cast<std::uint32_t>(entries_.size() - 1),
+                             static_cast<std::int32_t>(ends_.size()), h * a.scale()});
+    }
+  }
   /// Adds operand b with partial db to node `last` when it is the last node
   /// recorded and one of one or two operands (Push1, Push2, or one extended
   /// since: not a run, a product's, an independent variable's or a node of
@@ -240,12 +301,6 @@ class Tape {
   }
 
   // ---- Recorded matrix products (reverse_eigen.h records them) ----
-  /// The number type under V (V itself, or a dual's value part's).
-  using Number = typename internal::NumberTypeOf<V>::type;
-  /// Whether V is a dual number (forward over reverse) rather than a number.
-  static constexpr bool kDual = !std::is_same<V, Number>::value;
-  static_assert(!kDual || internal::IsDual<V>::value,
-                "reverse::Tape: values are numbers or first-order duals of one tangent");
 
   /// A factor of a recorded product, as it is used in the product (op(F),
   /// rows x cols): constant numbers, or variables. Constants are `numbers`
@@ -370,12 +425,7 @@ class Tape {
     Matrix<Number>& t = kDual && variable ? outputs_[static_cast<std::size_t>(p.tangents)] : product_scratch_[1];
     s.resize(m, n);
     internal::Gemm(alpha, Operand(a, false), Operand(b, false), Number(0), s.data(), m);
-    if constexpr (kDual) {
-      t.setZero(m, n);
-      const internal::GemmOperand<Number> a_tangents = Operand(a, true), b_tangents = Operand(b, true);
-      if (a_tangents.data != nullptr) internal::Gemm(alpha, a_tangents, Operand(b, false), Number(1), t.data(), m);
-      if (b_tangents.data != nullptr) internal::Gemm(alpha, Operand(a, false), b_tangents, Number(1), t.data(), m);
-    }
+    if constexpr (kDual) ProductTangents(a, b, alpha, &t);
     const auto value = [&](Index i) {
       if constexpr (kDual) {
         V v(s(i));
@@ -479,7 +529,12 @@ class Tape {
   /// adjoints[i].
   /// \throws std::logic_error when `output` is not a node of this recording.
   void Adjoints(std::int64_t output, Index count, V* adjoints) const {
-    const std::size_t out = static_cast<std::size_t>(Node(output));
+    SweepFrom(Node(output), count, adjoints);
+  }
+  /// Adjoints() from node `output` of the recording this tape holds (a
+  /// recording kept by MoveRecordingTo, whose nodes' ids are no longer checked).
+  void SweepFrom(std::int32_t output, Index count, V* adjoints) const {
+    const std::size_t out = static_cast<std::size_t>(output);
     adjoints_.assign(ends_.size(), V(0.0));
     adjoints_[out] = V(1.0);
     // The products whose first node is at or below the output; the next one's
@@ -524,6 +579,123 @@ class Tape {
     for (Index i = 0; i < count; ++i) adjoints[i] = adjoints_[static_cast<std::size_t>(i)];
   }
 
+  // ---- A linearised recording (BeginRecording's `linearize`) ----
+  /// Recomputes every tangent of the recording this tape holds for the
+  /// direction u[0 .. count) of its first `count` nodes (the independent
+  /// variables; other nodes without operands get tangent 0), as if it had
+  /// been recorded with those tangents: the nodes' tangents from their
+  /// partials (a forward pass; a product's by two products), the partials'
+  /// tangents from the second derivatives recorded. A sweep (SweepFrom) then
+  /// gives the Hessian-vector product in that direction without recording
+  /// again. Requires a linearizing recording (else std::logic_error).
+  /// \throws std::logic_error when the recording was not linearizing.
+  void SetDirection(const Number* u, Index count) {
+    if constexpr (!kLinearizable) {
+      (void)u;
+      (void)count;
+      throw std::logic_error("reverse::Tape::SetDirection: values are not duals of numbers");
+    } else {
+      if (!linearized_) throw std::logic_error("reverse::Tape::SetDirection: the recording was not linearizing");
+      const std::size_t nodes = ends_.size();
+      tangents_.assign(nodes, Number(0));
+      const std::size_t independent = std::min(nodes, static_cast<std::size_t>(std::max<Index>(count, 0)));
+      std::copy(u, u + independent, tangents_.begin());
+      const std::int32_t* operands = entries_.operands.data();
+      V* partials = entries_.partials.data();
+      std::size_t next = 0;  // the next product
+      for (std::size_t i = independent; i < nodes; ++i) {
+        if (next < products_.size() && static_cast<std::size_t>(products_[next].first) == i) {
+          const Product& p = products_[next++];
+          RefreshFactorTangents(p.a);
+          RefreshFactorTangents(p.b);
+          Matrix<Number>& t = outputs_[static_cast<std::size_t>(p.tangents)];
+          ProductTangents(p.a, p.b, p.alpha, &t);
+          std::copy(t.data(), t.data() + t.size(), tangents_.begin() + static_cast<std::ptrdiff_t>(i));
+          i += static_cast<std::size_t>(t.size()) - 1;
+          continue;
+        }
+        const std::size_t begin = i == 0 ? 0 : ends_[i - 1], end = ends_[i];
+        if (begin == end) continue;
+        Number t(0);
+        if (operands[begin] < 0) {  // a run
+          const Run& run = runs_[static_cast<std::size_t>(~operands[begin])];
+          const Number* partial = run.held != nullptr ? run.held : numbers_.data() + run.begin;
+          const Number* operand = tangents_.data() + run.first;
+          for (std::size_t k = 0; k < run.count; ++k) t += partial[k] * operand[k];
+        } else {
+          for (std::size_t k = begin; k < end; ++k) t += partials[k].a * tangents_[static_cast<std::size_t>(operands[k])];
+        }
+        tangents_[i] = t;
+      }
+      for (std::size_t k = 0; k < entries_.size(); ++k) partials[k].v[0] = Number(0);
+      for (const Curvature& c : curvatures_) {
+        partials[c.entry].v[0] += c.h * tangents_[static_cast<std::size_t>(c.node)];
+      }
+    }
+  }
+  /// Ends a linearizing recording's check: recomputes its tangents for the
+  /// direction it was recorded with (u[0 .. count), SetDirection) and
+  /// compares them with the recorded ones, every partial's and every
+  /// product's output, each within `tolerance` relative to its terms. True
+  /// when they agree: every node of the recording has its second
+  /// derivatives (an operation recorded without them, such as a Var::Node
+  /// of the caller's own, makes them disagree, and the recording must not be
+  /// used with SetDirection). The recording's own tangents are lost.
+  bool CheckLinearization(const Number* u, Index count, Number tolerance) {
+    if constexpr (!kLinearizable) {
+      (void)u;
+      (void)count;
+      (void)tolerance;
+      return false;
+    } else {
+      if (!linearizing_ && !linearized_) return false;
+      linearized_ = true;
+      const std::size_t entries = entries_.size();
+      std::vector<Number> recorded(entries);
+      for (std::size_t k = 0; k < entries; ++k) recorded[k] = entries_.partials[k].v[0];
+      std::vector<Matrix<Number>> recorded_outputs;
+      for (const Product& p : products_) recorded_outputs.push_back(outputs_[static_cast<std::size_t>(p.tangents)]);
+      SetDirection(u, count);
+      using std::abs;
+      std::vector<Number> terms(entries, Number(0));
+      for (const Curvature& c : curvatures_) terms[c.entry] += abs(c.h * tangents_[static_cast<std::size_t>(c.node)]);
+      for (std::size_t k = 0; k < entries; ++k) {
+        const Number now = entries_.partials[k].v[0];
+        if (!(abs(now - recorded[k]) <= tolerance * (abs(recorded[k]) + terms[k]))) return linearized_ = false;
+      }
+      for (std::size_t j = 0; j < products_.size(); ++j) {
+        const Matrix<Number>& now = outputs_[static_cast<std::size_t>(products_[j].tangents)];
+        const Number scale = recorded_outputs[j].norm() + now.norm();
+        if (!((now - recorded_outputs[j]).norm() <= tolerance * scale)) return linearized_ = false;
+      }
+      return true;
+    }
+  }
+  /// Moves the recording this tape holds (its nodes, products and
+  /// second derivatives) to *kept, an unused Tape of the caller's, and takes
+  /// kept's storage in exchange; this tape's own state (whether it records,
+  /// the recording's number) stays. The kept recording is read by
+  /// SetDirection and SweepFrom (its Vars are gone).
+  void MoveRecordingTo(Tape* kept) {
+    std::swap(*this, *kept);
+    std::swap(recording_, kept->recording_);
+    std::swap(recording_number_, kept->recording_number_);
+    std::swap(last_ordinary_, kept->last_ordinary_);
+  }
+  /// The bytes this tape's storage takes (its capacity).
+  std::size_t bytes() const {
+    std::size_t total = ends_.capacity() * sizeof(std::uint32_t) +
+                        entries_.partials.capacity() * (sizeof(V) + sizeof(std::int32_t)) +
+                        runs_.capacity() * sizeof(Run) + numbers_.capacity() * sizeof(Number) +
+                        products_.capacity() * sizeof(Product) + product_nodes_.capacity() * sizeof(std::int32_t) +
+                        curvatures_.capacity() * sizeof(Curvature) + tangents_.capacity() * sizeof(Number) +
+                        adjoints_.capacity() * sizeof(V);
+    for (const auto* pool : {&owned_, &outputs_}) {
+      for (const Matrix<Number>& m : *pool) total += static_cast<std::size_t>(m.size()) * sizeof(Number);
+    }
+    return total;
+  }
+
  private:
   struct Product {
     std::int32_t first = 0;  ///< its first node
@@ -532,6 +704,46 @@ class Tape {
     /// Its output's values and (duals) tangents: slots of outputs_.
     int values = -1, tangents = -1;
   };
+
+  /// A second derivative of a linearizing recording: the partial of operand
+  /// `entry` changes with the value of node `node` at rate h.
+  struct Curvature {
+    std::uint32_t entry;
+    std::int32_t node;
+    Number h;
+  };
+  /// Records that the partial of entry k depends on node id a's value at rate h (h = 0: nothing).
+  void Curve(std::size_t k, std::int64_t a, Number h) {
+    if (h != Number(0)) curvatures_.push_back({static_cast<std::uint32_t>(k), Node(a), h});
+  }
+  /// *t = alpha (op(A).v op(B) + op(A) op(B).v): the tangent of a product's output.
+  void ProductTangents(const ProductFactor& a, const ProductFactor& b, Number alpha, Matrix<Number>* t) const {
+    const Index m = a.rows, n = b.cols;
+    t->setZero(m, n);
+    const internal::GemmOperand<Number> a_tangents = Operand(a, true), b_tangents = Operand(b, true);
+    if (a_tangents.data != nullptr) internal::Gemm(alpha, a_tangents, Operand(b, false), Number(1), t->data(), m);
+    if (b_tangents.data != nullptr) internal::Gemm(alpha, Operand(a, false), b_tangents, Number(1), t->data(), m);
+  }
+  /// A variable factor's tangents copied from its nodes' (tangents_), where
+  /// the tape holds a copy of them (a factor held where it is, an earlier
+  /// product's output, has its tangents there).
+  void RefreshFactorTangents(const ProductFactor& f) {
+    if (f.tangents < 0) return;
+    Number* t = owned_[static_cast<std::size_t>(f.tangents)].data();
+    const Index size = f.rows * f.cols;
+    if (f.first >= 0) {
+      const std::size_t first = static_cast<std::size_t>(f.first), stride = static_cast<std::size_t>(f.stride);
+      const std::size_t row_step = f.stored_transposed ? stride : 1, col_step = f.stored_transposed ? 1 : stride;
+      for (Index c = 0, i = 0; c < f.cols; ++c) {
+        for (Index r = 0; r < f.rows; ++r, ++i) {
+          t[i] = tangents_[first + static_cast<std::size_t>(r) * row_step + static_cast<std::size_t>(c) * col_step];
+        }
+      }
+    } else {
+      const std::int32_t* nodes = product_nodes_.data() + f.ids;
+      for (Index i = 0; i < size; ++i) t[i] = nodes[i] >= 0 ? tangents_[static_cast<std::size_t>(nodes[i])] : Number(0);
+    }
+  }
 
   /// Factor f as a product operand: its numbers (a constant) or its values or
   /// tangents (a variable; the tangent of a constant is none: data null).
@@ -729,6 +941,10 @@ class Tape {
   std::size_t next_read_ = 0;
   mutable std::vector<V> adjoints_;
   mutable Matrix<Number> product_scratch_[4];
+  std::vector<Curvature> curvatures_;  ///< a linearizing recording's second derivatives
+  std::vector<Number> tangents_;       ///< the nodes' tangents (SetDirection)
+  bool linearizing_ = false;           ///< whether this recording keeps second derivatives
+  bool linearized_ = false;            ///< whether CheckLinearization passed on it
   bool recording_ = false;
   std::int64_t recording_number_ = 0;  ///< The recording's number, below 2^30.
   /// The id of the last node when Extend may add operands to it, or -1.
@@ -746,7 +962,9 @@ class Tape {
 template <typename V>
 class Recording {
  public:
-  Recording() : tape_(Tape<V>::ThisThread()) { tape_.BeginRecording(); }
+  /// Begins a recording on this thread's tape; with `linearize`, one that
+  /// keeps its second derivatives (Tape::BeginRecording), to be kept (Keep).
+  explicit Recording(bool linearize = false) : tape_(Tape<V>::ThisThread()) { tape_.BeginRecording(linearize); }
   ~Recording() { tape_.EndRecording(); }
   Recording(const Recording&) = delete;
   Recording& operator=(const Recording&) = delete;
@@ -804,6 +1022,16 @@ class Recording {
       }
     }
     tape_.AddKnownConstants(kept->vars.data(), size, kept->values.data());
+  }
+  /// Moves this recording, with `result` as its output, to *kept
+  /// (Tape::MoveRecordingTo): for SetDirection and SweepFrom there, with the
+  /// node returned (-1 when the result is a constant). Nothing may be
+  /// recorded after it.
+  std::int32_t Keep(const Var<V>& result, Tape<V>* kept) {
+    const Var<V> out = result.Materialized();
+    const std::int32_t node = out.is_variable() ? tape_.Node(out.index()) : -1;
+    tape_.MoveRecordingTo(kept);
+    return node;
   }
   /// How many independent variables Variables() made.
   Index num_independent() const { return independent_; }

@@ -14,6 +14,7 @@
 
 #include <Eigen/Core>
 
+#include <array>
 #include <cstdint>
 #include <type_traits>
 
@@ -44,6 +45,21 @@ template <typename V>
 struct NumberTypeOf<V, std::enable_if_t<IsDual<V>::value>> {
   using type = typename NumberTypeOf<std::decay_t<decltype(std::declval<const V&>().a)>>::type;
 };
+/// The number under a value: v itself, or a dual's value part's (recursively).
+template <typename V>
+typename NumberTypeOf<V>::type NumberPart(const V& v) {
+  if constexpr (IsDual<V>::value) {
+    return NumberPart(v.a);
+  } else {
+    return v;
+  }
+}
+/// The square of a value's number part (a factor of second derivatives).
+template <typename V>
+typename NumberTypeOf<V>::type SquaredNumber(const V& v) {
+  const typename NumberTypeOf<V>::type n = NumberPart(v);
+  return n * n;
+}
 }  // namespace internal
 
 namespace reverse {
@@ -99,6 +115,38 @@ class Var {
     if (a.index_ < 0) return Node(value, b, db);
     if (b.index_ < 0) return Node(value, a, da);
     return Var(value, Tape<V>::ThisThread().Push2(a.index(), da * a.scale_, b.index(), db * b.scale_));
+  }
+  ///@}
+  ///@{
+  /// Node() of an operation whose partials depend on its operands' values:
+  /// `second()` returns its second derivatives in the operands' values (a
+  /// number haa; for two operands {haa, hab, hbb}), called only when the tape
+  /// keeps them (a linearizing recording: Tape::SetDirection).
+  template <typename H>
+  IMPLICIT_REVERSE_INLINE static Var Node(const V& value, const Var& a, const V& da, H&& second) {
+    if (a.index_ < 0) return Var(value);
+    Tape<V>& tape = Tape<V>::ThisThread();
+    if constexpr (Tape<V>::kLinearizable) {
+      if (tape.linearizing()) {
+        return Var(value, tape.Push1(a.index(), da * a.scale_, Number(second()) * a.scale_ * a.scale_));
+      }
+    }
+    return Var(value, tape.Push1(a.index(), da * a.scale_));
+  }
+  template <typename H>
+  IMPLICIT_REVERSE_INLINE static Var Node(const V& value, const Var& a, const V& da, const Var& b, const V& db,
+                                          H&& second) {
+    if (a.index_ < 0) return Node(value, b, db, [&] { return second()[2]; });
+    if (b.index_ < 0) return Node(value, a, da, [&] { return second()[0]; });
+    Tape<V>& tape = Tape<V>::ThisThread();
+    if constexpr (Tape<V>::kLinearizable) {
+      if (tape.linearizing()) {
+        const std::array<Number, 3> h = second();
+        return Var(value, tape.Push2(a.index(), da * a.scale_, b.index(), db * b.scale_, h[0] * a.scale_ * a.scale_,
+                                     h[1] * a.scale_ * b.scale_, h[2] * b.scale_ * b.scale_));
+      }
+    }
+    return Var(value, tape.Push2(a.index(), da * a.scale_, b.index(), db * b.scale_));
   }
   ///@}
   /// value, as an affine function of a with derivative s: no node.
@@ -183,14 +231,19 @@ class Var {
     Number s;
     if (a.index_ < 0 && IsNumber(a.value_, &s)) return Affine(a.value_ * b.value_, b, s);
     if (b.index_ < 0 && IsNumber(b.value_, &s)) return Affine(a.value_ * b.value_, a, s);
-    return Node(a.value_ * b.value_, a, b.value_, b, a.value_);
+    return Node(a.value_ * b.value_, a, b.value_, b, a.value_,
+                [] { return std::array<Number, 3>{Number(0), Number(1), Number(0)}; });
   }
   friend Var operator/(const Var& a, const Var& b) {
     Number s;
     if (b.index_ < 0 && IsNumber(b.value_, &s)) return Affine(a.value_ / b.value_, a, Number(1) / s);
     const V inverse = V(1.0) / b.value_;
     const V q = a.value_ * inverse;
-    return Node(q, a, inverse, b, -q * inverse);
+    // q = a / b: d2q/da2 = 0, d2q/da db = -1/b^2, d2q/db2 = 2 q / b^2.
+    return Node(q, a, inverse, b, -q * inverse, [&] {
+      const Number i = internal::NumberPart(inverse), n = internal::NumberPart(q);
+      return std::array<Number, 3>{Number(0), -i * i, Number(2) * n * i * i};
+    });
   }
   ///@}
 /// Comparisons of two Vars compare their values (nothing is recorded).
