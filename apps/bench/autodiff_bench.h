@@ -16,6 +16,8 @@
 //               tokens of width 32, 8 heads of width 8, 32 ReLU memories; n = 544)
 //               with W_K, W_Q, Xi as trainable parameters, against the closed-form
 //               EnergyTransformer; also the parameter VJP
+// In reverse mode also a product of the Hessian recorded once at x
+// (LinearizeHessian: the products of a Krylov solve at one point).
 // Every figure is measured in the same run on this machine.
 #pragma once
 

@@ -36,6 +36,7 @@ struct Row {
   // Multiples of `value`; < 0: not measured.
   double gradient_forward = -1, gradient_reverse = -1, hvp_forward = -1, hvp_reverse = -1;
   double gradient_closed = -1, hvp_closed = -1;
+  double hvp_kept = -1;  // a product of the Hessian kept at x (LinearizeHessian), reverse mode
   double vjp_reverse = -1, vjp_closed = -1;  // parameter VJP (energies with parameters)
   bool forward_one_sample = false;  // forward mode timed on one sample, once
 };
@@ -74,6 +75,10 @@ Row Measure(const std::string& name, const std::string& style, implicit::AutoDif
   row.gradient_reverse = SecondsPerSample([&] { energy.Gradient(x, out); }, o.repeat, B) / row.value;
   row.hvp_reverse =
       SecondsPerSample([&] { energy.HessianVectorProduct(x, v, out); }, o.repeat, B) / row.value;
+  {  // the products a Krylov solve makes at one point (the IFT backward's)
+    const auto hessian = energy.LinearizeHessian(x);
+    row.hvp_kept = SecondsPerSample([&] { hessian->JacobianVectorProduct(v, out); }, o.repeat * 3, B) / row.value;
+  }
   if (energy.num_parameters() > 0) {
     Vector<double> dtheta(energy.num_parameters());
     row.vjp_reverse = SecondsPerSample([&] { energy.ParameterVectorJacobianProduct(x, v, dtheta); },

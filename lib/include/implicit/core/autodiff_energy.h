@@ -272,6 +272,9 @@ class AutoDiffEnergy : public Energy<Scalar> {
   /// or that would take the linearisation's tapes past
   /// kMaxLinearizationBytes gets HessianVectorProduct at the point instead.
   /// In forward mode: Energy's default (HessianVectorProduct at the point).
+  /// The kept tapes go back to the energy when the linearisation is
+  /// destroyed and hold the next one's recordings (the energy keeps that
+  /// memory, about one recording per sample, until it is destroyed).
   std::unique_ptr<Linearization<Scalar>> LinearizeHessian(ConstMatrixRef<Scalar> x) const override {
     internal::CheckBatch("AutoDiffEnergy::LinearizeHessian(x)", x, dimension_);
     CheckInput("AutoDiffEnergy::LinearizeHessian", x.cols());
@@ -296,13 +299,20 @@ class AutoDiffEnergy : public Energy<Scalar> {
       for (Index b = 0; b < x.cols(); ++b) {
         Sample& s = samples_[static_cast<std::size_t>(b)];
         if (bytes > kMaxLinearizationBytes) break;  // the rest at the point
-        s.tape = std::make_unique<reverse::Tape<Inner>>();
+        s.tape = energy.tapes_->Take();
         bool usable = false;
         s.output = energy.RecordLinearization(x, b, s.tape.get(), &usable);
         bytes += s.tape->bytes();
-        if (!usable) s.tape.reset();
+        if (!usable) energy.tapes_->Give(std::move(s.tape));
       }
     }
+    ~RecordedHessian() override {
+      for (Sample& s : samples_) {
+        if (s.tape != nullptr) energy_.tapes_->Give(std::move(s.tape));
+      }
+    }
+    RecordedHessian(const RecordedHessian&) = delete;
+    RecordedHessian& operator=(const RecordedHessian&) = delete;
     /// How many of the point's samples have their recording kept (the others
     /// are differentiated at the point for each product).
     Index samples_recorded() const {
@@ -603,6 +613,31 @@ class AutoDiffEnergy : public Energy<Scalar> {
           " columns (SetInput), the batch " + std::to_string(batch) + " samples");
     }
   }
+
+  /// The tapes of finished linearisations (RecordedHessian), reused by the
+  /// next: a linearisation copies its recordings into storage grown before
+  /// instead of new memory. Shared by copies of the energy.
+  class TapePool {
+   public:
+    /// A tape of the pool, or a new one.
+    std::unique_ptr<reverse::Tape<Inner>> Take() {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      if (tapes_.empty()) return std::make_unique<reverse::Tape<Inner>>();
+      std::unique_ptr<reverse::Tape<Inner>> tape = std::move(tapes_.back());
+      tapes_.pop_back();
+      return tape;
+    }
+    /// Returns a tape to the pool.
+    void Give(std::unique_ptr<reverse::Tape<Inner>> tape) {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      tapes_.push_back(std::move(tape));
+    }
+
+   private:
+    std::mutex mutex_;
+    std::vector<std::unique_ptr<reverse::Tape<Inner>>> tapes_;
+  };
+  std::shared_ptr<TapePool> tapes_ = std::make_shared<TapePool>();
 
   Functor functor_;
   Index dimension_;

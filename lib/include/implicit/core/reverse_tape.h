@@ -532,7 +532,7 @@ class Tape {
     SweepFrom(Node(output), count, adjoints);
   }
   /// Adjoints() from node `output` of the recording this tape holds (a
-  /// recording kept by MoveRecordingTo, whose nodes' ids are no longer checked).
+  /// recording kept by CopyRecordingTo, whose nodes' ids are no longer checked).
   void SweepFrom(std::int32_t output, Index count, V* adjoints) const {
     const std::size_t out = static_cast<std::size_t>(output);
     adjoints_.assign(ends_.size(), V(0.0));
@@ -671,16 +671,46 @@ class Tape {
       return true;
     }
   }
-  /// Moves the recording this tape holds (its nodes, products and
-  /// second derivatives) to *kept, an unused Tape of the caller's, and takes
-  /// kept's storage in exchange; this tape's own state (whether it records,
-  /// the recording's number) stays. The kept recording is read by
-  /// SetDirection and SweepFrom (its Vars are gone).
-  void MoveRecordingTo(Tape* kept) {
-    std::swap(*this, *kept);
-    std::swap(recording_, kept->recording_);
-    std::swap(recording_number_, kept->recording_number_);
-    std::swap(last_ordinary_, kept->last_ordinary_);
+  /// Copies the recording this tape holds (its nodes, products and second
+  /// derivatives) to *kept, in storage of kept's own sized to it; this tape
+  /// keeps its storage, grown for the next recording. The kept recording is
+  /// read by CheckLinearization, SetDirection and SweepFrom (its Vars are
+  /// gone with this tape's next recording).
+  void CopyRecordingTo(Tape* kept) const {
+    kept->ends_ = ends_;
+    kept->entries_.partials.assign(entries_.partials.begin(),
+                                   entries_.partials.begin() + static_cast<std::ptrdiff_t>(entries_.used));
+    kept->entries_.operands.assign(entries_.operands.begin(),
+                                   entries_.operands.begin() + static_cast<std::ptrdiff_t>(entries_.used));
+    kept->entries_.used = entries_.used;
+    kept->runs_ = runs_;
+    kept->numbers_ = numbers_;
+    kept->product_nodes_ = product_nodes_;
+    kept->owned_.assign(owned_.begin(), owned_.begin() + static_cast<std::ptrdiff_t>(owned_used_));
+    kept->owned_used_ = owned_used_;
+    kept->outputs_.assign(outputs_.begin(), outputs_.begin() + static_cast<std::ptrdiff_t>(outputs_used_));
+    kept->outputs_used_ = outputs_used_;
+    kept->curvatures_ = curvatures_;
+    kept->linearizing_ = linearizing_;
+    kept->linearized_ = false;
+    // Factors held in an earlier product's output point into this tape's
+    // outputs: into kept's copies there.
+    const auto rebase = [&](const Number* p) -> const Number* {
+      if (p == nullptr) return p;
+      const std::less<const Number*> before;
+      for (std::size_t k = 0; k < outputs_used_; ++k) {
+        const Number* begin = outputs_[k].data();
+        if (!before(p, begin) && before(p, begin + outputs_[k].size())) return kept->outputs_[k].data() + (p - begin);
+      }
+      return p;  // held elsewhere (a known run)
+    };
+    kept->products_ = products_;
+    for (Product& product : kept->products_) {
+      for (ProductFactor* f : {&product.a, &product.b}) {
+        f->held = rebase(f->held);
+        f->held_tangents = rebase(f->held_tangents);
+      }
+    }
   }
   /// The bytes this tape's storage takes (its capacity).
   std::size_t bytes() const {
@@ -1023,14 +1053,13 @@ class Recording {
     }
     tape_.AddKnownConstants(kept->vars.data(), size, kept->values.data());
   }
-  /// Moves this recording, with `result` as its output, to *kept
-  /// (Tape::MoveRecordingTo): for SetDirection and SweepFrom there, with the
-  /// node returned (-1 when the result is a constant). Nothing may be
-  /// recorded after it.
+  /// Copies this recording, with `result` as its output, to *kept
+  /// (Tape::CopyRecordingTo): for SetDirection and SweepFrom there, with the
+  /// node returned (-1 when the result is a constant).
   std::int32_t Keep(const Var<V>& result, Tape<V>* kept) {
     const Var<V> out = result.Materialized();
     const std::int32_t node = out.is_variable() ? tape_.Node(out.index()) : -1;
-    tape_.MoveRecordingTo(kept);
+    tape_.CopyRecordingTo(kept);
     return node;
   }
   /// How many independent variables Variables() made.
