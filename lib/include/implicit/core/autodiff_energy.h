@@ -287,6 +287,32 @@ class AutoDiffEnergy : public Energy<Scalar> {
   /// (samples beyond it are differentiated at the point for each product).
   static constexpr std::size_t kMaxLinearizationBytes = std::size_t(1) << 30;
 
+ private:
+  /// The tapes of finished linearisations (RecordedHessian), reused by the
+  /// next: a linearisation copies its recordings into storage grown before
+  /// instead of new memory. Shared by copies of the energy.
+  class TapePool {
+   public:
+    /// A tape of the pool, or a new one.
+    std::unique_ptr<reverse::Tape<Inner>> Take() {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      if (tapes_.empty()) return std::make_unique<reverse::Tape<Inner>>();
+      std::unique_ptr<reverse::Tape<Inner>> tape = std::move(tapes_.back());
+      tapes_.pop_back();
+      return tape;
+    }
+    /// Returns a tape to the pool.
+    void Give(std::unique_ptr<reverse::Tape<Inner>> tape) {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      tapes_.push_back(std::move(tape));
+    }
+
+   private:
+    std::mutex mutex_;
+    std::vector<std::unique_ptr<reverse::Tape<Inner>>> tapes_;
+  };
+
+ public:
   /// LinearizeHessian's linearisation in reverse mode: a recording kept per
   /// sample (or, for a sample whose recording did not check out, products at
   /// the point).
@@ -294,21 +320,21 @@ class AutoDiffEnergy : public Energy<Scalar> {
    public:
     /// Records `energy` at each sample of x (LinearizeHessian).
     RecordedHessian(const AutoDiffEnergy& energy, ConstMatrixRef<Scalar> x)
-        : energy_(energy), point_(x), samples_(static_cast<std::size_t>(x.cols())) {
+        : energy_(energy), tapes_(energy.tapes_), point_(x), samples_(static_cast<std::size_t>(x.cols())) {
       std::size_t bytes = 0;
       for (Index b = 0; b < x.cols(); ++b) {
         Sample& s = samples_[static_cast<std::size_t>(b)];
         if (bytes > kMaxLinearizationBytes) break;  // the rest at the point
-        s.tape = energy.tapes_->Take();
+        s.tape = tapes_->Take();
         bool usable = false;
         s.output = energy.RecordLinearization(x, b, s.tape.get(), &usable);
         bytes += s.tape->bytes();
-        if (!usable) energy.tapes_->Give(std::move(s.tape));
+        if (!usable) tapes_->Give(std::move(s.tape));
       }
     }
     ~RecordedHessian() override {
       for (Sample& s : samples_) {
-        if (s.tape != nullptr) energy_.tapes_->Give(std::move(s.tape));
+        if (s.tape != nullptr) tapes_->Give(std::move(s.tape));
       }
     }
     RecordedHessian(const RecordedHessian&) = delete;
@@ -339,7 +365,7 @@ class AutoDiffEnergy : public Energy<Scalar> {
       const Index n = energy_.dimension_;
       internal::CheckShape("AutoDiffEnergy::LinearizeHessian products (v)", v, n, point_.cols());
       internal::CheckShape("AutoDiffEnergy::LinearizeHessian products (out)", out, n, point_.cols());
-      std::vector<Inner> adjoints(static_cast<std::size_t>(n));
+      Vector<Scalar> hv(n);
       for (Index b = 0; b < point_.cols(); ++b) {
         const Sample& s = samples_[static_cast<std::size_t>(b)];
         if (s.tape == nullptr) {
@@ -350,12 +376,13 @@ class AutoDiffEnergy : public Energy<Scalar> {
           const std::lock_guard<std::mutex> lock(s.mutex);
           const Vector<Scalar> direction = v.col(b);
           s.tape->SetDirection(direction.data(), n);
-          s.tape->SweepFrom(s.output, n, adjoints.data());
-          for (Index i = 0; i < n; ++i) out(i, b) = adjoints[static_cast<std::size_t>(i)].v[0];
+          s.tape->TangentSweepFrom(s.output, n, hv.data());
+          out.col(b) = hv;
         }
       }
     }
     const AutoDiffEnergy& energy_;
+    const std::shared_ptr<TapePool> tapes_;  ///< where the tapes go back to
     const Matrix<Scalar> point_;
     std::vector<Sample> samples_;
   };
@@ -614,29 +641,6 @@ class AutoDiffEnergy : public Energy<Scalar> {
     }
   }
 
-  /// The tapes of finished linearisations (RecordedHessian), reused by the
-  /// next: a linearisation copies its recordings into storage grown before
-  /// instead of new memory. Shared by copies of the energy.
-  class TapePool {
-   public:
-    /// A tape of the pool, or a new one.
-    std::unique_ptr<reverse::Tape<Inner>> Take() {
-      const std::lock_guard<std::mutex> lock(mutex_);
-      if (tapes_.empty()) return std::make_unique<reverse::Tape<Inner>>();
-      std::unique_ptr<reverse::Tape<Inner>> tape = std::move(tapes_.back());
-      tapes_.pop_back();
-      return tape;
-    }
-    /// Returns a tape to the pool.
-    void Give(std::unique_ptr<reverse::Tape<Inner>> tape) {
-      const std::lock_guard<std::mutex> lock(mutex_);
-      tapes_.push_back(std::move(tape));
-    }
-
-   private:
-    std::mutex mutex_;
-    std::vector<std::unique_ptr<reverse::Tape<Inner>>> tapes_;
-  };
   std::shared_ptr<TapePool> tapes_ = std::make_shared<TapePool>();
 
   Functor functor_;

@@ -147,6 +147,7 @@ class Tape {
     curvatures_.clear();
     linearizing_ = kLinearizable && linearize;
     linearized_ = false;
+    adjoint_values_output_ = -1;
     last_ordinary_ = -1;
     recording_ = true;
     recording_number_ = (recording_number_ + 1) & 0x3fffffff;  // bit 62 of an id is free (reverse_var.h)
@@ -537,46 +538,77 @@ class Tape {
     const std::size_t out = static_cast<std::size_t>(output);
     adjoints_.assign(ends_.size(), V(0.0));
     adjoints_[out] = V(1.0);
-    // The products whose first node is at or below the output; the next one's
-    // block is differentiated at once when the sweep reaches its last node
-    // (or the output, within it): every node after the block that reads one
-    // of its entries has been swept then, and the block's nodes have no
-    // operands of their own, so the sweep goes on below the block.
-    std::size_t products = products_.size();
-    while (products > 0 && static_cast<std::size_t>(products_[products - 1].first) > out) --products;
-    const auto top_of_next = [&] {
-      if (products == 0) return ends_.size();
-      const Product& p = products_[products - 1];
-      const std::size_t last = static_cast<std::size_t>(p.first) + static_cast<std::size_t>(p.a.rows * p.b.cols) - 1;
-      return std::min(last, out);
-    };
-    std::size_t next_product = top_of_next();
-    for (std::size_t i = out + 1; i-- > 0;) {
-      if (i == next_product) {
-        const Product& p = products_[--products];
-        BackwardProduct(p);
-        i = static_cast<std::size_t>(p.first);  // the loop goes on below the block
-        next_product = top_of_next();
-        continue;
-      }
+    const std::int32_t* operands = entries_.operands.data();
+    const V* partials = entries_.partials.data();
+    Sweep(out, [&](std::size_t i, std::size_t begin, std::size_t end) {
       const V g = adjoints_[i];
-      if (internal::IsAllZero(g)) continue;
-      const std::size_t begin = i == 0 ? 0 : ends_[i - 1], end = ends_[i];
-      if (begin == end) continue;
-      const std::int32_t* operands = entries_.operands.data();
-      const V* partials = entries_.partials.data();
+      if (internal::IsAllZero(g)) return;
       if (operands[begin] < 0) {  // a run
         const Run& run = runs_[static_cast<std::size_t>(~operands[begin])];
         V* adjoint = adjoints_.data() + run.first;
         const Number* partial = run.held != nullptr ? run.held : numbers_.data() + run.begin;
         for (std::size_t k = 0; k < run.count; ++k) adjoint[k] += g * partial[k];
-        continue;
+        return;
       }
       for (std::size_t k = begin; k < end; ++k) {
         adjoints_[static_cast<std::size_t>(operands[k])] += partials[k] * g;
       }
-    }
+    }, [&](const Product& p) { BackwardProduct(p); });
     for (Index i = 0; i < count; ++i) adjoints[i] = adjoints_[static_cast<std::size_t>(i)];
+  }
+  /// The tangents alone of SweepFrom's adjoints, for the direction
+  /// SetDirection set last: the Hessian-vector product, into hv[0 .. count).
+  /// The adjoints' values do not depend on the direction: they are swept
+  /// once per kept recording, and each direction then sweeps tangents only
+  /// (a third less arithmetic, and products of numbers for the values' part
+  /// of a product's reverse are not repeated).
+  /// \throws std::logic_error when the recording was not linearised (CheckLinearization).
+  void TangentSweepFrom(std::int32_t output, Index count, Number* hv) const {
+    if constexpr (!kLinearizable) {
+      (void)output;
+      (void)count;
+      (void)hv;
+      throw std::logic_error("reverse::Tape::TangentSweepFrom: values are not duals of numbers");
+    } else {
+      if (!linearized_) throw std::logic_error("reverse::Tape::TangentSweepFrom: the recording was not linearised");
+      const std::size_t out = static_cast<std::size_t>(output);
+      if (adjoint_values_output_ != output) {  // the values, once
+        SweepFrom(output, 0, nullptr);
+        adjoint_values_.resize(ends_.size());
+        for (std::size_t i = 0; i < ends_.size(); ++i) adjoint_values_[i] = adjoints_[i].a;
+        adjoint_values_output_ = output;
+      }
+      tangent_adjoints_.assign(ends_.size(), Number(0));
+      const std::int32_t* operands = entries_.operands.data();
+      const V* partials = entries_.partials.data();
+      Number* t = tangent_adjoints_.data();
+      Sweep(out, [&](std::size_t i, std::size_t begin, std::size_t end) {
+        const Number g = adjoint_values_[i], gt = t[i];
+        if (g == Number(0) && gt == Number(0)) return;
+        if (operands[begin] < 0) {  // a run: number partials, no tangents
+          const Run& run = runs_[static_cast<std::size_t>(~operands[begin])];
+          Number* adjoint = t + run.first;
+          const Number* partial = run.held != nullptr ? run.held : numbers_.data() + run.begin;
+          for (std::size_t k = 0; k < run.count; ++k) adjoint[k] += gt * partial[k];
+          return;
+        }
+        for (std::size_t k = begin; k < end; ++k) {
+          t[static_cast<std::size_t>(operands[k])] += partials[k].v[0] * g + partials[k].a * gt;
+        }
+      }, [&](const Product& p) {
+        // (d op(A)).v = alpha (dS.v op(B)^T + dS op(B).v^T), (d op(B)).v = alpha (op(A).v^T dS + op(A)^T dS.v).
+        const Index m = p.a.rows, n = p.b.cols;
+        const internal::GemmOperand<Number> dS{adjoint_values_.data() + p.first, m, n, m, false};
+        const internal::GemmOperand<Number> dS_t{t + p.first, m, n, m, false};
+        if (p.a.variable()) {
+          AddToNumbers(p.a, p.alpha, dS_t, Transposed(Operand(p.b, false)), dS, Transposed(Operand(p.b, true)), t);
+        }
+        if (p.b.variable()) {
+          AddToNumbers(p.b, p.alpha, Transposed(Operand(p.a, false)), dS_t, Transposed(Operand(p.a, true)), dS, t);
+        }
+      });
+      for (Index i = 0; i < count; ++i) hv[i] = t[i];
+    }
   }
 
   // ---- A linearised recording (BeginRecording's `linearize`) ----
@@ -693,6 +725,7 @@ class Tape {
     kept->curvatures_ = curvatures_;
     kept->linearizing_ = linearizing_;
     kept->linearized_ = false;
+    kept->adjoint_values_output_ = -1;
     // Factors held in an earlier product's output point into this tape's
     // outputs: into kept's copies there.
     const auto rebase = [&](const Number* p) -> const Number* {
@@ -734,6 +767,62 @@ class Tape {
     /// Its output's values and (duals) tangents: slots of outputs_.
     int values = -1, tangents = -1;
   };
+
+  /// The reverse sweep's order from node `out` down: node(i, begin, end)
+  /// for each node with operands (entries [begin, end)), product(p) for each
+  /// product's block at once when the sweep reaches its last node (or the
+  /// output, within it): every node after the block that reads one of its
+  /// entries has been swept then, and the block's nodes have no operands of
+  /// their own, so the sweep goes on below the block.
+  template <typename NodeStep, typename ProductStep>
+  void Sweep(std::size_t out, NodeStep&& node, ProductStep&& product) const {
+    std::size_t products = products_.size();
+    while (products > 0 && static_cast<std::size_t>(products_[products - 1].first) > out) --products;
+    const auto top_of_next = [&] {
+      if (products == 0) return ends_.size();
+      const Product& p = products_[products - 1];
+      const std::size_t last = static_cast<std::size_t>(p.first) + static_cast<std::size_t>(p.a.rows * p.b.cols) - 1;
+      return std::min(last, out);
+    };
+    std::size_t next_product = top_of_next();
+    for (std::size_t i = out + 1; i-- > 0;) {
+      if (i == next_product) {
+        const Product& p = products_[--products];
+        product(p);
+        i = static_cast<std::size_t>(p.first);  // the loop goes on below the block
+        next_product = top_of_next();
+        continue;
+      }
+      const std::size_t begin = i == 0 ? 0 : ends_[i - 1], end = ends_[i];
+      if (begin != end) node(i, begin, end);
+    }
+  }
+  /// target[f's nodes] += alpha (L R + L2 R2) (the second term left out where
+  /// L2 or R2 is none): a product's reverse into numbers per node.
+  void AddToNumbers(const ProductFactor& f, Number alpha, const internal::GemmOperand<Number>& L,
+                    const internal::GemmOperand<Number>& R, const internal::GemmOperand<Number>& L2,
+                    const internal::GemmOperand<Number>& R2, Number* target) const {
+    const bool second = L2.data != nullptr && R2.data != nullptr;
+    if (f.first >= 0) {  // straight into nodes laid out as a matrix
+      Number* at = target + f.first;
+      if (f.stored_transposed) {  // d F = (d op(F))^T = R^T L^T
+        internal::Gemm(alpha, Transposed(R), Transposed(L), Number(1), at, f.stride);
+        if (second) internal::Gemm(alpha, Transposed(R2), Transposed(L2), Number(1), at, f.stride);
+      } else {
+        internal::Gemm(alpha, L, R, Number(1), at, f.stride);
+        if (second) internal::Gemm(alpha, L2, R2, Number(1), at, f.stride);
+      }
+      return;
+    }
+    Matrix<Number>& d = product_scratch_[2];
+    d.resize(f.rows, f.cols);
+    internal::Gemm(alpha, L, R, Number(0), d.data(), f.rows);
+    if (second) internal::Gemm(alpha, L2, R2, Number(1), d.data(), f.rows);
+    const std::int32_t* nodes = product_nodes_.data() + f.ids;
+    for (Index i = 0; i < f.rows * f.cols; ++i) {
+      if (nodes[i] >= 0) target[nodes[i]] += d(i);
+    }
+  }
 
   /// A second derivative of a linearizing recording: the partial of operand
   /// `entry` changes with the value of node `node` at rate h.
@@ -973,6 +1062,9 @@ class Tape {
   mutable Matrix<Number> product_scratch_[4];
   std::vector<Curvature> curvatures_;  ///< a linearizing recording's second derivatives
   std::vector<Number> tangents_;       ///< the nodes' tangents (SetDirection)
+  mutable std::vector<Number> adjoint_values_;      ///< the adjoints' values (TangentSweepFrom)
+  mutable std::int32_t adjoint_values_output_ = -1;  ///< their output node (-1: none swept)
+  mutable std::vector<Number> tangent_adjoints_;    ///< the adjoints' tangents (TangentSweepFrom)
   bool linearizing_ = false;           ///< whether this recording keeps second derivatives
   bool linearized_ = false;            ///< whether CheckLinearization passed on it
   bool recording_ = false;
