@@ -13,6 +13,10 @@
 /// gives the gradient and, in the tangents, the Hessian-vector product H v
 /// (forward over reverse): the function is recorded with the variables'
 /// tangents set to v, and the adjoints' tangents are d/dt grad f(z + t v).
+/// A linearizing recording (Recording's `linearize`) also keeps the nodes'
+/// second derivatives, so that a recording kept at a point (CopyRecordingTo)
+/// gives H v for any v without recording again: Tape::SetDirection, then
+/// Tape::TangentSweepFrom (AutoDiffEnergy::LinearizeHessian does this).
 ///
 /// \code
 ///   using Var = implicit::reverse::Var<double>;
