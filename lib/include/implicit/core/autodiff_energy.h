@@ -505,6 +505,31 @@ class AutoDiffEnergy : public Energy<Scalar> {
   /// enter the functor as constants and cost nothing in the sweep): x (the
   /// state, always: a second-order sweep's direction is on x), c, theta.
   enum Wrt : unsigned { kWrtState = 1, kWrtInput = 2, kWrtParameters = 4 };
+  /// finish(E) for E at z recorded in *recording, with the variables of z
+  /// named by `wrt` (x always; c and theta enter as constants otherwise, z
+  /// holding theta only when `wrt` names it): finish's result. x, c and
+  /// theta are the functor's vectors (this thread's, kept for the next
+  /// recording: no allocation per sample); the variables among them are
+  /// known runs of the tape (their values are z's), which products and
+  /// ad::Dot read as vectors. theta, when constant, is kept between
+  /// recordings and remade only when the parameters change (a comparison
+  /// instead of a Var per parameter). The functor's data (its members)
+  /// outlive the recording's sweeps: products read it in place.
+  template <typename V, typename Finish>
+  auto Record(reverse::Recording<V>* recording, const std::vector<V>& z, unsigned wrt, Finish&& finish) const {
+    static thread_local Vector<reverse::Var<V>> x, c, theta;
+    static thread_local typename reverse::Recording<V>::KeptConstants constant_theta;
+    const bool wrt_input = (wrt & kWrtInput) != 0, wrt_parameters = (wrt & kWrtParameters) != 0;
+    recording->Variables(z.data(), dimension_, true, &x);
+    recording->Variables(z.data() + dimension_, input_dimension_, wrt_input, &c);
+    if (wrt_parameters) {
+      recording->Variables(z.data() + dimension_ + input_dimension_, parameters_.size(), true, &theta);
+    } else {
+      recording->Constants(parameters_.values().data(), parameters_.size(), &constant_theta);
+    }
+    const reverse::PersistentScope persistent(&functor_, sizeof(Functor));
+    return finish(Call<reverse::Var<V>>(x, c, wrt_parameters ? theta : constant_theta.vars));
+  }
   /// E at z, recorded on this thread's tape, and its gradient in the parts of
   /// z named by `wrt` (the others are not written); z holds theta only when
   /// `wrt` names it (PackVariables), the parameters' own values are read otherwise.
@@ -512,29 +537,10 @@ class AutoDiffEnergy : public Energy<Scalar> {
   V ReverseSweep(const std::vector<V>& z, unsigned wrt, std::vector<V>* gradient) const {
     gradient->resize(z.size());
     reverse::Recording<V> recording;
-    // x, c and theta as the functor's vectors (this thread's, kept for the
-    // next sweep: no allocation per sample); the variables among them are
-    // known runs of the tape (their values are z's), which products and
-    // ad::Dot read as vectors.
-    // theta, when constant, is kept between sweeps and remade only when the
-    // parameters change (a comparison instead of a Var per parameter).
-    static thread_local Vector<reverse::Var<V>> x, c, theta;
-    static thread_local typename reverse::Recording<V>::KeptConstants constant_theta;
+    const V value = Record(&recording, z, wrt, [&](const reverse::Var<V>& e) {
+      return recording.Gradient(e, gradient->data());
+    });
     const bool wrt_input = (wrt & kWrtInput) != 0, wrt_parameters = (wrt & kWrtParameters) != 0;
-    recording.Variables(z.data(), dimension_, true, &x);
-    recording.Variables(z.data() + dimension_, input_dimension_, wrt_input, &c);
-    if (wrt_parameters) {
-      recording.Variables(z.data() + dimension_ + input_dimension_, parameters_.size(), true, &theta);
-    } else {
-      recording.Constants(parameters_.values().data(), parameters_.size(), &constant_theta);
-    }
-    V value;
-    {
-      // The functor's data (its members) outlive the sweep: products read it in place.
-      const reverse::PersistentScope persistent(&functor_, sizeof(Functor));
-      value = recording.Gradient(Call<reverse::Var<V>>(x, c, wrt_parameters ? theta : constant_theta.vars),
-                                 gradient->data());
-    }
     // The independent variables' derivatives in place: x's, then c's and
     // theta's where they were variables.
     if (!wrt_input && wrt_parameters) {
@@ -593,16 +599,8 @@ class AutoDiffEnergy : public Energy<Scalar> {
       z[static_cast<std::size_t>(i)].v[0] = direction[static_cast<std::size_t>(i)];
     }
     reverse::Recording<Inner> recording(/*linearize=*/true);
-    static thread_local Vector<reverse::Var<Inner>> xs, c;
-    static thread_local typename reverse::Recording<Inner>::KeptConstants theta;
-    recording.Variables(z.data(), dimension_, true, &xs);
-    recording.Variables(z.data() + dimension_, input_dimension_, false, &c);
-    recording.Constants(parameters_.values().data(), parameters_.size(), &theta);
-    std::int32_t output = -1;
-    {
-      const reverse::PersistentScope persistent(&functor_, sizeof(Functor));
-      output = recording.Keep(Call<reverse::Var<Inner>>(xs, c, theta.vars), kept);
-    }
+    const std::int32_t output = Record(&recording, z, kWrtState,
+                                       [&](const reverse::Var<Inner>& e) { return recording.Keep(e, kept); });
     // Recomputed and recorded tangents agree to round-off when every node has
     // its second derivatives; a node without them is off by its whole tangent.
     const Scalar tolerance = std::is_same<Scalar, float>::value ? Scalar(1e-2) : Scalar(1e-6);

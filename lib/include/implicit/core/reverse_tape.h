@@ -550,7 +550,7 @@ class Tape {
       if (operands[begin] < 0) {  // a run
         const Run& run = runs_[static_cast<std::size_t>(~operands[begin])];
         V* adjoint = adjoints_.data() + run.first;
-        const Number* partial = run.held != nullptr ? run.held : numbers_.data() + run.begin;
+        const Number* partial = RunPartials(run);
         for (std::size_t k = 0; k < run.count; ++k) adjoint[k] += g * partial[k];
         return;
       }
@@ -592,7 +592,7 @@ class Tape {
         if (operands[begin] < 0) {  // a run: number partials, no tangents
           const Run& run = runs_[static_cast<std::size_t>(~operands[begin])];
           Number* adjoint = t + run.first;
-          const Number* partial = run.held != nullptr ? run.held : numbers_.data() + run.begin;
+          const Number* partial = RunPartials(run);
           for (std::size_t k = 0; k < run.count; ++k) adjoint[k] += gt * partial[k];
           return;
         }
@@ -655,7 +655,7 @@ class Tape {
         Number t(0);
         if (operands[begin] < 0) {  // a run
           const Run& run = runs_[static_cast<std::size_t>(~operands[begin])];
-          const Number* partial = run.held != nullptr ? run.held : numbers_.data() + run.begin;
+          const Number* partial = RunPartials(run);
           const Number* operand = tangents_.data() + run.first;
           for (std::size_t k = 0; k < run.count; ++k) t += partial[k] * operand[k];
         } else {
@@ -822,9 +822,27 @@ class Tape {
     d.resize(f.rows, f.cols);
     internal::Gemm(alpha, L, R, Number(0), d.data(), f.rows);
     if (second) internal::Gemm(alpha, L2, R2, Number(1), d.data(), f.rows);
-    const std::int32_t* nodes = product_nodes_.data() + f.ids;
-    for (Index i = 0; i < f.rows * f.cols; ++i) {
-      if (nodes[i] >= 0) target[nodes[i]] += d(i);
+    ForEachNode(f, [&](Index i, std::size_t node) { target[node] += d(i); });
+  }
+  /// fn(i, node) for each entry i (column-major in op(F)) of variable factor
+  /// f that is a node: laid out from `first` (entry (r, c) of op(F) is node
+  /// first + r + c stride, or first + c + r stride when stored transposed),
+  /// or listed among the product nodes (-1, a constant entry, left out).
+  template <typename Fn>
+  void ForEachNode(const ProductFactor& f, Fn&& fn) const {
+    if (f.first >= 0) {
+      const std::size_t first = static_cast<std::size_t>(f.first), stride = static_cast<std::size_t>(f.stride);
+      const std::size_t row_step = f.stored_transposed ? stride : 1, col_step = f.stored_transposed ? 1 : stride;
+      for (Index c = 0, i = 0; c < f.cols; ++c) {
+        for (Index r = 0; r < f.rows; ++r, ++i) {
+          fn(i, first + static_cast<std::size_t>(r) * row_step + static_cast<std::size_t>(c) * col_step);
+        }
+      }
+    } else {
+      const std::int32_t* nodes = product_nodes_.data() + f.ids;
+      for (Index i = 0; i < f.rows * f.cols; ++i) {
+        if (nodes[i] >= 0) fn(i, static_cast<std::size_t>(nodes[i]));
+      }
     }
   }
 
@@ -852,20 +870,9 @@ class Tape {
   /// product's output, has its tangents there).
   void RefreshFactorTangents(const ProductFactor& f) {
     if (f.tangents < 0) return;
-    Number* t = owned_[static_cast<std::size_t>(f.tangents)].data();
-    const Index size = f.rows * f.cols;
-    if (f.first >= 0) {
-      const std::size_t first = static_cast<std::size_t>(f.first), stride = static_cast<std::size_t>(f.stride);
-      const std::size_t row_step = f.stored_transposed ? stride : 1, col_step = f.stored_transposed ? 1 : stride;
-      for (Index c = 0, i = 0; c < f.cols; ++c) {
-        for (Index r = 0; r < f.rows; ++r, ++i) {
-          t[i] = tangents_[first + static_cast<std::size_t>(r) * row_step + static_cast<std::size_t>(c) * col_step];
-        }
-      }
-    } else {
-      const std::int32_t* nodes = product_nodes_.data() + f.ids;
-      for (Index i = 0; i < size; ++i) t[i] = nodes[i] >= 0 ? tangents_[static_cast<std::size_t>(nodes[i])] : Number(0);
-    }
+    Matrix<Number>& t = owned_[static_cast<std::size_t>(f.tangents)];
+    t.setZero();  // a constant entry's tangent
+    ForEachNode(f, [&](Index i, std::size_t node) { t(i) = tangents_[node]; });
   }
 
   /// Factor f as a product operand: its numbers (a constant) or its values or
@@ -939,48 +946,22 @@ class Tape {
   void AddToAdjoints(const ProductFactor& f, Number alpha, const internal::GemmOperand<Number>& L,
                      const internal::GemmOperand<Number>& L_t, const internal::GemmOperand<Number>& R,
                      const internal::GemmOperand<Number>& R_t) const {
-    if constexpr (!kDual) {
-      if (f.first >= 0) {  // straight into the adjoints of nodes laid out as a matrix
-        Number* adjoints = reinterpret_cast<Number*>(adjoints_.data() + f.first);
-        if (f.stored_transposed) {  // d F = (d op(F))^T = R^T L^T
-          internal::Gemm(alpha, Transposed(R), Transposed(L), Number(1), adjoints, f.stride);
-        } else {
-          internal::Gemm(alpha, L, R, Number(1), adjoints, f.stride);
-        }
-        return;
-      }
-    }
-    Matrix<Number>& d = product_scratch_[2];
-    d.resize(f.rows, f.cols);
-    internal::Gemm(alpha, L, R, Number(0), d.data(), f.rows);
-    Matrix<Number>& d_t = product_scratch_[3];
-    if constexpr (kDual) {
+    if constexpr (!kDual) {  // numbers: the adjoints are a vector of them
+      (void)L_t;
+      (void)R_t;
+      AddToNumbers(f, alpha, L, R, {}, {}, reinterpret_cast<Number*>(adjoints_.data()));
+    } else {
+      Matrix<Number>& d = product_scratch_[2];
+      Matrix<Number>& d_t = product_scratch_[3];
+      d.resize(f.rows, f.cols);
+      internal::Gemm(alpha, L, R, Number(0), d.data(), f.rows);
       d_t.setZero(f.rows, f.cols);
       if (L_t.data != nullptr) internal::Gemm(alpha, L_t, R, Number(1), d_t.data(), f.rows);
       if (R_t.data != nullptr) internal::Gemm(alpha, L, R_t, Number(1), d_t.data(), f.rows);
-    }
-    const auto add = [&](std::size_t node, Index i) {
-      if constexpr (kDual) {
+      ForEachNode(f, [&](Index i, std::size_t node) {
         adjoints_[node].a += d(i);
         adjoints_[node].v[0] += d_t(i);
-      } else {
-        adjoints_[node] += d(i);
-      }
-    };
-    if (f.first >= 0) {  // entry (r, c) of op(F): node first + r + c stride, or first + c + r stride
-      const std::size_t first = static_cast<std::size_t>(f.first), stride = static_cast<std::size_t>(f.stride);
-      const std::size_t row_step = f.stored_transposed ? stride : 1, col_step = f.stored_transposed ? 1 : stride;
-      for (Index c = 0, i = 0; c < f.cols; ++c) {
-        for (Index r = 0; r < f.rows; ++r, ++i) {
-          add(first + static_cast<std::size_t>(r) * row_step + static_cast<std::size_t>(c) * col_step, i);
-        }
-      }
-    } else {
-      const Index size = f.rows * f.cols;
-      const std::int32_t* nodes = product_nodes_.data() + f.ids;
-      for (Index i = 0; i < size; ++i) {
-        if (nodes[i] >= 0) add(static_cast<std::size_t>(nodes[i]), i);
-      }
+      });
     }
   }
 
@@ -1008,6 +989,10 @@ class Tape {
     std::size_t count;
     const Number* held;  ///< or held[0 .. count) (the caller's, persistent)
   };
+  /// A run's partials: the caller's numbers it points to, or the tape's.
+  const Number* RunPartials(const Run& run) const {
+    return run.held != nullptr ? run.held : numbers_.data() + run.begin;
+  }
   struct KnownRun {
     const Var<V>* vars;
     Index size;
