@@ -201,6 +201,12 @@ void AddColumnCombinationKernel(const Number* a, std::ptrdiff_t n, std::ptrdiff_
   KernelsOf<Number>(ActiveKernels()).add_column_combination(a, n, k, a_stride, coef, y);
 }
 
+template <typename Number>
+void CombineKernel(std::ptrdiff_t n, int k, const Number* const* x, const Number* coef, Number* out) {
+  if (k < 1 || k > 4) throw std::invalid_argument("internal::CombineKernel: k = " + std::to_string(k) + ", not in [1, 4]");
+  KernelsOf<Number>(ActiveKernels()).combine(n, k, x, coef, out);
+}
+
 template void Gemm<float>(float, const GemmOperand<float>&, const GemmOperand<float>&, float, float*, Index);
 template void Gemm<double>(double, const GemmOperand<double>&, const GemmOperand<double>&, double, double*,
                            Index);
@@ -226,6 +232,8 @@ template void AddColumnCombinationKernel<float>(const float*, std::ptrdiff_t, st
                                                 const float*, float*);
 template void AddColumnCombinationKernel<double>(const double*, std::ptrdiff_t, std::ptrdiff_t, std::ptrdiff_t,
                                                  const double*, double*);
+template void CombineKernel<float>(std::ptrdiff_t, int, const float* const*, const float*, float*);
+template void CombineKernel<double>(std::ptrdiff_t, int, const double* const*, const double*, double*);
 
 }  // namespace internal
 }  // namespace implicit

@@ -486,6 +486,63 @@ void CheckLowRank() {
   }
 }
 
+// The solvers' per-sample combinations at the active level: out = sum_j c_j
+// x_j for k = 1..4 terms against long double sums, lengths with and without a
+// vector tail; in place (out one of the terms) the same numbers; every entry
+// rounded alike wherever it lies (the same vectors one number further in
+// memory, or as the head of longer ones, give the same bits); differences with
+// coefficients +-1 rounded as Eigen rounds (a - b) - c.
+template <typename S>
+void CheckCombine() {
+  for (Index n : {0, 1, 3, 7, 8, 17, 64, 129}) {
+    for (int k = 1; k <= 4; ++k) {
+      BOOST_TEST_CONTEXT("n " << n << ", k " << k) {
+        const Matrix<S> x = Random<S>(n + 1, 4, 51 + n);
+        const Vector<S> coef = Random<S>(4, 1, 52 + k);
+        const S* terms[4] = {x.col(0).data(), x.col(1).data(), x.col(2).data(), x.col(3).data()};
+        Vector<S> out = Vector<S>::Constant(n + 1, S(7));
+        implicit::internal::CombineKernel<S>(n, k, terms, coef.data(), out.data());
+        BOOST_TEST(out(n) == S(7), "nothing written past n");
+        for (Index i = 0; i < n; ++i) {
+          long double reference = 0, scale = 0;
+          for (int j = 0; j < k; ++j) {
+            reference += static_cast<long double>(coef(j)) * x(i, j);
+            scale += std::abs(static_cast<long double>(coef(j)) * x(i, j));
+          }
+          BOOST_TEST(std::abs(out(i) - reference) <= Tolerance<S>() * (scale + 1), "row " << i);
+        }
+        // In place, into the last term.
+        Matrix<S> y = x;
+        const S* in_place[4] = {y.col(0).data(), y.col(1).data(), y.col(2).data(), y.col(3).data()};
+        implicit::internal::CombineKernel<S>(n, k, in_place, coef.data(), y.col(k - 1).data());
+        BOOST_TEST((y.col(k - 1).head(n).array() == out.head(n).array()).all());
+        // One number further in memory, and as the head of vectors 9 longer.
+        Matrix<S> shifted = Matrix<S>::Zero(n + 10, 4);
+        shifted.block(1, 0, n, 4) = x.topRows(n);
+        const S* moved[4] = {shifted.col(0).data() + 1, shifted.col(1).data() + 1, shifted.col(2).data() + 1,
+                             shifted.col(3).data() + 1};
+        Vector<S> out_moved(n + 10), out_long(n + 9);
+        implicit::internal::CombineKernel<S>(n, k, moved, coef.data(), out_moved.data() + 1);
+        implicit::internal::CombineKernel<S>(n + 9, k, moved, coef.data(), out_long.data());
+        BOOST_TEST((out_moved.segment(1, n).array() == out.head(n).array()).all());
+        BOOST_TEST((out_long.head(n).array() == out.head(n).array()).all());
+      }
+    }
+    // (a - b) - c with coefficients 1, -1, -1: Eigen's rounding, to the bit.
+    const Matrix<S> x = Random<S>(n, 3, 53 + n);
+    const S* terms[3] = {x.col(0).data(), x.col(1).data(), x.col(2).data()};
+    const S ones[3] = {S(1), S(-1), S(-1)};
+    Vector<S> out(n);
+    implicit::internal::CombineKernel<S>(n, 3, terms, ones, out.data());
+    const Vector<S> eigen = (x.col(0) - x.col(1)) - x.col(2);
+    BOOST_TEST((out.array() == eigen.array()).all(), "n " << n);
+  }
+  const S* none[1] = {nullptr};
+  const S one[1] = {S(1)};
+  BOOST_CHECK_THROW(implicit::internal::CombineKernel<S>(0, 0, none, one, nullptr), std::invalid_argument);
+  BOOST_CHECK_THROW(implicit::internal::CombineKernel<S>(0, 5, none, one, nullptr), std::invalid_argument);
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(levels_are_named_parsed_and_listed) {
@@ -533,6 +590,8 @@ BOOST_AUTO_TEST_CASE(every_level_computes_the_same_products_and_softmaxes) {
       CheckTanh<double>();
       CheckLowRank<float>();
       CheckLowRank<double>();
+      CheckCombine<float>();
+      CheckCombine<double>();
       CheckHopfieldAgainstGeneric<float>(level);
       CheckHopfieldAgainstGeneric<double>(level);
       CheckEnergyTransformerAgainstGeneric<float>(level);

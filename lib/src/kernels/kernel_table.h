@@ -45,6 +45,9 @@ struct KernelsFor {
                       Number* out);
   void (*add_column_combination)(const Number* a, std::ptrdiff_t n, std::ptrdiff_t k, std::ptrdiff_t a_stride,
                                  const Number* coef, Number* y);
+  // The solvers' per-sample vector work, with the contract of
+  // internal::CombineKernel (core/cpu_dispatch.h).
+  void (*combine)(std::ptrdiff_t n, int k, const Number* const* x, const Number* coef, Number* out);
 };
 
 struct KernelTable {

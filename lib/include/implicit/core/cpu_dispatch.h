@@ -23,7 +23,8 @@
 /// Which calls use the kernels: internal::Gemm (gemm.h) and the products and
 /// softmax passes of the attention energies that call it (ModernHopfieldEnergy,
 /// ...), the RBM's Bernoulli prior, implicit::Tanh (activations.h), and the
-/// low-rank products of Anderson's and Broyden's histories.
+/// low-rank products and per-sample vector work of the quasi-Newton solvers
+/// (Anderson, Broyden, L-BFGS).
 /// Results of different levels agree to round-off, not bitwise (FMA and vector
 /// widths change the order of additions); one level gives the same results
 /// every run.
@@ -116,6 +117,16 @@ void ColumnDotsKernel(const Number* a, std::ptrdiff_t n, std::ptrdiff_t k, std::
 template <typename Number>
 void AddColumnCombinationKernel(const Number* a, std::ptrdiff_t n, std::ptrdiff_t k, std::ptrdiff_t a_stride,
                                 const Number* coef, Number* y);
+
+/// out = sum_j coef[j] x_j over k vectors x_0, ..., x_{k-1} of n numbers, entry
+/// by entry, at the active level, for float and double: the solvers'
+/// per-sample vector work (differences of iterates, scaled copies) in the CPU's
+/// vector units in the default build as well. out may be one of the x_j (not
+/// a partial overlap). Each entry is rounded alike wherever it lies: a product,
+/// then fused multiply-adds in the order j = 1, 2, ....
+/// \throws std::invalid_argument unless 1 <= k <= 4.
+template <typename Number>
+void CombineKernel(std::ptrdiff_t n, int k, const Number* const* x, const Number* coef, Number* out);
 
 }  // namespace internal
 }  // namespace implicit

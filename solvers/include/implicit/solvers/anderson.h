@@ -245,8 +245,8 @@ Summary AndersonSolver<Scalar>::Solve(const FixedPointMap<Scalar>& map, MatrixRe
       // Push the newest difference pair into the ring and update the Gram block.
       if (has_prev[b]) {
         const Index slot = next[b];
-        dz.col(base + slot) = zb - z_prev.col(b);
-        dg.col(base + slot) = (fz.col(b) - zb) - g_prev.col(b);
+        internal::Combine<Scalar>(dz.col(base + slot), {{1, zb}, {-1, z_prev.col(b)}});
+        internal::Combine<Scalar>(dg.col(base + slot), {{1, fz.col(b)}, {-1, zb}, {-1, g_prev.col(b)}});
         count[b] = std::min<int>(count[b] + 1, static_cast<int>(m));
         next[b] = static_cast<int>((slot + 1) % m);
         Scalar* c = coef.col(thread).data();
@@ -279,8 +279,8 @@ Summary AndersonSolver<Scalar>::Solve(const FixedPointMap<Scalar>& map, MatrixRe
         monitor.RestoreKept(b, z, fz, energies);
         count[b] = next[b] = 0;
       }
-      z_prev.col(b) = zb;
-      g_prev.col(b) = fz.col(b) - zb;
+      internal::CopyVector<Scalar>(zb, z_prev.col(b));
+      internal::Combine<Scalar>(g_prev.col(b), {{1, fz.col(b)}, {-1, zb}});
       has_prev[b] = 1;
       auto gb = g_prev.col(b);
 
@@ -301,11 +301,14 @@ Summary AndersonSolver<Scalar>::Solve(const FixedPointMap<Scalar>& map, MatrixRe
         return;
       }
       auto predicted_b = predicted.col(thread);
-      predicted_b = gb;
+      internal::CopyVector<Scalar>(gb, predicted_b);
       for (Index i = 0; i < k; ++i) c[i] = -static_cast<Scalar>(gamma_b(i));
       internal::AddHistoryCombination(dg, base, k, c, predicted_b);
-      if (predicted_b.norm() > static_cast<Scalar>(options_.max_predicted_residual) * gb.norm()) return;
-      q.col(b) = beta * predicted_b;
+      if (std::sqrt(internal::VectorDot<Scalar>(predicted_b, predicted_b)) >
+          static_cast<Scalar>(options_.max_predicted_residual) * std::sqrt(internal::VectorDot<Scalar>(gb, gb))) {
+        return;
+      }
+      internal::Combine<Scalar>(q.col(b), {{beta, predicted_b}});
       internal::AddHistoryCombination(dz, base, k, c, q.col(b));
       proposal[b] = 1;
     });

@@ -150,9 +150,9 @@ Summary BroydenSolver<Scalar>::Solve(const FixedPointMap<Scalar>& map, MatrixRef
         monitor.RestoreKept(b, z, fz, energies);
         count[b] = 0;
       }
-      z_prev.col(b) = z.col(b);
-      g_prev.col(b) = fz.col(b) - z.col(b);
-      p.col(b) = g_prev.col(b);
+      internal::CopyVector<Scalar>(z.col(b), z_prev.col(b));
+      internal::Combine<Scalar>(g_prev.col(b), {{1, fz.col(b)}, {-1, z.col(b)}});
+      internal::CopyVector<Scalar>(g_prev.col(b), p.col(b));
       proposal[b] = 0;
       if (plain || plain_next[b]) return;  // plain_next: after the first fast step
       Scalar* c = coef.col(thread).data();
@@ -170,28 +170,29 @@ Summary BroydenSolver<Scalar>::Solve(const FixedPointMap<Scalar>& map, MatrixRef
       // s = z_new - z_old (in p), y = g_new - g_old (in g_prev).
       auto s = p.col(b);
       auto y = g_prev.col(b);
-      s = z.col(b) - z_prev.col(b);
-      y = (fz.col(b) - z.col(b)) - y;
+      internal::Combine<Scalar>(s, {{1, z.col(b)}, {-1, z_prev.col(b)}});
+      internal::Combine<Scalar>(y, {{1, fz.col(b)}, {-1, z.col(b)}, {-1, y}});
       // Fast contraction along the step: keep only this step's update.
       bool first_fast = false;
       if (fast_contraction.Observe(b, s, y, &first_fast)) count[b] = 0;
       plain_next[b] = first_fast;
       auto hy_b = hy.col(thread);
       auto hts_b = hts.col(thread);
-      hy_b = -y;
-      hts_b = -s;
+      internal::Combine<Scalar>(hy_b, {{-1, y}});
+      internal::Combine<Scalar>(hts_b, {{-1, s}});
       Scalar* c = coef.col(thread).data();
       internal::HistoryDots(v, base, count[b], y, c);  // hy += sum u_i (v_i . y)
       internal::AddHistoryCombination(u, base, count[b], c, hy_b);
       internal::HistoryDots(u, base, count[b], s, c);  // hts += sum v_i (u_i . s)
       internal::AddHistoryCombination(v, base, count[b], c, hts_b);
-      const Scalar denom = s.dot(hy_b);
-      const Scalar scale = s.norm() * hy_b.norm();
-      if (std::isfinite(static_cast<double>(denom)) && std::abs(denom) > tiny * scale &&
-          scale > Scalar(0)) {
+      const Scalar denom = internal::VectorDot<Scalar>(s, hy_b);
+      const Scalar scale =
+          std::sqrt(internal::VectorDot<Scalar>(s, s)) * std::sqrt(internal::VectorDot<Scalar>(hy_b, hy_b));
+      const Scalar inverse = Scalar(1) / denom;
+      if (std::isfinite(static_cast<double>(inverse)) && std::abs(denom) > tiny * scale && scale > Scalar(0)) {
         const Index slot = base + count[b];
-        u.col(slot) = (s - hy_b) / denom;
-        v.col(slot) = hts_b;
+        internal::Combine<Scalar>(u.col(slot), {{inverse, s}, {-inverse, hy_b}});
+        internal::CopyVector<Scalar>(hts_b, v.col(slot));
         ++count[b];
       } else {
         count[b] = 0;

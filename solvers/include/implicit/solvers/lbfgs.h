@@ -43,6 +43,8 @@
 #include <implicit/solvers/internal/batch_evaluator.h>
 #include <implicit/solvers/internal/batch_monitor.h>
 #include <implicit/solvers/internal/guarded_step.h>
+#include <implicit/solvers/internal/low_rank.h>
+#include <implicit/solvers/internal/sample_loop.h>
 #include <implicit/solvers/solver.h>
 
 #include <cmath>
@@ -112,47 +114,51 @@ class LbfgsSolver : public Solver<Scalar> {
   Summary Solve(const FixedPointMap<Scalar>& map, MatrixRef<Scalar> z) const override;
 
  private:
-  /// Stores (ds, dy) in sample b's ring when the curvature is positive enough.
-  template <typename S, typename Y>
-  void StorePair(Index b, Index base, const S& ds, const Y& dy, Matrix<Scalar>* s_ring,
-                 Matrix<Scalar>* y_ring, Matrix<Scalar>* rho, std::vector<int>* count,
+  /// Stores the pair (ds, dy) in sample b's ring when the curvature is
+  /// positive enough.
+  void StorePair(Index b, Index base, Eigen::Ref<const Vector<Scalar>> ds, Eigen::Ref<const Vector<Scalar>> dy,
+                 Matrix<Scalar>* s_ring, Matrix<Scalar>* y_ring, Matrix<Scalar>* rho, std::vector<int>* count,
                  std::vector<int>* newest) const {
     const Index m = options_.memory;
-    const Scalar sy = ds.dot(dy);
-    const Scalar scale = ds.norm() * dy.norm();
+    const Scalar sy = internal::VectorDot<Scalar>(ds, dy);
+    const Scalar scale = std::sqrt(internal::VectorDot<Scalar>(ds, ds)) * std::sqrt(internal::VectorDot<Scalar>(dy, dy));
     if (!(sy > static_cast<Scalar>(options_.curvature_threshold) * scale) ||
         !std::isfinite(static_cast<double>(sy))) {
       return;  // not stored: H stays positive definite
     }
     const Index slot = base + ((*newest)[b] + 1) % m;
-    s_ring->col(slot) = ds;
-    y_ring->col(slot) = dy;
+    internal::CopyVector<Scalar>(ds, s_ring->col(slot));
+    internal::CopyVector<Scalar>(dy, y_ring->col(slot));
     (*rho)((slot - base), b) = Scalar(1) / sy;
     (*newest)[b] = static_cast<int>(slot - base);
     (*count)[b] = std::min<int>((*count)[b] + 1, static_cast<int>(m));
   }
 
-  /// q.col(b) = H r (two-loop recursion over sample b's k stored pairs).
-  template <typename R>
-  void TwoLoop(Index b, Index base, const R& r, const Matrix<Scalar>& s_ring,
-               const Matrix<Scalar>& y_ring, const Matrix<Scalar>& rho, int k, int newest,
-               Vector<Scalar>* alpha, Matrix<Scalar>* q_out) const {
+  /// q.col(b) = H q.col(b) (two-loop recursion over sample b's k stored
+  /// pairs; alpha: room for k numbers). Each step is a dot product and an
+  /// update of q, the dispatched kernels of internal/low_rank.h.
+  void TwoLoop(Index b, Index base, const Matrix<Scalar>& s_ring, const Matrix<Scalar>& y_ring,
+               const Matrix<Scalar>& rho, int k, int newest, Scalar* alpha, Matrix<Scalar>* q_out) const {
     const Index m = options_.memory;
     auto q = q_out->col(b);
-    q = r;
     for (int i = 0; i < k; ++i) {  // newest to oldest
       const Index j = (newest - i + m) % m;
-      (*alpha)(i) = rho(j, b) * s_ring.col(base + j).dot(q);
-      q -= (*alpha)(i) * y_ring.col(base + j);
+      Scalar dot;
+      internal::HistoryDots(s_ring, base + j, 1, q, &dot);
+      alpha[i] = rho(j, b) * dot;
+      const Scalar minus_alpha = -alpha[i];
+      internal::AddHistoryCombination(y_ring, base + j, 1, &minus_alpha, q);
     }
     if (options_.eigenvalue_scaling) {
-      const Index j = newest;
-      q *= Scalar(1) / (rho(j, b) * y_ring.col(base + j).squaredNorm());
+      const Scalar yy = internal::VectorDot<Scalar>(y_ring.col(base + newest), y_ring.col(base + newest));
+      internal::Combine<Scalar>(q, {{Scalar(1) / (rho(newest, b) * yy), q}});
     }
     for (int i = k - 1; i >= 0; --i) {  // oldest to newest
       const Index j = (newest - i + m) % m;
-      const Scalar beta = rho(j, b) * y_ring.col(base + j).dot(q);
-      q += ((*alpha)(i) - beta) * s_ring.col(base + j);
+      Scalar dot;
+      internal::HistoryDots(y_ring, base + j, 1, q, &dot);
+      const Scalar step = alpha[i] - rho(j, b) * dot;
+      internal::AddHistoryCombination(s_ring, base + j, 1, &step, q);
     }
   }
 
@@ -181,23 +187,30 @@ Summary LbfgsSolver<Scalar>::Solve(const FixedPointMap<Scalar>& map, MatrixRef<S
   Vector<Scalar>* energies = evaluator.with_energy() ? &e : nullptr;
   Matrix<Scalar> s(n, m * batch), y(n, m * batch);  // sample b: columns [b m, b m + m)
   Matrix<Scalar> rho(m, batch);                      // 1 / s^T y per stored pair
-  Vector<Scalar> alpha(m);
+  const internal::SampleLoop samples(n);              // the per-sample work, threaded
+  Matrix<Scalar> alpha(m, samples.threads());         // the two-loop's coefficients, per thread
+  Matrix<Scalar> pairs(n, 2 * samples.threads());     // a new pair (ds, dy), per thread
   std::vector<int> count(batch, 0), newest(batch, -1);
   std::vector<char> has_prev(batch, 0), proposal(batch, 0);
 
   evaluator.Evaluate(z, monitor.active_columns(), fz, energies, &monitor);
   while (monitor.Observe(z, fz, energies)) {
-    for (Index b : monitor.active_columns()) {
+    samples.Run(monitor.active_columns(), [&](Index b, int thread) {
       const Index base = b * m;
-      auto rb = fz.col(b) - z.col(b);
-      if (has_prev[b]) StorePair(b, base, z.col(b) - z_prev.col(b), r_prev.col(b) - rb, &s, &y,
-                                 &rho, &count, &newest);
-      z_prev.col(b) = z.col(b);
-      r_prev.col(b) = rb;
+      auto r = q.col(b);  // r = f(z) - z, then H r in place (q is the proposal)
+      internal::Combine<Scalar>(r, {{1, fz.col(b)}, {-1, z.col(b)}});
+      if (has_prev[b]) {
+        auto ds = pairs.col(2 * thread), dy = pairs.col(2 * thread + 1);
+        internal::Combine<Scalar>(ds, {{1, z.col(b)}, {-1, z_prev.col(b)}});
+        internal::Combine<Scalar>(dy, {{1, r_prev.col(b)}, {-1, r}});
+        StorePair(b, base, ds, dy, &s, &y, &rho, &count, &newest);
+      }
+      internal::CopyVector<Scalar>(z.col(b), z_prev.col(b));
+      internal::CopyVector<Scalar>(r, r_prev.col(b));
       has_prev[b] = 1;
       proposal[b] = count[b] > 0 ? 1 : 0;
-      if (proposal[b]) TwoLoop(b, base, r_prev.col(b), s, y, rho, count[b], newest[b], &alpha, &q);
-    }
+      if (proposal[b]) TwoLoop(b, base, s, y, rho, count[b], newest[b], alpha.col(thread).data(), &q);
+    });
     stepper.Step(z, fz, energies, q, proposal, &evaluator, &monitor);
     for (Index b : monitor.active_columns()) {
       if (proposal[b] && !stepper.accelerated(b)) count[b] = 0, newest[b] = -1;  // fell back
