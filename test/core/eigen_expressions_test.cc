@@ -293,7 +293,7 @@ BOOST_AUTO_TEST_CASE(sums_of_squares_are_one_node_of_the_expressions_coefficient
 
 // maxCoeff() and minCoeff() of Vars return the coefficient Eigen's own loop
 // returns on the values (std::max / std::min in order: the first of equal
-// values; a NaN first stays, a later NaN is passed over), so the derivative
+// values, of either sign for zeros; a NaN first stays, a later NaN is passed over), so the derivative
 // goes to that coefficient alone: on stored vectors (scanned by value), on a
 // row of a matrix (strided: Eigen's loop) and on an expression.
 BOOST_AUTO_TEST_CASE(max_and_min_coefficients_pick_eigens_coefficient) {
@@ -301,7 +301,12 @@ BOOST_AUTO_TEST_CASE(max_and_min_coefficients_pick_eigens_coefficient) {
   using Var = reverse::Var<double>;
   const double nan = std::numeric_limits<double>::quiet_NaN();
   const std::vector<std::vector<double>> cases = {
-      {1, 3, 3, 2, -5, -5}, {nan, 1, 2}, {1, nan, 0.5, 4}, {2}, {-1, -1, -1}};
+      {1, 3, 3, 2, -5, -5}, {nan, 1, 2}, {1, nan, 0.5, 4}, {2}, {-1, -1, -1},
+      // longer than the scan's four running results: the extreme repeated in
+      // several of them, NaNs among them, zeros of both signs
+      {-0.0, 0.0, 1, 5, 2, 5, 5, -3, 5, 0, 4, -3},
+      {3, nan, nan, 1, 7, 7, nan, 2, 7, -1, 0, 7, -1},
+      {0.0, -0.0, -0.0, 0.0, -0.0, 0.0, 0.0, -0.0, 0.0}};
   for (const std::vector<double>& values : cases) {
     const Index n = static_cast<Index>(values.size());
     for (const bool max : {true, false}) {

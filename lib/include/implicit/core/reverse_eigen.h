@@ -540,7 +540,6 @@ Var<V> RecordSum(const Xpr& xpr, const Evaluator& coefficients) {
   const Index rows = xpr.rows(), cols = xpr.cols();
   V value(0.0);
   bool any = false;
-  const auto add = [&](const Var<V>& c, const V& partial) { any = tape.AddOperand(c, partial) || any; };
   if constexpr (IsAbs2<Xpr>::value) {
     // An expression's coefficients go to a vector of this call's own: one may
     // be a sum recorded here too (a reduction inside the expression).
@@ -549,10 +548,14 @@ Var<V> RecordSum(const Xpr& xpr, const Evaluator& coefficients) {
     const Var<V>* x = CoefficientsOf<V>(xpr.nestedExpression(), rows, cols,
                                         kStored<typename IsAbs2<Xpr>::Nested> ? &a : &computed);
     for (std::size_t i = 0; i < count; ++i) value += ValueOf(x[i]) * ValueOf(x[i]);
-    for (std::size_t i = 0; i < count; ++i) {
-      if (tape.AddOperand(x[i], V(2.0) * ValueOf(x[i]))) {  // partial 2 x_i: second derivative 2
-        any = true;
-        tape.AddCurvature(x[i], x[i], Number(2));
+    if (!tape.linearizing()) {
+      any = tape.AddOperands(x, count, [x](std::size_t i) { return V(2.0) * ValueOf(x[i]); });
+    } else {
+      for (std::size_t i = 0; i < count; ++i) {
+        if (tape.AddOperand(x[i], V(2.0) * ValueOf(x[i]))) {  // partial 2 x_i: second derivative 2
+          any = true;
+          tape.AddCurvature(x[i], x[i], Number(2));
+        }
       }
     }
   } else if constexpr (IsProductOfVars<Xpr>::value) {
@@ -560,14 +563,19 @@ Var<V> RecordSum(const Xpr& xpr, const Evaluator& coefficients) {
     const Var<V>* x = CoefficientsOf<V>(xpr.lhs(), rows, cols, &a);
     const Var<V>* y = CoefficientsOf<V>(xpr.rhs(), rows, cols, &b);
     for (std::size_t i = 0; i < count; ++i) value += ValueOf(x[i]) * ValueOf(y[i]);
-    for (std::size_t i = 0; i < count; ++i) {  // partials y_i and x_i: the mixed second derivative 1
-      if (tape.AddOperand(x[i], ValueOf(y[i]))) {
-        any = true;
-        tape.AddCurvature(x[i], y[i], Number(1));
-      }
-      if (tape.AddOperand(y[i], ValueOf(x[i]))) {
-        any = true;
-        tape.AddCurvature(y[i], x[i], Number(1));
+    if (!tape.linearizing()) {
+      any = tape.AddOperands(x, count, [y](std::size_t i) { return ValueOf(y[i]); });
+      any = tape.AddOperands(y, count, [x](std::size_t i) { return ValueOf(x[i]); }) || any;
+    } else {
+      for (std::size_t i = 0; i < count; ++i) {  // partials y_i and x_i: the mixed second derivative 1
+        if (tape.AddOperand(x[i], ValueOf(y[i]))) {
+          any = true;
+          tape.AddCurvature(x[i], y[i], Number(1));
+        }
+        if (tape.AddOperand(y[i], ValueOf(x[i]))) {
+          any = true;
+          tape.AddCurvature(y[i], x[i], Number(1));
+        }
       }
     }
   } else if constexpr (ExpOfShifted<Xpr>::value) {
@@ -607,12 +615,17 @@ Var<V> RecordSum(const Xpr& xpr, const Evaluator& coefficients) {
     for (const V& t : e) value += t;
     // The partial e_i = exp(s_i - m) changes as e_i (ds_i - dm); m's, -sum_i
     // e_i, as minus the sum's own tangent.
-    for (std::size_t i = 0; i < e.size(); ++i) {
-      if (tape.AddOperand(s[i], e[i])) {
-        any = true;
-        const Number ei = ::implicit::internal::NumberPart(e[i]);
-        tape.AddCurvature(s[i], s[i], ei);
-        tape.AddCurvature(s[i], m, -ei);
+    if (!tape.linearizing()) {
+      const V* partials = e.data();
+      any = tape.AddOperands(s, e.size(), [partials](std::size_t i) { return partials[i]; });
+    } else {
+      for (std::size_t i = 0; i < e.size(); ++i) {
+        if (tape.AddOperand(s[i], e[i])) {
+          any = true;
+          const Number ei = ::implicit::internal::NumberPart(e[i]);
+          tape.AddCurvature(s[i], s[i], ei);
+          tape.AddCurvature(s[i], m, -ei);
+        }
       }
     }
     if (tape.AddOperand(m, -value)) {
@@ -628,7 +641,7 @@ Var<V> RecordSum(const Xpr& xpr, const Evaluator& coefficients) {
       }
     }
     for (const Var<V>& x : a) value += ValueOf(x);
-    for (const Var<V>& x : a) add(x, V(1.0));
+    any = tape.AddOperands(a.data(), a.size(), [](std::size_t) { return V(1.0); });  // linear: no curvature
   }
   return any ? Var<V>(value, tape.Close()) : Var<V>(value);
 }
@@ -639,17 +652,43 @@ Var<V> RecordSum(const Xpr& xpr, const Evaluator& coefficients) {
 /// values, so that nothing but that one Var is copied (Eigen's loop copies
 /// every coefficient, and a copy flags its source as shared: a write each).
 /// Returns false (nothing found) for other expressions.
+///
+/// Two passes, as fast as the values can be read: the extreme value in four
+/// independent running results (a single running result made every step wait
+/// for the last comparison: a quarter of the attention energy's gradient),
+/// then the first coefficient with that value. The same coefficient as the
+/// one-pass loop: a NaN can be its result only as the first coefficient, never
+/// replaces one, and equal values (0 and -0 included) keep the first.
 template <typename V, bool kMax, typename Xpr>
 bool SelectStoredCoefficient(const Xpr& xpr, Var<V>* out) {
   const Index size = xpr.rows() * xpr.cols();
   const Var<V>* c = size > 0 ? StoredRun<V>(xpr, xpr.rows(), xpr.cols()) : nullptr;
   if (c == nullptr) return false;
-  const Var<V>* best = c;
-  for (Index i = 1; i < size; ++i) {
-    const bool replace = kMax ? ValueOf(*best) < ValueOf(c[i]) : ValueOf(c[i]) < ValueOf(*best);
-    if (replace) best = c + i;
+  using Number = typename implicit::internal::NumberTypeOf<V>::type;
+  const auto value_of = [c](Index i) { return implicit::internal::NumberPart(ValueOf(c[i])); };
+  const auto better = [](Number candidate, Number best) { return kMax ? best < candidate : candidate < best; };
+  const Number first = value_of(0);
+  if (first != first) {  // NaN first: no comparison replaces it
+    *out = c[0];
+    return true;
   }
-  *out = *best;
+  Number best[4] = {first, first, first, first};
+  Index i = 1;
+  for (; i + 4 <= size; i += 4) {
+    for (int lane = 0; lane < 4; ++lane) {
+      const Number value = value_of(i + lane);
+      if (better(value, best[lane])) best[lane] = value;
+    }
+  }
+  for (; i < size; ++i) {
+    if (better(value_of(i), best[0])) best[0] = value_of(i);
+  }
+  for (int lane = 1; lane < 4; ++lane) {
+    if (better(best[lane], best[0])) best[0] = best[lane];
+  }
+  Index at = 0;
+  while (!(value_of(at) == best[0])) ++at;
+  *out = c[at];
   return true;
 }
 

@@ -242,6 +242,33 @@ class Tape {
     entries_.Push(da * a.scale(), Node(a.index()));
     return true;
   }
+  /// AddOperand(a[i], partial(i)) for i < count, the tape's state read once
+  /// (one call per operand reads it again after every store: the largest
+  /// part of recording a log-sum-exp over many scores). AddCurvature refers
+  /// to the operand added last, so on a linearizing tape operands with second
+  /// derivatives are added one at a time instead. Returns whether any a[i] is
+  /// a variable.
+  /// \throws std::logic_error when an a[i] is a variable of another recording.
+  template <typename Partial>
+  bool AddOperands(const Var<V>* a, std::size_t count, const Partial& partial) {
+    entries_.Reserve(entries_.used + count);
+    V* partials = entries_.partials.data() + entries_.used;
+    std::int32_t* operands = entries_.operands.data() + entries_.used;
+    const std::int64_t recording = recording_ ? recording_number_ : -1;
+    const std::int64_t nodes = static_cast<std::int64_t>(ends_.size());
+    std::size_t added = 0;
+    for (std::size_t i = 0; i < count; ++i) {
+      const Var<V>& x = a[i];
+      if (!x.is_variable()) continue;
+      const std::int64_t id = x.index(), node = id & 0xffffffff;
+      if ((id >> 32) != recording || node >= nodes) ThrowForeignVar();
+      partials[added] = partial(i) * x.scale();
+      operands[added] = static_cast<std::int32_t>(node);
+      ++added;
+    }
+    entries_.used += added;
+    return added > 0;
+  }
   /// A node whose operands are the numbers.size() consecutive nodes of ids
   /// first, first + 1, ..., with the partials `numbers` (a vector of numbers:
   /// double or float); returns its id. The node must have no other operands.
@@ -1025,6 +1052,10 @@ class Tape {
     }
     std::size_t size() const { return used; }
     void clear() { used = 0; }
+    // Room for `total` entries.
+    void Reserve(std::size_t total) {
+      while (operands.size() < total) Grow();
+    }
     IMPLICIT_REVERSE_COLD void Grow() {
       if (operands.size() >= static_cast<std::size_t>(std::numeric_limits<std::uint32_t>::max())) {
         ThrowTooManyNodes();
