@@ -548,36 +548,20 @@ Var<V> RecordSum(const Xpr& xpr, const Evaluator& coefficients) {
     const Var<V>* x = CoefficientsOf<V>(xpr.nestedExpression(), rows, cols,
                                         kStored<typename IsAbs2<Xpr>::Nested> ? &a : &computed);
     for (std::size_t i = 0; i < count; ++i) value += ValueOf(x[i]) * ValueOf(x[i]);
-    if (!tape.linearizing()) {
-      any = tape.AddOperands(x, count, [x](std::size_t i) { return V(2.0) * ValueOf(x[i]); });
-    } else {
-      for (std::size_t i = 0; i < count; ++i) {
-        if (tape.AddOperand(x[i], V(2.0) * ValueOf(x[i]))) {  // partial 2 x_i: second derivative 2
-          any = true;
-          tape.AddCurvature(x[i], x[i], Number(2));
-        }
-      }
-    }
+    // partial 2 x_i: second derivative 2
+    any = tape.AddOperands(x, count, [x](std::size_t i) { return V(2.0) * ValueOf(x[i]); },
+                           [&](std::size_t i) { tape.AddCurvature(x[i], x[i], Number(2)); });
   } else if constexpr (IsProductOfVars<Xpr>::value) {
     const std::size_t count = static_cast<std::size_t>(rows * cols);
     const Var<V>* x = CoefficientsOf<V>(xpr.lhs(), rows, cols, &a);
     const Var<V>* y = CoefficientsOf<V>(xpr.rhs(), rows, cols, &b);
     for (std::size_t i = 0; i < count; ++i) value += ValueOf(x[i]) * ValueOf(y[i]);
-    if (!tape.linearizing()) {
-      any = tape.AddOperands(x, count, [y](std::size_t i) { return ValueOf(y[i]); });
-      any = tape.AddOperands(y, count, [x](std::size_t i) { return ValueOf(x[i]); }) || any;
-    } else {
-      for (std::size_t i = 0; i < count; ++i) {  // partials y_i and x_i: the mixed second derivative 1
-        if (tape.AddOperand(x[i], ValueOf(y[i]))) {
-          any = true;
-          tape.AddCurvature(x[i], y[i], Number(1));
-        }
-        if (tape.AddOperand(y[i], ValueOf(x[i]))) {
-          any = true;
-          tape.AddCurvature(y[i], x[i], Number(1));
-        }
-      }
-    }
+    // partials y_i and x_i: the mixed second derivative 1
+    any = tape.AddOperands(x, count, [y](std::size_t i) { return ValueOf(y[i]); },
+                           [&](std::size_t i) { tape.AddCurvature(x[i], y[i], Number(1)); });
+    any = tape.AddOperands(y, count, [x](std::size_t i) { return ValueOf(x[i]); },
+                           [&](std::size_t i) { tape.AddCurvature(y[i], x[i], Number(1)); }) ||
+          any;
   } else if constexpr (ExpOfShifted<Xpr>::value) {
     // sum_i exp(s_i - m): partials exp(s_i - m), and -sum for m.
     using std::exp;
@@ -615,19 +599,12 @@ Var<V> RecordSum(const Xpr& xpr, const Evaluator& coefficients) {
     for (const V& t : e) value += t;
     // The partial e_i = exp(s_i - m) changes as e_i (ds_i - dm); m's, -sum_i
     // e_i, as minus the sum's own tangent.
-    if (!tape.linearizing()) {
-      const V* partials = e.data();
-      any = tape.AddOperands(s, e.size(), [partials](std::size_t i) { return partials[i]; });
-    } else {
-      for (std::size_t i = 0; i < e.size(); ++i) {
-        if (tape.AddOperand(s[i], e[i])) {
-          any = true;
-          const Number ei = ::implicit::internal::NumberPart(e[i]);
-          tape.AddCurvature(s[i], s[i], ei);
-          tape.AddCurvature(s[i], m, -ei);
-        }
-      }
-    }
+    const V* partials = e.data();
+    any = tape.AddOperands(s, e.size(), [partials](std::size_t i) { return partials[i]; }, [&](std::size_t i) {
+      const Number ei = ::implicit::internal::NumberPart(partials[i]);
+      tape.AddCurvature(s[i], s[i], ei);
+      tape.AddCurvature(s[i], m, -ei);
+    });
     if (tape.AddOperand(m, -value)) {
       any = true;
       tape.AddCurvatureInResult(m, Number(-1));
@@ -641,7 +618,7 @@ Var<V> RecordSum(const Xpr& xpr, const Evaluator& coefficients) {
       }
     }
     for (const Var<V>& x : a) value += ValueOf(x);
-    any = tape.AddOperands(a.data(), a.size(), [](std::size_t) { return V(1.0); });  // linear: no curvature
+    any = tape.AddOperands(a.data(), a.size(), [](std::size_t) { return V(1.0); });  // linear
   }
   return any ? Var<V>(value, tape.Close()) : Var<V>(value);
 }

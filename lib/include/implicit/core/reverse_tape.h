@@ -244,11 +244,24 @@ class Tape {
   }
   /// AddOperand(a[i], partial(i)) for i < count, the tape's state read once
   /// (one call per operand reads it again after every store: the largest
-  /// part of recording a log-sum-exp over many scores). AddCurvature refers
-  /// to the operand added last, so on a linearizing tape operands with second
-  /// derivatives are added one at a time instead. Returns whether any a[i] is
-  /// a variable.
+  /// part of recording a log-sum-exp over many scores). On a linearizing
+  /// tape, curvature(i) adds a[i]'s second derivatives (AddCurvature) right
+  /// after a[i] is added, to which they refer: there the operands go one at a
+  /// time. Returns whether any a[i] is a variable.
   /// \throws std::logic_error when an a[i] is a variable of another recording.
+  template <typename Partial, typename Curvature>
+  bool AddOperands(const Var<V>* a, std::size_t count, const Partial& partial, const Curvature& curvature) {
+    if (!linearizing_) return AddOperands(a, count, partial);
+    bool any = false;
+    for (std::size_t i = 0; i < count; ++i) {
+      if (AddOperand(a[i], partial(i))) {
+        any = true;
+        curvature(i);
+      }
+    }
+    return any;
+  }
+  /// AddOperands for operands without second derivatives (a linear node).
   template <typename Partial>
   bool AddOperands(const Var<V>* a, std::size_t count, const Partial& partial) {
     entries_.Reserve(entries_.used + count);
