@@ -62,6 +62,8 @@ struct EigenStyle {
     }
     const Matrix<T> H = Xi.transpose() * X;                // data (no cast) times variables
     e -= half * H.cwiseMax(T(0.0)).squaredNorm();
+    e -= tenth * K.array().min(T(S(0.2))).square().sum();  // a clamp from above, as arrays
+    e += tenth * X.cwiseMax(s).squaredNorm();               // a clamp at a variable
     const Matrix<S> local = half * Xi;                     // data that is not the functor's
     e += tenth * (local.template cast<T>().transpose() * X).sum();  // cast data, copied
     e += (s * (-Xi.transpose()) * X).array().tanh().sum(); // negated data, a variable scale
@@ -280,6 +282,17 @@ BOOST_AUTO_TEST_CASE(sums_of_squares_are_one_node_of_the_expressions_coefficient
   const Matrix<double> relu_expected = 2.0 * Z.cwiseMax(0.0);
   BOOST_TEST((relu - relu_expected.reshaped()).norm() <= 1e-14);
 
+  // A clamp from above at a nonzero number: the clamped coefficients add
+  // the constant's square to the value, nothing to the gradient.
+  Var clamped_value;
+  const Vector<double> clamped = gradient([&](const auto& X) {
+    return clamped_value = X.array().min(Var(0.3)).square().sum();
+  }, &nodes);
+  BOOST_TEST(nodes == 1);
+  const Matrix<double> clamped_expected = (Z.array() <= 0.3).select(2.0 * Z, 0.0);
+  BOOST_TEST((clamped - clamped_expected.reshaped()).norm() <= 1e-14);
+  BOOST_TEST(std::abs(ValueOf(clamped_value) - Z.array().min(0.3).square().sum()) <= 1e-13);
+
   const Vector<double> variance = gradient([](const auto& X) { return (X.array() - X.mean()).square().sum(); }, &nodes);
   BOOST_TEST(nodes <= n + 2);  // the mean, n differences, the sum
   const Matrix<double> variance_expected = 2.0 * (Z.array() - Z.mean()).matrix();  // (the centred sum is 0)
@@ -289,6 +302,34 @@ BOOST_AUTO_TEST_CASE(sums_of_squares_are_one_node_of_the_expressions_coefficient
   Matrix<double> columns_expected(rows, cols);
   for (Index j = 0; j < cols; ++j) columns_expected.col(j).setConstant(2.0 * Z.col(j).sum());
   BOOST_TEST((columns - columns_expected.reshaped()).norm() <= 1e-13);
+}
+
+// A clamp inside a sum of squares keeps the coefficient std::max / std::min
+// keeps (Eigen's loop for Vars): a NaN stays (and the value is NaN), an
+// infinity beyond the clamp is replaced by the constant and contributes
+// nothing to the gradient.
+BOOST_AUTO_TEST_CASE(clamps_in_sums_of_squares_keep_eigens_coefficient) {
+  namespace reverse = implicit::reverse;
+  using Var = reverse::Var<double>;
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  Vector<double> z(4), g(4);
+  z << nan, -inf, 2.0, -1.0;
+  const double relu = reverse::Gradient<double>(z.data(), 4, [](const Vector<Var>& v) {
+    return v.cwiseMax(Var(0.0)).squaredNorm();
+  }, g.data());
+  BOOST_TEST(std::isnan(relu));
+  BOOST_TEST(std::isnan(g(0)));
+  BOOST_TEST(g(1) == 0.0);
+  BOOST_TEST(g(2) == 4.0);
+  BOOST_TEST(g(3) == 0.0);
+  Vector<double> w(2), h(2);
+  w << inf, 0.25;
+  const double capped = reverse::Gradient<double>(w.data(), 2, [](const Vector<Var>& v) {
+    return v.array().min(Var(0.5)).square().sum();
+  }, h.data());
+  BOOST_TEST(capped == 0.3125);
+  BOOST_TEST(h(0) == 0.0);
+  BOOST_TEST(h(1) == 0.5);
 }
 
 // maxCoeff() and minCoeff() of Vars return the coefficient Eigen's own loop

@@ -492,6 +492,27 @@ struct ExpOfShifted<Eigen::CwiseUnaryOp<
   static constexpr bool kShifted = true;
 };
 
+/// x.cwiseMax(c) or x.cwiseMin(c) (also as arrays: x.array().max(c)) of
+/// stored Vars x and a constant c, Eigen's default NaN rule: std::max(x_i, c)
+/// is x_i unless x_i < c (std::min: unless c < x_i), a NaN x_i included.
+template <typename Xpr>
+struct ClampOfStored : std::false_type {};
+template <typename V, typename A, typename Plain>
+struct ClampOfStored<Eigen::CwiseBinaryOp<
+    Eigen::internal::scalar_max_op<Var<V>, Var<V>, Eigen::PropagateFast>, A,
+    const Eigen::CwiseNullaryOp<Eigen::internal::scalar_constant_op<Var<V>>, Plain>>>
+    : std::integral_constant<bool, kStored<A>> {
+  /// Whether x_i (not c) is the coefficient.
+  static bool Keeps(const V& x, const V& c) { return !(x < c); }
+};
+template <typename V, typename A, typename Plain>
+struct ClampOfStored<Eigen::CwiseBinaryOp<
+    Eigen::internal::scalar_min_op<Var<V>, Var<V>, Eigen::PropagateFast>, A,
+    const Eigen::CwiseNullaryOp<Eigen::internal::scalar_constant_op<Var<V>>, Plain>>>
+    : std::integral_constant<bool, kStored<A>> {
+  static bool Keeps(const V& x, const V& c) { return !(c < x); }
+};
+
 /// The coefficients of expression e (rows x cols), column by column.
 template <typename V, typename E>
 void ReadCoefficients(const E& e, Index rows, Index cols, std::vector<Var<V>>* out) {
@@ -541,6 +562,36 @@ Var<V> RecordSum(const Xpr& xpr, const Evaluator& coefficients) {
   V value(0.0);
   bool any = false;
   if constexpr (IsAbs2<Xpr>::value) {
+    using Clamp = ClampOfStored<std::decay_t<typename IsAbs2<Xpr>::Nested>>;
+    if constexpr (Clamp::value) {
+      // The squares of a clamp (a ReLU's squared norm): each coefficient is
+      // x_i or the constant c, known from the values; the kept x_i are the
+      // operands where they lie (Eigen's loop copied each through std::max).
+      const auto& clamp = xpr.nestedExpression();
+      const Var<V>& c = clamp.rhs().functor().m_other;
+      if (!c.is_variable()) {
+        const std::size_t count = static_cast<std::size_t>(rows * cols);
+        const Var<V>* x = CoefficientsOf<V>(clamp.lhs(), rows, cols, &a);
+        const V& cv = ValueOf(c);
+        // The kept coefficients' positions, without a branch on each (which
+        // are kept is as unpredictable as the data).
+        static thread_local std::vector<std::uint32_t> kept;
+        kept.resize(count);
+        std::size_t n = 0;
+        for (std::size_t i = 0; i < count; ++i) {
+          kept[n] = static_cast<std::uint32_t>(i);
+          n += Clamp::Keeps(ValueOf(x[i]), cv);
+        }
+        for (std::size_t j = 0; j < n; ++j) value += ValueOf(x[kept[j]]) * ValueOf(x[kept[j]]);
+        if (n < count) value += cv * cv * Number(static_cast<double>(count - n));
+        const std::uint32_t* at = kept.data();
+        any = tape.AddOperandsAt(
+            x, n, [at](std::size_t j) { return static_cast<std::size_t>(at[j]); },
+            [x](std::size_t i) { return V(2.0) * ValueOf(x[i]); },
+            [&](std::size_t i) { tape.AddCurvature(x[i], x[i], Number(2)); });
+        return any ? Var<V>(value, tape.Close()) : Var<V>(value);
+      }
+    }
     // An expression's coefficients go to a vector of this call's own: one may
     // be a sum recorded here too (a reduction inside the expression).
     std::vector<Var<V>> computed;
@@ -581,6 +632,7 @@ Var<V> RecordSum(const Xpr& xpr, const Evaluator& coefficients) {
       // libm's exp, most of the gradient's time for N in the hundreds.
       Eigen::Map<Eigen::Array<V, Eigen::Dynamic, 1>> shifted(e.data(), static_cast<Index>(e.size()));
       shifted = shifted.exp();
+      value = shifted.sum();  // in packets: one running sum waited on every add
     } else if constexpr (IsDualOfNumbers<V>::value) {
       // Dual numbers (the Hessian-vector product's): the values' exp
       // vectorised as above, the tangents from it (exp(t)' = exp(t) t').
@@ -596,7 +648,9 @@ Var<V> RecordSum(const Xpr& xpr, const Evaluator& coefficients) {
     } else {
       for (V& t : e) t = exp(t);
     }
-    for (const V& t : e) value += t;
+    if constexpr (!std::is_floating_point<V>::value) {
+      for (const V& t : e) value += t;
+    }
     // The partial e_i = exp(s_i - m) changes as e_i (ds_i - dm); m's, -sum_i
     // e_i, as minus the sum's own tangent.
     const V* partials = e.data();

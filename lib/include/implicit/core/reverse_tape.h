@@ -251,9 +251,22 @@ class Tape {
   /// \throws std::logic_error when an a[i] is a variable of another recording.
   template <typename Partial, typename Curvature>
   bool AddOperands(const Var<V>* a, std::size_t count, const Partial& partial, const Curvature& curvature) {
-    if (!linearizing_) return AddOperands(a, count, partial);
+    return AddOperandsAt(a, count, [](std::size_t j) { return j; }, partial, curvature);
+  }
+  /// AddOperands for operands without second derivatives (a linear node).
+  template <typename Partial>
+  bool AddOperands(const Var<V>* a, std::size_t count, const Partial& partial) {
+    return AddOperandsAt(a, count, [](std::size_t j) { return j; }, partial);
+  }
+  /// AddOperands of count operands a[at(j)], j < count (a selection: the
+  /// coefficients a clamp kept), with partial(at(j)) and curvature(at(j)).
+  template <typename At, typename Partial, typename Curvature>
+  bool AddOperandsAt(const Var<V>* a, std::size_t count, const At& at, const Partial& partial,
+                     const Curvature& curvature) {
+    if (!linearizing_) return AddOperandsAt(a, count, at, partial);
     bool any = false;
-    for (std::size_t i = 0; i < count; ++i) {
+    for (std::size_t j = 0; j < count; ++j) {
+      const std::size_t i = at(j);
       if (AddOperand(a[i], partial(i))) {
         any = true;
         curvature(i);
@@ -261,16 +274,17 @@ class Tape {
     }
     return any;
   }
-  /// AddOperands for operands without second derivatives (a linear node).
-  template <typename Partial>
-  bool AddOperands(const Var<V>* a, std::size_t count, const Partial& partial) {
+  /// AddOperandsAt for operands without second derivatives.
+  template <typename At, typename Partial>
+  bool AddOperandsAt(const Var<V>* a, std::size_t count, const At& at, const Partial& partial) {
     entries_.Reserve(entries_.used + count);
     V* partials = entries_.partials.data() + entries_.used;
     std::int32_t* operands = entries_.operands.data() + entries_.used;
     const std::int64_t recording = recording_ ? recording_number_ : -1;
     const std::int64_t nodes = static_cast<std::int64_t>(ends_.size());
     std::size_t added = 0;
-    for (std::size_t i = 0; i < count; ++i) {
+    for (std::size_t j = 0; j < count; ++j) {
+      const std::size_t i = at(j);
       const Var<V>& x = a[i];
       if (!x.is_variable()) continue;
       const std::int64_t id = x.index(), node = id & 0xffffffff;
