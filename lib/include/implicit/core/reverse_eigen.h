@@ -651,6 +651,20 @@ Var<V> RecordSum(const Xpr& xpr, const Evaluator& coefficients) {
     if constexpr (!std::is_floating_point<V>::value) {
       for (const V& t : e) value += t;
     }
+    if constexpr (std::is_floating_point<V>::value) {
+      // Scores that are consecutive nodes (a column of a product's output, as
+      // an attention energy's are): one run of operands, its partials stored
+      // as numbers and swept as one contiguous update, then m's operand.
+      const std::int64_t first = e.empty() ? -1 : s[0].index();
+      bool run = first >= 0 && !tape.linearizing();
+      for (std::size_t i = 0; run && i < e.size(); ++i) {
+        run = s[i].index() == first + static_cast<std::int64_t>(i) && s[i].unit_scale();
+      }
+      if (run) {
+        const Var<V> sum(value, tape.PushRun(first, Eigen::Map<const Vector<V>>(e.data(), static_cast<Index>(e.size()))));
+        return m.is_variable() ? Var<V>::Node(value, sum, V(1.0), m, -value) : sum;
+      }
+    }
     // The partial e_i = exp(s_i - m) changes as e_i (ds_i - dm); m's, -sum_i
     // e_i, as minus the sum's own tangent.
     const V* partials = e.data();
