@@ -43,6 +43,7 @@
 /// \endcode
 #pragma once
 
+#include <implicit/core/workspace_pool.h>
 #include <implicit/solvers/internal/batch_evaluator.h>
 #include <implicit/solvers/internal/batch_monitor.h>
 #include <implicit/solvers/internal/guarded_step.h>
@@ -110,7 +111,16 @@ class BroydenSolver : public Solver<Scalar> {
   Summary Solve(const FixedPointMap<Scalar>& map, MatrixRef<Scalar> z) const override;
 
  private:
+  /// The pairs (u_i, v_i) of every sample, 2 n memory B numbers, kept between
+  /// Solve calls (one per concurrent caller): blocks of this size come and go
+  /// by mmap, so a solve that allocated them anew took a page fault for each
+  /// 4 KiB it first wrote (a third of a repeated solve at n = 256, B = 500,
+  /// memory = 20). A solver therefore holds that memory after its first solve.
+  struct History {
+    Matrix<Scalar> u, v;
+  };
   Options options_;
+  mutable WorkspacePool<History> histories_;
 };
 
 template <typename Scalar>
@@ -127,7 +137,11 @@ Summary BroydenSolver<Scalar>::Solve(const FixedPointMap<Scalar>& map, MatrixRef
   Matrix<Scalar> z_prev(n, batch), g_prev(n, batch);      // iterate and g before the step
   Vector<Scalar> e(batch);                                // E(z) (maps with an energy)
   Vector<Scalar>* energies = evaluator.with_energy() ? &e : nullptr;
-  Matrix<Scalar> u(n, m * batch), v(n, m * batch);        // sample b: columns [b m, b m + m)
+  const auto history = histories_.Acquire();
+  Matrix<Scalar>& u = history->u;                         // sample b: columns [b m, b m + m)
+  Matrix<Scalar>& v = history->v;
+  u.resize(n, m * batch);                                 // (no reallocation at the same size)
+  v.resize(n, m * batch);
   const internal::SampleLoop samples(n);                  // the per-sample work, threaded
   Matrix<Scalar> hy(n, samples.threads()), hts(n, samples.threads());  // H y and H^T s, per thread
   Matrix<Scalar> coef(m, samples.threads());                            // v_i . y etc., per thread
