@@ -649,9 +649,8 @@ Var<V> RecordSum(const Xpr& xpr, const Evaluator& coefficients) {
       for (V& t : e) t = exp(t);
     }
     if constexpr (!std::is_floating_point<V>::value) {
-      for (const V& t : e) value += t;
-    }
-    if constexpr (std::is_floating_point<V>::value) {
+      for (const V& t : e) value += t;  // (numbers: summed in packets above)
+    } else {
       // Scores that are consecutive nodes (a column of a product's output, as
       // an attention energy's are): one run of operands, its partials stored
       // as numbers and swept as one contiguous update, then m's operand.
