@@ -67,6 +67,7 @@ struct Result : RunRecord {
   long long sample_evaluations = 0;
   bool counted_per_sample = false;  // false: function_evaluations x B (the solver does not count)
   double seconds = 0, residual = std::numeric_limits<double>::quiet_NaN();
+  double first_seconds = std::numeric_limits<double>::quiet_NaN();  // the first of --solves K solves
   double floor_seconds = std::numeric_limits<double>::quiet_NaN();
   double seconds_per_sample_evaluation = std::numeric_limits<double>::quiet_NaN();
   double ratio = std::numeric_limits<double>::quiet_NaN();
@@ -121,9 +122,13 @@ void Record(const implicit::Summary& s, const implicit::Summary* first_stage, do
   }
 }
 
+// `solves` solves by one solver object from the problem's initial state; the
+// last is recorded (the first's time kept in first_seconds). A later solve
+// that takes other steps than the first is a failure: a solver's result must
+// not depend on its earlier solves.
 template <typename S>
 Result RunSolver(const ProblemT<S>& problem, const std::string& solver_name, const std::string& precision,
-                 double tol, long max_iter, double time_limit, const FloorTiming& floor) {
+                 double tol, long max_iter, double time_limit, long solves, const FloorTiming& floor) {
   Result r;
   StartRun(problem, solver_name, &r);
   r.precision = precision;
@@ -134,10 +139,22 @@ Result RunSolver(const ProblemT<S>& problem, const std::string& solver_name, con
   try {
     std::unique_ptr<implicit::Solver<S>> solver =
         MakeSolver<S>(solver_name, TimedOptions(tol, max_iter, time_limit, &start));
-    Matrix<S> z = problem.initial();
-    start = std::chrono::steady_clock::now();
-    const implicit::Summary s = solver->Solve(problem.map(), z);
-    Record(s, nullptr, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), floor, &r);
+    implicit::Summary first;
+    for (long k = 0; k < solves; ++k) {
+      Matrix<S> z = problem.initial();
+      start = std::chrono::steady_clock::now();
+      const implicit::Summary s = solver->Solve(problem.map(), z);
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (k == 0) {
+        first = s;
+        r.first_seconds = seconds;
+      } else if (s.termination_type != implicit::TerminationType::kUserAbort &&
+                 s.sample_evaluations != first.sample_evaluations) {
+        throw std::logic_error("solve " + std::to_string(k + 1) + " of one solver object took other steps than "
+                               "its first");
+      }
+      Record(s, nullptr, seconds, floor, &r);
+    }
   } catch (const std::exception& e) {
     r.Fail(e);
   }
@@ -203,6 +220,7 @@ Json ResultJson(const Result& r) {
     o["sample_evaluations"] = r.sample_evaluations;
     o["evals_counted"] = r.counted_per_sample ? "per_sample" : "function_evaluations_x_B";
     o["seconds"] = r.seconds;
+    o["first_solve_seconds"] = r.first_seconds;
     o["seconds_per_sample_evaluation"] = r.seconds_per_sample_evaluation;
     o["ratio_to_floor"] = r.ratio;
     o["residual"] = r.residual;
@@ -239,7 +257,7 @@ void MeasureProblem(const Options& o, const ProblemT<S>& problem, const std::str
     progress("[" + std::to_string(++*done) + "/" + std::to_string(total) + "] " + row.problem + " / " +
              solver_name + " (" + precision + ")");
     m->results.push_back(RunSolver(problem, solver_name, precision, precision == "float" ? o.float_tol : o.tol,
-                                   o.max_iter, o.time_limit, row.floor));
+                                   o.max_iter, o.time_limit, o.solves, row.floor));
   }
 }
 
@@ -310,7 +328,9 @@ std::vector<std::string> ResultRow(const Result& r, bool with_precision) {
 }
 
 void PrintResults(const Options& o, const Measurements& m) {
-  std::cout << "\nsolves (one run each; x floor = (seconds / sample evals) / (floor seconds / B))\n";
+  std::cout << "\nsolves ("
+            << (o.solves > 1 ? "the last of " + std::to_string(o.solves) + " by one solver object" : "one run each")
+            << "; x floor = (seconds / sample evals) / (floor seconds / B))\n";
   std::vector<std::string> header = {"problem", "solver", "status", "converged", "iterations", "f evals",
                                      "sample evals", "evals counted", "seconds", "x floor"};
   std::vector<bool> right = {false, false, false, true, true, true, true, false, true, true};
@@ -358,6 +378,7 @@ Json SettingsJson(const Options& o, const std::string& data_source) {
   s["time_limit"] = o.time_limit;
   s["threads"] = o.threads;
   s["repeat"] = o.repeat;
+  s["solves"] = o.solves;
   s["float"] = o.with_float;
   s["mixed"] = o.mixed;
   s["mixed_tol"] = o.mixed_tol;

@@ -70,6 +70,12 @@ bool ParseOptions(int argc, char** argv, Options* o) {
                  "as user_abort with what had converged by then; 0 = no limit")
       ->check(AtLeast(0));
   app.add_option("--repeat", o->repeat, "timed runs of each floor and map evaluation")->check(IntIn(1, 1000));
+  app.add_option("--solves", o->solves,
+                 "solve each problem K times with one solver object, from the same initial\n"
+                 "state, and report the last solve (a training loop's steady state: the\n"
+                 "solver's buffers kept from its earlier solves); the first solve's time is\n"
+                 "in the JSON (not for --mixed)")
+      ->check(IntIn(1, 100));
   app.add_option("--threads", o->threads,
                  "threads for Eigen's matrix products (OpenMP builds only);\n"
                  "0 = Eigen's default, OMP_NUM_THREADS or all cores")

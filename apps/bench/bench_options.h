@@ -34,6 +34,7 @@ struct Options {
   long patterns = 0;  // 0: each problem's default
   double tol = 1e-8, time_limit = 5.0, float_tol = 1e-5, mixed_tol = 1e-4;
   long max_iter = 500, threads = 0, repeat = 7, seed = 1;
+  long solves = 1;  // solves of each problem by one solver object; the last is reported
   bool mixed = false;  // also each solver as SolveMixedPrecision (float to mixed_tol, then double)
   bool with_float = false, quiet = false, autodiff = false, graph_et = false, sweep = false;
   SweepSettings sweep_settings;

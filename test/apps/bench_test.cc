@@ -132,6 +132,37 @@ BOOST_AUTO_TEST_CASE(tiny_hopfield_run_writes_sane_json) {
     if (row.at("solver").get<std::string>() == "picard") BOOST_TEST(row.at("status").get<std::string>() == "converged");
 }
 
+// --solves K: each solver object solves K times and the last solve is
+// reported; its counts are those of a single solve (a solver's result does
+// not depend on its earlier solves), and the first solve's time is kept.
+BOOST_AUTO_TEST_CASE(solves_reports_the_last_of_several_solves_by_one_solver) {
+  ScratchDir dir;
+  const std::string common = kApp + " --quiet --patterns 40 --problem hopfield-digits,deq-tanh --repeat 2"
+                                    " --max-iter 200 --solvers picard,anderson,broyden,lbfgs";
+  const auto once = RunCommand(common + " --json " + dir.File("once.json"));
+  const auto thrice = RunCommand(common + " --solves 3 --json " + dir.File("thrice.json"));
+  BOOST_TEST_INFO("stdout:\n" << thrice.out << "\nstderr:\n" << thrice.err);
+  BOOST_REQUIRE(once.exit_code == 0);
+  BOOST_REQUIRE(thrice.exit_code == 0);
+  BOOST_TEST(thrice.out.find("the last of 3 by one solver object") != std::string::npos);
+  const Json a = implicit::testing::ReadJson(dir.File("once.json"));
+  const Json b = implicit::testing::ReadJson(dir.File("thrice.json"));
+  BOOST_TEST(b.at("settings").at("solves").get<double>() == 3.0);
+  CheckJson(b, 40, 2);
+  BOOST_REQUIRE(a.at("results").size() == b.at("results").size());
+  for (std::size_t i = 0; i < a.at("results").size(); ++i) {
+    const Json &x = a.at("results")[i], &y = b.at("results")[i];
+    BOOST_TEST_CONTEXT(y.at("problem").get<std::string>() << " / " << y.at("solver").get<std::string>()) {
+      BOOST_TEST(x.at("status") == y.at("status"));
+      if (y.at("status").get<std::string>() == "skipped") continue;
+      BOOST_TEST(x.at("sample_evaluations") == y.at("sample_evaluations"));
+      BOOST_TEST(x.at("iterations") == y.at("iterations"));
+      BOOST_TEST(PositiveFinite(y.at("first_solve_seconds")));
+    }
+  }
+  ExpectUsageError("--solves 0", "--solves");
+}
+
 // Every row and its fields, not convergence (--max-iter 20 keeps the -O0
 // sanitizer run of all problems x all solvers x two precisions to ~20 s).
 BOOST_AUTO_TEST_CASE(every_problem_every_solver_in_float_too) {

@@ -54,37 +54,6 @@ BOOST_AUTO_TEST_CASE(broyden_bounded_memory_converges) {
   }
 }
 
-// The pairs' storage is kept between solves (BroydenSolver::History): a
-// solver's later solves, of the same batch or of another size in between,
-// give bitwise what a new solver gives, whatever the kept storage held.
-BOOST_AUTO_TEST_CASE(repeated_solves_match_a_new_solver) {
-  testing::AffineMap<double> map(testing::RandomSpd<double>(20, -0.5, 0.9, 7),
-                                 testing::RandomMatrix<double>(20, 1, 8));
-  BroydenSolver<double>::Options options;
-  options.memory = 4;
-  options.max_iterations = 300;
-  const auto solve = [&](const BroydenSolver<double>& solver, Index batch, Matrix<double>* z) {
-    *z = testing::RandomMatrix<double>(20, batch, 9);
-    return solver.Solve(map, *z);
-  };
-  Matrix<double> fresh, again, other;
-  const Summary first = solve(BroydenSolver<double>(options), 5, &fresh);
-  BOOST_REQUIRE(first.IsConverged());
-  const BroydenSolver<double> solver(options);
-  for (Index batch : {5, 3, 8, 5}) {
-    BOOST_TEST_CONTEXT("batch " << batch) {
-      const Summary s = solve(solver, batch, &other);
-      Matrix<double> expected;
-      const Summary e = solve(BroydenSolver<double>(options), batch, &expected);
-      BOOST_TEST(s.iterations == e.iterations);
-      BOOST_TEST((other == expected));
-    }
-  }
-  const Summary last = solve(solver, 5, &again);
-  BOOST_TEST(last.iterations == first.iterations);
-  BOOST_TEST((again == fresh));
-}
-
 BOOST_AUTO_TEST_CASE(broyden_beats_picard_on_ill_conditioned_contraction) {
   const Index n = 30;
   testing::AffineMap<double> map(testing::RandomSpd<double>(n, -0.5, 0.95, 5),

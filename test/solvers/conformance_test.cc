@@ -385,6 +385,38 @@ BOOST_DATA_TEST_CASE(results_do_not_depend_on_the_thread_count, data::make(Label
   BOOST_TEST(one.sample_residual == three.sample_residual, boost::test_tools::per_element());
 }
 
+// A solver object may keep batch-sized buffers between its solves (the
+// guarded solvers do: solvers/internal/buffer_stash.h), so what it solved
+// before must not change a result: solves of batches of several sizes, the
+// same size again in between, on one object give bitwise the iterates and
+// counts that a new solver gives.
+BOOST_DATA_TEST_CASE(repeated_solves_match_a_new_solver, data::make(Labels()), label) {
+  const Config& config = Find(label);
+  const Index n = 10;
+  SolverOptions base;
+  base.absolute_tolerance = 1e-10;
+  base.max_iterations = 300;
+  const auto kept = MakeSolver<double>(config.solver, config.options, base);
+  for (Index batch : {6, 6, 3, 9, 6}) {
+    BOOST_TEST_CONTEXT("batch " << batch) {
+      ColumnTanhMap tanh_map(n, batch);
+      ColumnQuadraticEnergy energy(n, batch);
+      EnergyRootMap<double> root_map(energy);
+      const FixedPointMap<double>& map =
+          SolverNeedsEnergy(config.solver) ? static_cast<const FixedPointMap<double>&>(root_map) : tanh_map;
+      const Matrix<double> z0 = testing::RandomMatrix<double>(n, batch, static_cast<unsigned>(900 + batch), 2.0);
+      Matrix<double> again = z0, fresh = z0;
+      const Summary s = kept->Solve(map, again);
+      const Summary e = MakeSolver<double>(config.solver, config.options, base)->Solve(map, fresh);
+      BOOST_TEST(s.num_converged() == batch, s.FullReport());
+      BOOST_TEST((again.array() == fresh.array()).all());
+      BOOST_TEST(s.iterations == e.iterations);
+      BOOST_TEST(s.sample_evaluations == e.sample_evaluations, boost::test_tools::per_element());
+      BOOST_TEST(s.sample_residual == e.sample_residual, boost::test_tools::per_element());
+    }
+  }
+}
+
 BOOST_DATA_TEST_CASE(affine_contraction, data::make(Labels()), label) {
   Affine<double>(Find(label));
   Affine<float>(Find(label));

@@ -63,6 +63,7 @@
 
 #include <implicit/solvers/internal/batch_evaluator.h>
 #include <implicit/solvers/internal/batch_monitor.h>
+#include <implicit/solvers/internal/buffer_stash.h>
 #include <implicit/solvers/internal/guarded_step.h>
 #include <implicit/solvers/internal/low_rank.h>
 #include <implicit/solvers/internal/sample_loop.h>
@@ -208,23 +209,29 @@ class AndersonSolver : public Solver<Scalar> {
   }
 
   Options options_;
+  mutable internal::BufferPool<Scalar> buffers_;  // batch-sized buffers and histories kept between solves
 };
 
 template <typename Scalar>
 Summary AndersonSolver<Scalar>::Solve(const FixedPointMap<Scalar>& map, MatrixRef<Scalar> z) const {
+  internal::SolveBuffers<Scalar> buffers(buffers_);  // first: ends last
   internal::BatchMonitor<Scalar> monitor(options_, name());
-  monitor.Begin(map, z, /*keep_images=*/options_.progress_window > 0);  // the Picard fallback restarts
+  monitor.Begin(map, z, /*keep_images=*/options_.progress_window > 0,  // the Picard fallback restarts
+                buffers.stash());
   const Index n = z.rows(), batch = z.cols(), m = options_.memory;
   const Scalar beta = static_cast<Scalar>(options_.mixing);
-  internal::BatchEvaluator<Scalar> evaluator(map, batch, internal::UsesEnergy(options_, map));
-  internal::GuardedStepper<Scalar> stepper(options_, n, batch, beta);
+  internal::BatchEvaluator<Scalar> evaluator(map, batch, internal::UsesEnergy(options_, map), buffers.stash());
+  internal::GuardedStepper<Scalar> stepper(options_, n, batch, beta, internal::TrialPath::kBlend, buffers.stash());
 
-  // ---- all memory, allocated once -------------------------------------
-  Matrix<Scalar> fz(n, batch), q(n, batch);           // f(z), proposed steps
+  // ---- all memory, allocated once (the batch-sized part kept between solves)
+  Matrix<Scalar>& fz = buffers.Take(n, batch);        // f(z)
+  Matrix<Scalar>& q = buffers.Take(n, batch);         // proposed steps
   Vector<Scalar> e(batch);                            // E(z) (maps with an energy)
   Vector<Scalar>* energies = evaluator.with_energy() ? &e : nullptr;
-  Matrix<Scalar> z_prev(n, batch), g_prev(n, batch);  // last iterate and its residual
-  Matrix<Scalar> dz(n, m * batch), dg(n, m * batch);  // sample b: columns [b m, b m + m)
+  Matrix<Scalar>& z_prev = buffers.Take(n, batch);    // last iterate
+  Matrix<Scalar>& g_prev = buffers.Take(n, batch);    // and its residual
+  Matrix<Scalar>& dz = buffers.Take(n, m * batch);    // sample b: columns [b m, b m + m)
+  Matrix<Scalar>& dg = buffers.Take(n, m * batch);
   Matrix<double> gram(m, m * batch);                  // dG^T dG of sample b: block b
   const internal::SampleLoop samples(n);              // the per-sample work, threaded
   const int threads = samples.threads();              // scratch: one block per thread

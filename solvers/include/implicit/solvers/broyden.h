@@ -43,9 +43,9 @@
 /// \endcode
 #pragma once
 
-#include <implicit/core/workspace_pool.h>
 #include <implicit/solvers/internal/batch_evaluator.h>
 #include <implicit/solvers/internal/batch_monitor.h>
+#include <implicit/solvers/internal/buffer_stash.h>
 #include <implicit/solvers/internal/guarded_step.h>
 #include <implicit/solvers/internal/low_rank.h>
 #include <implicit/solvers/internal/sample_loop.h>
@@ -111,37 +111,31 @@ class BroydenSolver : public Solver<Scalar> {
   Summary Solve(const FixedPointMap<Scalar>& map, MatrixRef<Scalar> z) const override;
 
  private:
-  /// The pairs (u_i, v_i) of every sample, 2 n memory B numbers, kept between
-  /// Solve calls (one per concurrent caller): blocks of this size come and go
-  /// by mmap, so a solve that allocated them anew took a page fault for each
-  /// 4 KiB it first wrote (a third of a repeated solve at n = 256, B = 500,
-  /// memory = 20). A solver therefore holds that memory after its first solve.
-  struct History {
-    Matrix<Scalar> u, v;
-  };
   Options options_;
-  mutable WorkspacePool<History> histories_;
+  mutable internal::BufferPool<Scalar> buffers_;  // batch-sized buffers and histories kept between solves
 };
 
 template <typename Scalar>
 Summary BroydenSolver<Scalar>::Solve(const FixedPointMap<Scalar>& map, MatrixRef<Scalar> z) const {
+  internal::SolveBuffers<Scalar> buffers(buffers_);  // first: ends last
   internal::BatchMonitor<Scalar> monitor(options_, name());
-  monitor.Begin(map, z, /*keep_images=*/options_.progress_window > 0);  // the Picard fallback restarts
+  monitor.Begin(map, z, /*keep_images=*/options_.progress_window > 0,  // the Picard fallback restarts
+                buffers.stash());
   const Index n = z.rows(), batch = z.cols(), m = options_.memory;
   const Scalar tiny = std::sqrt(std::numeric_limits<Scalar>::epsilon());
-  internal::BatchEvaluator<Scalar> evaluator(map, batch, internal::UsesEnergy(options_, map));
-  internal::GuardedStepper<Scalar> stepper(options_, n, batch, Scalar(1));
+  internal::BatchEvaluator<Scalar> evaluator(map, batch, internal::UsesEnergy(options_, map), buffers.stash());
+  internal::GuardedStepper<Scalar> stepper(options_, n, batch, Scalar(1), internal::TrialPath::kBlend,
+                                           buffers.stash());
 
-  // ---- all memory, allocated once -------------------------------------
-  Matrix<Scalar> fz(n, batch), p(n, batch);               // f(z), proposed steps
-  Matrix<Scalar> z_prev(n, batch), g_prev(n, batch);      // iterate and g before the step
+  // ---- all memory, allocated once (the batch-sized part kept between solves)
+  Matrix<Scalar>& fz = buffers.Take(n, batch);            // f(z)
+  Matrix<Scalar>& p = buffers.Take(n, batch);             // proposed steps
+  Matrix<Scalar>& z_prev = buffers.Take(n, batch);        // iterate and g before the step
+  Matrix<Scalar>& g_prev = buffers.Take(n, batch);
   Vector<Scalar> e(batch);                                // E(z) (maps with an energy)
   Vector<Scalar>* energies = evaluator.with_energy() ? &e : nullptr;
-  const auto history = histories_.Acquire();
-  Matrix<Scalar>& u = history->u;                         // sample b: columns [b m, b m + m)
-  Matrix<Scalar>& v = history->v;
-  u.resize(n, m * batch);                                 // (no reallocation at the same size)
-  v.resize(n, m * batch);
+  Matrix<Scalar>& u = buffers.Take(n, m * batch);         // sample b: columns [b m, b m + m)
+  Matrix<Scalar>& v = buffers.Take(n, m * batch);
   const internal::SampleLoop samples(n);                  // the per-sample work, threaded
   Matrix<Scalar> hy(n, samples.threads()), hts(n, samples.threads());  // H y and H^T s, per thread
   Matrix<Scalar> coef(m, samples.threads());                            // v_i . y etc., per thread

@@ -42,6 +42,7 @@
 
 #include <implicit/solvers/internal/batch_evaluator.h>
 #include <implicit/solvers/internal/batch_monitor.h>
+#include <implicit/solvers/internal/buffer_stash.h>
 #include <implicit/solvers/internal/guarded_step.h>
 #include <implicit/solvers/internal/low_rank.h>
 #include <implicit/solvers/internal/sample_loop.h>
@@ -163,6 +164,7 @@ class LbfgsSolver : public Solver<Scalar> {
   }
 
   Options options_;
+  mutable internal::BufferPool<Scalar> buffers_;  // batch-sized buffers and histories kept between solves
 };
 
 template <typename Scalar>
@@ -174,18 +176,23 @@ Summary LbfgsSolver<Scalar>::Solve(const FixedPointMap<Scalar>& map, MatrixRef<S
                                 std::to_string(energy->dimension()) + " but the map has " +
                                 std::to_string(map.dimension()));
   }
+  internal::SolveBuffers<Scalar> buffers(buffers_);  // first: ends last
   internal::BatchMonitor<Scalar> monitor(options_, name());
-  monitor.Begin(map, z);
+  monitor.Begin(map, z, /*keep_images=*/false, buffers.stash());
   const Index n = z.rows(), batch = z.cols(), m = options_.memory;
-  internal::BatchEvaluator<Scalar> evaluator(map, batch, internal::UsesEnergy(options_, map));
-  internal::GuardedStepper<Scalar> stepper(options_, n, batch, Scalar(1));
+  internal::BatchEvaluator<Scalar> evaluator(map, batch, internal::UsesEnergy(options_, map), buffers.stash());
+  internal::GuardedStepper<Scalar> stepper(options_, n, batch, Scalar(1), internal::TrialPath::kBlend,
+                                           buffers.stash());
 
-  // ---- all memory, allocated once -------------------------------------
-  Matrix<Scalar> fz(n, batch), q(n, batch);
-  Matrix<Scalar> z_prev(n, batch), r_prev(n, batch);
+  // ---- all memory, allocated once (the batch-sized part kept between solves)
+  Matrix<Scalar>& fz = buffers.Take(n, batch);
+  Matrix<Scalar>& q = buffers.Take(n, batch);
+  Matrix<Scalar>& z_prev = buffers.Take(n, batch);
+  Matrix<Scalar>& r_prev = buffers.Take(n, batch);
   Vector<Scalar> e(batch);
   Vector<Scalar>* energies = evaluator.with_energy() ? &e : nullptr;
-  Matrix<Scalar> s(n, m * batch), y(n, m * batch);  // sample b: columns [b m, b m + m)
+  Matrix<Scalar>& s = buffers.Take(n, m * batch);  // sample b: columns [b m, b m + m)
+  Matrix<Scalar>& y = buffers.Take(n, m * batch);
   Matrix<Scalar> rho(m, batch);                      // 1 / s^T y per stored pair
   const internal::SampleLoop samples(n);              // the per-sample work, threaded
   Matrix<Scalar> alpha(m, samples.threads());         // the two-loop's coefficients, per thread

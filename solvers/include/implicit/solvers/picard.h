@@ -22,6 +22,7 @@
 
 #include <implicit/solvers/internal/batch_evaluator.h>
 #include <implicit/solvers/internal/batch_monitor.h>
+#include <implicit/solvers/internal/buffer_stash.h>
 #include <implicit/solvers/internal/sample_loop.h>
 #include <implicit/solvers/solver.h>
 
@@ -64,14 +65,16 @@ class PicardSolver : public Solver<Scalar> {
 
  private:
   Options options_;
+  mutable internal::BufferPool<Scalar> buffers_;  // batch-sized buffers kept between solves
 };
 
 template <typename Scalar>
 Summary PicardSolver<Scalar>::Solve(const FixedPointMap<Scalar>& map, MatrixRef<Scalar> z) const {
+  internal::SolveBuffers<Scalar> buffers(buffers_);  // first: ends last
   internal::BatchMonitor<Scalar> monitor(options_, name());
-  monitor.Begin(map, z);
-  internal::BatchEvaluator<Scalar> evaluator(map, z.cols(), internal::UsesEnergy(options_, map));
-  Matrix<Scalar> fz(z.rows(), z.cols());
+  monitor.Begin(map, z, /*keep_images=*/false, buffers.stash());
+  internal::BatchEvaluator<Scalar> evaluator(map, z.cols(), internal::UsesEnergy(options_, map), buffers.stash());
+  Matrix<Scalar>& fz = buffers.Take(z.rows(), z.cols());
   Vector<Scalar> e(z.cols());
   Vector<Scalar>* energies = evaluator.with_energy() ? &e : nullptr;
   const Scalar damping = static_cast<Scalar>(options_.damping);

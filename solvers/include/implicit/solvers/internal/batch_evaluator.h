@@ -9,7 +9,8 @@
 // width A, not B. The gathered block goes to the map's EvaluateColumns, so
 // maps with per-sample data take part when they SupportsColumnSubsets(); the
 // others are evaluated on the whole batch instead and only the requested
-// columns are copied out. All buffers are allocated in the constructor.
+// columns are copied out. All buffers are allocated (or taken from the
+// solver's stash, internal/buffer_stash.h) in the constructor.
 //
 // KeepLinearizations() (Newton-CG) evaluates through the map's
 // EvaluateWithEnergyAndLinearize and keeps, for every sample, the Jacobian at
@@ -20,6 +21,7 @@
 #include <implicit/core/linearization.h>
 #include <implicit/core/map.h>
 #include <implicit/solvers/internal/batch_monitor.h>
+#include <implicit/solvers/internal/buffer_stash.h>
 
 #include <memory>
 #include <stdexcept>
@@ -31,14 +33,24 @@ namespace internal {
 template <typename Scalar>
 class BatchEvaluator {
  public:
-  // with_energy: also evaluate E (requires map.energy() != nullptr).
-  BatchEvaluator(const FixedPointMap<Scalar>& map, Index batch, bool with_energy)
+  // with_energy: also evaluate E (requires map.energy() != nullptr). The
+  // gathered columns' buffers come from `stash` when there is one (given back
+  // when the evaluator ends).
+  BatchEvaluator(const FixedPointMap<Scalar>& map, Index batch, bool with_energy,
+                 BufferStash<Scalar>* stash = nullptr)
       : map_(map),
         with_energy_(with_energy),
         subsets_(map.SupportsColumnSubsets()),
-        points_(map.dimension(), batch),
-        values_(map.dimension(), batch),
+        stash_(stash),
+        points_(TakeOrAllocate(stash, map.dimension(), batch)),
+        values_(TakeOrAllocate(stash, map.dimension(), batch)),
         energies_(batch) {}
+  BatchEvaluator(const BatchEvaluator&) = delete;
+  BatchEvaluator& operator=(const BatchEvaluator&) = delete;
+  ~BatchEvaluator() {
+    GiveBack(stash_, points_);
+    GiveBack(stash_, values_);
+  }
 
   // From now on (keep = true), keep every sample's Jacobian at its last
   // evaluated point (see above); false forgets them. Needs with_energy() and a
@@ -135,6 +147,7 @@ class BatchEvaluator {
   const FixedPointMap<Scalar>& map_;
   const bool with_energy_;
   const bool subsets_;
+  BufferStash<Scalar>* const stash_;  // where points_ and values_ came from (or nullptr)
   Matrix<Scalar> points_, values_;  // gathered points and their images
   Vector<Scalar> energies_;
   bool keep_ = false;

@@ -23,6 +23,7 @@
 #pragma once
 
 #include <implicit/core/map.h>
+#include <implicit/solvers/internal/buffer_stash.h>
 #include <implicit/solvers/internal/sample_judge.h>
 #include <implicit/solvers/internal/sample_loop.h>
 #include <implicit/solvers/linear_solver_options.h>
@@ -49,6 +50,12 @@ class BatchMonitor {
       : options_(options), judge_(options_, SampleRules{}) {
     summary_.solver = std::move(solver_name);
   }
+  BatchMonitor(const BatchMonitor&) = delete;
+  BatchMonitor& operator=(const BatchMonitor&) = delete;
+  ~BatchMonitor() {
+    GiveBack(stash_, kept_z_);
+    GiveBack(stash_, kept_fz_);
+  }
 
   // A linear solve of A u = rhs: validates the options and the shapes (throws
   // std::invalid_argument naming `name`), allocates, starts the clock.
@@ -73,14 +80,19 @@ class BatchMonitor {
   // Forward solve: validates the problem's shapes, allocates all per-sample
   // state, starts the clock. keep_images: also keep f (and E) at each
   // sample's kept iterate, for RestoreKept (the Picard fallback); off, the
-  // observations copy nothing but the kept iterates.
-  void Begin(const FixedPointMap<Scalar>& map, ConstMatrixRef<Scalar> z, bool keep_images = false) {
+  // observations copy nothing but the kept iterates. The kept iterates'
+  // buffers come from `stash` when there is one (given back when the monitor
+  // ends).
+  void Begin(const FixedPointMap<Scalar>& map, ConstMatrixRef<Scalar> z, bool keep_images = false,
+             BufferStash<Scalar>* stash = nullptr) {
     CheckBatch((summary_.solver + ": initial state z").c_str(), z, map.dimension());
     start_ = std::chrono::steady_clock::now();
+    stash_ = stash;
+    kept_z_ = TakeOrAllocate(stash, z.rows(), z.cols());
     kept_z_ = z;
     keep_images_ = keep_images;
     if (keep_images_) {
-      kept_fz_.resize(z.rows(), z.cols());
+      kept_fz_ = TakeOrAllocate(stash, z.rows(), z.cols());
       kept_e_.resize(z.cols());
     }
     Allocate(z.cols());
@@ -453,6 +465,7 @@ class BatchMonitor {
   const LinearOperator<Scalar>* apply_ = nullptr;
   std::optional<ConstMatrixRef<Scalar>> rhs_;
   std::vector<double> rhs_norm_;
+  BufferStash<Scalar>* stash_ = nullptr;  // where kept_z_ and kept_fz_ came from (Begin)
   Matrix<Scalar> kept_z_, kept_fz_;  // forward solves only: kept iterates and f there
   Vector<Scalar> kept_e_;            // and E there (with an energy)
   bool keep_images_ = false;         // kept_fz_ and kept_e_ are kept (Begin)

@@ -44,6 +44,7 @@
 
 #include <implicit/solvers/internal/batch_evaluator.h>
 #include <implicit/solvers/internal/batch_monitor.h>
+#include <implicit/solvers/internal/buffer_stash.h>
 #include <implicit/solvers/internal/sample_loop.h>
 
 #include <algorithm>
@@ -164,11 +165,12 @@ enum class TrialPath {
 template <typename Scalar>
 class GuardedStepper {
  public:
-  // All memory is allocated here.
+  // All memory is allocated here; the trial points' from `stash` when there
+  // is one (given back when the stepper ends).
   GuardedStepper(const GuardOptions& options, Index n, Index batch, Scalar beta,
-                 TrialPath path = TrialPath::kBlend)
-      : options_(options), beta_(beta), line_(path == TrialPath::kLine), samples_(n), y_(n, batch),
-        fy_(n, batch), ey_(batch) {
+                 TrialPath path = TrialPath::kBlend, BufferStash<Scalar>* stash = nullptr)
+      : options_(options), beta_(beta), line_(path == TrialPath::kLine), samples_(n),
+        stash_(stash), y_(TakeOrAllocate(stash, n, batch)), fy_(TakeOrAllocate(stash, n, batch)), ey_(batch) {
     y_.setZero();
     pending_.reserve(batch);
     next_.reserve(batch);
@@ -176,6 +178,12 @@ class GuardedStepper {
     sigma_.assign(batch, 1.0);
     accelerated_.assign(batch, 0);
     retry_.assign(batch, 0);
+  }
+  GuardedStepper(const GuardedStepper&) = delete;
+  GuardedStepper& operator=(const GuardedStepper&) = delete;
+  ~GuardedStepper() {
+    GiveBack(stash_, y_);
+    GiveBack(stash_, fy_);
   }
 
   // One guarded step of every active sample. has_proposal[b] says whether
@@ -294,6 +302,7 @@ class GuardedStepper {
   const Scalar beta_;
   const bool line_;           // TrialPath::kLine
   const SampleLoop samples_;  // the per-sample work, threaded
+  BufferStash<Scalar>* const stash_;  // where y_ and fy_ came from (or nullptr)
   Matrix<Scalar> y_, fy_;  // trial points and f there
   Vector<Scalar> ey_;      // E there
   std::vector<Index> pending_, next_;
