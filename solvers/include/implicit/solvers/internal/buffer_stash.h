@@ -34,12 +34,16 @@
 namespace implicit {
 namespace internal {
 
-// Matrices kept for later use, lent out by size.
+// Matrices kept for later use, lent out by size. What a stash holds between
+// two solves is what the last solve gave back: buffers it did not take (other
+// sizes, from a solve of another batch size) are freed when it ends, so
+// solves of varying sizes do not pile up memory.
 template <typename Scalar>
 class BufferStash {
  public:
-  // A rows x cols matrix with unspecified contents: a kept buffer of
-  // rows x cols numbers when there is one (no allocation), else a new one.
+  // A rows x cols matrix with unspecified contents: a buffer of rows x cols
+  // numbers kept from the last solve when there is one (no allocation), else
+  // a new one.
   Matrix<Scalar> Take(Index rows, Index cols) {
     for (std::size_t i = kept_.size(); i-- > 0;) {
       if (kept_[i].size() != rows * cols) continue;
@@ -50,12 +54,17 @@ class BufferStash {
     }
     return Matrix<Scalar>(rows, cols);
   }
-  // Keeps m's storage for a later Take; m is left empty.
+  // Keeps m's storage for the next solve; m is left empty.
   void Give(Matrix<Scalar>& m) {
-    if (m.size() > 0) kept_.push_back(std::move(m));
+    if (m.size() > 0) given_.push_back(std::move(m));
     m = Matrix<Scalar>();
   }
-  // Numbers held (for tests).
+  // Ends a solve: the buffers given back are kept, the others freed.
+  void EndSolve() {
+    kept_ = std::move(given_);
+    given_.clear();
+  }
+  // Numbers held for the next solve (for tests).
   Index numbers() const {
     Index total = 0;
     for (const Matrix<Scalar>& m : kept_) total += m.size();
@@ -63,7 +72,7 @@ class BufferStash {
   }
 
  private:
-  std::vector<Matrix<Scalar>> kept_;
+  std::vector<Matrix<Scalar>> kept_, given_;
 };
 
 // m from the stash, or a new rows x cols matrix without one.
@@ -93,6 +102,7 @@ class SolveBuffers {
   SolveBuffers& operator=(const SolveBuffers&) = delete;
   ~SolveBuffers() {
     for (Matrix<Scalar>& m : lent_) stash_->Give(m);
+    stash_->EndSolve();
   }
   // A rows x cols matrix (contents unspecified), lent until the solve ends.
   Matrix<Scalar>& Take(Index rows, Index cols) {
