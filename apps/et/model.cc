@@ -76,7 +76,7 @@ void EtModel::Prepare(const Matrix<double>& patches, const Matrix<double>& patch
   patch_mask_ = patch_mask;
 }
 
-implicit::Summary EtModel::Equilibrium(const Config& c, Matrix<double>* z) const {
+implicit::Summary EtModel::Equilibrium(const Config& c, Matrix<double>* z) {
   *z = start_;
   implicit::SolverOptions o;
   o.absolute_tolerance = c.tol;
@@ -88,7 +88,13 @@ implicit::Summary EtModel::Equilibrium(const Config& c, Matrix<double>* z) const
   // guard and none without it (broyden; anderson and lbfgs alike).
   o.use_energy = false;
   if (device_) return device_->Solve(c.solver, o, z);
-  return MakeSolver(c.solver, o)->Solve(map_, *z);
+  if (!solver_ || c.solver != solver_name_ || c.tol != solver_tol_ || c.max_iter != solver_max_iter_) {
+    solver_ = MakeSolver(c.solver, o);
+    solver_name_ = c.solver;
+    solver_tol_ = c.tol;
+    solver_max_iter_ = c.max_iter;
+  }
+  return solver_->Solve(map_, *z);
 }
 
 Matrix<double> EtModel::Backward(const Config& c, const Matrix<double>& z, const Matrix<double>& dz,

@@ -50,8 +50,10 @@ class EtModel {
   void Prepare(const Matrix<double>& patches, const Matrix<double>& patch_mask);
 
   // The equilibrium of the ET dynamics z <- z - a dE/dg (free coordinates)
-  // from the clamped values.
-  implicit::Summary Equilibrium(const Config& c, Matrix<double>* z) const;
+  // from the clamped values. The solver object is kept from one call to the
+  // next while c's solver, tolerance and iteration budget stay the same, so a
+  // training run's solves reuse its buffers (docs/solvers.md).
+  implicit::Summary Equilibrium(const Config& c, Matrix<double>* z);
   // The IFT backward pass at the equilibrium z (Equilibrium's last result) for
   // dL/dz = dz: the energy's parameter gradient into *ge (left unchanged when
   // not finite) and dL/dstart, whose failed samples' columns are zero (they
@@ -83,6 +85,11 @@ class EtModel {
   implicit::ColumnLayerNorm<double> ln_;
   Matrix<double> start_, patches_, patch_mask_;
   std::unique_ptr<DeviceEquilibrium> device_;  // --device cuda
+  // Equilibrium's solver, made for this solver name, tolerance and budget.
+  std::unique_ptr<implicit::Solver<double>> solver_;
+  std::string solver_name_;
+  double solver_tol_ = 0;
+  long solver_max_iter_ = 0;
 };
 
 // 16 x B patch masks with exactly k ones per column.
