@@ -34,6 +34,7 @@
 #pragma once
 
 #include <implicit/solvers/internal/batch_monitor.h>
+#include <implicit/solvers/internal/buffer_stash.h>
 #include <implicit/solvers/solver.h>
 
 #include <cmath>
@@ -103,6 +104,7 @@ class GradientFlowSolver : public Solver<Scalar> {
 
  private:
   Options options_;
+  mutable internal::BufferPool<Scalar> buffers_;  // batch-sized buffers kept between solves
 };
 
 template <typename Scalar>
@@ -116,12 +118,14 @@ Summary GradientFlowSolver<Scalar>::Solve(const FixedPointMap<Scalar>& map, Matr
                                 std::to_string(energy->dimension()) + " but the map has " +
                                 std::to_string(map.dimension()));
   }
+  internal::SolveBuffers<Scalar> buffers(buffers_);  // first: ends last
   internal::BatchMonitor<Scalar> monitor(options_, name());
-  monitor.Begin(map, z);
+  monitor.Begin(map, z, /*keep_images=*/false, buffers.stash());
   const Index n = z.rows(), batch = z.cols();
   const Scalar step = static_cast<Scalar>(options_.step_size);
 
-  Matrix<Scalar> fz(n, batch), direction(n, batch);
+  Matrix<Scalar>& fz = buffers.Take(n, batch);  // kept between solves
+  Matrix<Scalar>& direction = buffers.Take(n, batch);
   Vector<Scalar> e_old(batch), e_new(batch);
   int increases = 0;
 
