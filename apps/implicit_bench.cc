@@ -153,7 +153,7 @@ Result RunSolver(const ProblemT<S>& problem, const std::string& solver_name, con
         throw std::logic_error("solve " + std::to_string(k + 1) + " of one solver object took other steps than "
                                "its first");
       }
-      Record(s, nullptr, seconds, floor, &r);
+      if (k + 1 == solves) Record(s, nullptr, seconds, floor, &r);
     }
   } catch (const std::exception& e) {
     r.Fail(e);

@@ -6,6 +6,7 @@
 #include "common/format.h"
 
 #include <implicit/core/energy.h>
+#include <implicit/core/gemm.h>
 #include <implicit/layers/energy_transformer.h>
 
 #include <Eigen/Dense>
@@ -128,18 +129,20 @@ class EtDigitsProblemT : public ProblemT<S> {
         "all B*T tokens, attention products per sample); LayerNorm, softmaxes, the clamp and the step are "
         "extra. Compare with the map column (one full-batch map evaluation)",
         flops, repeats, [&] {
-          KQ.noalias() = wkq * G;
-          grad.noalias() = wkq.transpose() * back;
-          mem.noalias() = xi.transpose() * G;
-          grad.noalias() += xi * mem;
+          // The dispatched products the layer runs (GemmOpInto), as in every build.
+          using implicit::internal::GemmOpInto;
+          GemmOpInto<S>(KQ, wkq, false, G, false);
+          GemmOpInto<S>(grad, wkq, true, back, false);
+          GemmOpInto<S>(mem, xi, true, G, false);
+          GemmOpInto<S>(grad, xi, false, mem, false, S(1), S(1));
           double acc = 0;
           for (Index b = 0; b < B; ++b) {
             for (Index h = 0; h < H; ++h) {
               const auto K = KQ.block(h * Y, b * T, Y, T);
               const auto Q = KQ.block((H + h) * Y, b * T, Y, T);
-              scores.noalias() = K.transpose() * Q;
-              side.noalias() = Q * P.transpose();
-              side.noalias() += K * P;
+              GemmOpInto<S>(scores, K, true, Q, false);
+              GemmOpInto<S>(side, Q, false, P, true);
+              GemmOpInto<S>(side, K, false, P, false, S(1), S(1));
               acc += static_cast<double>(scores(0, 0) + side(0, 0));
             }
           }

@@ -207,6 +207,29 @@ void CombineKernel(std::ptrdiff_t n, int k, const Number* const* x, const Number
   KernelsOf<Number>(ActiveKernels()).combine(n, k, x, coef, out);
 }
 
+template <typename Number>
+void ClampMergeKernel(std::ptrdiff_t rows, std::ptrdiff_t cols, const Number* mask, std::ptrdiff_t mask_stride,
+                      const Number* x, std::ptrdiff_t x_stride, const Number* c, std::ptrdiff_t c_stride, Number* out,
+                      std::ptrdiff_t out_stride) {
+  KernelsOf<Number>(ActiveKernels()).clamp_columns(true, rows, cols, mask, mask_stride, x, x_stride, c, c_stride,
+                                                   out, out_stride, nullptr, EigenProductThreads());
+}
+
+template <typename Number>
+void ClampCombineKernel(std::ptrdiff_t rows, std::ptrdiff_t cols, const Number* mask, std::ptrdiff_t mask_stride,
+                        const Number* x, std::ptrdiff_t x_stride, const Number* c, std::ptrdiff_t c_stride,
+                        Number* out, std::ptrdiff_t out_stride, Number* penalty) {
+  KernelsOf<Number>(ActiveKernels()).clamp_columns(false, rows, cols, mask, mask_stride, x, x_stride, c, c_stride,
+                                                   out, out_stride, penalty, EigenProductThreads());
+}
+
+template <typename Number>
+void LayerNormColumnsKernel(const Number* y, std::ptrdiff_t rows, std::ptrdiff_t cols, std::ptrdiff_t y_stride,
+                            Number epsilon, Number* yhat, std::ptrdiff_t yhat_stride, Number* s) {
+  KernelsOf<Number>(ActiveKernels()).layer_norm_columns(y, rows, cols, y_stride, epsilon, yhat, yhat_stride, s,
+                                                        EigenProductThreads());
+}
+
 template void Gemm<float>(float, const GemmOperand<float>&, const GemmOperand<float>&, float, float*, Index);
 template void Gemm<double>(double, const GemmOperand<double>&, const GemmOperand<double>&, double, double*,
                            Index);
@@ -234,6 +257,20 @@ template void AddColumnCombinationKernel<double>(const double*, std::ptrdiff_t, 
                                                  const double*, double*);
 template void CombineKernel<float>(std::ptrdiff_t, int, const float* const*, const float*, float*);
 template void CombineKernel<double>(std::ptrdiff_t, int, const double* const*, const double*, double*);
+#define IMPLICIT_CLAMP_KERNELS(Number)                                                                          \
+  template void ClampMergeKernel<Number>(std::ptrdiff_t, std::ptrdiff_t, const Number*, std::ptrdiff_t,         \
+                                         const Number*, std::ptrdiff_t, const Number*, std::ptrdiff_t, Number*, \
+                                         std::ptrdiff_t);                                                       \
+  template void ClampCombineKernel<Number>(std::ptrdiff_t, std::ptrdiff_t, const Number*, std::ptrdiff_t,       \
+                                           const Number*, std::ptrdiff_t, const Number*, std::ptrdiff_t,        \
+                                           Number*, std::ptrdiff_t, Number*);
+template void LayerNormColumnsKernel<float>(const float*, std::ptrdiff_t, std::ptrdiff_t, std::ptrdiff_t, float,
+                                            float*, std::ptrdiff_t, float*);
+template void LayerNormColumnsKernel<double>(const double*, std::ptrdiff_t, std::ptrdiff_t, std::ptrdiff_t, double,
+                                             double*, std::ptrdiff_t, double*);
+IMPLICIT_CLAMP_KERNELS(float)
+IMPLICIT_CLAMP_KERNELS(double)
+#undef IMPLICIT_CLAMP_KERNELS
 
 }  // namespace internal
 }  // namespace implicit

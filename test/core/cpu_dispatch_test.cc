@@ -543,6 +543,148 @@ void CheckCombine() {
   BOOST_CHECK_THROW(implicit::internal::CombineKernel<S>(0, 5, none, one, nullptr), std::invalid_argument);
 }
 
+// The clamp's passes at the active level, on views with a column stride: the
+// merge and the combination exact (m is 0 or 1: the numbers of Eigen's
+// expressions, to the bit), a NaN at a clamped coordinate kept (0 * NaN), the
+// penalty against long double sums, the combination in place (out = x),
+// without out (the penalty alone) and on the numbers moved in memory the same
+// numbers, nothing written outside
+// the views, and a large batch's columns shared among three threads the same
+// bits as on one.
+template <typename S>
+void CheckClamp() {
+  for (Index rows : {1, 7, 64, 129, 300}) {
+    for (Index cols : {1, 5, 80}) {
+      BOOST_TEST_CONTEXT("rows " << rows << ", cols " << cols) {
+        const Index stride = rows + 3;
+        const Matrix<S> mask = (Random<S>(rows, cols, 61 + rows).array() > S(0)).template cast<S>();
+        const Matrix<S> c = Random<S>(rows, cols, 62 + cols);
+        Matrix<S> x_store = Random<S>(stride, cols, 63 + rows);
+        if (rows > 1) {
+          x_store(0, 0) = std::numeric_limits<S>::quiet_NaN();  // clamped or free: kept either way
+        }
+        const Eigen::Map<const Matrix<S>, 0, Eigen::OuterStride<>> x(x_store.data(), rows, cols,
+                                                                       Eigen::OuterStride<>(stride));
+        const Matrix<S> merged = (mask.array() * x.array() + (S(1) - mask.array()) * c.array()).matrix();
+        Matrix<S> out_store = Matrix<S>::Constant(stride, cols, S(7));
+        implicit::internal::ClampMergeKernel<S>(rows, cols, mask.data(), rows, x.data(), stride, c.data(), rows,
+                                                out_store.data(), stride);
+        const Matrix<S> y = out_store.topRows(rows);
+        BOOST_TEST(((y.array() == merged.array()) || (y.array().isNaN() && merged.array().isNaN())).all());
+        if (rows > 1) BOOST_TEST(std::isnan(y(0, 0)));
+        BOOST_TEST((out_store.bottomRows(3).array() == S(7)).all(), "nothing written between the columns");
+
+        Matrix<S> base_store = Random<S>(stride, cols, 64 + cols);
+        const Matrix<S> base = base_store.topRows(rows);
+        const Matrix<S> combined =
+            (mask.array() * base.array() + (S(1) - mask.array()) * (x - c).array()).matrix();
+        Vector<S> penalty = Vector<S>::Constant(cols, S(2));
+        implicit::internal::ClampCombineKernel<S>(rows, cols, mask.data(), rows, x.data(), stride, c.data(), rows,
+                                                  base_store.data(), stride, penalty.data());
+        const Matrix<S> out = base_store.topRows(rows);
+        BOOST_TEST(((out.array() == combined.array()) || (out.array().isNaN() && combined.array().isNaN())).all());
+        for (Index j = (rows > 1 ? 1 : 0); j < cols; ++j) {  // column 0 has the NaN
+          long double reference = 2;
+          for (Index i = 0; i < rows; ++i) {
+            const long double r = (1.0L - mask(i, j)) * (static_cast<long double>(x(i, j)) - c(i, j));
+            reference += 0.5L * r * r;
+          }
+          BOOST_TEST(std::abs(penalty(j) - reference) <= Tolerance<S>() * reference, "penalty " << j);
+        }
+        if (rows > 1) BOOST_TEST(std::isnan(penalty(0)), "a NaN state gives a NaN penalty (0 * NaN)");
+        // The penalty alone, and the combination in place.
+        Vector<S> alone = Vector<S>::Constant(cols, S(2));
+        implicit::internal::ClampCombineKernel<S>(rows, cols, mask.data(), rows, x.data(), stride, c.data(), rows,
+                                                  nullptr, 0, alone.data());
+        BOOST_TEST(((alone.array() == penalty.array()) || (alone.array().isNaN() && penalty.array().isNaN())).all());
+        // The same numbers elsewhere in memory (a copy without the stride, one
+        // number further on): the same penalty, to the bit.
+        Vector<S> moved_x(rows * cols + 1), moved_penalty = Vector<S>::Constant(cols, S(2));
+        Eigen::Map<Matrix<S>>(moved_x.data() + 1, rows, cols) = x;
+        implicit::internal::ClampCombineKernel<S>(rows, cols, mask.data(), rows, moved_x.data() + 1, rows, c.data(),
+                                                  rows, nullptr, 0, moved_penalty.data());
+        BOOST_TEST(((moved_penalty.array() == penalty.array()) ||
+                    (moved_penalty.array().isNaN() && penalty.array().isNaN()))
+                       .all());
+        Matrix<S> in_place = x_store;
+        implicit::internal::ClampCombineKernel<S>(rows, cols, mask.data(), rows, in_place.data(), stride, c.data(),
+                                                  rows, in_place.data(), stride, nullptr);
+        const Matrix<S> expected_in_place =
+            (mask.array() * x.array() + (S(1) - mask.array()) * (x - c).array()).matrix();
+        const Matrix<S> got_in_place = in_place.topRows(rows);
+        BOOST_TEST(((got_in_place.array() == expected_in_place.array()) ||
+                    (got_in_place.array().isNaN() && expected_in_place.array().isNaN()))
+                       .all());
+      }
+    }
+  }
+  // A batch large enough to be shared among threads: the same bits on 1 and 3.
+  const Index rows = 256, cols = 200;
+  const Matrix<S> mask = (Random<S>(rows, cols, 71).array() > S(0)).template cast<S>();
+  const Matrix<S> x = Random<S>(rows, cols, 72), c = Random<S>(rows, cols, 73);
+  const int saved = Eigen::nbThreads();
+  Matrix<S> outs[2];
+  Vector<S> penalties[2];
+  for (int t = 0; t < 2; ++t) {
+    Eigen::setNbThreads(t == 0 ? 1 : 3);
+    outs[t] = Random<S>(rows, cols, 74);
+    penalties[t] = Vector<S>::Zero(cols);
+    implicit::internal::ClampCombineKernel<S>(rows, cols, mask.data(), rows, x.data(), rows, c.data(), rows,
+                                              outs[t].data(), rows, penalties[t].data());
+  }
+  Eigen::setNbThreads(saved);
+  BOOST_TEST((outs[0].array() == outs[1].array()).all());
+  BOOST_TEST((penalties[0].array() == penalties[1].array()).all());
+}
+
+// LayerNorm's pass at the active level against long double, on views with a
+// column stride: yhat = (y - mean) / s, s = sqrt(var + eps); in place the same
+// numbers; a constant column gives yhat 0 and s = sqrt(eps); a NaN stays in
+// its column; nothing written between the columns.
+template <typename S>
+void CheckLayerNorm() {
+  const S eps = S(1e-5);
+  for (Index rows : {1, 3, 8, 16, 17, 100}) {
+    const Index cols = 6, stride = rows + 2;
+    BOOST_TEST_CONTEXT("rows " << rows) {
+      Matrix<S> y_store = Random<S>(stride, cols, 81 + rows) * S(3);
+      y_store.col(1).head(rows).setConstant(S(2.5));
+      y_store(0, 2) = std::numeric_limits<S>::quiet_NaN();
+      Matrix<S> yhat_store = Matrix<S>::Constant(stride, cols, S(7));
+      Vector<S> s(cols);
+      implicit::internal::LayerNormColumnsKernel<S>(y_store.data(), rows, cols, stride, eps, yhat_store.data(), stride,
+                                                    s.data());
+      BOOST_TEST((yhat_store.bottomRows(2).array() == S(7)).all(), "nothing written between the columns");
+      for (Index b = 0; b < cols; ++b) {
+        if (b == 2) {
+          BOOST_TEST(std::isnan(s(b)));
+          BOOST_TEST(yhat_store.col(b).head(rows).array().isNaN().all());
+          continue;
+        }
+        long double mean = 0, var = 0;
+        for (Index i = 0; i < rows; ++i) mean += y_store(i, b);
+        mean /= rows;
+        for (Index i = 0; i < rows; ++i) var += (y_store(i, b) - mean) * (y_store(i, b) - mean);
+        const long double sb = std::sqrt(var / rows + eps);
+        BOOST_TEST(std::abs(s(b) - sb) <= Tolerance<S>() * 4 * sb, "s " << b);
+        for (Index i = 0; i < rows; ++i) {
+          const long double expected = (y_store(i, b) - mean) / sb;
+          BOOST_TEST(std::abs(yhat_store(i, b) - expected) <= Tolerance<S>() * 8 * (1 + std::abs(expected)),
+                     "entry " << i << ", column " << b);
+        }
+        if (b == 1) BOOST_TEST((yhat_store.col(b).head(rows).array() == S(0)).all(), "a constant column");
+      }
+      Matrix<S> in_place = y_store;
+      Vector<S> s_in_place(cols);
+      implicit::internal::LayerNormColumnsKernel<S>(in_place.data(), rows, cols, stride, eps, in_place.data(), stride,
+                                                    s_in_place.data());
+      const Matrix<S> a = in_place.topRows(rows), b = yhat_store.topRows(rows);
+      BOOST_TEST(((a.array() == b.array()) || (a.array().isNaN() && b.array().isNaN())).all());
+      BOOST_TEST(((s_in_place.array() == s.array()) || (s_in_place.array().isNaN() && s.array().isNaN())).all());
+    }
+  }
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(levels_are_named_parsed_and_listed) {
@@ -592,6 +734,10 @@ BOOST_AUTO_TEST_CASE(every_level_computes_the_same_products_and_softmaxes) {
       CheckLowRank<double>();
       CheckCombine<float>();
       CheckCombine<double>();
+      CheckClamp<float>();
+      CheckClamp<double>();
+      CheckLayerNorm<float>();
+      CheckLayerNorm<double>();
       CheckHopfieldAgainstGeneric<float>(level);
       CheckHopfieldAgainstGeneric<double>(level);
       CheckEnergyTransformerAgainstGeneric<float>(level);

@@ -48,6 +48,15 @@ struct KernelsFor {
   // The solvers' per-sample vector work, with the contract of
   // internal::CombineKernel (core/cpu_dispatch.h).
   void (*combine)(std::ptrdiff_t n, int k, const Number* const* x, const Number* coef, Number* out);
+  // The clamp's passes, with the contracts of internal::ClampMergeKernel and
+  // internal::ClampCombineKernel (core/cpu_dispatch.h), as `merge` says.
+  void (*clamp_columns)(bool merge, std::ptrdiff_t rows, std::ptrdiff_t cols, const Number* mask,
+                        std::ptrdiff_t mask_stride, const Number* x, std::ptrdiff_t x_stride, const Number* c,
+                        std::ptrdiff_t c_stride, Number* out, std::ptrdiff_t out_stride, Number* penalty,
+                        int threads);
+  // The LayerNorm pass, with the contract of internal::LayerNormColumnsKernel (core/cpu_dispatch.h).
+  void (*layer_norm_columns)(const Number* y, std::ptrdiff_t rows, std::ptrdiff_t cols, std::ptrdiff_t y_stride,
+                             Number epsilon, Number* yhat, std::ptrdiff_t yhat_stride, Number* s, int threads);
 };
 
 struct KernelTable {

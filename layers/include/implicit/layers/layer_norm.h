@@ -28,9 +28,11 @@
 /// \endcode
 #pragma once
 
+#include <implicit/core/cpu_dispatch.h>
 #include <implicit/core/types.h>
 
 #include <cmath>
+#include <type_traits>
 
 namespace implicit {
 
@@ -51,7 +53,15 @@ class ColumnLayerNorm {
 
   /// yhat.col(b) = (y_b - mean y_b) / s(b), s(b) = sqrt(var y_b + epsilon).
   /// yhat has y's shape and may alias it; s has y.cols() entries.
+  /// (float and double: internal::LayerNormColumnsKernel, at the CPU's level.)
   void Normalize(ConstMatrixRef<Scalar> y, MatrixRef<Scalar> yhat, VectorRef<Scalar> s) const {
+    internal::CheckShape("ColumnLayerNorm::Normalize(yhat)", yhat, y.rows(), y.cols());
+    internal::CheckShape("ColumnLayerNorm::Normalize(s)", s, y.cols(), 1);
+    if constexpr (std::is_same_v<Scalar, float> || std::is_same_v<Scalar, double>) {
+      internal::LayerNormColumnsKernel<Scalar>(y.data(), y.rows(), y.cols(), y.outerStride(), epsilon, yhat.data(),
+                                               yhat.outerStride(), s.data());
+      return;
+    }
     const Scalar d = static_cast<Scalar>(y.rows());
     for (Index b = 0; b < y.cols(); ++b) {
       const Scalar mean = y.col(b).mean();

@@ -14,12 +14,14 @@
 /// \endcode
 #pragma once
 
+#include <implicit/core/cpu_dispatch.h>
 #include <implicit/core/energy.h>
 #include <implicit/core/types.h>
 
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -84,8 +86,17 @@ class ClampedEnergy : public Energy<Scalar> {
     return Merge(x, mask_, values_);
   }
   /// The same for a given mask and clamped values (x's shape).
+  /// \throws std::invalid_argument when mask or clamped does not have x's shape.
   static Matrix<Scalar> Merge(ConstMatrixRef<Scalar> x, const Matrix<Scalar>& mask, const Matrix<Scalar>& clamped) {
-    return (mask.array() * x.array() + (Scalar(1) - mask.array()) * clamped.array()).matrix();
+    CheckClamp("ClampedEnergy::Merge", x, mask, clamped);
+    Matrix<Scalar> y(x.rows(), x.cols());
+    if constexpr (kDispatched) {
+      internal::ClampMergeKernel<Scalar>(x.rows(), x.cols(), mask.data(), mask.rows(), x.data(), x.outerStride(),
+                                         clamped.data(), clamped.rows(), y.data(), y.rows());
+    } else {
+      y = (mask.array() * x.array() + (Scalar(1) - mask.array()) * clamped.array()).matrix();
+    }
+    return y;
   }
 
   Index dimension() const override { return base_.dimension(); }
@@ -199,10 +210,12 @@ class ClampedEnergy : public Energy<Scalar> {
   /// values += 0.5 |(1 - m) (.) (x - c)|^2, the clamp's term of Value, for the
   /// free mask m and clamped values c of x's samples (a map that evaluates the
   /// base energy at the merged point itself adds it).
+  /// \throws std::invalid_argument when mask or clamped does not have x's shape, or values
+  ///         is not one number per column of x.
   static void AddPenalty(ConstMatrixRef<Scalar> x, const Matrix<Scalar>& mask, const Matrix<Scalar>& clamped,
                          VectorRef<Scalar> values) {
-    values += Scalar(0.5) *
-              ((Scalar(1) - mask.array()) * (x - clamped).array()).matrix().colwise().squaredNorm().transpose();
+    internal::CheckShape("ClampedEnergy::AddPenalty(values)", values, x.cols(), 1);
+    CombineAndAddPenalty(x, mask, clamped, nullptr, &values);
   }
 
  private:
@@ -235,14 +248,40 @@ class ClampedEnergy : public Energy<Scalar> {
       (base_.*alone)(y, out);
     } else {
       (base_.*with_value)(y, out, values);
-      AddPenalty(x, mask, clamped, values);
     }
-    Combine(x, mask, clamped, out);
+    CombineAndAddPenalty(x, mask, clamped, &out, values.size() == 0 ? nullptr : &values);
   }
-  /// out <- m (.) out + (1 - m) (.) (x - c)
-  static void Combine(ConstMatrixRef<Scalar> x, const Matrix<Scalar>& mask, const Matrix<Scalar>& clamped,
-                      MatrixRef<Scalar> out) {
-    out = (mask.array() * out.array() + (Scalar(1) - mask.array()) * (x - clamped).array()).matrix();
+  static constexpr bool kDispatched = std::is_same_v<Scalar, float> || std::is_same_v<Scalar, double>;
+  /// out <- m (.) out + (1 - m) (.) (x - c) unless out is null, and values +=
+  /// 0.5 |(1 - m) (.) (x - c)|^2 (per column) unless values is null: one pass
+  /// (internal::ClampCombineKernel) for float and double.
+  static void CombineAndAddPenalty(ConstMatrixRef<Scalar> x, const Matrix<Scalar>& mask,
+                                   const Matrix<Scalar>& clamped, MatrixRef<Scalar>* out, VectorRef<Scalar>* values) {
+    CheckClamp("ClampedEnergy", x, mask, clamped);
+    if (out != nullptr) internal::CheckShape("ClampedEnergy(out)", *out, x.rows(), x.cols());
+    if constexpr (kDispatched) {
+      internal::ClampCombineKernel<Scalar>(x.rows(), x.cols(), mask.data(), mask.rows(), x.data(), x.outerStride(),
+                                           clamped.data(), clamped.rows(), out ? out->data() : nullptr,
+                                           out ? out->outerStride() : 0, values ? values->data() : nullptr);
+    } else {
+      if (values != nullptr) {
+        *values += Scalar(0.5) * ((Scalar(1) - mask.array()) * (x - clamped).array())
+                                     .matrix().colwise().squaredNorm().transpose();
+      }
+      if (out != nullptr) {
+        *out = (mask.array() * out->array() + (Scalar(1) - mask.array()) * (x - clamped).array()).matrix();
+      }
+    }
+  }
+  /// Checks that mask and clamped have x's shape (`what` names the caller).
+  static void CheckClamp(const char* what, ConstMatrixRef<Scalar> x, const Matrix<Scalar>& mask,
+                         const Matrix<Scalar>& clamped) {
+    if (mask.rows() == x.rows() && mask.cols() == x.cols() && clamped.rows() == x.rows() &&
+        clamped.cols() == x.cols()) {
+      return;
+    }
+    internal::CheckShape((std::string(what) + "(free_mask)").c_str(), mask, x.rows(), x.cols());
+    internal::CheckShape((std::string(what) + "(values)").c_str(), clamped, x.rows(), x.cols());
   }
 
   Energy<Scalar>& base_;

@@ -24,7 +24,8 @@
 /// softmax passes of the attention energies that call it (ModernHopfieldEnergy,
 /// ...), the RBM's Bernoulli prior, implicit::Tanh (activations.h), and the
 /// low-rank products and per-sample vector work of the quasi-Newton solvers
-/// (Anderson, Broyden, L-BFGS).
+/// (Anderson, Broyden, L-BFGS), the clamp's passes of ClampedEnergy and
+/// LayerNorm's (ColumnLayerNorm, the Energy Transformer's tokens).
 /// Results of different levels agree to round-off, not bitwise (FMA and vector
 /// widths change the order of additions); one level gives the same results
 /// every run.
@@ -127,6 +128,36 @@ void AddColumnCombinationKernel(const Number* a, std::ptrdiff_t n, std::ptrdiff_
 /// \throws std::invalid_argument unless 1 <= k <= 4.
 template <typename Number>
 void CombineKernel(std::ptrdiff_t n, int k, const Number* const* x, const Number* coef, Number* out);
+
+/// The clamp's passes of ClampedEnergy (clamped_energy.h) at the active level,
+/// for float and double, column by column of rows x cols matrices (each with
+/// its column stride), with m the free mask (entries 0 or 1), x the state and
+/// c the clamped values: ClampMergeKernel writes out = m x + (1 - m) c,
+/// ClampCombineKernel out = m out + (1 - m) (x - c) (unless out is null) and,
+/// unless penalty is null, adds 0.5 |(1 - m) (.) (x_j - c_j)|^2 to penalty[j]
+/// for each column j.
+/// out is exact (the same at every level: m is 0 or 1) and may be x itself;
+/// the penalty agrees across levels to round-off. Columns are shared among
+/// Eigen's threads when large (as TanhColumnsKernel).
+template <typename Number>
+void ClampMergeKernel(std::ptrdiff_t rows, std::ptrdiff_t cols, const Number* mask, std::ptrdiff_t mask_stride,
+                      const Number* x, std::ptrdiff_t x_stride, const Number* c, std::ptrdiff_t c_stride, Number* out,
+                      std::ptrdiff_t out_stride);
+template <typename Number>
+void ClampCombineKernel(std::ptrdiff_t rows, std::ptrdiff_t cols, const Number* mask, std::ptrdiff_t mask_stride,
+                        const Number* x, std::ptrdiff_t x_stride, const Number* c, std::ptrdiff_t c_stride,
+                        Number* out, std::ptrdiff_t out_stride, Number* penalty);
+
+
+/// LayerNorm's pass (ColumnLayerNorm::Normalize, layers/layer_norm.h) at the
+/// active level, for float and double, column by column of y (rows x cols,
+/// column stride y_stride): yhat_b = (y_b - mean y_b) / s[b] with s[b] =
+/// sqrt(|y_b - mean y_b|^2 / rows + epsilon), into yhat (column stride
+/// yhat_stride; it may be y itself, not a partial overlap). Columns are shared
+/// among Eigen's threads when large (as TanhColumnsKernel).
+template <typename Number>
+void LayerNormColumnsKernel(const Number* y, std::ptrdiff_t rows, std::ptrdiff_t cols, std::ptrdiff_t y_stride,
+                            Number epsilon, Number* yhat, std::ptrdiff_t yhat_stride, Number* s);
 
 }  // namespace internal
 }  // namespace implicit
