@@ -257,20 +257,19 @@ template void AddColumnCombinationKernel<double>(const double*, std::ptrdiff_t, 
                                                  const double*, double*);
 template void CombineKernel<float>(std::ptrdiff_t, int, const float* const*, const float*, float*);
 template void CombineKernel<double>(std::ptrdiff_t, int, const double* const*, const double*, double*);
-#define IMPLICIT_CLAMP_KERNELS(Number)                                                                          \
-  template void ClampMergeKernel<Number>(std::ptrdiff_t, std::ptrdiff_t, const Number*, std::ptrdiff_t,         \
-                                         const Number*, std::ptrdiff_t, const Number*, std::ptrdiff_t, Number*, \
-                                         std::ptrdiff_t);                                                       \
-  template void ClampCombineKernel<Number>(std::ptrdiff_t, std::ptrdiff_t, const Number*, std::ptrdiff_t,       \
-                                           const Number*, std::ptrdiff_t, const Number*, std::ptrdiff_t,        \
-                                           Number*, std::ptrdiff_t, Number*);
+template void ClampMergeKernel<float>(std::ptrdiff_t, std::ptrdiff_t, const float*, std::ptrdiff_t, const float*,
+                                      std::ptrdiff_t, const float*, std::ptrdiff_t, float*, std::ptrdiff_t);
+template void ClampMergeKernel<double>(std::ptrdiff_t, std::ptrdiff_t, const double*, std::ptrdiff_t, const double*,
+                                       std::ptrdiff_t, const double*, std::ptrdiff_t, double*, std::ptrdiff_t);
+template void ClampCombineKernel<float>(std::ptrdiff_t, std::ptrdiff_t, const float*, std::ptrdiff_t, const float*,
+                                        std::ptrdiff_t, const float*, std::ptrdiff_t, float*, std::ptrdiff_t, float*);
+template void ClampCombineKernel<double>(std::ptrdiff_t, std::ptrdiff_t, const double*, std::ptrdiff_t,
+                                         const double*, std::ptrdiff_t, const double*, std::ptrdiff_t, double*,
+                                         std::ptrdiff_t, double*);
 template void LayerNormColumnsKernel<float>(const float*, std::ptrdiff_t, std::ptrdiff_t, std::ptrdiff_t, float,
                                             float*, std::ptrdiff_t, float*);
 template void LayerNormColumnsKernel<double>(const double*, std::ptrdiff_t, std::ptrdiff_t, std::ptrdiff_t, double,
                                              double*, std::ptrdiff_t, double*);
-IMPLICIT_CLAMP_KERNELS(float)
-IMPLICIT_CLAMP_KERNELS(double)
-#undef IMPLICIT_CLAMP_KERNELS
 
 }  // namespace internal
 }  // namespace implicit

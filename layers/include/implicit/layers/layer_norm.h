@@ -60,14 +60,14 @@ class ColumnLayerNorm {
     if constexpr (std::is_same_v<Scalar, float> || std::is_same_v<Scalar, double>) {
       internal::LayerNormColumnsKernel<Scalar>(y.data(), y.rows(), y.cols(), y.outerStride(), epsilon, yhat.data(),
                                                yhat.outerStride(), s.data());
-      return;
-    }
-    const Scalar d = static_cast<Scalar>(y.rows());
-    for (Index b = 0; b < y.cols(); ++b) {
-      const Scalar mean = y.col(b).mean();
-      yhat.col(b) = (y.col(b).array() - mean).matrix();
-      s(b) = std::sqrt(yhat.col(b).squaredNorm() / d + epsilon);
-      yhat.col(b) /= s(b);
+    } else {
+      const Scalar d = static_cast<Scalar>(y.rows());
+      for (Index b = 0; b < y.cols(); ++b) {
+        const Scalar mean = y.col(b).mean();
+        yhat.col(b) = (y.col(b).array() - mean).matrix();
+        s(b) = std::sqrt(yhat.col(b).squaredNorm() / d + epsilon);
+        yhat.col(b) /= s(b);
+      }
     }
   }
 

@@ -148,7 +148,6 @@ void ClampCombineKernel(std::ptrdiff_t rows, std::ptrdiff_t cols, const Number* 
                         const Number* x, std::ptrdiff_t x_stride, const Number* c, std::ptrdiff_t c_stride,
                         Number* out, std::ptrdiff_t out_stride, Number* penalty);
 
-
 /// LayerNorm's pass (ColumnLayerNorm::Normalize, layers/layer_norm.h) at the
 /// active level, for float and double, column by column of y (rows x cols,
 /// column stride y_stride): yhat_b = (y_b - mean y_b) / s[b] with s[b] =
