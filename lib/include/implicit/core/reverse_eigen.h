@@ -641,16 +641,20 @@ Var<V> RecordSum(const Xpr& xpr, const Evaluator& coefficients) {
       values.resize(static_cast<Index>(e.size()));
       for (std::size_t i = 0; i < e.size(); ++i) values(static_cast<Index>(i)) = e[i].a;
       values = values.exp();
+      Number tangent(0);
       for (std::size_t i = 0; i < e.size(); ++i) {
-        e[i].v *= values(static_cast<Index>(i));
-        e[i].a = values(static_cast<Index>(i));
+        const Number exponential = values(static_cast<Index>(i));
+        e[i].v[0] *= exponential;
+        e[i].a = exponential;
+        tangent += e[i].v[0];
       }
+      value.a = values.sum();  // the numbers' sum, in the same order
+      value.v[0] = tangent;
     } else {
       for (V& t : e) t = exp(t);
+      for (const V& t : e) value += t;
     }
-    if constexpr (!std::is_floating_point<V>::value) {
-      for (const V& t : e) value += t;  // (numbers: summed in packets above)
-    } else {
+    if constexpr (std::is_floating_point<V>::value) {
       // Scores that are consecutive nodes (a column of a product's output, as
       // an attention energy's are): one run of operands, its partials stored
       // as numbers and swept as one contiguous update, then m's operand.
