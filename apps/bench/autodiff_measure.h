@@ -5,6 +5,7 @@
 #pragma once
 
 #include "bench/autodiff_bench.h"
+#include "common/timing.h"
 
 #include <implicit/core/autodiff_energy.h>
 #include <implicit/core/energy.h>
@@ -14,6 +15,8 @@
 #include <functional>
 #include <stdexcept>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace implicit_apps {
 namespace autodiff {
@@ -42,7 +45,9 @@ struct Row {
 };
 
 // Times value, gradient and HVP of `energy` in both modes on B samples, and
-// those of `closed` (the same energy in closed form) when given.
+// those of `closed` (the same energy in closed form) when given: reverse mode
+// and the closed form with the value in 3 x repeat interleaved rounds,
+// forward mode after them.
 template <typename Functor>
 Row Measure(const std::string& name, const std::string& style, implicit::AutoDiffEnergy<Functor, double> energy,
             const implicit::Energy<double>* closed, const AutodiffBenchOptions& o, unsigned seed) {
@@ -55,7 +60,7 @@ Row Measure(const std::string& name, const std::string& style, implicit::AutoDif
   row.energy = name;
   row.style = style;
   row.n = n;
-  row.value = SecondsPerSample([&] { energy.Value(x, e); }, o.repeat * 3, B);
+  energy.Value(x, e);
   if (closed != nullptr) {  // the closed form is the same energy
     Vector<double> closed_values(B);
     closed->Value(x, closed_values);
@@ -65,30 +70,34 @@ Row Measure(const std::string& name, const std::string& style, implicit::AutoDif
                              " functor and its closed form differ by " + std::to_string(error));
     }
   }
-  if (closed != nullptr) {
-    row.gradient_closed = SecondsPerSample([&] { closed->Gradient(x, out); }, o.repeat * 3, B) / row.value;
-    row.hvp_closed =
-        SecondsPerSample([&] { closed->HessianVectorProduct(x, v, out); }, o.repeat * 3, B) / row.value;
-  }
   energy.set_mode(implicit::AutoDiffMode::kReverse);
   energy.Gradient(x.col(0), out.col(0));  // grows this thread's tape (not timed)
-  row.gradient_reverse = SecondsPerSample([&] { energy.Gradient(x, out); }, o.repeat, B) / row.value;
-  row.hvp_reverse =
-      SecondsPerSample([&] { energy.HessianVectorProduct(x, v, out); }, o.repeat, B) / row.value;
-  {  // the products a Krylov solve makes at one point (the IFT backward's)
-    const auto hessian = energy.LinearizeHessian(x);
-    row.hvp_kept = SecondsPerSample([&] { hessian->JacobianVectorProduct(v, out); }, o.repeat * 3, B) / row.value;
+  // The products a Krylov solve makes at one point (the IFT backward's).
+  const auto hessian = energy.LinearizeHessian(x);
+  Vector<double> dtheta(energy.num_parameters());
+  // The value and every reverse-mode and closed-form column, timed in
+  // interleaved rounds so that each ratio to the value is taken under the
+  // same load of a shared machine.
+  std::vector<std::pair<double*, std::function<void()>>> timed = {
+      {&row.value, [&] { energy.Value(x, e); }},
+      {&row.gradient_reverse, [&] { energy.Gradient(x, out); }},
+      {&row.hvp_reverse, [&] { energy.HessianVectorProduct(x, v, out); }},
+      {&row.hvp_kept, [&] { hessian->JacobianVectorProduct(v, out); }}};
+  if (closed != nullptr) {
+    timed.push_back({&row.gradient_closed, [&] { closed->Gradient(x, out); }});
+    timed.push_back({&row.hvp_closed, [&] { closed->HessianVectorProduct(x, v, out); }});
   }
   if (energy.num_parameters() > 0) {
-    Vector<double> dtheta(energy.num_parameters());
-    row.vjp_reverse = SecondsPerSample([&] { energy.ParameterVectorJacobianProduct(x, v, dtheta); },
-                                       o.repeat, B) / row.value;
+    timed.push_back({&row.vjp_reverse, [&] { energy.ParameterVectorJacobianProduct(x, v, dtheta); }});
     if (closed != nullptr) {
-      row.vjp_closed =
-          SecondsPerSample([&] { closed->ParameterVectorJacobianProduct(x, v, dtheta); },
-                           o.repeat * 3, B) / row.value;
+      timed.push_back({&row.vjp_closed, [&] { closed->ParameterVectorJacobianProduct(x, v, dtheta); }});
     }
   }
+  std::vector<std::function<void()>> calls;
+  for (const auto& column : timed) calls.push_back(column.second);
+  const std::vector<double> seconds = InterleavedMedianSeconds(calls, o.repeat * 3);
+  row.value = seconds[0] / static_cast<double>(B);
+  for (std::size_t k = 1; k < timed.size(); ++k) *timed[k].first = seconds[k] / static_cast<double>(B) / row.value;
   energy.set_mode(implicit::AutoDiffMode::kForward);
   // A forward gradient is about n/8 evaluations in 8-wide duals.
   const double estimate = row.value * static_cast<double>(n) * static_cast<double>(B);
