@@ -4,7 +4,7 @@
 // several in interleaved rounds.
 //
 //   double s = MedianSeconds([&] { map.Evaluate(x, out); }, 5);
-//   std::vector<double> m = InterleavedMedianSeconds({value, gradient}, 5);
+//   std::vector<double> both = InterleavedMedianSeconds({value, gradient}, 5);
 //   double m = Median(step_seconds);
 #pragma once
 
