@@ -728,6 +728,74 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(one_pass_evaluations_agree_with_separate_ones, S, 
   }
 }
 
+// A batch of many column blocks (internal::SoftmaxAttentionBlocks: about 64
+// samples each, the last one shorter) gives, for every mask, what softmax
+// attention gives sample by sample, and the same bits on 1 and 3 threads.
+BOOST_AUTO_TEST_CASE_TEMPLATE(column_blocks_agree_with_attention_sample_by_sample, S, Scalars) {
+  const double tol = sizeof(S) == 4 ? 1e-5 : 1e-13;
+  const Index n = 8, N = 40, B = 301;
+  const double beta = 2.0;
+  const Matrix<double> X = RandomMatrix<double>(n, N, 53);
+  const Matrix<S> xi = RandomMatrix<S>(n, B, 54), v = RandomMatrix<S>(n, B, 55);
+  auto energy = MakeEnergyOf<S>(X, beta);
+  const int threads_before = Eigen::nbThreads();
+  for (const Matrix<S>& mask : Masks<S>(N, B)) {
+    BOOST_TEST_CONTEXT("mask " << mask.rows() << "x" << mask.cols()) {
+      energy.SetMask(mask);
+      Matrix<double> expected_out(n, B), expected_grad(n, B);
+      Vector<double> expected_e(B);
+      for (Index b = 0; b < B; ++b) {  // in double, one sample at a time
+        const Vector<double> x = xi.col(b).template cast<double>();
+        Vector<double> s = beta * (X.transpose() * x);
+        if (mask.size() > 0) s += mask.col(mask.cols() == 1 ? 0 : b).template cast<double>();
+        const double m = s.maxCoeff();
+        Vector<double> p = Vector<double>::Zero(N);
+        double lse = -kInf;
+        if (m > -kInf) {
+          p = (s.array() - m).exp().matrix();
+          lse = m + std::log(p.sum());
+          p /= p.sum();
+        }
+        expected_out.col(b) = X * p;
+        expected_grad.col(b) = x - X * p;
+        expected_e(b) = 0.5 * x.squaredNorm() - lse / beta;
+      }
+      Matrix<S> out(n, B), grad(n, B), hv(n, B);
+      Vector<S> e(B), e2(B), e3(B);
+      const auto evaluate = [&](int threads) {
+        Eigen::setNbThreads(threads);
+        energy.CccpUpdateAndValue(xi, out, e);
+        energy.GradientAndValue(xi, grad, e2);
+        energy.Value(xi, e3);
+        energy.HessianVectorProduct(xi, v, hv);
+      };
+      evaluate(1);
+      BOOST_TEST(implicit::testing::AgreeEntrywise(out, expected_out, tol));
+      BOOST_TEST(implicit::testing::AgreeEntrywise(grad, expected_grad, tol));
+      BOOST_TEST(implicit::testing::AgreeEntrywise(e, expected_e, tol));
+      BOOST_TEST(implicit::testing::AgreeEntrywise(e2, expected_e, tol));
+      BOOST_TEST(implicit::testing::AgreeEntrywise(e3, expected_e, tol));
+      if constexpr (sizeof(S) == 8) {  // H v against central differences of the gradient
+        const double h = 1e-5;
+        Matrix<S> plus(n, B), minus(n, B);
+        energy.Gradient(xi + h * v, plus);
+        energy.Gradient(xi - h * v, minus);
+        BOOST_TEST(implicit::testing::AgreeEntrywise(hv, (plus - minus) / (2 * h), 1e-7));
+      }
+      const Matrix<S> out1 = out, grad1 = grad, hv1 = hv;
+      const Vector<S> e1 = e, e21 = e2, e31 = e3;
+      evaluate(3);
+      BOOST_TEST(implicit::testing::AgreeEntrywise(out, out1, 0.0));
+      BOOST_TEST(implicit::testing::AgreeEntrywise(grad, grad1, 0.0));
+      BOOST_TEST(implicit::testing::AgreeEntrywise(hv, hv1, 0.0));
+      BOOST_TEST(implicit::testing::AgreeEntrywise(e, e1, 0.0));
+      BOOST_TEST(implicit::testing::AgreeEntrywise(e2, e21, 0.0));
+      BOOST_TEST(implicit::testing::AgreeEntrywise(e3, e31, 0.0));
+    }
+  }
+  Eigen::setNbThreads(threads_before);
+}
+
 BOOST_AUTO_TEST_CASE_TEMPLATE(subsets_of_the_batch_evaluate_like_the_whole, S, Scalars) {
   const double tol = sizeof(S) == 4 ? 1e-5 : 1e-13;
   const Index n = 6, N = 11, B = 5;

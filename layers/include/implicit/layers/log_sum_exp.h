@@ -43,10 +43,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <exception>
 #include <limits>
 #include <sstream>
 #include <stdexcept>
 #include <type_traits>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 namespace implicit {
 namespace internal {
@@ -173,9 +178,24 @@ void CheckScoreMask(const Matrix<Scalar>& mask, Index N, Index B, const char* wh
 /// For float and double the pass is the CPU-dispatched kernel
 /// (core/cpu_dispatch.h), and the special columns it leaves are finished here.
 template <typename Scalar>
+void ScaledColumnSoftmaxColumns(MatrixRef<Scalar> a, Scalar beta, const Matrix<Scalar>& mask, Index first,
+                                Scalar* lse, bool want_weights);
+
+template <typename Scalar>
 void ScaledColumnSoftmaxInPlace(MatrixRef<Scalar> a, Scalar beta, const Matrix<Scalar>& mask,
                                 Scalar* lse, const char* who, bool want_weights = true) {
   CheckScoreMask<Scalar>(mask, a.rows(), a.cols(), who);
+  ScaledColumnSoftmaxColumns<Scalar>(a, beta, mask, 0, lse, want_weights);
+}
+
+/// ScaledColumnSoftmaxInPlace's pass on the columns first .. first + a.cols()
+/// of a batch whose mask (empty, N x 1, or N x B for the whole batch) the
+/// caller has checked (CheckScoreMask): a's column b takes the mask's column
+/// first + b.
+template <typename Scalar>
+void ScaledColumnSoftmaxColumns(MatrixRef<Scalar> a, Scalar beta, const Matrix<Scalar>& mask, Index first,
+                                Scalar* lse, bool want_weights) {
+  const Index mask_first = mask.cols() == 1 ? 0 : first;
 #ifdef _OPENMP
   const int threads = ColumnThreads(a.rows(), a.cols());
 #else
@@ -184,7 +204,7 @@ void ScaledColumnSoftmaxInPlace(MatrixRef<Scalar> a, Scalar beta, const Matrix<S
   if constexpr (std::is_same_v<Scalar, float> || std::is_same_v<Scalar, double>) {
     Scalar* l = lse != nullptr ? lse : ThreadScratch<Scalar, 9>(a.cols(), 1).data();
     ScaledSoftmaxColumnsKernel<Scalar>(a.data(), a.rows(), a.cols(), a.outerStride(), beta,
-                                       mask.size() == 0 ? nullptr : mask.data(),
+                                       mask.size() == 0 ? nullptr : mask.data() + mask_first * mask.rows(),
                                        mask.cols() == 1 ? 0 : mask.rows(), l, want_weights, threads);
     for (Index b = 0; b < a.cols(); ++b) {
       if (std::isfinite(l[b])) continue;
@@ -201,7 +221,7 @@ void ScaledColumnSoftmaxInPlace(MatrixRef<Scalar> a, Scalar beta, const Matrix<S
       if (mask.size() == 0) {
         if (beta != Scalar(1)) col *= beta;
       } else {
-        const auto m = mask.col(mask.cols() == 1 ? 0 : b);
+        const auto m = mask.col(mask.cols() == 1 ? 0 : mask_first + b);
         if (beta != Scalar(1)) {
           col = beta * col + m;
         } else {
@@ -212,6 +232,65 @@ void ScaledColumnSoftmaxInPlace(MatrixRef<Scalar> a, Scalar beta, const Matrix<S
       if (lse != nullptr) lse[b] = l;
     }
   }
+}
+
+/// The column blocks SoftmaxAttentionBlocks cuts a batch of B samples into: an
+/// even number of blocks of about 64 columns (two for B < 128, one for B = 1),
+/// from B alone, so that each column is computed the same way whatever the
+/// thread count.
+inline Index SoftmaxBlockWidth(Index B) {
+  const Index blocks = B <= 1 ? 1 : 2 * ((B + 127) / 128);
+  return std::max<Index>(1, (B + blocks - 1) / blocks);
+}
+
+/// Softmax attention over the samples xi (n x B) in column blocks, for the
+/// hot paths of the softmax energies: for each block of columns
+/// [c0, c0 + c), p = softmax(beta X^T xi_blk + mask) (N x c, in this thread's
+/// scratch slot 0; the mask empty, N x 1 or N x B) and, when lse != nullptr,
+/// lse[c0 .. c0 + c), then finish(c0, c, p). With want_weights = false p
+/// holds beta X^T xi_blk + mask instead and only lse is computed.
+///
+/// Why blocks: an N x 64 block of weights stays in cache from the score
+/// product through the softmax to what finish does with it (the product X p),
+/// where the whole N x B matrix would go to memory and back three times; and
+/// the blocks run on the threads Eigen may use, each block's products and
+/// softmax on one thread, in one parallel region per call (hopfield-digits'
+/// map: docs/performance.md, "Softmax attention in column blocks"). finish
+/// runs on the block's thread and must write only the block's columns.
+/// \throws std::invalid_argument when the mask does not fit; what finish throws.
+template <typename Scalar, typename Finish>
+void SoftmaxAttentionBlocks(ConstMatrixRef<Scalar> X, ConstMatrixRef<Scalar> xi, Scalar beta,
+                            const Matrix<Scalar>& mask, Scalar* lse, bool want_weights, const char* who,
+                            Finish&& finish) {
+  const Index N = X.cols(), B = xi.cols();
+  CheckScoreMask<Scalar>(mask, N, B, who);
+  if (B == 0) return;
+  const Index width = SoftmaxBlockWidth(B), blocks = (B + width - 1) / width;
+  const auto block = [&](Index k) {
+    const Index c0 = k * width, c = std::min(width, B - c0);
+    auto p = ThreadScratch<Scalar, 0>(N, c);
+    GemmInto<Scalar>(p, X, /*transpose_a=*/true, xi.middleCols(c0, c));
+    ScaledColumnSoftmaxColumns<Scalar>(p, beta, mask, c0, lse != nullptr ? lse + c0 : nullptr, want_weights);
+    finish(c0, c, Eigen::Map<const Matrix<Scalar>>(p.data(), N, c));
+  };
+#ifdef _OPENMP
+  const int threads = static_cast<int>(std::min<Index>(Eigen::nbThreads(), blocks));
+  if (threads > 1 && !omp_in_parallel()) {
+    std::exception_ptr failure;
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (Index k = 0; k < blocks; ++k) {
+      try {
+        block(k);
+      } catch (...) {
+#pragma omp critical(implicit_softmax_attention_blocks)
+        if (!failure) failure = std::current_exception();
+      }
+    }
+    if (failure) std::rethrow_exception(failure);
+    return;
+  }
+#endif
+  for (Index k = 0; k < blocks; ++k) block(k);
 }
 
 }  // namespace internal

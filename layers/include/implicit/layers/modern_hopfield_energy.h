@@ -174,10 +174,13 @@ class ModernHopfieldEnergy : public Energy<Scalar> {
   void Attention(ConstMatrixRef<Scalar> xi, MatrixRef<Scalar> p) const;
 
   // The evaluations below (Value, Gradient, CccpUpdate, CccpUpdateAndValue,
-  // GradientAndValue, HessianVectorProduct) keep the N x B weights in
-  // per-thread scratch buffers (log_sum_exp.h): after the first call, calls
-  // with the same or a smaller batch do not allocate (large products may still
-  // let Eigen's GEMM allocate its packing buffers). out may alias xi.
+  // GradientAndValue, HessianVectorProduct) work in blocks of about 64 samples
+  // (internal::SoftmaxAttentionBlocks, log_sum_exp.h: each block's N x 64
+  // weights stay in cache from the score product to the product X p), the
+  // blocks on Eigen's threads, their weights in per-thread scratch buffers:
+  // after the first call, calls with the same or a smaller batch do not
+  // allocate (Eigen's GEMM may still allocate its packing buffers). out may
+  // alias xi.
 
   void Value(ConstMatrixRef<Scalar> xi, VectorRef<Scalar> values) const override;
 
@@ -188,8 +191,9 @@ class ModernHopfieldEnergy : public Energy<Scalar> {
     internal::CheckBatch("ModernHopfieldEnergy::CccpUpdate(xi)", xi, n_);
     internal::CheckShape("ModernHopfieldEnergy::CccpUpdate(out)", out, n_, xi.cols());
     const Scalar b = CheckedBeta("ModernHopfieldEnergy::CccpUpdate");
-    const auto p = Weights(xi, b, nullptr, true, "ModernHopfieldEnergy::CccpUpdate");
-    GemmInto<Scalar>(out, patterns(), false, p);
+    Blocks(xi, b, nullptr, true, "ModernHopfieldEnergy::CccpUpdate", [&](Index c0, Index c, const auto& p) {
+      GemmInto<Scalar>(out.middleCols(c0, c), patterns(), false, p);
+    });
   }
 
   /// The CCCP update and E from one score GEMM X^T xi, one softmax pass (p and
@@ -240,6 +244,14 @@ class ModernHopfieldEnergy : public Energy<Scalar> {
     internal::CheckBeta(who, b);
     return b;
   }
+  /// internal::SoftmaxAttentionBlocks on these patterns and mask: the weights
+  /// of each block of xi's columns, and what finish(c0, c, p) does with them.
+  template <typename Finish>
+  void Blocks(ConstMatrixRef<Scalar> xi, Scalar b, Scalar* lse, bool want_weights, const char* who,
+              Finish&& finish) const {
+    internal::SoftmaxAttentionBlocks<Scalar>(patterns(), xi, b, mask_, lse, want_weights, who,
+                                             std::forward<Finish>(finish));
+  }
   /// p = softmax(beta X^T xi + m) (N x B) in this thread's scratch slot 0, and
   /// lse[b] when lse != nullptr. With want_weights = false only lse is valid.
   Eigen::Map<Matrix<Scalar>> Weights(ConstMatrixRef<Scalar> xi, Scalar b, Scalar* lse,
@@ -250,10 +262,9 @@ class ModernHopfieldEnergy : public Energy<Scalar> {
     return p;
   }
   /// values = 0.5 |xi|^2 - lse / beta (lse = -inf, everything masked: +inf).
-  template <typename Lse>
-  static void StoreValues(ConstMatrixRef<Scalar> xi, const Lse& lse, Scalar b,
-                          VectorRef<Scalar> values) {
-    values = Scalar(0.5) * xi.colwise().squaredNorm().transpose() - lse.col(0) / b;
+  static void StoreValues(ConstMatrixRef<Scalar> xi, const Scalar* lse, Scalar b, VectorRef<Scalar> values) {
+    values = Scalar(0.5) * xi.colwise().squaredNorm().transpose() -
+             Eigen::Map<const Vector<Scalar>>(lse, xi.cols()) / b;
   }
 
   /// H v = v - beta X J_softmax(p) X^T v with the weights p kept (w: N x B scratch).
@@ -322,8 +333,9 @@ void ModernHopfieldEnergy<Scalar>::Value(
   internal::CheckShape("ModernHopfieldEnergy::Value(values)", values, xi.cols(), 1);
   const Scalar b = CheckedBeta("ModernHopfieldEnergy::Value");
   auto lse = internal::ThreadScratch<Scalar, 1>(xi.cols(), 1);
-  Weights(xi, b, lse.data(), /*want_weights=*/false, "ModernHopfieldEnergy::Value");
-  StoreValues(xi, lse, b, values);
+  Blocks(xi, b, lse.data(), /*want_weights=*/false, "ModernHopfieldEnergy::Value",
+         [](Index, Index, const auto&) {});
+  StoreValues(xi, lse.data(), b, values);
 }
 
 template <typename Scalar>
@@ -333,9 +345,10 @@ void ModernHopfieldEnergy<Scalar>::Gradient(
   internal::CheckBatch("ModernHopfieldEnergy::Gradient(xi)", xi, n_);
   internal::CheckShape("ModernHopfieldEnergy::Gradient(grad)", grad, n_, xi.cols());
   const Scalar b = CheckedBeta("ModernHopfieldEnergy::Gradient");
-  const auto p = Weights(xi, b, nullptr, true, "ModernHopfieldEnergy::Gradient");
-  grad = xi;
-  GemmInto<Scalar>(grad, patterns(), false, p, Scalar(-1), Scalar(1));
+  Blocks(xi, b, nullptr, true, "ModernHopfieldEnergy::Gradient", [&](Index c0, Index c, const auto& p) {
+    grad.middleCols(c0, c) = xi.middleCols(c0, c);  // grad may alias xi: only this block's columns
+    GemmInto<Scalar>(grad.middleCols(c0, c), patterns(), false, p, Scalar(-1), Scalar(1));
+  });
 }
 
 template <typename Scalar>
@@ -347,10 +360,11 @@ void ModernHopfieldEnergy<Scalar>::CccpUpdateAndValue(
   internal::CheckShape("ModernHopfieldEnergy::CccpUpdateAndValue(out)", out, n_, xi.cols());
   internal::CheckShape("ModernHopfieldEnergy::CccpUpdateAndValue(values)", values, xi.cols(), 1);
   const Scalar b = CheckedBeta("ModernHopfieldEnergy::CccpUpdateAndValue");
-  auto lse = internal::ThreadScratch<Scalar, 1>(xi.cols(), 1);
-  const auto p = Weights(xi, b, lse.data(), true, "ModernHopfieldEnergy::CccpUpdateAndValue");
-  StoreValues(xi, lse, b, values);  // before out is written: out may alias xi
-  GemmInto<Scalar>(out, patterns(), false, p);
+  Scalar* lse = internal::ThreadScratch<Scalar, 1>(xi.cols(), 1).data();
+  Blocks(xi, b, lse, true, "ModernHopfieldEnergy::CccpUpdateAndValue", [&](Index c0, Index c, const auto& p) {
+    StoreValues(xi.middleCols(c0, c), lse + c0, b, values.segment(c0, c));  // before out: out may alias xi
+    GemmInto<Scalar>(out.middleCols(c0, c), patterns(), false, p);
+  });
 }
 
 template <typename Scalar>
@@ -362,11 +376,12 @@ void ModernHopfieldEnergy<Scalar>::GradientAndValue(
   internal::CheckShape("ModernHopfieldEnergy::GradientAndValue(grad)", grad, n_, xi.cols());
   internal::CheckShape("ModernHopfieldEnergy::GradientAndValue(values)", values, xi.cols(), 1);
   const Scalar b = CheckedBeta("ModernHopfieldEnergy::GradientAndValue");
-  auto lse = internal::ThreadScratch<Scalar, 1>(xi.cols(), 1);
-  const auto p = Weights(xi, b, lse.data(), true, "ModernHopfieldEnergy::GradientAndValue");
-  StoreValues(xi, lse, b, values);
-  grad = xi;
-  GemmInto<Scalar>(grad, patterns(), false, p, Scalar(-1), Scalar(1));
+  Scalar* lse = internal::ThreadScratch<Scalar, 1>(xi.cols(), 1).data();
+  Blocks(xi, b, lse, true, "ModernHopfieldEnergy::GradientAndValue", [&](Index c0, Index c, const auto& p) {
+    StoreValues(xi.middleCols(c0, c), lse + c0, b, values.segment(c0, c));
+    grad.middleCols(c0, c) = xi.middleCols(c0, c);
+    GemmInto<Scalar>(grad.middleCols(c0, c), patterns(), false, p, Scalar(-1), Scalar(1));
+  });
 }
 
 template <typename Scalar>
@@ -378,8 +393,11 @@ void ModernHopfieldEnergy<Scalar>::HessianVectorProduct(
   internal::CheckShape("ModernHopfieldEnergy::HessianVectorProduct(v)", v, n_, xi.cols());
   internal::CheckShape("ModernHopfieldEnergy::HessianVectorProduct(out)", out, n_, xi.cols());
   const Scalar b = CheckedBeta("ModernHopfieldEnergy::HessianVectorProduct");
-  const auto p = Weights(xi, b, nullptr, true, "ModernHopfieldEnergy::HessianVectorProduct");
-  HessianProduct(patterns(), b, p, v, internal::ThreadScratch<Scalar, 2>(N_, xi.cols()), out);
+  Blocks(xi, b, nullptr, true, "ModernHopfieldEnergy::HessianVectorProduct",
+         [&](Index c0, Index c, const auto& p) {
+           HessianProduct(patterns(), b, p, v.middleCols(c0, c), internal::ThreadScratch<Scalar, 2>(N_, c),
+                          out.middleCols(c0, c));
+         });
 }
 
 /// \cond INTERNAL
