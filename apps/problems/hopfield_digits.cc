@@ -23,11 +23,13 @@ class HopfieldDigitsProblemT : public HopfieldDigitsBase<S> {
  public:
   HopfieldDigitsProblemT(const implicit::DigitsDataset& digits, const ProblemSettings& s)
       : HopfieldDigitsBase<S>(digits, s.patterns, 1.0, "X",
-                              "the two GEMMs of one CCCP step xi <- X softmax(beta X^T xi) on all B queries; the "
-                              "softmax (N x B exps) and the solver's vector work are extra",
+                              "the two GEMMs of one CCCP step xi <- X softmax(beta X^T xi) on all B queries, in the "
+                              "column blocks the energy uses; the softmax (N x B exps) and the solver's vector work "
+                              "are extra",
                               Options(s.beta)),
         beta_(s.beta) {}
   std::string name() const override { return "hopfield-digits"; }
+  bool FloorInBlocks() const override { return true; }
 #ifdef IMPLICIT_WITH_CUDA
   std::unique_ptr<implicit::cuda::DeviceMap<S>> MakeDeviceMap(implicit::cuda::Context& context) const override {
     return std::make_unique<implicit::cuda::HopfieldCccpMap<S>>(context, this->weights(), static_cast<S>(beta_));
