@@ -62,9 +62,9 @@ inline std::string Shape(Index rows, Index cols) {
 // patterns (n x N): scores S = X^T Z (N x n times n x B) and update X P
 // (n x N times N x B), P a column-stochastic N x B matrix. As the maps do
 // them: on the whole batch, or with `in_blocks` in the column blocks of
-// internal::SoftmaxAttentionBlocks (ModernHopfieldEnergy's; each block's S
-// in a per-thread buffer that the second product reads, the blocks on
-// Eigen's threads).
+// internal::ScoreBlocks (ModernHopfieldEnergy's and SparseHopfieldEnergy's;
+// each block's S in a per-thread buffer that the second product reads, the
+// blocks on Eigen's threads).
 template <typename S>
 FloorTiming HopfieldTypeFloor(const Matrix<S>& X, const Matrix<S>& Z, const std::string& x_name,
                               const std::string& note, int repeats, bool in_blocks = false) {
@@ -73,22 +73,13 @@ FloorTiming HopfieldTypeFloor(const Matrix<S>& X, const Matrix<S>& Z, const std:
   const Matrix<S> P = Matrix<S>::Constant(N, B, S(1) / static_cast<S>(N));
   const std::string t = x_name + "^T Z (" + Shape(N, n) + " * " + Shape(n, B) + ") + " + x_name + " P (" +
                         Shape(n, N) + " * " + Shape(N, B) + ")" +
-                        (in_blocks ? " in blocks of " + std::to_string(implicit::internal::SoftmaxBlockWidth(B)) +
+                        (in_blocks ? " in blocks of " + std::to_string(implicit::internal::ColumnBlockWidth(B)) +
                                          " columns"
                                    : "");
   const auto blocks = [&] {
-    const Index width = implicit::internal::SoftmaxBlockWidth(B), count = (B + width - 1) / width;
-    const auto block = [&](Index k) {
-      const Index c0 = k * width, c = std::min(width, B - c0);
-      auto s = implicit::internal::ThreadScratch<S, 0>(N, c);
-      implicit::GemmInto<S>(s, X, /*transpose_a=*/true, Z.middleCols(c0, c));
+    implicit::internal::ScoreBlocks<S>(X, Z, S(1), [&](Index c0, Index c, const auto& s) {
       implicit::GemmInto<S>(out.middleCols(c0, c), X, false, s);
-    };
-#ifdef _OPENMP
-    const int threads = static_cast<int>(std::min<Index>(Eigen::nbThreads(), count));
-#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
-#endif
-    for (Index k = 0; k < count; ++k) block(k);
+    });
     return static_cast<double>(out(0, 0));
   };
   return TimeFloor(t, note, 4.0 * double(n) * double(N) * double(B), repeats, [&] {

@@ -23,12 +23,14 @@ class SparseHopfieldProblemT : public SparseHopfieldBase<S> {
  public:
   SparseHopfieldProblemT(const implicit::DigitsDataset& digits, const ProblemSettings& s)
       : SparseHopfieldBase<S>(digits, s.patterns, 1.0, "X",
-                              "the two dense GEMMs of one step xi <- X entmax(beta X^T xi) on all B queries; the "
-                              "entmax threshold search over N scores per query is extra (and usually dominates)",
+                              "the two dense GEMMs of one step xi <- X entmax(beta X^T xi) on all B queries, in the "
+                              "column blocks the energy uses; the entmax threshold search over N scores per query is "
+                              "extra (and usually dominates)",
                               Options(s)),
         beta_(s.beta),
         alpha_(s.Parameter("alpha")) {}
   std::string name() const override { return "sparse-hopfield"; }
+  bool FloorInBlocks() const override { return true; }
 #ifdef IMPLICIT_WITH_CUDA
   // On the GPU: sparsemax (alpha = 2) only.
   std::unique_ptr<implicit::cuda::DeviceMap<S>> MakeDeviceMap(implicit::cuda::Context& context) const override {

@@ -234,44 +234,38 @@ void ScaledColumnSoftmaxColumns(MatrixRef<Scalar> a, Scalar beta, const Matrix<S
   }
 }
 
-/// The column blocks SoftmaxAttentionBlocks cuts a batch of B samples into: an
-/// even number of blocks of about 64 columns (two for B < 128, one for B = 1),
-/// from B alone, so that each column is computed the same way whatever the
-/// thread count.
-inline Index SoftmaxBlockWidth(Index B) {
+/// The column blocks ScoreBlocks cuts a batch of B samples into: an even
+/// number of blocks of about 64 columns (two for B < 128, one for B = 1), from
+/// B alone, so that each column is computed the same way whatever the thread
+/// count.
+inline Index ColumnBlockWidth(Index B) {
   const Index blocks = B <= 1 ? 1 : 2 * ((B + 127) / 128);
   return std::max<Index>(1, (B + blocks - 1) / blocks);
 }
 
-/// Softmax attention over the samples xi (n x B) in column blocks, for the
-/// hot paths of the softmax energies: for each block of columns
-/// [c0, c0 + c), p = softmax(beta X^T xi_blk + mask) (N x c, in this thread's
-/// scratch slot 0; the mask empty, N x 1 or N x B) and, when lse != nullptr,
-/// lse[c0 .. c0 + c), then finish(c0, c, p). With want_weights = false p
-/// holds beta X^T xi_blk + mask instead and only lse is computed.
+/// The scores of the samples xi (n x B) against X (n x N) in column blocks,
+/// for the hot paths of the attention energies: for each block of columns
+/// [c0, c0 + c) (ColumnBlockWidth), s = alpha X^T xi_blk (N x c, this thread's
+/// scratch slot 0), then block(c0, c, s), which may overwrite s and must
+/// write only the block's columns of its outputs.
 ///
-/// Why blocks: an N x 64 block of weights stays in cache from the score
-/// product through the softmax to what finish does with it (the product X p),
-/// where the whole N x B matrix would go to memory and back three times; and
-/// the blocks run on the threads Eigen may use, each block's products and
-/// softmax on one thread, in one parallel region per call (hopfield-digits'
-/// map: docs/performance.md, "Softmax attention in column blocks"). finish
-/// runs on the block's thread and must write only the block's columns.
-/// \throws std::invalid_argument when the mask does not fit; what finish throws.
-template <typename Scalar, typename Finish>
-void SoftmaxAttentionBlocks(ConstMatrixRef<Scalar> X, ConstMatrixRef<Scalar> xi, Scalar beta,
-                            const Matrix<Scalar>& mask, Scalar* lse, bool want_weights, const char* who,
-                            Finish&& finish) {
+/// Why blocks: an N x 64 block of scores stays in cache from the score
+/// product through the column pass (softmax, entmax) to the product with X
+/// that usually follows, where an N x B matrix would go to memory and back
+/// three times; and the blocks run on the threads Eigen may use, each
+/// block's products and pass on one thread, in one parallel region per call
+/// (docs/performance.md, "Softmax attention in column blocks").
+/// \throws what block throws (after every block has run).
+template <typename Scalar, typename Block>
+void ScoreBlocks(ConstMatrixRef<Scalar> X, ConstMatrixRef<Scalar> xi, Scalar alpha, Block&& block) {
   const Index N = X.cols(), B = xi.cols();
-  CheckScoreMask<Scalar>(mask, N, B, who);
   if (B == 0) return;
-  const Index width = SoftmaxBlockWidth(B), blocks = (B + width - 1) / width;
-  const auto block = [&](Index k) {
+  const Index width = ColumnBlockWidth(B), blocks = (B + width - 1) / width;
+  const auto one = [&](Index k) {
     const Index c0 = k * width, c = std::min(width, B - c0);
-    auto p = ThreadScratch<Scalar, 0>(N, c);
-    GemmInto<Scalar>(p, X, /*transpose_a=*/true, xi.middleCols(c0, c));
-    ScaledColumnSoftmaxColumns<Scalar>(p, beta, mask, c0, lse != nullptr ? lse + c0 : nullptr, want_weights);
-    finish(c0, c, Eigen::Map<const Matrix<Scalar>>(p.data(), N, c));
+    auto s = ThreadScratch<Scalar, 0>(N, c);
+    GemmInto<Scalar>(s, X, /*transpose_a=*/true, xi.middleCols(c0, c), alpha);
+    block(c0, c, s);
   };
 #ifdef _OPENMP
   const int threads = static_cast<int>(std::min<Index>(Eigen::nbThreads(), blocks));
@@ -280,9 +274,9 @@ void SoftmaxAttentionBlocks(ConstMatrixRef<Scalar> X, ConstMatrixRef<Scalar> xi,
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (Index k = 0; k < blocks; ++k) {
       try {
-        block(k);
+        one(k);
       } catch (...) {
-#pragma omp critical(implicit_softmax_attention_blocks)
+#pragma omp critical(implicit_score_blocks)
         if (!failure) failure = std::current_exception();
       }
     }
@@ -290,7 +284,24 @@ void SoftmaxAttentionBlocks(ConstMatrixRef<Scalar> X, ConstMatrixRef<Scalar> xi,
     return;
   }
 #endif
-  for (Index k = 0; k < blocks; ++k) block(k);
+  for (Index k = 0; k < blocks; ++k) one(k);
+}
+
+/// Softmax attention in ScoreBlocks: for each block of columns [c0, c0 + c),
+/// p = softmax(beta X^T xi_blk + mask) (N x c; the mask empty, N x 1 or N x
+/// B) and, when lse != nullptr, lse[c0 .. c0 + c), then finish(c0, c, p).
+/// With want_weights = false p holds beta X^T xi_blk + mask instead and only
+/// lse is computed.
+/// \throws std::invalid_argument when the mask does not fit; what finish throws.
+template <typename Scalar, typename Finish>
+void SoftmaxAttentionBlocks(ConstMatrixRef<Scalar> X, ConstMatrixRef<Scalar> xi, Scalar beta,
+                            const Matrix<Scalar>& mask, Scalar* lse, bool want_weights, const char* who,
+                            Finish&& finish) {
+  CheckScoreMask<Scalar>(mask, X.cols(), xi.cols(), who);
+  ScoreBlocks<Scalar>(X, xi, Scalar(1), [&](Index c0, Index c, Eigen::Map<Matrix<Scalar>> p) {
+    ScaledColumnSoftmaxColumns<Scalar>(p, beta, mask, c0, lse != nullptr ? lse + c0 : nullptr, want_weights);
+    finish(c0, c, Eigen::Map<const Matrix<Scalar>>(p.data(), p.rows(), c));
+  });
 }
 
 }  // namespace internal

@@ -49,9 +49,11 @@
 #include <implicit/core/gemm.h>
 #include <implicit/core/types.h>
 #include <implicit/layers/entmax.h>
+#include <implicit/layers/log_sum_exp.h>
 
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -158,26 +160,29 @@ class SparseHopfieldEnergy : public Energy<Scalar> {
     entmax::Entmax<Scalar>(s, alpha(), weights);
   }
 
+  // The evaluations below (Value, Gradient, CccpUpdate, CccpUpdateAndValue,
+  // GradientAndValue, HessianVectorProduct) work in blocks of about 64 samples
+  // on Eigen's threads (internal::ScoreBlocks, log_sum_exp.h), the weights in
+  // per-thread scratch buffers. out may alias xi.
+
   void Value(ConstMatrixRef<Scalar> xi, VectorRef<Scalar> values) const override {
-    Matrix<Scalar> p(num_patterns(), xi.cols());
-    WeightsAndValues(xi, p, values, "SparseHopfieldEnergy::Value(xi)",
-                     "SparseHopfieldEnergy::Value(values)");
+    Blocks(xi, values, "SparseHopfieldEnergy::Value", [](Index, Index, const auto&) {});
   }
 
   void Gradient(ConstMatrixRef<Scalar> xi, MatrixRef<Scalar> grad) const override {
     internal::CheckShape("SparseHopfieldEnergy::Gradient(grad)", grad, xi.rows(), xi.cols());
-    Matrix<Scalar> p(num_patterns(), xi.cols());
-    Weights(xi, p);
-    grad = xi;
-    GemmInto<Scalar>(grad, patterns(), false, p, Scalar(-1), Scalar(1));
+    Blocks(xi, std::nullopt, "SparseHopfieldEnergy::Gradient", [&](Index c0, Index c, const auto& p) {
+      grad.middleCols(c0, c) = xi.middleCols(c0, c);
+      GemmInto<Scalar>(grad.middleCols(c0, c), patterns(), false, p, Scalar(-1), Scalar(1));
+    });
   }
 
   /// xi <- X entmax(beta X^T xi), exactly (no cancellation in xi - grad E).
   void CccpUpdate(ConstMatrixRef<Scalar> xi, MatrixRef<Scalar> out) const override {
     internal::CheckShape("SparseHopfieldEnergy::CccpUpdate(out)", out, xi.rows(), xi.cols());
-    Matrix<Scalar> p(num_patterns(), xi.cols());
-    Weights(xi, p);
-    GemmInto<Scalar>(out, patterns(), false, p);
+    Blocks(xi, std::nullopt, "SparseHopfieldEnergy::CccpUpdate", [&](Index c0, Index c, const auto& p) {
+      GemmInto<Scalar>(out.middleCols(c0, c), patterns(), false, p);
+    });
   }
 
   /// The CCCP update X p and E from one score GEMM and one entmax pass.
@@ -201,9 +206,15 @@ class SparseHopfieldEnergy : public Energy<Scalar> {
                                       VectorRef<Scalar> out) const override;
 
  private:
-  /// p = entmax(s) and values = E from the scores s = beta X^T xi (one GEMM).
-  void WeightsAndValues(ConstMatrixRef<Scalar> xi, Matrix<Scalar>& p, VectorRef<Scalar> values,
-                        const char* xi_name, const char* values_name) const;
+  /// internal::ScoreBlocks for the weights: for each block of xi's columns
+  /// [c0, c0 + c), p = entmax(beta X^T xi_blk) (this thread's scratch slot
+  /// 3) and, with `values`, E there (values.segment(c0, c)); then
+  /// finish(c0, c, p). `who` names the calling function in errors.
+  /// \throws std::invalid_argument when xi is not d x B (B >= 1) or values
+  ///   does not have B entries.
+  template <typename Finish>
+  void Blocks(ConstMatrixRef<Scalar> xi, std::optional<VectorRef<Scalar>> values, const char* who,
+              Finish&& finish) const;
 
   Options options_;
   ParameterSet<Scalar> params_;
@@ -250,10 +261,9 @@ void SparseHopfieldEnergy<Scalar>::CccpUpdateAndValue(
     MatrixRef<Scalar> out,
     VectorRef<Scalar> values) const {
   internal::CheckShape("SparseHopfieldEnergy::CccpUpdateAndValue(out)", out, xi.rows(), xi.cols());
-  Matrix<Scalar> p(num_patterns(), xi.cols());
-  WeightsAndValues(xi, p, values, "SparseHopfieldEnergy::CccpUpdateAndValue(xi)",
-                   "SparseHopfieldEnergy::CccpUpdateAndValue(values)");
-  GemmInto<Scalar>(out, patterns(), false, p);
+  Blocks(xi, values, "SparseHopfieldEnergy::CccpUpdateAndValue", [&](Index c0, Index c, const auto& p) {
+    GemmInto<Scalar>(out.middleCols(c0, c), patterns(), false, p);
+  });
 }
 
 template <typename Scalar>
@@ -262,11 +272,10 @@ void SparseHopfieldEnergy<Scalar>::GradientAndValue(
     MatrixRef<Scalar> grad,
     VectorRef<Scalar> values) const {
   internal::CheckShape("SparseHopfieldEnergy::GradientAndValue(grad)", grad, xi.rows(), xi.cols());
-  Matrix<Scalar> p(num_patterns(), xi.cols());
-  WeightsAndValues(xi, p, values, "SparseHopfieldEnergy::GradientAndValue(xi)",
-                   "SparseHopfieldEnergy::GradientAndValue(values)");
-  grad = xi;
-  GemmInto<Scalar>(grad, patterns(), false, p, Scalar(-1), Scalar(1));
+  Blocks(xi, values, "SparseHopfieldEnergy::GradientAndValue", [&](Index c0, Index c, const auto& p) {
+    grad.middleCols(c0, c) = xi.middleCols(c0, c);
+    GemmInto<Scalar>(grad.middleCols(c0, c), patterns(), false, p, Scalar(-1), Scalar(1));
+  });
 }
 
 template <typename Scalar>
@@ -276,12 +285,14 @@ void SparseHopfieldEnergy<Scalar>::HessianVectorProduct(
     MatrixRef<Scalar> out) const {
   internal::CheckShape("SparseHopfieldEnergy::HessianVectorProduct(v)", v, xi.rows(), xi.cols());
   internal::CheckShape("SparseHopfieldEnergy::HessianVectorProduct(out)", out, xi.rows(), xi.cols());
-  Matrix<Scalar> p(num_patterns(), xi.cols());
-  Weights(xi, p);
-  Matrix<Scalar> w = patterns().transpose() * v;
-  entmax::JacobianVectorProduct<Scalar>(p, alpha(), w, w);
-  out = v;
-  out.noalias() -= beta() * (patterns() * w);
+  const Scalar a = alpha(), b = beta();
+  Blocks(xi, std::nullopt, "SparseHopfieldEnergy::HessianVectorProduct", [&](Index c0, Index c, const auto& p) {
+    auto w = internal::ThreadScratch<Scalar, 2>(num_patterns(), c);
+    GemmInto<Scalar>(w, patterns(), /*transpose_a=*/true, v.middleCols(c0, c));
+    entmax::JacobianVectorProduct<Scalar>(p, a, w, w);
+    out.middleCols(c0, c) = v.middleCols(c0, c);  // out may alias v: only this block's columns
+    GemmInto<Scalar>(out.middleCols(c0, c), patterns(), false, w, -b, Scalar(1));
+  });
 }
 
 template <typename Scalar>
@@ -312,20 +323,26 @@ void SparseHopfieldEnergy<Scalar>::ParameterVectorJacobianProduct(
 }
 
 template <typename Scalar>
-void SparseHopfieldEnergy<Scalar>::WeightsAndValues(
-    ConstMatrixRef<Scalar> xi,
-    Matrix<Scalar>& p,
-    VectorRef<Scalar> values,
-    const char* xi_name,
-    const char* values_name) const {
-  internal::CheckBatch(xi_name, xi, dimension());
-  internal::CheckShape(values_name, values, xi.cols(), 1);
-  Matrix<Scalar> s(num_patterns(), xi.cols());
-  Scores(xi, s);
-  const Scalar a = alpha();
-  Vector<Scalar> conj(xi.cols());
-  entmax::EntmaxAndConjugate<Scalar>(s, a, p, conj);
-  values = Scalar(0.5) * xi.colwise().squaredNorm().transpose() - conj / beta();
+template <typename Finish>
+void SparseHopfieldEnergy<Scalar>::Blocks(ConstMatrixRef<Scalar> xi, std::optional<VectorRef<Scalar>> values,
+                                          const char* who, Finish&& finish) const {
+  internal::CheckBatch((std::string(who) + "(xi)").c_str(), xi, dimension());
+  if (values) internal::CheckShape((std::string(who) + "(values)").c_str(), *values, xi.cols(), 1);
+  const Scalar a = alpha(), b = beta();
+  internal::ScoreBlocks<Scalar>(patterns(), xi, b, [&](Index c0, Index c, Eigen::Map<Matrix<Scalar>> s) {
+    for (size_t i = 0; i < mask_.size(); ++i) {
+      if (!mask_[i]) s.row(static_cast<Index>(i)).setConstant(-std::numeric_limits<Scalar>::infinity());
+    }
+    auto p = internal::ThreadScratch<Scalar, 3>(num_patterns(), c);
+    if (values) {
+      auto conj = values->segment(c0, c);
+      entmax::EntmaxAndConjugate<Scalar>(s, a, p, conj);
+      conj = Scalar(0.5) * xi.middleCols(c0, c).colwise().squaredNorm().transpose() - conj / b;
+    } else {
+      entmax::Entmax<Scalar>(s, a, p);
+    }
+    finish(c0, c, Eigen::Map<const Matrix<Scalar>>(p.data(), p.rows(), c));
+  });
 }
 
 IMPLICIT_EXTERN_TEMPLATE_CLASS(SparseHopfieldEnergy);
