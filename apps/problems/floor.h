@@ -62,9 +62,9 @@ inline std::string Shape(Index rows, Index cols) {
 // patterns (n x N): scores S = X^T Z (N x n times n x B) and update X P
 // (n x N times N x B), P a column-stochastic N x B matrix. As the maps do
 // them: on the whole batch, or with `in_blocks` in the column blocks of
-// internal::ScoreBlocks (ModernHopfieldEnergy's and SparseHopfieldEnergy's;
-// each block's S in a per-thread buffer that the second product reads, the
-// blocks on Eigen's threads).
+// internal::ScoreBlocks (the blocks ModernHopfieldEnergy, SparseHopfieldEnergy
+// and the RBM's SeparableEnergy evaluate in; each block's S in a per-thread
+// buffer that the second product reads, the blocks on Eigen's threads).
 template <typename S>
 FloorTiming HopfieldTypeFloor(const Matrix<S>& X, const Matrix<S>& Z, const std::string& x_name,
                               const std::string& note, int repeats, bool in_blocks = false) {

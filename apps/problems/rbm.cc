@@ -24,12 +24,13 @@ class RbmProblemT : public RbmBase<S> {
  public:
   RbmProblemT(const implicit::DigitsDataset& digits, const ProblemSettings& s)
       : RbmBase<S>(digits, s.patterns, s.Parameter("rbm-scale"), "W",
-                   "the two GEMMs of one CCCP step v <- W sigmoid(W^T v + logit p) on all B queries; the "
-                   "sigmoids and the solver's vector work are extra",
+                   "the two GEMMs of one CCCP step v <- W sigmoid(W^T v + logit p) on all B queries, in the "
+                   "column blocks the energy uses; the sigmoids and the solver's vector work are extra",
                    std::make_shared<implicit::BernoulliPrior<S>>(static_cast<S>(s.Parameter("rbm-p"))), Options()),
         p_(s.Parameter("rbm-p")),
         scale_(s.Parameter("rbm-scale")) {}
   std::string name() const override { return "rbm"; }
+  bool FloorInBlocks() const override { return true; }
   std::string description() const override {
     return "RBM-effective energy, Gaussian visible, " + std::to_string(this->stored()) + " Bernoulli(" + Fmt(p_) +
            ") hidden units with couplings " + Fmt(scale_) + " x digit; CCCP map v <- W sigmoid(W^T v + logit p)";

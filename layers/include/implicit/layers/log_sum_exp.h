@@ -234,7 +234,7 @@ void ScaledColumnSoftmaxColumns(MatrixRef<Scalar> a, Scalar beta, const Matrix<S
   }
 }
 
-/// The column blocks ScoreBlocks cuts a batch of B samples into: an even
+/// The column blocks ColumnBlocks cuts a batch of B samples into: an even
 /// number of blocks of about 64 columns (two for B < 128, one for B = 1), from
 /// B alone, so that each column is computed the same way whatever the thread
 /// count.
@@ -243,11 +243,41 @@ inline Index ColumnBlockWidth(Index B) {
   return std::max<Index>(1, (B + blocks - 1) / blocks);
 }
 
-/// The scores of the samples xi (n x B) against X (n x N) in column blocks,
+/// block(c0, c) for the column blocks [c0, c0 + c) of a batch of B samples
+/// (ColumnBlockWidth), on the threads Eigen may use (one OpenMP parallel
+/// region, each block on one thread; on the calling thread inside a parallel
+/// region or without OpenMP). block must write only its columns of its outputs.
+/// \throws what block throws (after every block has run).
+template <typename Block>
+void ColumnBlocks(Index B, Block&& block) {
+  if (B == 0) return;
+  const Index width = ColumnBlockWidth(B), blocks = (B + width - 1) / width;
+  const auto one = [&](Index k) { block(k * width, std::min(width, B - k * width)); };
+#ifdef _OPENMP
+  const int threads = static_cast<int>(std::min<Index>(Eigen::nbThreads(), blocks));
+  if (threads > 1 && !omp_in_parallel()) {
+    std::exception_ptr failure;
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (Index k = 0; k < blocks; ++k) {
+      try {
+        one(k);
+      } catch (...) {
+#pragma omp critical(implicit_column_blocks)
+        if (!failure) failure = std::current_exception();
+      }
+    }
+    if (failure) std::rethrow_exception(failure);
+    return;
+  }
+#endif
+  for (Index k = 0; k < blocks; ++k) one(k);
+}
+
+/// The scores of the samples xi (n x B) against X (n x N) in ColumnBlocks,
 /// for the hot paths of the attention energies: for each block of columns
-/// [c0, c0 + c) (ColumnBlockWidth), s = alpha X^T xi_blk (N x c, this thread's
-/// scratch slot 0), then block(c0, c, s), which may overwrite s and must
-/// write only the block's columns of its outputs.
+/// [c0, c0 + c), s = alpha X^T xi_blk (N x c, this thread's scratch slot 0),
+/// then block(c0, c, s), which may overwrite s and must write only the
+/// block's columns of its outputs.
 ///
 /// Why blocks: an N x 64 block of scores stays in cache from the score
 /// product through the column pass (softmax, entmax) to the product with X
@@ -258,33 +288,11 @@ inline Index ColumnBlockWidth(Index B) {
 /// \throws what block throws (after every block has run).
 template <typename Scalar, typename Block>
 void ScoreBlocks(ConstMatrixRef<Scalar> X, ConstMatrixRef<Scalar> xi, Scalar alpha, Block&& block) {
-  const Index N = X.cols(), B = xi.cols();
-  if (B == 0) return;
-  const Index width = ColumnBlockWidth(B), blocks = (B + width - 1) / width;
-  const auto one = [&](Index k) {
-    const Index c0 = k * width, c = std::min(width, B - c0);
-    auto s = ThreadScratch<Scalar, 0>(N, c);
+  ColumnBlocks(xi.cols(), [&](Index c0, Index c) {
+    auto s = ThreadScratch<Scalar, 0>(X.cols(), c);
     GemmInto<Scalar>(s, X, /*transpose_a=*/true, xi.middleCols(c0, c), alpha);
     block(c0, c, s);
-  };
-#ifdef _OPENMP
-  const int threads = static_cast<int>(std::min<Index>(Eigen::nbThreads(), blocks));
-  if (threads > 1 && !omp_in_parallel()) {
-    std::exception_ptr failure;
-#pragma omp parallel for num_threads(threads) schedule(static)
-    for (Index k = 0; k < blocks; ++k) {
-      try {
-        one(k);
-      } catch (...) {
-#pragma omp critical(implicit_score_blocks)
-        if (!failure) failure = std::current_exception();
-      }
-    }
-    if (failure) std::rethrow_exception(failure);
-    return;
-  }
-#endif
-  for (Index k = 0; k < blocks; ++k) one(k);
+  });
 }
 
 /// Softmax attention in ScoreBlocks: for each block of columns [c0, c0 + c),

@@ -37,14 +37,16 @@ namespace internal {
 ///   E(x) = (q/2)|x|^2 - <bias, x> - sum_mu G_mu(w_mu . x)
 /// \endcode
 /// with eval(s, G*, G'*, G''*) evaluating G entry-wise (row mu = unit mu).
-/// A batch is done in chunks of kChunkColumns columns (and a last, shorter
-/// one): the N x chunk scores and G's values are scratch kept between calls
-/// (WorkspacePool: one per concurrent caller; the last chunk has a pool of its
-/// own), so the full chunks' scratch keeps its size whatever the batch and
-/// allocates nothing after the first call, and a chunk's scores stay in cache.
-/// (Whole-batch scratch was reallocated whenever the batch changed size, as an
-/// active set does: at N = B = 1797 three matrices of 26 MB and their page
-/// faults per call.)
+/// A batch is done in column blocks of about 64 columns on Eigen's threads
+/// (internal::ColumnBlocks, log_sum_exp.h: each block's scores, G and
+/// product with W on one thread, the N x 64 scratch kept per thread between
+/// calls and in cache during the block) — or, where G'' is kept for a
+/// linearisation (HessianAt, RetrievalValueAndHessian) and for WeightVjp, in
+/// chunks of kChunkColumns columns one after the other (WorkspacePool: one
+/// per concurrent caller; the last chunk has a pool of its own). Either way
+/// the scratch keeps its size whatever the batch. (Whole-batch scratch was
+/// reallocated whenever the batch changed size, as an active set does: at N
+/// = B = 1797 three matrices of 26 MB and their page faults per call.)
 template <typename Scalar>
 struct SeparableEnergy {
   Scalar q = Scalar(1);
@@ -59,7 +61,7 @@ struct SeparableEnergy {
   template <typename WT, typename Eval>
   void Value(const WT& W, const Vector<Scalar>* bias, const Eval& eval,
              ConstMatrixRef<Scalar> x, VectorRef<Scalar> values) const {
-    ForEachChunk(x.cols(), [&](Work& w, Index c, Index k) {
+    ForEachBlock(x.cols(), [&](Work& w, Index c, Index k) {
       Scores(W, x.middleCols(c, k), &w.s);
       eval(w.s, &w.g, nullptr, nullptr);
       values.segment(c, k) = w.g.colwise().sum().transpose();
@@ -95,7 +97,7 @@ struct SeparableEnergy {
   void Retrieval(const WT& W, const Vector<Scalar>* bias, const Eval& eval,
                  ConstMatrixRef<Scalar> x, Matrix<Scalar>* r) const {
     r->resize(W.rows(), x.cols());
-    ForEachChunk(x.cols(), [&](Work& w, Index c, Index k) {
+    ForEachBlock(x.cols(), [&](Work& w, Index c, Index k) {
       Scores(W, x.middleCols(c, k), &w.s);
       eval(w.s, nullptr, &w.dg, nullptr);
       GemmInto<Scalar>(r->middleCols(c, k), W, false, w.dg);
@@ -118,7 +120,7 @@ struct SeparableEnergy {
   template <typename WT, typename Eval>
   void HessianVectorProduct(const WT& W, const Eval& eval, ConstMatrixRef<Scalar> x,
                             ConstMatrixRef<Scalar> v, MatrixRef<Scalar> out) const {
-    ForEachChunk(x.cols(), [&](Work& w, Index c, Index k) {
+    ForEachBlock(x.cols(), [&](Work& w, Index c, Index k) {
       Scores(W, x.middleCols(c, k), &w.s);
       eval(w.s, nullptr, nullptr, &w.d2g);
       w.g.resize(W.cols(), k);
@@ -150,6 +152,20 @@ struct SeparableEnergy {
   struct Work {
     Matrix<Scalar> s, g, dg, d2g;
   };
+  // f(work, first column, columns) for each internal::ColumnBlocks block of a
+  // batch of `cols` columns (about 64 columns; the blocks on Eigen's threads,
+  // each with this thread's Work: one for the blocks of full width and one
+  // for a shorter last block, so that neither is resized from block to
+  // block). For the passes that keep nothing per chunk.
+  template <typename F>
+  static void ForEachBlock(Index cols, F&& f) {
+    const Index width = ColumnBlockWidth(cols);
+    ColumnBlocks(cols, [&](Index c, Index k) { f(ThreadWork(k == width ? 0 : 1), c, k); });
+  }
+  static Work& ThreadWork(int i) {
+    static thread_local Work work[2];
+    return work[i];
+  }
   // f(work, first column, columns) for each chunk of a batch of `cols` columns.
   template <typename F>
   void ForEachChunk(Index cols, F&& f) const {
@@ -166,12 +182,17 @@ struct SeparableEnergy {
   void RetrievalAndValue(const WT& W, const Vector<Scalar>* bias, const Eval& eval, ConstMatrixRef<Scalar> x,
                          Matrix<Scalar>* r, VectorRef<Scalar> values, std::vector<Matrix<Scalar>>* d2g) const {
     r->resize(W.rows(), x.cols());
-    ForEachChunk(x.cols(), [&](Work& w, Index c, Index k) {
+    const auto chunk = [&](Work& w, Index c, Index k) {
       Scores(W, x.middleCols(c, k), &w.s);
       eval(w.s, &w.g, &w.dg, d2g == nullptr ? nullptr : &(*d2g)[static_cast<std::size_t>(c / kChunkColumns)]);
       values.segment(c, k) = w.g.colwise().sum().transpose();
       GemmInto<Scalar>(r->middleCols(c, k), W, false, w.dg);
-    });
+    };
+    if (d2g == nullptr) {
+      ForEachBlock(x.cols(), chunk);
+    } else {
+      ForEachChunk(x.cols(), chunk);  // G'' kept per chunk of kChunkColumns (Hessian::Curvature)
+    }
     Finish(bias, x, values);
     if (bias != nullptr) r->colwise() += *bias;
   }
