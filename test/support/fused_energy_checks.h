@@ -8,6 +8,8 @@
 //       columns of the evaluation on the whole batch
 //   CheckColumnEvaluation(map, x, tol)        a map with per-sample data
 //       evaluates compacted blocks of samples like the whole batch
+//   CheckSameBitsOnThreads(energy, x, v)      the hot evaluations give the
+//       same bits on 1 and 3 of Eigen's threads
 //
 // "Agree" is entry-wise, within tol times the largest finite entry (at least
 // 1); equal infinities agree, and a NaN agrees only with a NaN. Pass
@@ -180,6 +182,39 @@ void CheckColumnEvaluation(const FixedPointMap<Scalar>& map, const Matrix<Scalar
       BOOST_CHECK_THROW(map.JacobianVectorProductColumns(xs, columns, vs, jvs), std::invalid_argument);
     }
   }
+}
+
+// Value, GradientAndValue, HessianVectorProduct (in direction v) and, with
+// cccp, CccpUpdateAndValue give the same bits on 1 and 3 of Eigen's threads
+// (energies that cut a batch into column blocks from its size alone,
+// internal::ColumnBlocks). Leaves Eigen's thread count as it found it.
+template <typename Scalar>
+void CheckSameBitsOnThreads(const Energy<Scalar>& energy, const Matrix<Scalar>& x, const Matrix<Scalar>& v,
+                            bool cccp = true) {
+  const Index n = x.rows(), B = x.cols();
+  const int threads_before = Eigen::nbThreads();
+  struct Results {
+    Matrix<Scalar> out, grad, hv;
+    Vector<Scalar> e, e2, e3;
+  };
+  const auto evaluate = [&](int threads) {
+    Eigen::setNbThreads(threads);
+    Results r{Matrix<Scalar>::Zero(n, B), Matrix<Scalar>(n, B), Matrix<Scalar>(n, B),
+              Vector<Scalar>::Zero(B), Vector<Scalar>(B), Vector<Scalar>(B)};
+    if (cccp) energy.CccpUpdateAndValue(x, r.out, r.e);
+    energy.GradientAndValue(x, r.grad, r.e2);
+    energy.Value(x, r.e3);
+    energy.HessianVectorProduct(x, v, r.hv);
+    return r;
+  };
+  const Results one = evaluate(1), three = evaluate(3);
+  Eigen::setNbThreads(threads_before);
+  BOOST_TEST(AgreeEntrywise(three.out, one.out, 0.0));
+  BOOST_TEST(AgreeEntrywise(three.grad, one.grad, 0.0));
+  BOOST_TEST(AgreeEntrywise(three.hv, one.hv, 0.0));
+  BOOST_TEST(AgreeEntrywise(three.e, one.e, 0.0));
+  BOOST_TEST(AgreeEntrywise(three.e2, one.e2, 0.0));
+  BOOST_TEST(AgreeEntrywise(three.e3, one.e3, 0.0));
 }
 
 }  // namespace testing
