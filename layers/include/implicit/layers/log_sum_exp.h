@@ -30,7 +30,10 @@
 /// softmax(beta a + mask) (ScaledColumnSoftmaxInPlace), the log-sum-exp alone
 /// without storing the weights, and per-thread scratch buffers (ThreadScratch)
 /// that make repeated evaluations allocation-free and keep const energies safe
-/// to call from several threads at once. Built with OpenMP, large matrices are
+/// to call from several threads at once, and the column blocks the attention
+/// energies evaluate a batch in (ColumnBlocks, ScoreBlocks,
+/// SoftmaxAttentionBlocks: each block's scores kept in cache, the blocks on
+/// Eigen's threads). Built with OpenMP, large matrices are
 /// processed on Eigen::nbThreads() threads, a column each (same results).
 /// In float and double, ColumnSoftmax and the in-place pass run the
 /// CPU-dispatched kernel (core/cpu_dispatch.h): AVX2 or AVX-512 where the CPU
@@ -171,23 +174,6 @@ void CheckScoreMask(const Matrix<Scalar>& mask, Index N, Index B, const char* wh
   }
 }
 
-/// In place, column by column: a <- softmax(beta a + mask) (the mask is empty,
-/// N x 1 or N x B; additive), and lse[b] = log sum exp(beta a_b + mask_b) when
-/// lse != nullptr (B entries). With want_weights = false only lse is computed
-/// and a holds beta a + mask on return. Does not allocate.
-/// For float and double the pass is the CPU-dispatched kernel
-/// (core/cpu_dispatch.h), and the special columns it leaves are finished here.
-template <typename Scalar>
-void ScaledColumnSoftmaxColumns(MatrixRef<Scalar> a, Scalar beta, const Matrix<Scalar>& mask, Index first,
-                                Scalar* lse, bool want_weights);
-
-template <typename Scalar>
-void ScaledColumnSoftmaxInPlace(MatrixRef<Scalar> a, Scalar beta, const Matrix<Scalar>& mask,
-                                Scalar* lse, const char* who, bool want_weights = true) {
-  CheckScoreMask<Scalar>(mask, a.rows(), a.cols(), who);
-  ScaledColumnSoftmaxColumns<Scalar>(a, beta, mask, 0, lse, want_weights);
-}
-
 /// ScaledColumnSoftmaxInPlace's pass on the columns first .. first + a.cols()
 /// of a batch whose mask (empty, N x 1, or N x B for the whole batch) the
 /// caller has checked (CheckScoreMask): a's column b takes the mask's column
@@ -232,6 +218,19 @@ void ScaledColumnSoftmaxColumns(MatrixRef<Scalar> a, Scalar beta, const Matrix<S
       if (lse != nullptr) lse[b] = l;
     }
   }
+}
+
+/// In place, column by column: a <- softmax(beta a + mask) (the mask is empty,
+/// N x 1 or N x B; additive), and lse[b] = log sum exp(beta a_b + mask_b) when
+/// lse != nullptr (B entries). With want_weights = false only lse is computed
+/// and a holds beta a + mask on return. Does not allocate.
+/// For float and double the pass is the CPU-dispatched kernel
+/// (core/cpu_dispatch.h), and the special columns it leaves are finished here.
+template <typename Scalar>
+void ScaledColumnSoftmaxInPlace(MatrixRef<Scalar> a, Scalar beta, const Matrix<Scalar>& mask,
+                                Scalar* lse, const char* who, bool want_weights = true) {
+  CheckScoreMask<Scalar>(mask, a.rows(), a.cols(), who);
+  ScaledColumnSoftmaxColumns<Scalar>(a, beta, mask, 0, lse, want_weights);
 }
 
 /// The column blocks ColumnBlocks cuts a batch of B samples into: an even
