@@ -17,11 +17,8 @@ class DigitsCccpProblemT : public ProblemT<S> {
  public:
   const implicit::FixedPointMap<S>& map() const override { return map_; }
   FloorTiming MeasureFloor(int repeats) const override {
-    return HopfieldTypeFloor<S>(W_, this->initial_, weights_name_, floor_note_, repeats, FloorInBlocks());
+    return HopfieldTypeFloor<S>(W_, this->initial_, weights_name_, floor_note_, repeats);
   }
-  // Whether the energy makes its two products in column blocks (the floor
-  // then times them so).
-  virtual bool FloorInBlocks() const { return false; }
 
  protected:
   // `energy_args` follow W in the energy's constructor; `weights_name` and

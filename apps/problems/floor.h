@@ -59,34 +59,24 @@ inline std::string Shape(Index rows, Index cols) {
 }
 
 // The two products of a Hopfield-type CCCP step on B queries with N stored
-// patterns (n x N): scores S = X^T Z (N x n times n x B) and update X P
-// (n x N times N x B), P a column-stochastic N x B matrix. As the maps do
-// them: on the whole batch, or with `in_blocks` in the column blocks of
-// internal::ScoreBlocks (the blocks ModernHopfieldEnergy, SparseHopfieldEnergy
-// and the RBM's SeparableEnergy evaluate in; each block's S in a per-thread
-// buffer that the second product reads, the blocks on Eigen's threads).
+// patterns (n x N): scores S = X^T Z (N x n times n x B) and update X S
+// (n x N times N x B), as the energies make them (ModernHopfieldEnergy,
+// SparseHopfieldEnergy, the RBM's SeparableEnergy): in the column blocks of
+// internal::ScoreBlocks, each block's S in a per-thread buffer that the
+// second product reads, the blocks on Eigen's threads.
 template <typename S>
 FloorTiming HopfieldTypeFloor(const Matrix<S>& X, const Matrix<S>& Z, const std::string& x_name,
-                              const std::string& note, int repeats, bool in_blocks = false) {
+                              const std::string& note, int repeats) {
   const Index n = X.rows(), N = X.cols(), B = Z.cols();
-  Matrix<S> scores(N, B), out(n, B);
-  const Matrix<S> P = Matrix<S>::Constant(N, B, S(1) / static_cast<S>(N));
+  Matrix<S> out(n, B);
   const std::string t = x_name + "^T Z (" + Shape(N, n) + " * " + Shape(n, B) + ") + " + x_name + " P (" +
-                        Shape(n, N) + " * " + Shape(N, B) + ")" +
-                        (in_blocks ? " in blocks of " + std::to_string(implicit::internal::ColumnBlockWidth(B)) +
-                                         " columns"
-                                   : "");
-  const auto blocks = [&] {
+                        Shape(n, N) + " * " + Shape(N, B) + ") in blocks of " +
+                        std::to_string(implicit::internal::ColumnBlockWidth(B)) + " columns";
+  return TimeFloor(t, note, 4.0 * double(n) * double(N) * double(B), repeats, [&] {
     implicit::internal::ScoreBlocks<S>(X, Z, S(1), [&](Index c0, Index c, const auto& s) {
       implicit::GemmInto<S>(out.middleCols(c0, c), X, false, s);
     });
     return static_cast<double>(out(0, 0));
-  };
-  return TimeFloor(t, note, 4.0 * double(n) * double(N) * double(B), repeats, [&] {
-    if (in_blocks) return blocks();
-    implicit::GemmInto<S>(scores, X, /*transpose_a=*/true, Z);
-    implicit::GemmInto<S>(out, X, false, P);
-    return static_cast<double>(scores(0, 0) + out(0, 0));
   });
 }
 

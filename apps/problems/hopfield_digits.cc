@@ -29,7 +29,6 @@ class HopfieldDigitsProblemT : public HopfieldDigitsBase<S> {
                               Options(s.beta)),
         beta_(s.beta) {}
   std::string name() const override { return "hopfield-digits"; }
-  bool FloorInBlocks() const override { return true; }
 #ifdef IMPLICIT_WITH_CUDA
   std::unique_ptr<implicit::cuda::DeviceMap<S>> MakeDeviceMap(implicit::cuda::Context& context) const override {
     return std::make_unique<implicit::cuda::HopfieldCccpMap<S>>(context, this->weights(), static_cast<S>(beta_));

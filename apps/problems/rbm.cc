@@ -30,7 +30,6 @@ class RbmProblemT : public RbmBase<S> {
         p_(s.Parameter("rbm-p")),
         scale_(s.Parameter("rbm-scale")) {}
   std::string name() const override { return "rbm"; }
-  bool FloorInBlocks() const override { return true; }
   std::string description() const override {
     return "RBM-effective energy, Gaussian visible, " + std::to_string(this->stored()) + " Bernoulli(" + Fmt(p_) +
            ") hidden units with couplings " + Fmt(scale_) + " x digit; CCCP map v <- W sigmoid(W^T v + logit p)";

@@ -30,7 +30,6 @@ class SparseHopfieldProblemT : public SparseHopfieldBase<S> {
         beta_(s.beta),
         alpha_(s.Parameter("alpha")) {}
   std::string name() const override { return "sparse-hopfield"; }
-  bool FloorInBlocks() const override { return true; }
 #ifdef IMPLICIT_WITH_CUDA
   // On the GPU: sparsemax (alpha = 2) only.
   std::unique_ptr<implicit::cuda::DeviceMap<S>> MakeDeviceMap(implicit::cuda::Context& context) const override {
