@@ -679,6 +679,52 @@ BOOST_AUTO_TEST_CASE(a_nested_recording_or_a_stale_var_is_refused_and_the_tape_s
   BOOST_TEST((g - 2.0 * z).norm() <= 1e-15);
 }
 
+// Eigen allocates a dynamic matrix of Vars without constructing its
+// coefficients, as it does a matrix of doubles (reverse_var.h); everywhere
+// else a default-constructed Var is the constant 0. Storage freed by one
+// matrix and taken by the next (the previous one's Vars, variables of an
+// earlier recording, still in it) holds constants once set to zero, and a
+// sum over it adds nothing to the gradient.
+BOOST_AUTO_TEST_CASE(default_vars_are_zero_and_eigens_storage_is_written_before_it_is_read) {
+  namespace reverse = implicit::reverse;
+  using Var = reverse::Var<double>;
+  using V = Vector<Var>;
+  const auto is_zero_constant = [](const Var& v) { return !v.is_variable() && ValueOf(v) == 0.0; };
+  BOOST_TEST(is_zero_constant(Var()));
+  const std::vector<Var> list(5);
+  BOOST_TEST(std::all_of(list.begin(), list.end(), is_zero_constant));
+  const Eigen::Matrix<Var, 3, 2> fixed;
+  BOOST_TEST(std::all_of(fixed.data(), fixed.data() + fixed.size(), is_zero_constant));
+
+  const Vector<double> z = Vector<double>::LinSpaced(6, -1.0, 1.5);
+  Vector<double> g(6);
+  for (int round = 0; round < 3; ++round) {
+    reverse::Gradient<double>(
+        z.data(), 6,
+        [&](const V& x) {
+          Matrix<Var> outer = x * x.transpose();  // variables, freed at the end of the call
+          return outer.sum();
+        },
+        g.data());
+    BOOST_TEST((g - 2.0 * z.sum() * Vector<double>::Ones(6)).norm() <= 1e-12);
+    bool all_constants = true;
+    reverse::Gradient<double>(
+        z.data(), 6,
+        [&](const V& x) {
+          Matrix<Var> zero(6, 6);  // (likely) the storage `outer` had
+          zero.setZero();
+          const Matrix<Var> constant = Matrix<Var>::Constant(6, 6, Var(2.0));
+          all_constants = std::all_of(zero.data(), zero.data() + zero.size(), is_zero_constant) &&
+                          std::none_of(constant.data(), constant.data() + constant.size(),
+                                       [](const Var& v) { return v.is_variable() || ValueOf(v) != 2.0; });
+          return x.squaredNorm() + zero.sum() + constant.sum();
+        },
+        g.data());
+    BOOST_TEST(all_constants);
+    BOOST_TEST((g - 2.0 * z).norm() <= 1e-15);
+  }
+}
+
 // ad::Dot on a stretch of the recording's variables (a known run: values and
 // nodes found by one lookup), and with ad::Persistent numbers (pointed to, not
 // copied), records what it records on a copy of the variables, which it must

@@ -10,6 +10,7 @@
 /// \endcode
 #pragma once
 
+#include <implicit/core/autodiff_mode.h>
 #include <implicit/core/dual_matrix_product.h>
 
 #include <Eigen/Core>
@@ -385,4 +386,39 @@ struct NumTraits<implicit::reverse::Var<V>> : NumTraits<double> {
     MulCost = 3
   };
 };
+
+namespace internal {
+/// Eigen's heap storage of the tape's Var types: allocated without
+/// default-constructing each Var, as Eigen allocates a matrix of doubles
+/// (uninitialised until written). Every matrix of Vars Eigen allocates is
+/// written before it is read -- a product's or an expression's result, a
+/// resize before an assignment -- and constructing first was a second pass
+/// over it: for an attention energy's 256 x 256 scores 1.5 MB (2 MB with
+/// duals) written twice per recording, about 5% of its gradient.
+/// `Var()` itself is still the constant 0, so a Var default-constructed
+/// elsewhere (a fixed-size Eigen matrix, a std::vector) is 0 as before. Code
+/// that reads a dynamic matrix's coefficient before writing it was wrong with
+/// doubles and stays wrong: use setZero() / Zero() as with doubles.
+/// Trivially destructible, so Eigen's destruction loop before freeing is empty.
+#define IMPLICIT_VAR_UNCONSTRUCTED_STORAGE(Value, Align)                                              \
+  template <>                                                                                         \
+  inline implicit::reverse::Var<Value>* conditional_aligned_new_auto<implicit::reverse::Var<Value>, Align>( \
+      std::size_t size) {                                                                             \
+    static_assert(std::is_trivially_destructible<implicit::reverse::Var<Value>>::value,               \
+                  "a Var's storage is freed without destroying its elements");                       \
+    if (size == 0) return nullptr;                                                                    \
+    check_size_for_overflow<implicit::reverse::Var<Value>>(size);                                     \
+    return static_cast<implicit::reverse::Var<Value>*>(                                               \
+        conditional_aligned_malloc<Align>(sizeof(implicit::reverse::Var<Value>) * size));             \
+  }
+IMPLICIT_VAR_UNCONSTRUCTED_STORAGE(double, true)
+IMPLICIT_VAR_UNCONSTRUCTED_STORAGE(double, false)
+IMPLICIT_VAR_UNCONSTRUCTED_STORAGE(float, true)
+IMPLICIT_VAR_UNCONSTRUCTED_STORAGE(float, false)
+IMPLICIT_VAR_UNCONSTRUCTED_STORAGE(implicit::internal::DirectionalJet<double>, true)
+IMPLICIT_VAR_UNCONSTRUCTED_STORAGE(implicit::internal::DirectionalJet<double>, false)
+IMPLICIT_VAR_UNCONSTRUCTED_STORAGE(implicit::internal::DirectionalJet<float>, true)
+IMPLICIT_VAR_UNCONSTRUCTED_STORAGE(implicit::internal::DirectionalJet<float>, false)
+#undef IMPLICIT_VAR_UNCONSTRUCTED_STORAGE
+}  // namespace internal
 }  // namespace Eigen
