@@ -62,6 +62,7 @@
 #pragma once
 
 #include <implicit/core/energy.h>
+#include <implicit/core/parallel_for.h>
 #include <implicit/core/parameters.h>
 #include <implicit/core/types.h>
 #include <implicit/layers/energy_transformer_options.h>
@@ -71,14 +72,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <exception>
 #include <memory>
 #include <string>
 #include <vector>
-
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 namespace implicit {
 
@@ -245,30 +241,10 @@ class EnergyTransformer : public Energy<Scalar>, private internal::EnergyTransfo
   /// count. The first exception a column throws is rethrown after the loop.
   template <typename Body>
   void ForEachColumn(Index cols, const Body& body) const {
-#ifdef _OPENMP
-    const int threads =
-        cols >= 2 && !omp_in_parallel() ? static_cast<int>(std::min<Index>(Eigen::nbThreads(), cols)) : 1;
-    if (threads > 1) {  // (a region only for several threads: each costs a runtime call)
-      std::exception_ptr error;
-#pragma omp parallel num_threads(threads)
-      {
-        Work work;
-#pragma omp for schedule(static)
-        for (Index b = 0; b < cols; ++b) {
-          try {
-            body(b, &work);
-          } catch (...) {
-#pragma omp critical(implicit_energy_transformer_columns)
-            if (!error) error = std::current_exception();
-          }
-        }
-      }
-      if (error) std::rethrow_exception(error);
-      return;
-    }
-#endif
-    Work work;
-    for (Index b = 0; b < cols; ++b) body(b, &work);
+    const int threads = static_cast<int>(std::clamp<Index>(cols, 1, std::max(1, Eigen::nbThreads())));
+    std::vector<Work> work(static_cast<std::size_t>(threads));
+    internal::ParallelFor(cols, threads,
+                          [&](Index b, int thread) { body(b, &work[static_cast<std::size_t>(thread)]); });
   }
 
   /// One sample's (dr/dx) v and (dr/dx)^T u from its caches (Normalize, Forces).

@@ -42,19 +42,15 @@
 
 #include <implicit/core/cpu_dispatch.h>
 #include <implicit/core/gemm.h>
+#include <implicit/core/parallel_for.h>
 #include <implicit/core/types.h>
 
 #include <algorithm>
 #include <cmath>
-#include <exception>
 #include <limits>
 #include <sstream>
 #include <stdexcept>
 #include <type_traits>
-
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 namespace implicit {
 namespace internal {
@@ -139,16 +135,14 @@ Scalar LogSumExpColumn(Eigen::Ref<const Vector<Scalar>> a) {
   return m + std::log(sum);
 }
 
-#ifdef _OPENMP
-/// Threads for a column-by-column pass over an N x B matrix under OpenMP: as
-/// many as Eigen may use (Eigen::setNbThreads; 1 while an app runs its own
-/// threads), for matrices large enough to be worth it. Each column is computed
-/// the same way whatever the thread count, so results do not depend on it.
+/// Threads for a column-by-column pass over an N x B matrix: as many as Eigen
+/// may use (Eigen::setNbThreads; 1 while an app runs its own threads, and
+/// without OpenMP), for matrices large enough to be worth it. Each column is
+/// computed the same way whatever the thread count, so results do not depend on it.
 inline int ColumnThreads(Index rows, Index cols) {
   if (rows * cols < (Index(1) << 16) || cols < 2) return 1;
   return static_cast<int>(std::max<Index>(1, std::min<Index>(Eigen::nbThreads(), cols)));
 }
-#endif
 
 /// A per-thread scratch matrix (rows x cols) for the hot paths: the buffer only
 /// grows, so repeated calls with the same or fewer entries do not allocate, and
@@ -182,11 +176,7 @@ template <typename Scalar>
 void ScaledColumnSoftmaxColumns(MatrixRef<Scalar> a, Scalar beta, const Matrix<Scalar>& mask, Index first,
                                 Scalar* lse, bool want_weights) {
   const Index mask_first = mask.cols() == 1 ? 0 : first;
-#ifdef _OPENMP
   const int threads = ColumnThreads(a.rows(), a.cols());
-#else
-  const int threads = 1;
-#endif
   if constexpr (std::is_same_v<Scalar, float> || std::is_same_v<Scalar, double>) {
     Scalar* l = lse != nullptr ? lse : ThreadScratch<Scalar, 9>(a.cols(), 1).data();
     ScaledSoftmaxColumnsKernel<Scalar>(a.data(), a.rows(), a.cols(), a.outerStride(), beta,
@@ -199,10 +189,7 @@ void ScaledColumnSoftmaxColumns(MatrixRef<Scalar> a, Scalar beta, const Matrix<S
       l[b] = SpecialSoftmaxColumn<Scalar>(col, l[b], std::isnan(l[b]), want_weights ? &weights : nullptr);
     }
   } else {
-#ifdef _OPENMP
-#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
-#endif
-    for (Index b = 0; b < a.cols(); ++b) {
+    ParallelFor(a.cols(), threads, [&](Index b, int) {
       auto col = a.col(b);
       if (mask.size() == 0) {
         if (beta != Scalar(1)) col *= beta;
@@ -216,7 +203,7 @@ void ScaledColumnSoftmaxColumns(MatrixRef<Scalar> a, Scalar beta, const Matrix<S
       }
       const Scalar l = want_weights ? SoftmaxColumn<Scalar>(col, col) : LogSumExpColumn<Scalar>(col);
       if (lse != nullptr) lse[b] = l;
-    }
+    });
   }
 }
 
@@ -251,25 +238,7 @@ template <typename Block>
 void ColumnBlocks(Index B, Block&& block) {
   if (B == 0) return;
   const Index width = ColumnBlockWidth(B), blocks = (B + width - 1) / width;
-  const auto one = [&](Index k) { block(k * width, std::min(width, B - k * width)); };
-#ifdef _OPENMP
-  const int threads = static_cast<int>(std::min<Index>(Eigen::nbThreads(), blocks));
-  if (threads > 1 && !omp_in_parallel()) {
-    std::exception_ptr failure;
-#pragma omp parallel for num_threads(threads) schedule(static)
-    for (Index k = 0; k < blocks; ++k) {
-      try {
-        one(k);
-      } catch (...) {
-#pragma omp critical(implicit_column_blocks)
-        if (!failure) failure = std::current_exception();
-      }
-    }
-    if (failure) std::rethrow_exception(failure);
-    return;
-  }
-#endif
-  for (Index k = 0; k < blocks; ++k) one(k);
+  ParallelFor(blocks, Eigen::nbThreads(), [&](Index k, int) { block(k * width, std::min(width, B - k * width)); });
 }
 
 /// The scores of the samples xi (n x B) against X (n x N) in ColumnBlocks,
@@ -328,14 +297,10 @@ void ColumnSoftmax(ConstMatrixRef<Scalar> a, MatrixRef<Scalar> p,
                                                  lse != nullptr ? lse->data() : nullptr, "ColumnSoftmax");
     return;
   }
-#ifdef _OPENMP
-  const int threads = internal::ColumnThreads(a.rows(), a.cols());
-#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
-#endif
-  for (Index b = 0; b < a.cols(); ++b) {
+  internal::ParallelFor(a.cols(), internal::ColumnThreads(a.rows(), a.cols()), [&](Index b, int) {
     const Scalar l = internal::SoftmaxColumn<Scalar>(a.col(b), p.col(b));
     if (lse != nullptr) (*lse)(b) = l;
-  }
+  });
 }
 
 /// out(b) = log sum_i exp(a(i, b)), with the special columns described in the

@@ -209,11 +209,8 @@ struct SeparableEnergy {
   static void HessianProduct(ConstMatrixRef<Scalar> W, Scalar q, CurvatureOf curvature, ConstMatrixRef<Scalar> v,
                              MatrixRef<Scalar> t, MatrixRef<Scalar> out) {
     GemmInto<Scalar>(t, W, /*transpose_a=*/true, v);
-#ifdef _OPENMP
-    const int threads = ColumnThreads(t.rows(), t.cols());
-#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
-#endif
-    for (Index j = 0; j < v.cols(); ++j) t.col(j).array() *= curvature(j).array();
+    ParallelFor(v.cols(), ColumnThreads(t.rows(), t.cols()),
+                [&](Index j, int) { t.col(j).array() *= curvature(j).array(); });
     out = q * v;
     GemmInto<Scalar>(out, W, false, t, Scalar(-1), Scalar(1));
   }

@@ -16,20 +16,17 @@
 //     ...                                        // sample b's update
 //   });
 //
-// The body must not throw (it runs inside an OpenMP region) and must touch
-// shared state only through entries of its own sample b.
+// The body must touch shared state only through entries of its own sample b
+// (core/parallel_for.h: the loop, and what happens to an exception).
 #pragma once
 
+#include <implicit/core/parallel_for.h>
 #include <implicit/core/types.h>
 
 #include <Eigen/Core>
 
 #include <algorithm>
 #include <vector>
-
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 namespace implicit {
 namespace internal {
@@ -38,11 +35,7 @@ class SampleLoop {
  public:
   // n: the dimension of a sample (the work of one iteration of the loop is
   // about a small multiple of n numbers).
-  explicit SampleLoop(Index n) : n_(n) {
-#ifdef _OPENMP
-    threads_ = std::max(1, Eigen::nbThreads());
-#endif
-  }
+  explicit SampleLoop(Index n) : n_(n), threads_(std::max(1, Eigen::nbThreads())) {}
 
   // The most threads Run uses: scratch sized by it has a column for each.
   int threads() const { return threads_; }
@@ -51,31 +44,18 @@ class SampleLoop {
   template <typename Body>
   void Run(const std::vector<Index>& columns, const Body& body) const {
     const Index count = static_cast<Index>(columns.size());
-#ifdef _OPENMP
-    // A parallel region only for several threads: even one with a false if
-    // clause is a call into the OpenMP runtime.
-    const int threads = ThreadsFor(count);
-    if (threads > 1) {
-#pragma omp parallel for num_threads(threads) schedule(static)
-      for (Index j = 0; j < count; ++j) body(columns[j], omp_get_thread_num());
-      return;
-    }
-#endif
-    for (Index j = 0; j < count; ++j) body(columns[j], 0);
+    ParallelFor(count, ThreadsFor(count), [&](Index j, int thread) { body(columns[j], thread); });
   }
 
  private:
   // Below about 2^14 numbers of work a parallel region costs more than it saves.
   int ThreadsFor(Index count) const {
-#ifdef _OPENMP
-    if (omp_in_parallel()) return 1;  // a caller's own parallel region
-#endif
     if (threads_ == 1 || count < 2 || n_ * count < (Index(1) << 14)) return 1;
     return static_cast<int>(std::min<Index>(threads_, count));
   }
 
   Index n_;
-  int threads_ = 1;
+  int threads_;
 };
 
 }  // namespace internal
