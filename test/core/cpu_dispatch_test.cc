@@ -136,7 +136,7 @@ void ReferenceSoftmax(const Matrix<S>& a, S beta, const Matrix<S>& mask, Matrix<
 
 template <typename S>
 void CheckSoftmax() {
-  const Index N = 301, B = 9;
+  const Index N = 301, B = 37;  // (the kernel's groups of 16 columns: two whole and a part)
   const S beta = S(3);
   const S inf = std::numeric_limits<S>::infinity();
   const Matrix<S> a = Random<S>(N, B, 7);
@@ -167,25 +167,32 @@ void CheckSoftmax() {
                Tolerance<S>());
     BOOST_TEST(((scaled.array() == -inf) == (expected_scaled.array() == -inf)).all());
   }
-  // Special columns: all masked, two +inf scores, a NaN; the others normal.
-  Matrix<S> s = Random<S>(N, 4, 9);
-  s.col(0).setConstant(-inf);
-  s(3, 1) = inf;
-  s(40, 1) = inf;
-  s(7, 2) = std::numeric_limits<S>::quiet_NaN();
-  Vector<S> lse(4);
+  // Special columns: all masked, two +inf scores, a NaN; the others normal;
+  // in the first group of 16 columns and again in the second's part.
+  Matrix<S> s = Random<S>(N, 20, 9);
+  for (const Index c : {Index(0), Index(17)}) {
+    s.col(c).setConstant(-inf);
+    s(3, c + 1) = inf;
+    s(40, c + 1) = inf;
+    s(7, c + 2) = std::numeric_limits<S>::quiet_NaN();
+  }
+  Vector<S> lse(20);
   Matrix<S> p = s;
   implicit::internal::ScaledColumnSoftmaxInPlace<S>(p, S(1), Matrix<S>(), lse.data(), "test");
-  BOOST_TEST(p.col(0).isZero());
-  BOOST_TEST(lse(0) == -inf);
-  BOOST_TEST(p(3, 1) == S(0.5));
-  BOOST_TEST(p(40, 1) == S(0.5));
-  BOOST_TEST(p.col(1).sum() == S(1));
-  BOOST_TEST(lse(1) == inf);
-  BOOST_TEST(p.col(2).hasNaN());
-  BOOST_TEST(std::isnan(lse(2)));
-  BOOST_TEST(std::abs(p.col(3).sum() - S(1)) < 10 * Tolerance<S>());
-  BOOST_TEST(std::isfinite(lse(3)));
+  for (const Index c : {Index(0), Index(17)}) {
+    BOOST_TEST(p.col(c).isZero());
+    BOOST_TEST(lse(c) == -inf);
+    BOOST_TEST(p(3, c + 1) == S(0.5));
+    BOOST_TEST(p(40, c + 1) == S(0.5));
+    BOOST_TEST(p.col(c + 1).sum() == S(1));
+    BOOST_TEST(lse(c + 1) == inf);
+    BOOST_TEST(p.col(c + 2).hasNaN());
+    BOOST_TEST(std::isnan(lse(c + 2)));
+  }
+  for (const Index c : {Index(3), Index(16)}) {
+    BOOST_TEST(std::abs(p.col(c).sum() - S(1)) < 10 * Tolerance<S>());
+    BOOST_TEST(std::isfinite(lse(c)));
+  }
 }
 
 // The softmax's exponentials at the active level, entry by entry against long
