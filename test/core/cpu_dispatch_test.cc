@@ -136,7 +136,7 @@ void ReferenceSoftmax(const Matrix<S>& a, S beta, const Matrix<S>& mask, Matrix<
 
 template <typename S>
 void CheckSoftmax() {
-  const Index N = 301, B = 37;  // (the kernel's groups of 16 columns: two whole and a part)
+  const Index N = 301, B = 37;
   const S beta = S(3);
   const S inf = std::numeric_limits<S>::infinity();
   const Matrix<S> a = Random<S>(N, B, 7);
@@ -168,7 +168,7 @@ void CheckSoftmax() {
     BOOST_TEST(((scaled.array() == -inf) == (expected_scaled.array() == -inf)).all());
   }
   // Special columns: all masked, two +inf scores, a NaN; the others normal;
-  // in the first group of 16 columns and again in the second's part.
+  // twice, among normal columns before and after them.
   Matrix<S> s = Random<S>(N, 20, 9);
   for (const Index c : {Index(0), Index(17)}) {
     s.col(c).setConstant(-inf);
