@@ -184,13 +184,12 @@ void CheckColumnEvaluation(const FixedPointMap<Scalar>& map, const Matrix<Scalar
   }
 }
 
-// Value, GradientAndValue, HessianVectorProduct (in direction v) and, with
-// cccp, CccpUpdateAndValue give the same bits on 1 and 3 of Eigen's threads
+// CccpUpdateAndValue, GradientAndValue, Value and HessianVectorProduct (in
+// direction v) give the same bits on 1 and 3 of Eigen's threads
 // (energies that cut a batch into column blocks from its size alone,
 // internal::ColumnBlocks). Leaves Eigen's thread count as it found it.
 template <typename Scalar>
-void CheckSameBitsOnThreads(const Energy<Scalar>& energy, const Matrix<Scalar>& x, const Matrix<Scalar>& v,
-                            bool cccp = true) {
+void CheckSameBitsOnThreads(const Energy<Scalar>& energy, const Matrix<Scalar>& x, const Matrix<Scalar>& v) {
   const Index n = x.rows(), B = x.cols();
   const int threads_before = Eigen::nbThreads();
   struct Results {
@@ -199,9 +198,9 @@ void CheckSameBitsOnThreads(const Energy<Scalar>& energy, const Matrix<Scalar>& 
   };
   const auto evaluate = [&](int threads) {
     Eigen::setNbThreads(threads);
-    Results r{Matrix<Scalar>::Zero(n, B), Matrix<Scalar>(n, B), Matrix<Scalar>(n, B),
-              Vector<Scalar>::Zero(B), Vector<Scalar>(B), Vector<Scalar>(B)};
-    if (cccp) energy.CccpUpdateAndValue(x, r.out, r.e);
+    Results r{Matrix<Scalar>(n, B), Matrix<Scalar>(n, B), Matrix<Scalar>(n, B),
+              Vector<Scalar>(B), Vector<Scalar>(B), Vector<Scalar>(B)};
+    energy.CccpUpdateAndValue(x, r.out, r.e);
     energy.GradientAndValue(x, r.grad, r.e2);
     energy.Value(x, r.e3);
     energy.HessianVectorProduct(x, v, r.hv);
