@@ -629,3 +629,61 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(one_pass_evaluations_and_subsets, S, OnePassScalar
     }
   }
 }
+
+// The first-order evaluations run blocks of samples side by side (their
+// projections one product per block, at most 512 token columns a block): B =
+// 70 samples of N = 16 tokens make blocks of 32, 32 and 6. Every sample's
+// direction, gradient and energy agree with the sample evaluated alone (a
+// block of one), in float and double, for both memories, with and without
+// attention; a block that read another sample's tokens, energy or clamp
+// would not.
+BOOST_AUTO_TEST_CASE_TEMPLATE(blocks_of_samples_agree_with_samples_one_at_a_time, S, OnePassScalars) {
+  const double tol = sizeof(S) == 4 ? 2e-5 : 1e-12;
+  const Index N = 16, D = 4, B = 70;
+  for (const Config c : {Config{2, 6, Memory::kRelu, true, false}, Config{1, 4, Memory::kSoftmax, false, true},
+                         Config{0, 3, Memory::kSoftmax, true, false}, Config{2, 0, Memory::kRelu, true, true}}) {
+    BOOST_TEST_CONTEXT("H " << c.H << ", M " << c.M) {
+      implicit::EnergyTransformer<S> et(MakeOptions(N, D, c.H, 3, c.M, c.memory, c.exclude_self, c.learn_ln));
+      et.Initialize(21, 0.7);
+      const Matrix<S> x = RandomMatrix<S>(N * D, B, 22, 1.5);
+      Matrix<S> direction(N * D, B), grad(N * D, B), grad2(N * D, B);
+      Vector<S> values(B), values2(B), values3(B);
+      et.DescentDirectionAndValue(x, direction, values);
+      et.GradientAndValue(x, grad, values2);
+      et.Gradient(x, grad2);
+      et.Value(x, values3);
+      BOOST_TEST((grad2.array() == grad.array()).all());
+      for (Index b = 0; b < B; ++b) {
+        BOOST_TEST_CONTEXT("sample " << b) {
+          const Matrix<S> xb = x.col(b);
+          Matrix<S> d1(N * D, 1), g1(N * D, 1);
+          Vector<S> e1(1), e2(1);
+          et.DescentDirectionAndValue(xb, d1, e1);
+          et.GradientAndValue(xb, g1, e2);
+          BOOST_TEST(implicit::testing::AgreeEntrywise(direction.col(b), d1.col(0), tol));
+          BOOST_TEST(implicit::testing::AgreeEntrywise(grad.col(b), g1.col(0), tol));
+          for (const Vector<S>* v : {&values, &values2, &values3}) {
+            BOOST_TEST(std::abs((*v)(b) - e1(0)) <= tol * (1 + std::abs(e1(0))));
+          }
+          BOOST_TEST(e2(0) == e1(0));
+        }
+      }
+      // The dynamics map with a clamp on a few tokens per sample, the whole
+      // batch against one sample at a time.
+      Matrix<S> token_free = Matrix<S>::Zero(N, B);
+      for (Index b = 0; b < B; ++b) token_free(b % N, b) = token_free((3 * b + 1) % N, b) = 1;
+      const Matrix<S> input = RandomMatrix<S>(N * D, B, 23);
+      implicit::EnergyTransformerMap<S> map(et, S(0.5));
+      map.SetClamp(implicit::TokenMask<S>(token_free, D), input);
+      Matrix<S> fx(N * D, B);
+      map.Evaluate(x, fx);
+      for (Index b = 0; b < B; b += 23) {
+        implicit::EnergyTransformerMap<S> one(et, S(0.5));
+        one.SetClamp(implicit::TokenMask<S>(Matrix<S>(token_free.col(b)), D), Matrix<S>(input.col(b)));
+        Matrix<S> f1(N * D, 1);
+        one.Evaluate(Matrix<S>(x.col(b)), f1);
+        BOOST_TEST(implicit::testing::AgreeEntrywise(fx.col(b), f1.col(0), tol), "sample " << b);
+      }
+    }
+  }
+}

@@ -67,6 +67,7 @@
 #include <implicit/core/types.h>
 #include <implicit/layers/energy_transformer_options.h>
 #include <implicit/layers/energy_transformer_token_norm.h>
+#include <implicit/layers/log_sum_exp.h>
 
 #include <Eigen/Core>
 
@@ -207,11 +208,13 @@ class EnergyTransformer : public Energy<Scalar>, private internal::EnergyTransfo
   using Base::Forces;
   using Base::ForcesHvp;
   using Base::ForcesParameterVjp;
+  using Base::SamplesForces;
   /// The token LayerNorm and its chain rule (energy_transformer_token_norm.h).
   using Base::ApplyM;
   using Base::DerivativeOfM;
   using Base::LayerNormEnergy;
   using Base::Normalize;
+  using Base::NormalizeSamples;
   using Base::Out;
 
   void CheckProduct(const char* function, ConstMatrixRef<Scalar> x, ConstMatrixRef<Scalar> v,
@@ -247,6 +250,53 @@ class EnergyTransformer : public Energy<Scalar>, private internal::EnergyTransfo
                           [&](Index b, int thread) { body(b, &work[static_cast<std::size_t>(thread)]); });
   }
 
+  /// A thread's scratch in the block loops: the caches of a block of samples
+  /// side by side (Sample of D x (count*N)), r = dE/dg, M r, and the energies.
+  struct BlockWork {
+    Sample s;
+    Matrix<Scalar> r, a;
+    Vector<Scalar> values;
+  };
+  /// The most token columns (samples times tokens) in one block of
+  /// ForEachBlock: a block's caches stay in a core's cache, and its
+  /// projections are products of 512 columns, not of one sample's N.
+  static constexpr Index kBlockTokens = 512;
+  /// body(first, count, &work) for the blocks of consecutive samples
+  /// [first, first + count) that cover cols samples, on Eigen's threads with
+  /// a BlockWork each. The blocks depend on cols and N only (ColumnBlockWidth,
+  /// at most kBlockTokens token columns), so results do not depend on the
+  /// thread count. The first exception a block throws is rethrown after the
+  /// loop.
+  template <typename Body>
+  void ForEachBlock(Index cols, const Body& body) const {
+    const Index width = std::min(internal::ColumnBlockWidth(cols),
+                                 std::max<Index>(1, kBlockTokens / options_.num_tokens));
+    const Index blocks = (cols + width - 1) / width;
+    const int threads = static_cast<int>(std::clamp<Index>(blocks, 1, std::max(1, Eigen::nbThreads())));
+    std::vector<BlockWork> work(static_cast<std::size_t>(threads));
+    internal::ParallelFor(blocks, threads, [&](Index k, int thread) {
+      body(k * width, std::min(width, cols - k * width), &work[static_cast<std::size_t>(thread)]);
+    });
+  }
+
+  /// w->r = x + dF/dG for the samples first .. first + count - 1 of x (side
+  /// by side, D x (count*N)) with their caches in w->s, and their energies in
+  /// w->values when with_value.
+  void BlockResidual(ConstMatrixRef<Scalar> x, Index first, Index count, BlockWork* w, bool with_value) const {
+    const Index N = options_.num_tokens;
+    NormalizeSamples(x, first, count, &w->s);
+    w->values.resize(count);
+    SamplesForces(&w->s, count, &w->r, with_value ? w->values.data() : nullptr);
+    for (Index i = 0; i < count; ++i) {
+      w->r.middleCols(i * N, N) += Tokens(x.col(first + i).data());
+      if (with_value) w->values(i) += LayerNormEnergy(w->s, i);
+    }
+  }
+  /// Writes sample i of a block's D x (count*N) matrix m to column `column` of out.
+  void OutSample(MatrixRef<Scalar> out, Index column, const Matrix<Scalar>& m, Index i) const {
+    Out(out, column) = m.middleCols(i * options_.num_tokens, options_.num_tokens);
+  }
+
   /// One sample's (dr/dx) v and (dr/dx)^T u from its caches (Normalize, Forces).
   void DescentColumn(const Sample& s, const Scalar* v, Scalar* out, bool transpose) const {
     const auto vb = Tokens(v);
@@ -261,14 +311,6 @@ class EnergyTransformer : public Energy<Scalar>, private internal::EnergyTransfo
     Eigen::Map<Matrix<Scalar>>(out, options_.token_dim, options_.num_tokens) = b + vb;
   }
 
-  /// r = x + dF/dG and E from one pass (the forces with their value).
-  Scalar ResidualAndValue(const Scalar* column, Sample* s, Matrix<Scalar>* r) const {
-    Normalize(column, s);
-    const Scalar e_ln = LayerNormEnergy(*s);
-    const Scalar f = Forces(s, r, /*with_value=*/true);
-    *r += Tokens(column);
-    return e_ln + f;
-  }
   /// r = x + dF/dG (and the caches for the second-order products).
   void Residual(const Scalar* column, Sample* s, Matrix<Scalar>* r) const {
     Normalize(column, s);
@@ -296,9 +338,11 @@ template <typename Scalar>
 void EnergyTransformer<Scalar>::Value(ConstMatrixRef<Scalar> x, VectorRef<Scalar> values) const {
   internal::CheckBatch("EnergyTransformer::Value(x)", x, dimension());
   internal::CheckShape("EnergyTransformer::Value(values)", values, x.cols(), 1);
-  ForEachColumn(x.cols(), [&](Index b, Work* w) {
-    Normalize(x.col(b).data(), &w->s);
-    values(b) = LayerNormEnergy(w->s) + Forces(&w->s, nullptr, /*with_value=*/true);
+  ForEachBlock(x.cols(), [&](Index first, Index count, BlockWork* w) {
+    NormalizeSamples(x, first, count, &w->s);
+    w->values.resize(count);
+    SamplesForces(&w->s, count, nullptr, w->values.data());
+    for (Index i = 0; i < count; ++i) values(first + i) = LayerNormEnergy(w->s, i) + w->values(i);
   });
 }
 
@@ -308,9 +352,9 @@ void EnergyTransformer<Scalar>::DescentDirection(
     MatrixRef<Scalar> out) const {
   internal::CheckBatch("EnergyTransformer::DescentDirection(x)", x, dimension());
   internal::CheckShape("EnergyTransformer::DescentDirection(out)", out, x.rows(), x.cols());
-  ForEachColumn(x.cols(), [&](Index b, Work* w) {
-    Residual(x.col(b).data(), &w->s, &w->r);
-    Out(out, b) = w->r;
+  ForEachBlock(x.cols(), [&](Index first, Index count, BlockWork* w) {
+    BlockResidual(x, first, count, w, /*with_value=*/false);
+    for (Index i = 0; i < count; ++i) OutSample(out, first + i, w->r, i);
   });
 }
 
@@ -318,10 +362,10 @@ template <typename Scalar>
 void EnergyTransformer<Scalar>::Gradient(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> grad) const {
   internal::CheckBatch("EnergyTransformer::Gradient(x)", x, dimension());
   internal::CheckShape("EnergyTransformer::Gradient(grad)", grad, x.rows(), x.cols());
-  ForEachColumn(x.cols(), [&](Index b, Work* w) {
-    Residual(x.col(b).data(), &w->s, &w->r);
+  ForEachBlock(x.cols(), [&](Index first, Index count, BlockWork* w) {
+    BlockResidual(x, first, count, w, /*with_value=*/false);
     ApplyM(w->s, w->r, gamma(), &w->a);
-    Out(grad, b) = w->a;
+    for (Index i = 0; i < count; ++i) OutSample(grad, first + i, w->a, i);
   });
 }
 
@@ -333,10 +377,13 @@ void EnergyTransformer<Scalar>::GradientAndValue(
   internal::CheckBatch("EnergyTransformer::GradientAndValue(x)", x, dimension());
   internal::CheckShape("EnergyTransformer::GradientAndValue(grad)", grad, x.rows(), x.cols());
   internal::CheckShape("EnergyTransformer::GradientAndValue(values)", values, x.cols(), 1);
-  ForEachColumn(x.cols(), [&](Index b, Work* w) {
-    values(b) = ResidualAndValue(x.col(b).data(), &w->s, &w->r);
+  ForEachBlock(x.cols(), [&](Index first, Index count, BlockWork* w) {
+    BlockResidual(x, first, count, w, /*with_value=*/true);
     ApplyM(w->s, w->r, gamma(), &w->a);
-    Out(grad, b) = w->a;
+    for (Index i = 0; i < count; ++i) {
+      OutSample(grad, first + i, w->a, i);
+      values(first + i) = w->values(i);
+    }
   });
 }
 
@@ -348,9 +395,12 @@ void EnergyTransformer<Scalar>::DescentDirectionAndValue(
   internal::CheckBatch("EnergyTransformer::DescentDirectionAndValue(x)", x, dimension());
   internal::CheckShape("EnergyTransformer::DescentDirectionAndValue(out)", out, x.rows(), x.cols());
   internal::CheckShape("EnergyTransformer::DescentDirectionAndValue(values)", values, x.cols(), 1);
-  ForEachColumn(x.cols(), [&](Index b, Work* w) {
-    values(b) = ResidualAndValue(x.col(b).data(), &w->s, &w->r);
-    Out(out, b) = w->r;
+  ForEachBlock(x.cols(), [&](Index first, Index count, BlockWork* w) {
+    BlockResidual(x, first, count, w, /*with_value=*/true);
+    for (Index i = 0; i < count; ++i) {
+      OutSample(out, first + i, w->r, i);
+      values(first + i) = w->values(i);
+    }
   });
 }
 

@@ -22,6 +22,7 @@
 #include <implicit/layers/energy_transformer_options.h>
 #include <implicit/layers/log_sum_exp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -75,7 +76,8 @@ class EnergyTransformerForces {
     }
   }
 
-  /// Everything one sample's products need.
+  /// Everything one sample's products need (or several samples' first-order
+  /// products, side by side: SamplesForces).
   struct Sample {
     Matrix<Scalar> xhat;  ///< D x N, (x - mean) / s
     Vector<Scalar> s;     ///< N, sqrt(var + eps)
@@ -83,7 +85,7 @@ class EnergyTransformerForces {
     /// All heads stacked, rows h*Y .. h*Y+Y-1 for head h ((H*Y) x N each):
     /// K = W_K G, Q = W_Q G, and per head QPt = Q_h P_h^T, KP = K_h P_h.
     Matrix<Scalar> K, Q, QPt, KP;
-    std::vector<Matrix<Scalar>> P;        ///< per head N x N (P(:,C): softmax over B)
+    std::vector<Matrix<Scalar>> P;        ///< per head N x N (P(:,C): softmax over B), per sample
     Matrix<Scalar> S;                     ///< memory scores Xi^T G (M x N)
     Matrix<Scalar> R;                     ///< ReLU(S), or softmax(beta_m S) per column
   };
@@ -91,7 +93,22 @@ class EnergyTransformerForces {
   /// Fills the caches, and dF/dG when grad != nullptr; returns F(G) = E_ATT +
   /// E_HN when with_value (otherwise 0: the log-sum-exps cost as much as the
   /// softmaxes and only Value() needs them).
-  Scalar Forces(Sample* s, Matrix<Scalar>* grad, bool with_value = false) const;
+  Scalar Forces(Sample* s, Matrix<Scalar>* grad, bool with_value = false) const {
+    Scalar value(0);
+    SamplesForces(s, 1, grad, with_value ? &value : nullptr);
+    return value;
+  }
+
+  /// Forces for `count` samples side by side: s->g holds their LayerNorm'd
+  /// tokens as one D x (count*N) matrix (sample i in columns i*N .. i*N+N-1),
+  /// and K, Q, QPt, KP, S, R and dF/dG (grad != nullptr) come out the same
+  /// way; values[i] = F of sample i when values != nullptr. The projections
+  /// onto W_K, W_Q and Xi and back are one product each for the count
+  /// samples (small per-sample products run far below a GEMM's speed); the
+  /// N x N attention products run sample by sample, each head's softmax pass
+  /// once for all (P[h]: N x (count*N), sample i's attention in columns
+  /// i*N ..; ForcesHvp reads P of one sample, count = 1).
+  void SamplesForces(Sample* s, Index count, Matrix<Scalar>* grad, Scalar* values) const;
 
   /// out = H_F dG (the G-Hessian of F along dG), from the caches of Forces().
   void ForcesHvp(const Sample& s, ConstMatrixRef<Scalar> dG, Matrix<Scalar>* out) const {
@@ -151,38 +168,51 @@ class EnergyTransformerForces {
 };
 
 template <typename Scalar>
-Scalar EnergyTransformerForces<Scalar>::Forces(
+void EnergyTransformerForces<Scalar>::SamplesForces(
     Sample* s,
+    Index count,
     Matrix<Scalar>* grad,
-    bool with_value) const {
+    Scalar* values) const {
   const Index N = options_.num_tokens, H = options_.num_heads, M = options_.num_memories,
               Y = options_.head_dim;
   const Matrix<Scalar>& G = s->g;
-  Scalar value(0);
+  const Index cols = G.cols();  // count * N
+  if (values) std::fill(values, values + count, Scalar(0));
   const Matrix<Scalar> no_mask;
-  if (grad) grad->setZero(G.rows(), G.cols());
+  if (grad) grad->setZero(G.rows(), cols);
   if (H > 0) {
-    // One product per projection for all heads; the N x N attention per head.
-    // The products and softmaxes run the CPU-dispatched kernels (core/gemm.h).
+    // One product per projection for all heads and samples; the N x N
+    // attention per sample and head. The products and softmaxes run the
+    // CPU-dispatched kernels (core/gemm.h).
     const auto wk = params_.Block("W_K"), wq = params_.Block("W_Q");
-    s->K.resize(H * Y, N);
-    s->Q.resize(H * Y, N);
+    s->K.resize(H * Y, cols);
+    s->Q.resize(H * Y, cols);
     GemmOpInto<Scalar>(s->K, wk, false, G, false);
     GemmOpInto<Scalar>(s->Q, wq, false, G, false);
-    s->QPt.resize(H * Y, N);
-    s->KP.resize(H * Y, N);
+    s->QPt.resize(H * Y, cols);
+    s->KP.resize(H * Y, cols);
     s->P.resize(H);
-    Vector<Scalar> lse(N);
+    Vector<Scalar> lse(cols);
     for (Index h = 0; h < H; ++h) {
-      const auto K = s->K.middleRows(h * Y, Y), Q = s->Q.middleRows(h * Y, Y);
+      // The scores of every sample side by side (sample i's N x N in columns
+      // i*N ..), one softmax pass over all of them, then the two products.
       Matrix<Scalar>& P = s->P[h];
-      P.resize(N, N);
-      GemmOpInto<Scalar>(P, K, true, Q, false, beta_);  // scores (B, C)
-      if (options_.exclude_self) P.diagonal().setConstant(-std::numeric_limits<Scalar>::infinity());
+      P.resize(N, cols);
+      for (Index i = 0; i < count; ++i) {
+        const auto K = s->K.block(h * Y, i * N, Y, N), Q = s->Q.block(h * Y, i * N, Y, N);
+        GemmOpInto<Scalar>(P.middleCols(i * N, N), K, true, Q, false, beta_);  // scores (B, C)
+        if (options_.exclude_self) {
+          P.middleCols(i * N, N).diagonal().setConstant(-std::numeric_limits<Scalar>::infinity());
+        }
+      }
       ScaledColumnSoftmaxInPlace<Scalar>(P, Scalar(1), no_mask, lse.data(), "EnergyTransformer");
-      if (with_value) value -= lse.sum() / beta_;
-      GemmOpInto<Scalar>(s->QPt.middleRows(h * Y, Y), Q, false, P, true);
-      GemmOpInto<Scalar>(s->KP.middleRows(h * Y, Y), K, false, P, false);
+      for (Index i = 0; i < count; ++i) {
+        const auto K = s->K.block(h * Y, i * N, Y, N), Q = s->Q.block(h * Y, i * N, Y, N);
+        const auto Pi = P.middleCols(i * N, N);
+        if (values) values[i] -= lse.segment(i * N, N).sum() / beta_;
+        GemmOpInto<Scalar>(s->QPt.block(h * Y, i * N, Y, N), Q, false, Pi, true);
+        GemmOpInto<Scalar>(s->KP.block(h * Y, i * N, Y, N), K, false, Pi, false);
+      }
     }
     // dF/dG = -sum_h (W_K[h]^T Q_h P_h^T + W_Q[h]^T K_h P_h).
     if (grad) {
@@ -192,21 +222,24 @@ Scalar EnergyTransformerForces<Scalar>::Forces(
   }
   if (M > 0) {
     const auto xi = params_.Block("Xi");
-    s->S.resize(M, N);
+    s->S.resize(M, cols);
     GemmOpInto<Scalar>(s->S, xi, true, G, false);
     if (options_.memory == EnergyTransformerMemory::kRelu) {
       s->R = s->S.cwiseMax(Scalar(0));
-      if (with_value) value -= Scalar(0.5) * s->R.squaredNorm();
+      if (values) {
+        for (Index i = 0; i < count; ++i) values[i] -= Scalar(0.5) * s->R.middleCols(i * N, N).squaredNorm();
+      }
     } else {
       const Scalar bm = static_cast<Scalar>(options_.memory_beta);
       s->R = s->S;
-      Vector<Scalar> memory_lse(N);
+      Vector<Scalar> memory_lse(cols);
       ScaledColumnSoftmaxInPlace<Scalar>(s->R, bm, no_mask, memory_lse.data(), "EnergyTransformer");
-      if (with_value) value -= memory_lse.sum() / bm;
+      if (values) {
+        for (Index i = 0; i < count; ++i) values[i] -= memory_lse.segment(i * N, N).sum() / bm;
+      }
     }
     if (grad) GemmOpInto<Scalar>(*grad, xi, false, s->R, false, Scalar(-1), Scalar(1));
   }
-  return value;
 }
 
 template <typename Scalar>

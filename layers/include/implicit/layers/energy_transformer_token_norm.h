@@ -68,11 +68,26 @@ class EnergyTransformerTokenNorm : public EnergyTransformerForces<Scalar> {
     s->g = (ln.gamma * s->xhat).array() + ln.delta;
   }
 
-  /// The LayerNorm term of one sample's energy, from Normalize's s.
+  /// The same for the `count` samples in columns first .. first + count - 1
+  /// of x, side by side in s (D x (count*N): SamplesForces).
+  void NormalizeSamples(ConstMatrixRef<Scalar> x, Index first, Index count, Sample* s) const {
+    const Index N = options_.num_tokens;
+    s->xhat.resize(options_.token_dim, count * N);
+    s->s.resize(count * N);
+    const ColumnLayerNorm<Scalar> ln = TokenNorm();
+    for (Index i = 0; i < count; ++i) {
+      ln.Normalize(Tokens(x.col(first + i).data()), s->xhat.middleCols(i * N, N), s->s.segment(i * N, N));
+    }
+    s->g = (ln.gamma * s->xhat).array() + ln.delta;
+  }
+
+  /// The LayerNorm term of the energy of sample i of s (Normalize: i = 0,
+  /// NormalizeSamples: i < count).
   /// E_LN = sum_A (g_A . x_A - L(x_A)) = -sum_A D gamma eps / s_A.
-  Scalar LayerNormEnergy(const Sample& s) const {
+  Scalar LayerNormEnergy(const Sample& s, Index i = 0) const {
     const Scalar D = static_cast<Scalar>(options_.token_dim);
-    return -D * gamma() * static_cast<Scalar>(options_.eps) * s.s.cwiseInverse().sum();
+    const Index N = options_.num_tokens;
+    return -D * gamma() * static_cast<Scalar>(options_.eps) * s.s.segment(i * N, N).cwiseInverse().sum();
   }
 
   /// out = M r per token, M = (gamma/s)(I - 1 1^T / D - xhat xhat^T / D): the
