@@ -43,7 +43,11 @@
 /// (1 x 1 each) when Options::learnable_layer_norm. ParameterVectorJacobianProduct
 /// gives d/dtheta sum_b <dE/dx(x_b), u_b> in closed form.
 ///
-/// GradientAndValue gives E with dE/dx in one pass per sample. The plain energy
+/// GradientAndValue gives E with dE/dx in one pass per sample. The first-order
+/// evaluations (Value, Gradient, DescentDirection and their one-pass forms)
+/// run blocks of consecutive samples side by side, the shared projections one
+/// product per block (docs/performance.md, "Blocks of samples"); the results do
+/// not depend on the thread count. The plain energy
 /// has no per-sample data (SupportsSubsets() is true: a solver may evaluate any
 /// subset of the batch's columns); ClampedEnergy's clamps are per sample (false).
 ///
