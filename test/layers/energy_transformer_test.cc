@@ -630,13 +630,14 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(one_pass_evaluations_and_subsets, S, OnePassScalar
   }
 }
 
-// The first-order evaluations run blocks of samples side by side (their
-// projections one product per block, at most 512 token columns a block): B =
-// 70 samples of N = 16 tokens make blocks of 32, 32 and 6. Every sample's
-// direction, gradient and energy agree with the sample evaluated alone (a
-// block of one), in float and double, for both memories, with and without
-// attention; a block that read another sample's tokens, energy or clamp
-// would not.
+// Every evaluation runs blocks of samples side by side (their projections one
+// product per block, at most 512 token columns a block): B = 70 samples of
+// N = 16 tokens make blocks of 32, 32 and 6. Every sample's direction,
+// gradient, energy, Hessian and Jacobian products agree with the sample
+// evaluated alone (a block of one), and the parameter products with the sum
+// of the samples', in float and double, for both memories, with and without
+// attention; a block that read another sample's tokens, energy, caches or
+// clamp would not.
 BOOST_AUTO_TEST_CASE_TEMPLATE(blocks_of_samples_agree_with_samples_one_at_a_time, S, OnePassScalars) {
   const double tol = sizeof(S) == 4 ? 2e-5 : 1e-12;
   const Index N = 16, D = 4, B = 70;
@@ -668,6 +669,40 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(blocks_of_samples_agree_with_samples_one_at_a_time
           BOOST_TEST(e2(0) == e1(0));
         }
       }
+      // Second order: the products at x, at a kept linearisation, and the
+      // parameter products, against samples one at a time.
+      const Matrix<S> v = RandomMatrix<S>(N * D, B, 24);
+      Matrix<S> hv(N * D, B), jv(N * D, B), jtv(N * D, B), jv_at(N * D, B), jtv_at(N * D, B);
+      et.HessianVectorProduct(x, v, hv);
+      et.DescentJacobianProduct(x, v, jv);
+      et.DescentJacobianTransposeProduct(x, v, jtv);
+      const auto point = et.LinearizeDescent(x);
+      et.DescentJacobianProduct(*point, v, jv_at);
+      et.DescentJacobianTransposeProduct(*point, v, jtv_at);
+      BOOST_TEST((jv_at.array() == jv.array()).all());
+      BOOST_TEST((jtv_at.array() == jtv.array()).all());
+      const Index P = et.num_parameters();
+      Vector<S> pv(P), dpv(P), pv_sum = Vector<S>::Zero(P), dpv_sum = Vector<S>::Zero(P), one(P);
+      et.ParameterVectorJacobianProduct(x, v, pv);
+      et.DescentParameterVectorJacobianProduct(x, v, dpv);
+      for (Index b = 0; b < B; ++b) {
+        BOOST_TEST_CONTEXT("second order, sample " << b) {
+          const Matrix<S> xb = x.col(b), vb = v.col(b);
+          Matrix<S> o(N * D, 1);
+          et.HessianVectorProduct(xb, vb, o);
+          BOOST_TEST(implicit::testing::AgreeEntrywise(hv.col(b), o.col(0), tol));
+          et.DescentJacobianProduct(xb, vb, o);
+          BOOST_TEST(implicit::testing::AgreeEntrywise(jv.col(b), o.col(0), tol));
+          et.DescentJacobianTransposeProduct(xb, vb, o);
+          BOOST_TEST(implicit::testing::AgreeEntrywise(jtv.col(b), o.col(0), tol));
+          et.ParameterVectorJacobianProduct(xb, vb, one);
+          pv_sum += one;
+          et.DescentParameterVectorJacobianProduct(xb, vb, one);
+          dpv_sum += one;
+        }
+      }
+      BOOST_TEST(implicit::testing::AgreeEntrywise(pv, pv_sum, 10 * tol));
+      BOOST_TEST(implicit::testing::AgreeEntrywise(dpv, dpv_sum, 10 * tol));
       // The dynamics map with a clamp on a few tokens per sample, the whole
       // batch against one sample at a time.
       Matrix<S> token_free = Matrix<S>::Zero(N, B);

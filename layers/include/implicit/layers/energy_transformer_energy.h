@@ -209,7 +209,6 @@ class EnergyTransformer : public Energy<Scalar>, private internal::EnergyTransfo
   using Base::options_;
   using Base::params_;
   /// The attention and memory terms F (energy_transformer_forces.h).
-  using Base::Forces;
   using Base::ForcesHvp;
   using Base::ForcesParameterVjp;
   using Base::SamplesForces;
@@ -217,7 +216,6 @@ class EnergyTransformer : public Energy<Scalar>, private internal::EnergyTransfo
   using Base::ApplyM;
   using Base::DerivativeOfM;
   using Base::LayerNormEnergy;
-  using Base::Normalize;
   using Base::NormalizeSamples;
   using Base::Out;
 
@@ -229,58 +227,55 @@ class EnergyTransformer : public Energy<Scalar>, private internal::EnergyTransfo
     internal::CheckShape((name + "(out)").c_str(), out, x.rows(), x.cols());
   }
 
-  /// (dr/dx) v (transpose: (dr/dx)^T v) column by column, from the caches of
-  /// `at` or, when at == nullptr, from each column of x's caches made here.
+  /// (dr/dx) v (transpose: (dr/dx)^T v) block by block, from the caches of
+  /// `at` or, when at == nullptr, from each block of x's caches made here.
   void DescentColumns(const DescentPoint* at, ConstMatrixRef<Scalar> x, ConstMatrixRef<Scalar> v,
                       MatrixRef<Scalar> out, bool transpose) const;
   void CheckPointProduct(const char* function, const DescentPoint& at, ConstMatrixRef<Scalar> v,
                          MatrixRef<Scalar> out) const;
 
-  /// A thread's scratch in the column loops: one sample's caches and matrices.
-  struct Work {
-    Sample s;
-    Matrix<Scalar> r, a, b, c, d;
-  };
-  /// body(b, &work) for every column b < cols. The columns are shared among
-  /// the threads Eigen may use (Eigen::setNbThreads; one inside a caller's
-  /// own parallel region), each thread with its own Work; a column is
-  /// computed as on one thread, so results do not depend on the thread
-  /// count. The first exception a column throws is rethrown after the loop.
-  template <typename Body>
-  void ForEachColumn(Index cols, const Body& body) const {
-    const int threads = static_cast<int>(std::clamp<Index>(cols, 1, std::max(1, Eigen::nbThreads())));
-    std::vector<Work> work(static_cast<std::size_t>(threads));
-    internal::ParallelFor(cols, threads,
-                          [&](Index b, int thread) { body(b, &work[static_cast<std::size_t>(thread)]); });
-  }
-
   /// A thread's scratch in the block loops: the caches of a block of samples
-  /// side by side (Sample of D x (count*N)), r = dE/dg, M r, and the energies.
+  /// side by side (Sample of D x (count*N)), r = dE/dg, a direction v, the
+  /// products a .. d, and the energies.
   struct BlockWork {
     Sample s;
-    Matrix<Scalar> r, a;
+    Matrix<Scalar> r, v, a, b, c, d;
     Vector<Scalar> values;
   };
   /// The most token columns (samples times tokens) in one block of
   /// ForEachBlock: a block's caches stay in a core's cache, and its
   /// projections are products of 512 columns, not of one sample's N.
   static constexpr Index kBlockTokens = 512;
-  /// body(first, count, &work) for the blocks of consecutive samples
-  /// [first, first + count) that cover cols samples, on Eigen's threads with
-  /// a BlockWork each. The blocks depend on cols and N only (ColumnBlockWidth,
-  /// at most kBlockTokens token columns), so results do not depend on the
-  /// thread count. The first exception a block throws is rethrown after the
-  /// loop.
+  /// The samples in each block of a batch of `cols` (the last may hold
+  /// fewer): from cols and N only (ColumnBlockWidth, at most kBlockTokens
+  /// token columns), so that results do not depend on the thread count.
+  Index BlockWidth(Index cols) const {
+    return std::min(internal::ColumnBlockWidth(cols), std::max<Index>(1, kBlockTokens / options_.num_tokens));
+  }
+  /// body(k, first, count, &work) for the blocks k of consecutive samples
+  /// [first, first + count) that cover cols samples (BlockWidth), on Eigen's
+  /// threads (one inside a caller's own parallel region) with a BlockWork
+  /// each. The first exception a block throws is rethrown after the loop.
   template <typename Body>
   void ForEachBlock(Index cols, const Body& body) const {
-    const Index width = std::min(internal::ColumnBlockWidth(cols),
-                                 std::max<Index>(1, kBlockTokens / options_.num_tokens));
-    const Index blocks = (cols + width - 1) / width;
+    const Index width = BlockWidth(cols), blocks = (cols + width - 1) / width;
     const int threads = static_cast<int>(std::clamp<Index>(blocks, 1, std::max(1, Eigen::nbThreads())));
     std::vector<BlockWork> work(static_cast<std::size_t>(threads));
     internal::ParallelFor(blocks, threads, [&](Index k, int thread) {
-      body(k * width, std::min(width, cols - k * width), &work[static_cast<std::size_t>(thread)]);
+      body(k, k * width, std::min(width, cols - k * width), &work[static_cast<std::size_t>(thread)]);
     });
+  }
+
+  /// *out = columns first .. first + count - 1 of m (each a sample's D x N
+  /// tokens) side by side, D x (count*N).
+  void GatherSamples(ConstMatrixRef<Scalar> m, Index first, Index count, Matrix<Scalar>* out) const {
+    const Index N = options_.num_tokens;
+    out->resize(options_.token_dim, count * N);
+    for (Index i = 0; i < count; ++i) out->middleCols(i * N, N) = Tokens(m.col(first + i).data());
+  }
+  /// Writes sample i of a block's D x (count*N) matrix m to column `column` of out.
+  void OutSample(MatrixRef<Scalar> out, Index column, const Matrix<Scalar>& m, Index i) const {
+    Out(out, column) = m.middleCols(i * options_.num_tokens, options_.num_tokens);
   }
 
   /// w->r = x + dF/dG for the samples first .. first + count - 1 of x (side
@@ -296,30 +291,18 @@ class EnergyTransformer : public Energy<Scalar>, private internal::EnergyTransfo
       if (with_value) w->values(i) += LayerNormEnergy(w->s, i);
     }
   }
-  /// Writes sample i of a block's D x (count*N) matrix m to column `column` of out.
-  void OutSample(MatrixRef<Scalar> out, Index column, const Matrix<Scalar>& m, Index i) const {
-    Out(out, column) = m.middleCols(i * options_.num_tokens, options_.num_tokens);
-  }
 
-  /// One sample's (dr/dx) v and (dr/dx)^T u from its caches (Normalize, Forces).
-  void DescentColumn(const Sample& s, const Scalar* v, Scalar* out, bool transpose) const {
-    const auto vb = Tokens(v);
-    Matrix<Scalar> a, b;
+  /// w->b = (dr/dx) w->v, or (dr/dx)^T w->v when transpose, for the block of
+  /// samples whose caches s holds (w->v the same shape as s.g).
+  void DescentBlock(const Sample& s, BlockWork* w, bool transpose) const {
     if (transpose) {
-      ForcesHvp(s, vb, &a);
-      ApplyM(s, a, gamma(), &b);
+      ForcesHvp(s, w->v, &w->a);
+      ApplyM(s, w->a, gamma(), &w->b);
     } else {
-      ApplyM(s, vb, gamma(), &a);
-      ForcesHvp(s, a, &b);
+      ApplyM(s, w->v, gamma(), &w->a);
+      ForcesHvp(s, w->a, &w->b);
     }
-    Eigen::Map<Matrix<Scalar>>(out, options_.token_dim, options_.num_tokens) = b + vb;
-  }
-
-  /// r = x + dF/dG (and the caches for the second-order products).
-  void Residual(const Scalar* column, Sample* s, Matrix<Scalar>* r) const {
-    Normalize(column, s);
-    Forces(s, r);
-    *r += Tokens(column);
+    w->b += w->v;
   }
 };
 
@@ -332,9 +315,9 @@ template <typename Scalar>
 void EnergyTransformer<Scalar>::LayerNorm(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> g) const {
   internal::CheckBatch("EnergyTransformer::LayerNorm(x)", x, dimension());
   internal::CheckShape("EnergyTransformer::LayerNorm(g)", g, x.rows(), x.cols());
-  ForEachColumn(x.cols(), [&](Index b, Work* w) {
-    Normalize(x.col(b).data(), &w->s);
-    Out(g, b) = w->s.g;
+  ForEachBlock(x.cols(), [&](Index, Index first, Index count, BlockWork* w) {
+    NormalizeSamples(x, first, count, &w->s);
+    for (Index i = 0; i < count; ++i) OutSample(g, first + i, w->s.g, i);
   });
 }
 
@@ -342,7 +325,7 @@ template <typename Scalar>
 void EnergyTransformer<Scalar>::Value(ConstMatrixRef<Scalar> x, VectorRef<Scalar> values) const {
   internal::CheckBatch("EnergyTransformer::Value(x)", x, dimension());
   internal::CheckShape("EnergyTransformer::Value(values)", values, x.cols(), 1);
-  ForEachBlock(x.cols(), [&](Index first, Index count, BlockWork* w) {
+  ForEachBlock(x.cols(), [&](Index, Index first, Index count, BlockWork* w) {
     NormalizeSamples(x, first, count, &w->s);
     w->values.resize(count);
     SamplesForces(&w->s, count, nullptr, w->values.data());
@@ -356,7 +339,7 @@ void EnergyTransformer<Scalar>::DescentDirection(
     MatrixRef<Scalar> out) const {
   internal::CheckBatch("EnergyTransformer::DescentDirection(x)", x, dimension());
   internal::CheckShape("EnergyTransformer::DescentDirection(out)", out, x.rows(), x.cols());
-  ForEachBlock(x.cols(), [&](Index first, Index count, BlockWork* w) {
+  ForEachBlock(x.cols(), [&](Index, Index first, Index count, BlockWork* w) {
     BlockResidual(x, first, count, w, /*with_value=*/false);
     for (Index i = 0; i < count; ++i) OutSample(out, first + i, w->r, i);
   });
@@ -366,7 +349,7 @@ template <typename Scalar>
 void EnergyTransformer<Scalar>::Gradient(ConstMatrixRef<Scalar> x, MatrixRef<Scalar> grad) const {
   internal::CheckBatch("EnergyTransformer::Gradient(x)", x, dimension());
   internal::CheckShape("EnergyTransformer::Gradient(grad)", grad, x.rows(), x.cols());
-  ForEachBlock(x.cols(), [&](Index first, Index count, BlockWork* w) {
+  ForEachBlock(x.cols(), [&](Index, Index first, Index count, BlockWork* w) {
     BlockResidual(x, first, count, w, /*with_value=*/false);
     ApplyM(w->s, w->r, gamma(), &w->a);
     for (Index i = 0; i < count; ++i) OutSample(grad, first + i, w->a, i);
@@ -381,7 +364,7 @@ void EnergyTransformer<Scalar>::GradientAndValue(
   internal::CheckBatch("EnergyTransformer::GradientAndValue(x)", x, dimension());
   internal::CheckShape("EnergyTransformer::GradientAndValue(grad)", grad, x.rows(), x.cols());
   internal::CheckShape("EnergyTransformer::GradientAndValue(values)", values, x.cols(), 1);
-  ForEachBlock(x.cols(), [&](Index first, Index count, BlockWork* w) {
+  ForEachBlock(x.cols(), [&](Index, Index first, Index count, BlockWork* w) {
     BlockResidual(x, first, count, w, /*with_value=*/true);
     ApplyM(w->s, w->r, gamma(), &w->a);
     for (Index i = 0; i < count; ++i) {
@@ -399,7 +382,7 @@ void EnergyTransformer<Scalar>::DescentDirectionAndValue(
   internal::CheckBatch("EnergyTransformer::DescentDirectionAndValue(x)", x, dimension());
   internal::CheckShape("EnergyTransformer::DescentDirectionAndValue(out)", out, x.rows(), x.cols());
   internal::CheckShape("EnergyTransformer::DescentDirectionAndValue(values)", values, x.cols(), 1);
-  ForEachBlock(x.cols(), [&](Index first, Index count, BlockWork* w) {
+  ForEachBlock(x.cols(), [&](Index, Index first, Index count, BlockWork* w) {
     BlockResidual(x, first, count, w, /*with_value=*/true);
     for (Index i = 0; i < count; ++i) {
       OutSample(out, first + i, w->r, i);
@@ -414,16 +397,14 @@ void EnergyTransformer<Scalar>::HessianVectorProduct(
     ConstMatrixRef<Scalar> v,
     MatrixRef<Scalar> out) const {
   CheckProduct("HessianVectorProduct", x, v, out);
-  ForEachColumn(x.cols(), [&](Index b, Work* w) {
-    Residual(x.col(b).data(), &w->s, &w->r);
-    const auto vb = Tokens(v.col(b).data());
-    ApplyM(w->s, vb, gamma(), &w->a);     // dG = M v
-    ForcesHvp(w->s, w->a, &w->b);         // H_F M v
-    w->b += vb;                           // dr = v + H_F M v
-    ApplyM(w->s, w->b, gamma(), &w->c);   // M dr
-    DerivativeOfM(w->s, vb, w->r, &w->d); // dM[v] r
+  ForEachBlock(x.cols(), [&](Index, Index first, Index count, BlockWork* w) {
+    BlockResidual(x, first, count, w, /*with_value=*/false);
+    GatherSamples(v, first, count, &w->v);
+    DescentBlock(w->s, w, /*transpose=*/false);  // dr = v + H_F M v
+    ApplyM(w->s, w->b, gamma(), &w->c);          // M dr
+    DerivativeOfM(w->s, w->v, w->r, &w->d);      // dM[v] r
     w->c += w->d;
-    Out(out, b) = w->c;
+    for (Index i = 0; i < count; ++i) OutSample(out, first + i, w->c, i);
   });
 }
 
@@ -437,23 +418,27 @@ void EnergyTransformer<Scalar>::ParameterVectorJacobianProduct(
                        x.cols());
   internal::CheckShape("EnergyTransformer::ParameterVectorJacobianProduct(out)", out,
                        num_parameters(), 1);
+  // Block by block, one after another (the sums over samples in a fixed
+  // order); a block's parameter products sum over its samples' columns.
   Vector<Scalar> flat = Vector<Scalar>::Zero(num_parameters());
-  Sample s;
-  Matrix<Scalar> r, z, z1, hf;
-  for (Index b = 0; b < x.cols(); ++b) {
-    Residual(x.col(b).data(), &s, &r);
-    const auto ub = Tokens(u.col(b).data());
-    ApplyM(s, ub, gamma(), &z);  // <M r, u> = <r, M u>: r's parameters see z = M u
-    ForcesParameterVjp(s, z, &flat);
+  BlockWork w;
+  const Index width = BlockWidth(x.cols());
+  for (Index first = 0; first < x.cols(); first += width) {
+    const Index count = std::min(width, x.cols() - first);
+    BlockResidual(x, first, count, &w, /*with_value=*/false);
+    GatherSamples(u, first, count, &w.v);
+    const Matrix<Scalar>& z = w.a;
+    ApplyM(w.s, w.v, gamma(), &w.a);  // <M r, u> = <r, M u>: r's parameters see z = M u
+    ForcesParameterVjp(w.s, z, &flat);
     if (options_.learnable_layer_norm) {
       // d/dgamma <M r, u> = <M|_{gamma=1} r, u> + <H_F dG/dgamma, M u>, dG/dgamma = xhat.
-      ApplyM(s, ub, Scalar(1), &z1);
-      ForcesHvp(s, s.xhat, &hf);
-      params_.BlockOf(flat, "gamma")(0, 0) += (r.array() * z1.array()).sum() +
-                                               (hf.array() * z.array()).sum();
+      ApplyM(w.s, w.v, Scalar(1), &w.b);
+      ForcesHvp(w.s, w.s.xhat, &w.c);
+      params_.BlockOf(flat, "gamma")(0, 0) += (w.r.array() * w.b.array()).sum() +
+                                               (w.c.array() * z.array()).sum();
       // d/ddelta: dG/ddelta = 1 (every entry).
-      ForcesHvp(s, Matrix<Scalar>::Ones(s.g.rows(), s.g.cols()), &hf);
-      params_.BlockOf(flat, "delta")(0, 0) += (hf.array() * z.array()).sum();
+      ForcesHvp(w.s, Matrix<Scalar>::Ones(w.s.g.rows(), w.s.g.cols()), &w.c);
+      params_.BlockOf(flat, "delta")(0, 0) += (w.c.array() * z.array()).sum();
     }
   }
   out = flat;
@@ -463,8 +448,8 @@ void EnergyTransformer<Scalar>::ParameterVectorJacobianProduct(
 template <typename Scalar>
 class EnergyTransformer<Scalar>::DescentPoint {
  public:
-  std::vector<Sample> samples;  ///< one per column of the point
-  Index rows = 0;
+  std::vector<Sample> blocks;  ///< the caches of each block of samples (ForEachBlock)
+  Index rows = 0, batch = 0;
 };
 /// \endcond
 
@@ -472,12 +457,14 @@ template <typename Scalar>
 void EnergyTransformer<Scalar>::DescentColumns(const DescentPoint* at, ConstMatrixRef<Scalar> x,
                                                ConstMatrixRef<Scalar> v, MatrixRef<Scalar> out,
                                                bool transpose) const {
-  ForEachColumn(v.cols(), [&](Index b, Work* w) {
+  ForEachBlock(v.cols(), [&](Index k, Index first, Index count, BlockWork* w) {
     if (at == nullptr) {
-      Normalize(x.col(b).data(), &w->s);
-      Forces(&w->s, nullptr);
+      NormalizeSamples(x, first, count, &w->s);
+      SamplesForces(&w->s, count, nullptr, nullptr);
     }
-    DescentColumn(at != nullptr ? at->samples[b] : w->s, v.col(b).data(), out.col(b).data(), transpose);
+    GatherSamples(v, first, count, &w->v);
+    DescentBlock(at != nullptr ? at->blocks[static_cast<std::size_t>(k)] : w->s, w, transpose);
+    for (Index i = 0; i < count; ++i) OutSample(out, first + i, w->b, i);
   });
 }
 
@@ -485,9 +472,8 @@ template <typename Scalar>
 void EnergyTransformer<Scalar>::CheckPointProduct(const char* function, const DescentPoint& at,
                                                   ConstMatrixRef<Scalar> v, MatrixRef<Scalar> out) const {
   const std::string name = std::string("EnergyTransformer::") + function;
-  const Index batch = static_cast<Index>(at.samples.size());
-  internal::CheckShape((name + "(direction)").c_str(), v, at.rows, batch);
-  internal::CheckShape((name + "(out)").c_str(), out, at.rows, batch);
+  internal::CheckShape((name + "(direction)").c_str(), v, at.rows, at.batch);
+  internal::CheckShape((name + "(out)").c_str(), out, at.rows, at.batch);
 }
 
 template <typename Scalar>
@@ -514,10 +500,13 @@ EnergyTransformer<Scalar>::LinearizeDescent(ConstMatrixRef<Scalar> x) const {
   internal::CheckBatch("EnergyTransformer::LinearizeDescent(x)", x, dimension());
   auto point = std::make_shared<DescentPoint>();
   point->rows = x.rows();
-  point->samples.resize(x.cols());
-  ForEachColumn(x.cols(), [&](Index b, Work*) {
-    Normalize(x.col(b).data(), &point->samples[b]);
-    Forces(&point->samples[b], nullptr);
+  point->batch = x.cols();
+  const Index width = BlockWidth(x.cols());
+  point->blocks.resize(static_cast<std::size_t>((x.cols() + width - 1) / width));
+  ForEachBlock(x.cols(), [&](Index k, Index first, Index count, BlockWork*) {
+    Sample& s = point->blocks[static_cast<std::size_t>(k)];
+    NormalizeSamples(x, first, count, &s);
+    SamplesForces(&s, count, nullptr, nullptr);
   });
   return point;
 }
@@ -548,18 +537,19 @@ void EnergyTransformer<Scalar>::DescentParameterVectorJacobianProduct(
   internal::CheckShape("EnergyTransformer::DescentParameterVectorJacobianProduct(out)", out,
                        num_parameters(), 1);
   Vector<Scalar> flat = Vector<Scalar>::Zero(num_parameters());
-  Sample s;
-  Matrix<Scalar> ub, hf;
-  for (Index b = 0; b < x.cols(); ++b) {
-    Normalize(x.col(b).data(), &s);
-    Forces(&s, nullptr);
-    ub = Tokens(u.col(b).data());
-    ForcesParameterVjp(s, ub, &flat);
+  BlockWork w;
+  const Index width = BlockWidth(x.cols());
+  for (Index first = 0; first < x.cols(); first += width) {  // blocks in order, as ParameterVectorJacobianProduct
+    const Index count = std::min(width, x.cols() - first);
+    NormalizeSamples(x, first, count, &w.s);
+    SamplesForces(&w.s, count, nullptr, nullptr);
+    GatherSamples(u, first, count, &w.v);
+    ForcesParameterVjp(w.s, w.v, &flat);
     if (options_.learnable_layer_norm) {
       // dG/dgamma = xhat, dG/ddelta = 1; H_F symmetric.
-      ForcesHvp(s, ub, &hf);
-      params_.BlockOf(flat, "gamma")(0, 0) += (hf.array() * s.xhat.array()).sum();
-      params_.BlockOf(flat, "delta")(0, 0) += hf.sum();
+      ForcesHvp(w.s, w.v, &w.c);
+      params_.BlockOf(flat, "gamma")(0, 0) += (w.c.array() * w.s.xhat.array()).sum();
+      params_.BlockOf(flat, "delta")(0, 0) += w.c.sum();
     }
   }
   out = flat;

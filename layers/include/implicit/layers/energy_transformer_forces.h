@@ -2,17 +2,18 @@
 /// The attention and Hopfield-memory terms of the Energy Transformer,
 /// F(G) = E_ATT + E_HN, as a function of one sample's LayerNorm'd tokens G
 /// (D x N): the value, dF/dG, the G-Hessian product H_F dG and the parameter
-/// product d/dtheta <dF/dG, z>, with the per-sample caches they share (Sample).
+/// product d/dtheta <dF/dG, z>, with the per-sample caches they share (Sample),
+/// for one sample or for a block of samples side by side (D x (count*N)).
 /// Internal: the base of EnergyTransformerTokenNorm (energy_transformer_token_norm.h),
 /// which adds the LayerNorm Lagrangian and the chain rule through LayerNorm,
 /// and so of EnergyTransformer (energy_transformer_energy.h); it owns the
 /// options, the parameters (W_K, W_Q, Xi, and gamma, delta) and beta.
 ///
 /// \code
-///   // inside EnergyTransformer, per sample:
-///   Normalize(column, &s);                // s.g = LayerNorm(tokens)
-///   Scalar F = Forces(&s, &dFdG, true);   // F and dF/dG, caches filled
-///   ForcesHvp(s, dG, &hvp);               // H_F dG from the caches
+///   // inside EnergyTransformer, per block of `count` samples:
+///   NormalizeSamples(x, first, count, &s);       // s.g = LayerNorm(tokens)
+///   SamplesForces(&s, count, &dFdG, values);     // F and dF/dG, caches filled
+///   ForcesHvp(s, dG, &hvp);                      // H_F dG from the caches
 /// \endcode
 #pragma once
 
@@ -76,8 +77,9 @@ class EnergyTransformerForces {
     }
   }
 
-  /// Everything one sample's products need (or several samples' first-order
-  /// products, side by side: SamplesForces).
+  /// Everything one sample's products need, or several samples' side by side
+  /// (SamplesForces: D x (count*N) for xhat and g, count*N token columns for
+  /// the rest, P[h] N x (count*N)).
   struct Sample {
     Matrix<Scalar> xhat;  ///< D x N, (x - mean) / s
     Vector<Scalar> s;     ///< N, sqrt(var + eps)
@@ -85,32 +87,26 @@ class EnergyTransformerForces {
     /// All heads stacked, rows h*Y .. h*Y+Y-1 for head h ((H*Y) x N each):
     /// K = W_K G, Q = W_Q G, and per head QPt = Q_h P_h^T, KP = K_h P_h.
     Matrix<Scalar> K, Q, QPt, KP;
-    std::vector<Matrix<Scalar>> P;        ///< per head N x N (P(:,C): softmax over B), per sample
+    std::vector<Matrix<Scalar>> P;        ///< per head N x N per sample (P(:,C): softmax over B)
     Matrix<Scalar> S;                     ///< memory scores Xi^T G (M x N)
     Matrix<Scalar> R;                     ///< ReLU(S), or softmax(beta_m S) per column
   };
 
-  /// Fills the caches, and dF/dG when grad != nullptr; returns F(G) = E_ATT +
-  /// E_HN when with_value (otherwise 0: the log-sum-exps cost as much as the
-  /// softmaxes and only Value() needs them).
-  Scalar Forces(Sample* s, Matrix<Scalar>* grad, bool with_value = false) const {
-    Scalar value(0);
-    SamplesForces(s, 1, grad, with_value ? &value : nullptr);
-    return value;
-  }
-
-  /// Forces for `count` samples side by side: s->g holds their LayerNorm'd
-  /// tokens as one D x (count*N) matrix (sample i in columns i*N .. i*N+N-1),
-  /// and K, Q, QPt, KP, S, R and dF/dG (grad != nullptr) come out the same
-  /// way; values[i] = F of sample i when values != nullptr. The projections
+  /// Fills the caches of `count` samples side by side, and dF/dG when grad !=
+  /// nullptr; values[i] = F(G_i) = E_ATT + E_HN of sample i when values !=
+  /// nullptr (the log-sum-exps cost as much as the softmaxes and only the
+  /// energies need them). s->g holds the samples' LayerNorm'd tokens as one
+  /// D x (count*N) matrix (sample i in columns i*N .. i*N+N-1), and K, Q,
+  /// QPt, KP, S, R and dF/dG come out the same way. The projections
   /// onto W_K, W_Q and Xi and back are one product each for the count
   /// samples (small per-sample products run far below a GEMM's speed); the
   /// N x N attention products run sample by sample, each head's softmax pass
   /// once for all (P[h]: N x (count*N), sample i's attention in columns
-  /// i*N ..; ForcesHvp reads P of one sample, count = 1).
+  /// i*N ..). ForcesHvp and ForcesParameterVjp take the same blocks.
   void SamplesForces(Sample* s, Index count, Matrix<Scalar>* grad, Scalar* values) const;
 
-  /// out = H_F dG (the G-Hessian of F along dG), from the caches of Forces().
+  /// out = H_F dG (the G-Hessian of F along dG), from the caches of
+  /// SamplesForces (dG: the samples side by side, as s.g).
   void ForcesHvp(const Sample& s, ConstMatrixRef<Scalar> dG, Matrix<Scalar>* out) const {
     const Index M = options_.num_memories;
     out->setZero(dG.rows(), dG.cols());
@@ -132,34 +128,40 @@ class EnergyTransformerForces {
   /// The derivatives of QPt and KP (see Sample) along dG, all heads stacked:
   ///   k_side = d(Q_h P_h^T) = dQ_h P_h^T + Q_h dP_h^T,  q_side = d(K_h P_h) = dK_h P_h + K_h dP_h
   /// with dK = W_K dG, dQ = W_Q dG, dP_h = beta J_softmax(P_h) (dK_h^T Q_h + K_h^T dQ_h).
+  /// dG may hold several samples side by side (the caches of SamplesForces):
+  /// dK and dQ are one product each, the rest runs sample by sample.
   void AttentionDirection(const Sample& s, ConstMatrixRef<Scalar> dG, Matrix<Scalar>* k_side,
                           Matrix<Scalar>* q_side) const {
-    const Index H = options_.num_heads, Y = options_.head_dim, N = dG.cols();
-    Matrix<Scalar> dK(H * Y, N), dQ(H * Y, N);
+    const Index H = options_.num_heads, Y = options_.head_dim, N = options_.num_tokens, cols = dG.cols();
+    Matrix<Scalar> dK(H * Y, cols), dQ(H * Y, cols);
     GemmOpInto<Scalar>(dK, params_.Block("W_K"), false, dG, false);
     GemmOpInto<Scalar>(dQ, params_.Block("W_Q"), false, dG, false);
-    k_side->resize(H * Y, N);
-    q_side->resize(H * Y, N);
+    k_side->resize(H * Y, cols);
+    q_side->resize(H * Y, cols);
     Matrix<Scalar> dA(N, N), dP(N, N);
-    for (Index h = 0; h < H; ++h) {
-      const auto K = s.K.middleRows(h * Y, Y), Q = s.Q.middleRows(h * Y, Y);
-      const auto dKh = dK.middleRows(h * Y, Y), dQh = dQ.middleRows(h * Y, Y);
-      GemmOpInto<Scalar>(dA, dKh, true, Q, false);
-      GemmOpInto<Scalar>(dA, K, true, dQh, false, Scalar(1), Scalar(1));
-      internal::SoftmaxJacobianProduct<Scalar>(s.P[h], dA, dP);
-      auto ks = k_side->middleRows(h * Y, Y);
-      auto qs = q_side->middleRows(h * Y, Y);
-      GemmOpInto<Scalar>(ks, dQh, false, s.P[h], true);
-      GemmOpInto<Scalar>(ks, Q, false, dP, true, beta_, Scalar(1));
-      GemmOpInto<Scalar>(qs, dKh, false, s.P[h], false);
-      GemmOpInto<Scalar>(qs, K, false, dP, false, beta_, Scalar(1));
+    for (Index i = 0; i * N < cols; ++i) {
+      for (Index h = 0; h < H; ++h) {
+        const auto K = s.K.block(h * Y, i * N, Y, N), Q = s.Q.block(h * Y, i * N, Y, N);
+        const auto dKh = dK.block(h * Y, i * N, Y, N), dQh = dQ.block(h * Y, i * N, Y, N);
+        const auto P = s.P[h].middleCols(i * N, N);
+        GemmOpInto<Scalar>(dA, dKh, true, Q, false);
+        GemmOpInto<Scalar>(dA, K, true, dQh, false, Scalar(1), Scalar(1));
+        internal::SoftmaxJacobianProduct<Scalar>(P, dA, dP);
+        auto ks = k_side->block(h * Y, i * N, Y, N);
+        auto qs = q_side->block(h * Y, i * N, Y, N);
+        GemmOpInto<Scalar>(ks, dQh, false, P, true);
+        GemmOpInto<Scalar>(ks, Q, false, dP, true, beta_, Scalar(1));
+        GemmOpInto<Scalar>(qs, dKh, false, P, false);
+        GemmOpInto<Scalar>(qs, K, false, dP, false, beta_, Scalar(1));
+      }
     }
   }
 
   /// dR = d(ReLU or softmax of the memory scores) along dS.
   void MemoryDirection(const Sample& s, const Matrix<Scalar>& dS, Matrix<Scalar>* dR) const;
 
-  /// flat += d/dtheta <dF/dG(G; theta), z> for W_K, W_Q, Xi.
+  /// flat += d/dtheta <dF/dG(G; theta), z> for W_K, W_Q, Xi (summed over the
+  /// samples when s holds several: SamplesForces).
   void ForcesParameterVjp(const Sample& s, const Matrix<Scalar>& z, Vector<Scalar>* flat) const;
 
   Options options_;

@@ -9,10 +9,10 @@
 /// (EnergyTransformerForces, whose options and gamma, delta it reads).
 ///
 /// \code
-///   // inside EnergyTransformer, per sample:
-///   Normalize(column, &s);              // s.g = LayerNorm(tokens), s.xhat, s.s
-///   ApplyM(s, r, gamma(), &mr);         // mr = M r, token by token
-///   Scalar e_ln = LayerNormEnergy(s);   // E_LN of the sample
+///   // inside EnergyTransformer, per block of `count` samples:
+///   NormalizeSamples(x, first, count, &s);  // s.g = LayerNorm(tokens), s.xhat, s.s
+///   ApplyM(s, r, gamma(), &mr);             // mr = M r, token by token
+///   Scalar e_ln = LayerNormEnergy(s, i);    // E_LN of the block's sample i
 /// \endcode
 #pragma once
 
