@@ -22,6 +22,7 @@
 
 #include <cmath>
 #include <tuple>
+#include <utility>
 
 using implicit::Index;
 using implicit::Matrix;
@@ -631,8 +632,9 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(one_pass_evaluations_and_subsets, S, OnePassScalar
 }
 
 // Every evaluation runs blocks of samples side by side (their projections one
-// product per block, at most 512 token columns a block): B = 70 samples of
-// N = 16 tokens make blocks of 32, 32 and 6. Every sample's direction,
+// product per block; B / 16 samples a block, rounded up, and at most 512 token
+// columns): B = 71 samples of N = 16 tokens make 14 blocks of 5 and one of 1,
+// of N = 128 tokens 17 blocks of 4 (the cap) and one of 3. Every sample's direction,
 // gradient, energy, Hessian and Jacobian products agree with the sample
 // evaluated alone (a block of one), and the parameter products with the sum
 // of the samples', in float and double, for both memories, with and without
@@ -640,10 +642,13 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(one_pass_evaluations_and_subsets, S, OnePassScalar
 // clamp would not.
 BOOST_AUTO_TEST_CASE_TEMPLATE(blocks_of_samples_agree_with_samples_one_at_a_time, S, OnePassScalars) {
   const double tol = sizeof(S) == 4 ? 2e-5 : 1e-12;
-  const Index N = 16, D = 4, B = 70;
-  for (const Config c : {Config{2, 6, Memory::kRelu, true, false}, Config{1, 4, Memory::kSoftmax, false, true},
-                         Config{0, 3, Memory::kSoftmax, true, false}, Config{2, 0, Memory::kRelu, true, true}}) {
-    BOOST_TEST_CONTEXT("H " << c.H << ", M " << c.M) {
+  const Index D = 4, B = 71;
+  for (const auto& [N, c] : {std::pair{Index(16), Config{2, 6, Memory::kRelu, true, false}},
+                             std::pair{Index(16), Config{1, 4, Memory::kSoftmax, false, true}},
+                             std::pair{Index(16), Config{0, 3, Memory::kSoftmax, true, false}},
+                             std::pair{Index(16), Config{2, 0, Memory::kRelu, true, true}},
+                             std::pair{Index(128), Config{1, 4, Memory::kSoftmax, true, true}}}) {
+    BOOST_TEST_CONTEXT("N " << N << ", H " << c.H << ", M " << c.M) {
       implicit::EnergyTransformer<S> et(MakeOptions(N, D, c.H, 3, c.M, c.memory, c.exclude_self, c.learn_ln));
       et.Initialize(21, 0.7);
       const Matrix<S> x = RandomMatrix<S>(N * D, B, 22, 1.5);

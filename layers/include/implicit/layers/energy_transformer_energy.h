@@ -71,7 +71,6 @@
 #include <implicit/core/types.h>
 #include <implicit/layers/energy_transformer_options.h>
 #include <implicit/layers/energy_transformer_token_norm.h>
-#include <implicit/layers/log_sum_exp.h>
 
 #include <Eigen/Core>
 
@@ -244,13 +243,17 @@ class EnergyTransformer : public Energy<Scalar>, private internal::EnergyTransfo
   };
   /// The most token columns (samples times tokens) in one block of
   /// ForEachBlock: a block's caches stay in a core's cache, and its
-  /// projections are products of 512 columns, not of one sample's N.
+  /// projections are products of up to 512 columns, not of one sample's N.
   static constexpr Index kBlockTokens = 512;
+  /// The blocks a batch is cut into where it has that many samples, so that
+  /// up to 16 threads share even a small batch.
+  static constexpr Index kMinBlocks = 16;
   /// The samples in each block of a batch of `cols` (the last may hold
-  /// fewer): from cols and N only (ColumnBlockWidth, at most kBlockTokens
-  /// token columns), so that results do not depend on the thread count.
+  /// fewer): cols / kMinBlocks rounded up, at most kBlockTokens / N; from cols
+  /// and N only, so that results do not depend on the thread count.
   Index BlockWidth(Index cols) const {
-    return std::min(internal::ColumnBlockWidth(cols), std::max<Index>(1, kBlockTokens / options_.num_tokens));
+    const Index most = std::max<Index>(1, kBlockTokens / options_.num_tokens);
+    return std::clamp<Index>((cols + kMinBlocks - 1) / kMinBlocks, 1, most);
   }
   /// body(k, first, count, &work) for the blocks k of consecutive samples
   /// [first, first + count) that cover cols samples (BlockWidth), on Eigen's
