@@ -255,14 +255,21 @@ class EnergyTransformer : public Energy<Scalar>, private internal::EnergyTransfo
     const Index most = std::max<Index>(1, kBlockTokens / options_.num_tokens);
     return std::clamp<Index>((cols + kMinBlocks - 1) / kMinBlocks, 1, most);
   }
+  /// The number of blocks of BlockWidth(cols) samples that cover cols samples.
+  Index BlockCount(Index cols) const {
+    const Index width = BlockWidth(cols);
+    return (cols + width - 1) / width;
+  }
   /// body(k, first, count, &work) for the blocks k of consecutive samples
-  /// [first, first + count) that cover cols samples (BlockWidth), on Eigen's
-  /// threads (one inside a caller's own parallel region) with a BlockWork
-  /// each. The first exception a block throws is rethrown after the loop.
+  /// [first, first + count) that cover cols samples (BlockWidth), on at most
+  /// max_threads of Eigen's threads (one inside a caller's own parallel
+  /// region) with a BlockWork each; with max_threads = 1, in order on the
+  /// calling thread. The first exception a block throws is rethrown after
+  /// the loop.
   template <typename Body>
-  void ForEachBlock(Index cols, const Body& body) const {
-    const Index width = BlockWidth(cols), blocks = (cols + width - 1) / width;
-    const int threads = static_cast<int>(std::clamp<Index>(blocks, 1, std::max(1, Eigen::nbThreads())));
+  void ForEachBlock(Index cols, const Body& body, int max_threads = Eigen::nbThreads()) const {
+    const Index width = BlockWidth(cols), blocks = BlockCount(cols);
+    const int threads = static_cast<int>(std::clamp<Index>(blocks, 1, std::max(1, max_threads)));
     std::vector<BlockWork> work(static_cast<std::size_t>(threads));
     internal::ParallelFor(blocks, threads, [&](Index k, int thread) {
       body(k, k * width, std::min(width, cols - k * width), &work[static_cast<std::size_t>(thread)]);
@@ -288,7 +295,7 @@ class EnergyTransformer : public Energy<Scalar>, private internal::EnergyTransfo
     const Index N = options_.num_tokens;
     NormalizeSamples(x, first, count, &w->s);
     w->values.resize(count);
-    SamplesForces(&w->s, count, &w->r, with_value ? w->values.data() : nullptr);
+    SamplesForces(&w->s, &w->r, with_value ? w->values.data() : nullptr);
     for (Index i = 0; i < count; ++i) {
       w->r.middleCols(i * N, N) += Tokens(x.col(first + i).data());
       if (with_value) w->values(i) += LayerNormEnergy(w->s, i);
@@ -331,7 +338,7 @@ void EnergyTransformer<Scalar>::Value(ConstMatrixRef<Scalar> x, VectorRef<Scalar
   ForEachBlock(x.cols(), [&](Index, Index first, Index count, BlockWork* w) {
     NormalizeSamples(x, first, count, &w->s);
     w->values.resize(count);
-    SamplesForces(&w->s, count, nullptr, w->values.data());
+    SamplesForces(&w->s, nullptr, w->values.data());
     for (Index i = 0; i < count; ++i) values(first + i) = LayerNormEnergy(w->s, i) + w->values(i);
   });
 }
@@ -421,29 +428,29 @@ void EnergyTransformer<Scalar>::ParameterVectorJacobianProduct(
                        x.cols());
   internal::CheckShape("EnergyTransformer::ParameterVectorJacobianProduct(out)", out,
                        num_parameters(), 1);
-  // Block by block, one after another (the sums over samples in a fixed
+  // Block by block, in order on one thread (the sums over samples in a fixed
   // order); a block's parameter products sum over its samples' columns.
   Vector<Scalar> flat = Vector<Scalar>::Zero(num_parameters());
-  BlockWork w;
-  const Index width = BlockWidth(x.cols());
-  for (Index first = 0; first < x.cols(); first += width) {
-    const Index count = std::min(width, x.cols() - first);
-    BlockResidual(x, first, count, &w, /*with_value=*/false);
-    GatherSamples(u, first, count, &w.v);
-    const Matrix<Scalar>& z = w.a;
-    ApplyM(w.s, w.v, gamma(), &w.a);  // <M r, u> = <r, M u>: r's parameters see z = M u
-    ForcesParameterVjp(w.s, z, &flat);
-    if (options_.learnable_layer_norm) {
-      // d/dgamma <M r, u> = <M|_{gamma=1} r, u> + <H_F dG/dgamma, M u>, dG/dgamma = xhat.
-      ApplyM(w.s, w.v, Scalar(1), &w.b);
-      ForcesHvp(w.s, w.s.xhat, &w.c);
-      params_.BlockOf(flat, "gamma")(0, 0) += (w.r.array() * w.b.array()).sum() +
-                                               (w.c.array() * z.array()).sum();
-      // d/ddelta: dG/ddelta = 1 (every entry).
-      ForcesHvp(w.s, Matrix<Scalar>::Ones(w.s.g.rows(), w.s.g.cols()), &w.c);
-      params_.BlockOf(flat, "delta")(0, 0) += (w.c.array() * z.array()).sum();
-    }
-  }
+  ForEachBlock(
+      x.cols(),
+      [&](Index, Index first, Index count, BlockWork* w) {
+        BlockResidual(x, first, count, w, /*with_value=*/false);
+        GatherSamples(u, first, count, &w->v);
+        ApplyM(w->s, w->v, gamma(), &w->a);  // <M r, u> = <r, M u>: r's parameters see z = M u
+        const Matrix<Scalar>& z = w->a;
+        ForcesParameterVjp(w->s, z, &flat);
+        if (options_.learnable_layer_norm) {
+          // d/dgamma <M r, u> = <M|_{gamma=1} r, u> + <H_F dG/dgamma, M u>, dG/dgamma = xhat.
+          ApplyM(w->s, w->v, Scalar(1), &w->b);
+          ForcesHvp(w->s, w->s.xhat, &w->c);
+          params_.BlockOf(flat, "gamma")(0, 0) += (w->r.array() * w->b.array()).sum() +
+                                                   (w->c.array() * z.array()).sum();
+          // d/ddelta: dG/ddelta = 1 (every entry).
+          ForcesHvp(w->s, Matrix<Scalar>::Ones(w->s.g.rows(), w->s.g.cols()), &w->c);
+          params_.BlockOf(flat, "delta")(0, 0) += (w->c.array() * z.array()).sum();
+        }
+      },
+      /*max_threads=*/1);
   out = flat;
 }
 
@@ -463,7 +470,7 @@ void EnergyTransformer<Scalar>::DescentColumns(const DescentPoint* at, ConstMatr
   ForEachBlock(v.cols(), [&](Index k, Index first, Index count, BlockWork* w) {
     if (at == nullptr) {
       NormalizeSamples(x, first, count, &w->s);
-      SamplesForces(&w->s, count, nullptr, nullptr);
+      SamplesForces(&w->s, nullptr, nullptr);
     }
     GatherSamples(v, first, count, &w->v);
     DescentBlock(at != nullptr ? at->blocks[static_cast<std::size_t>(k)] : w->s, w, transpose);
@@ -504,12 +511,11 @@ EnergyTransformer<Scalar>::LinearizeDescent(ConstMatrixRef<Scalar> x) const {
   auto point = std::make_shared<DescentPoint>();
   point->rows = x.rows();
   point->batch = x.cols();
-  const Index width = BlockWidth(x.cols());
-  point->blocks.resize(static_cast<std::size_t>((x.cols() + width - 1) / width));
+  point->blocks.resize(static_cast<std::size_t>(BlockCount(x.cols())));
   ForEachBlock(x.cols(), [&](Index k, Index first, Index count, BlockWork*) {
     Sample& s = point->blocks[static_cast<std::size_t>(k)];
     NormalizeSamples(x, first, count, &s);
-    SamplesForces(&s, count, nullptr, nullptr);
+    SamplesForces(&s, nullptr, nullptr);
   });
   return point;
 }
@@ -540,21 +546,21 @@ void EnergyTransformer<Scalar>::DescentParameterVectorJacobianProduct(
   internal::CheckShape("EnergyTransformer::DescentParameterVectorJacobianProduct(out)", out,
                        num_parameters(), 1);
   Vector<Scalar> flat = Vector<Scalar>::Zero(num_parameters());
-  BlockWork w;
-  const Index width = BlockWidth(x.cols());
-  for (Index first = 0; first < x.cols(); first += width) {  // blocks in order, as ParameterVectorJacobianProduct
-    const Index count = std::min(width, x.cols() - first);
-    NormalizeSamples(x, first, count, &w.s);
-    SamplesForces(&w.s, count, nullptr, nullptr);
-    GatherSamples(u, first, count, &w.v);
-    ForcesParameterVjp(w.s, w.v, &flat);
-    if (options_.learnable_layer_norm) {
-      // dG/dgamma = xhat, dG/ddelta = 1; H_F symmetric.
-      ForcesHvp(w.s, w.v, &w.c);
-      params_.BlockOf(flat, "gamma")(0, 0) += (w.c.array() * w.s.xhat.array()).sum();
-      params_.BlockOf(flat, "delta")(0, 0) += w.c.sum();
-    }
-  }
+  ForEachBlock(
+      x.cols(),
+      [&](Index, Index first, Index count, BlockWork* w) {  // in order, as ParameterVectorJacobianProduct
+        NormalizeSamples(x, first, count, &w->s);
+        SamplesForces(&w->s, nullptr, nullptr);
+        GatherSamples(u, first, count, &w->v);
+        ForcesParameterVjp(w->s, w->v, &flat);
+        if (options_.learnable_layer_norm) {
+          // dG/dgamma = xhat, dG/ddelta = 1; H_F symmetric.
+          ForcesHvp(w->s, w->v, &w->c);
+          params_.BlockOf(flat, "gamma")(0, 0) += (w->c.array() * w->s.xhat.array()).sum();
+          params_.BlockOf(flat, "delta")(0, 0) += w->c.sum();
+        }
+      },
+      /*max_threads=*/1);
   out = flat;
 }
 

@@ -12,7 +12,7 @@
 /// \code
 ///   // inside EnergyTransformer, per block of `count` samples:
 ///   NormalizeSamples(x, first, count, &s);       // s.g = LayerNorm(tokens)
-///   SamplesForces(&s, count, &dFdG, values);     // F and dF/dG, caches filled
+///   SamplesForces(&s, &dFdG, values);            // F and dF/dG, caches filled
 ///   ForcesHvp(s, dG, &hvp);                      // H_F dG from the caches
 /// \endcode
 #pragma once
@@ -92,18 +92,18 @@ class EnergyTransformerForces {
     Matrix<Scalar> R;                     ///< ReLU(S), or softmax(beta_m S) per column
   };
 
-  /// Fills the caches of `count` samples side by side, and dF/dG when grad !=
+  /// Fills the caches of the samples side by side in s->g, and dF/dG when grad !=
   /// nullptr; values[i] = F(G_i) = E_ATT + E_HN of sample i when values !=
   /// nullptr (the log-sum-exps cost as much as the softmaxes and only the
   /// energies need them). s->g holds the samples' LayerNorm'd tokens as one
-  /// D x (count*N) matrix (sample i in columns i*N .. i*N+N-1), and K, Q,
-  /// QPt, KP, S, R and dF/dG come out the same way. The projections
-  /// onto W_K, W_Q and Xi and back are one product each for the count
-  /// samples (small per-sample products run far below a GEMM's speed); the
+  /// D x (count*N) matrix (sample i in columns i*N .. i*N+N-1; count =
+  /// s->g.cols() / N), and K, Q, QPt, KP, S, R and dF/dG come out the same
+  /// way. The projections onto W_K, W_Q and Xi and back are one product each
+  /// for the count samples (small per-sample products run far below a GEMM's speed); the
   /// N x N attention products run sample by sample, each head's softmax pass
   /// once for all (P[h]: N x (count*N), sample i's attention in columns
   /// i*N ..). ForcesHvp and ForcesParameterVjp take the same blocks.
-  void SamplesForces(Sample* s, Index count, Matrix<Scalar>* grad, Scalar* values) const;
+  void SamplesForces(Sample* s, Matrix<Scalar>* grad, Scalar* values) const;
 
   /// out = H_F dG (the G-Hessian of F along dG), from the caches of
   /// SamplesForces (dG: the samples side by side, as s.g).
@@ -172,13 +172,12 @@ class EnergyTransformerForces {
 template <typename Scalar>
 void EnergyTransformerForces<Scalar>::SamplesForces(
     Sample* s,
-    Index count,
     Matrix<Scalar>* grad,
     Scalar* values) const {
   const Index N = options_.num_tokens, H = options_.num_heads, M = options_.num_memories,
               Y = options_.head_dim;
   const Matrix<Scalar>& G = s->g;
-  const Index cols = G.cols();  // count * N
+  const Index cols = G.cols(), count = cols / N;
   if (values) std::fill(values, values + count, Scalar(0));
   const Matrix<Scalar> no_mask;
   if (grad) grad->setZero(G.rows(), cols);

@@ -61,11 +61,8 @@ class EnergyTransformerTokenNorm : public EnergyTransformerForces<Scalar> {
 
   /// s->xhat, s->s and s->g = LayerNorm of the tokens of one sample's column.
   void Normalize(const Scalar* column, Sample* s) const {
-    s->xhat.resize(options_.token_dim, options_.num_tokens);
-    s->s.resize(options_.num_tokens);
-    const ColumnLayerNorm<Scalar> ln = TokenNorm();
-    ln.Normalize(Tokens(column), s->xhat, s->s);
-    s->g = (ln.gamma * s->xhat).array() + ln.delta;
+    const Eigen::Map<const Matrix<Scalar>> x(column, options_.num_tokens * options_.token_dim, 1);
+    NormalizeSamples(x, 0, 1, s);
   }
 
   /// The same for the `count` samples in columns first .. first + count - 1
