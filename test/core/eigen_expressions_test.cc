@@ -83,8 +83,8 @@ struct EigenStyle {
 };
 
 template <typename Scalar>
-AutoDiffEnergy<EigenStyle<Scalar>, Scalar> MakeEigenStyle(Index B) {
-  const Index N = 4, D = 5, Y = 3, M = 6;
+AutoDiffEnergy<EigenStyle<Scalar>, Scalar> MakeEigenStyle(Index B, Index N = 4, Index D = 5, Index Y = 3) {
+  const Index M = 6;
   implicit::ParameterSet<Scalar> params;
   params.Add("w_k", Y, D);
   params.Add("w_q", Y, D);
@@ -111,6 +111,18 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(eigen_expressions_match_forward_mode, Scalar, Scal
   const Matrix<Scalar> overlaps = f.Xi.transpose() * Eigen::Map<const Matrix<Scalar>>(x.data(), f.D, f.N * B);
   BOOST_REQUIRE((overlaps.array() > 0).count() > 0 && (overlaps.array() < 0).count() > 0);
   CheckAllProducts(pair.forward, pair.reverse, x, v, "Eigen-style energy");
+}
+
+// With both sides of K^T Q at least 8 x 8 the dual recording computes the
+// product's tangent as one product of twice the depth and its reverse with
+// each factor's value and tangent stacked (reverse_tape.h: Stacks); the
+// small energy above takes the unstacked path.
+BOOST_AUTO_TEST_CASE_TEMPLATE(products_of_two_variables_stacked_match_forward_mode, Scalar, Scalars) {
+  const Index B = 3;
+  const ModePair<EigenStyle<Scalar>, Scalar> pair(MakeEigenStyle<Scalar>(B, 12, 9, 8));
+  const Matrix<Scalar> x = implicit::testing::RandomMatrix<Scalar>(pair.forward.dimension(), B, 38);
+  const Matrix<Scalar> v = implicit::testing::RandomMatrix<Scalar>(pair.forward.dimension(), B, 39);
+  CheckAllProducts(pair.forward, pair.reverse, x, v, "Eigen-style energy, 12 tokens of width 9");
 }
 
 BOOST_AUTO_TEST_CASE(eigen_expressions_match_central_differences) {

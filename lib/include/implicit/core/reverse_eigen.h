@@ -626,31 +626,39 @@ Var<V> RecordSum(const Xpr& xpr, const Evaluator& coefficients) {
     }
     static thread_local std::vector<V> e;
     e.resize(static_cast<std::size_t>(rows * cols));
-    for (std::size_t i = 0; i < e.size(); ++i) e[i] = V(ValueOf(s[i]) - ValueOf(m));
+    if constexpr (IsDualOfNumbers<V>::value) {
+      // Dual numbers (the Hessian-vector product's): values and tangents
+      // apart, so that the values' exp is Eigen's vectorised one and both
+      // sums run in packets (a running sum of the tangents waits on every add).
+      using Number = decltype(V().a);
+      static thread_local Eigen::Array<Number, Eigen::Dynamic, 1> values, tangents;
+      const Index size = static_cast<Index>(e.size());
+      values.resize(size);
+      tangents.resize(size);
+      const V shift = ValueOf(m);
+      for (Index i = 0; i < size; ++i) {
+        const V& si = ValueOf(s[i]);
+        values(i) = si.a - shift.a;
+        tangents(i) = si.v[0] - shift.v[0];
+      }
+      values = values.exp();  // exp(t)' = exp(t) t'
+      tangents *= values;
+      for (Index i = 0; i < size; ++i) {
+        e[static_cast<std::size_t>(i)].a = values(i);
+        e[static_cast<std::size_t>(i)].v[0] = tangents(i);
+      }
+      value.a = values.sum();  // the numbers' sum, in the order the gradient's recording uses
+      value.v[0] = tangents.sum();
+    } else {
+      for (std::size_t i = 0; i < e.size(); ++i) e[i] = V(ValueOf(s[i]) - ValueOf(m));
+    }
     if constexpr (std::is_floating_point<V>::value) {
       // Eigen's vectorised exp: a log-sum-exp over N scores was N calls of
       // libm's exp, most of the gradient's time for N in the hundreds.
       Eigen::Map<Eigen::Array<V, Eigen::Dynamic, 1>> shifted(e.data(), static_cast<Index>(e.size()));
       shifted = shifted.exp();
       value = shifted.sum();  // in packets: one running sum waited on every add
-    } else if constexpr (IsDualOfNumbers<V>::value) {
-      // Dual numbers (the Hessian-vector product's): the values' exp
-      // vectorised as above, the tangents from it (exp(t)' = exp(t) t').
-      using Number = decltype(V().a);
-      static thread_local Eigen::Array<Number, Eigen::Dynamic, 1> values;
-      values.resize(static_cast<Index>(e.size()));
-      for (std::size_t i = 0; i < e.size(); ++i) values(static_cast<Index>(i)) = e[i].a;
-      values = values.exp();
-      Number tangent(0);
-      for (std::size_t i = 0; i < e.size(); ++i) {
-        const Number exponential = values(static_cast<Index>(i));
-        e[i].v[0] *= exponential;
-        e[i].a = exponential;
-        tangent += e[i].v[0];
-      }
-      value.a = values.sum();  // the numbers' sum, in the same order
-      value.v[0] = tangent;
-    } else {
+    } else if constexpr (!IsDualOfNumbers<V>::value) {
       for (V& t : e) t = exp(t);
       for (const V& t : e) value += t;
     }

@@ -882,20 +882,25 @@ class Tape {
   /// f that is a node: laid out from `first` (entry (r, c) of op(F) is node
   /// first + r + c stride, or first + c + r stride when stored transposed),
   /// or listed among the product nodes (-1, a constant entry, left out).
+  /// fn(r, c, node) alike, with the entry's row and column in op(F).
   template <typename Fn>
   void ForEachNode(const ProductFactor& f, Fn&& fn) const {
-    if (f.first >= 0) {
+    if constexpr (std::is_invocable_v<Fn&, Index, std::size_t>) {
+      ForEachNode(f, [&](Index r, Index c, std::size_t node) { fn(r + c * f.rows, node); });
+    } else if (f.first >= 0) {
       const std::size_t first = static_cast<std::size_t>(f.first), stride = static_cast<std::size_t>(f.stride);
       const std::size_t row_step = f.stored_transposed ? stride : 1, col_step = f.stored_transposed ? 1 : stride;
-      for (Index c = 0, i = 0; c < f.cols; ++c) {
-        for (Index r = 0; r < f.rows; ++r, ++i) {
-          fn(i, first + static_cast<std::size_t>(r) * row_step + static_cast<std::size_t>(c) * col_step);
+      for (Index c = 0; c < f.cols; ++c) {
+        for (Index r = 0; r < f.rows; ++r) {
+          fn(r, c, first + static_cast<std::size_t>(r) * row_step + static_cast<std::size_t>(c) * col_step);
         }
       }
     } else {
       const std::int32_t* nodes = product_nodes_.data() + f.ids;
-      for (Index i = 0; i < f.rows * f.cols; ++i) {
-        if (nodes[i] >= 0) fn(i, static_cast<std::size_t>(nodes[i]));
+      for (Index c = 0; c < f.cols; ++c, nodes += f.rows) {
+        for (Index r = 0; r < f.rows; ++r) {
+          if (nodes[r] >= 0) fn(r, c, static_cast<std::size_t>(nodes[r]));
+        }
       }
     }
   }
@@ -914,10 +919,49 @@ class Tape {
   /// *t = alpha (op(A).v op(B) + op(A) op(B).v): the tangent of a product's output.
   void ProductTangents(const ProductFactor& a, const ProductFactor& b, Number alpha, Matrix<Number>* t) const {
     const Index m = a.rows, n = b.cols;
-    t->setZero(m, n);
+    t->resize(m, n);
     const internal::GemmOperand<Number> a_tangents = Operand(a, true), b_tangents = Operand(b, true);
-    if (a_tangents.data != nullptr) internal::Gemm(alpha, a_tangents, Operand(b, false), Number(1), t->data(), m);
-    if (b_tangents.data != nullptr) internal::Gemm(alpha, Operand(a, false), b_tangents, Number(1), t->data(), m);
+    if (a_tangents.data != nullptr && b_tangents.data != nullptr) {
+      const Index k = a.cols;
+      if (Stacks(m, n, k)) {  // one product [op(A).v | op(A)] [op(B); op(B).v] of depth 2k
+        Matrix<Number>& left = product_scratch_[4];
+        Matrix<Number>& right = product_scratch_[5];
+        left.resize(m, 2 * k);
+        right.resize(2 * k, n);
+        CopyOperand(a_tangents, left.data(), m);
+        CopyOperand(Operand(a, false), left.data() + m * k, m);
+        CopyOperand(Operand(b, false), right.data(), 2 * k);
+        CopyOperand(b_tangents, right.data() + k, 2 * k);
+        internal::Gemm(alpha, {left.data(), m, 2 * k, m, false}, {right.data(), 2 * k, n, 2 * k, false}, Number(0),
+                       t->data(), m);
+        return;
+      }
+    }
+    Number beta(0);
+    if (a_tangents.data != nullptr) {
+      internal::Gemm(alpha, a_tangents, Operand(b, false), beta, t->data(), m);
+      beta = Number(1);
+    }
+    if (b_tangents.data != nullptr) {
+      internal::Gemm(alpha, Operand(a, false), b_tangents, beta, t->data(), m);
+      beta = Number(1);
+    }
+    if (beta == Number(0)) t->setZero();
+  }
+  /// Whether the two products of a dual product's tangent (m x n, depth k)
+  /// are worth computing as one of twice the depth: the copies of the small
+  /// factors that makes (m k + k n numbers) are small against the product.
+  static bool Stacks(Index m, Index n, Index k) { return m >= 8 && n >= 8 && k > 0; }
+  /// dst (op(f), at leading dimension ld) = op(f).
+  static void CopyOperand(const internal::GemmOperand<Number>& f, Number* dst, Index ld) {
+    using Stride = Eigen::OuterStride<>;
+    Eigen::Map<Matrix<Number>, 0, Stride> out(dst, f.op_rows(), f.op_cols(), Stride(ld));
+    const Eigen::Map<const Matrix<Number>, 0, Stride> in(f.data, f.rows, f.cols, Stride(f.stride));
+    if (f.transposed) {
+      out = in.transpose();
+    } else {
+      out = in;
+    }
   }
   /// A variable factor's tangents copied from its nodes' (tangents_), where
   /// the tape holds a copy of them (a factor held where it is, an earlier
@@ -1005,16 +1049,56 @@ class Tape {
       (void)R_t;
       AddToNumbers(f, alpha, L, R, {}, {}, reinterpret_cast<Number*>(adjoints_.data()));
     } else {
+      const Index rows = f.rows, cols = f.cols, depth = L.op_cols();
+      if (L_t.data != nullptr && R_t.data != nullptr && Stacks(rows, cols, depth)) {
+        // Two of the three products in one: the small factor's value and
+        // tangent stacked, so the large one (the output's adjoints) is read once.
+        Matrix<Number>& stacked = product_scratch_[4];
+        Matrix<Number>& d = product_scratch_[2];
+        if (R.op_rows() * R.op_cols() <= L.op_rows() * L.op_cols()) {  // L [R | R_t] = [L R | L R_t]
+          stacked.resize(depth, 2 * cols);
+          CopyOperand(R, stacked.data(), depth);
+          CopyOperand(R_t, stacked.data() + depth * cols, depth);
+          d.resize(rows, 2 * cols);
+          internal::Gemm(alpha, L, {stacked.data(), depth, 2 * cols, depth, false}, Number(0), d.data(), rows);
+          internal::Gemm(alpha, L_t, R, Number(1), d.data() + rows * cols, rows);
+          AddToDualAdjoints(f, d.data(), d.data() + rows * cols, rows);
+        } else {  // [L; L_t] R = [L R; L_t R]
+          stacked.resize(2 * rows, depth);
+          CopyOperand(L, stacked.data(), 2 * rows);
+          CopyOperand(L_t, stacked.data() + rows, 2 * rows);
+          d.resize(2 * rows, cols);
+          internal::Gemm(alpha, {stacked.data(), 2 * rows, depth, 2 * rows, false}, R, Number(0), d.data(), 2 * rows);
+          internal::Gemm(alpha, L, R_t, Number(1), d.data() + rows, 2 * rows);
+          AddToDualAdjoints(f, d.data(), d.data() + rows, 2 * rows);
+        }
+        return;
+      }
       Matrix<Number>& d = product_scratch_[2];
       Matrix<Number>& d_t = product_scratch_[3];
-      d.resize(f.rows, f.cols);
-      internal::Gemm(alpha, L, R, Number(0), d.data(), f.rows);
-      d_t.setZero(f.rows, f.cols);
-      if (L_t.data != nullptr) internal::Gemm(alpha, L_t, R, Number(1), d_t.data(), f.rows);
-      if (R_t.data != nullptr) internal::Gemm(alpha, L, R_t, Number(1), d_t.data(), f.rows);
-      ForEachNode(f, [&](Index i, std::size_t node) {
-        adjoints_[node].a += d(i);
-        adjoints_[node].v[0] += d_t(i);
+      d.resize(rows, cols);
+      d_t.resize(rows, cols);
+      internal::Gemm(alpha, L, R, Number(0), d.data(), rows);
+      Number beta(0);
+      if (L_t.data != nullptr) {
+        internal::Gemm(alpha, L_t, R, beta, d_t.data(), rows);
+        beta = Number(1);
+      }
+      if (R_t.data != nullptr) {
+        internal::Gemm(alpha, L, R_t, beta, d_t.data(), rows);
+        beta = Number(1);
+      }
+      if (beta == Number(0)) d_t.setZero();
+      AddToDualAdjoints(f, d.data(), d_t.data(), rows);
+    }
+  }
+  /// The adjoints of variable factor f's nodes += (d, d_t): values and
+  /// tangents of the adjoint of op(F), entry (r, c) at r + c ld.
+  void AddToDualAdjoints(const ProductFactor& f, const Number* d, const Number* d_t, Index ld) const {
+    if constexpr (kDual) {
+      ForEachNode(f, [&](Index r, Index c, std::size_t node) {
+        adjoints_[node].a += d[r + c * ld];
+        adjoints_[node].v[0] += d_t[r + c * ld];
       });
     }
   }
@@ -1106,7 +1190,7 @@ class Tape {
   ReadFactor read_[kReadFactors];  ///< the last matrices of Vars read as factors (data null: none)
   std::size_t next_read_ = 0;
   mutable std::vector<V> adjoints_;
-  mutable Matrix<Number> product_scratch_[4];
+  mutable Matrix<Number> product_scratch_[6];
   std::vector<Curvature> curvatures_;  ///< a linearizing recording's second derivatives
   std::vector<Number> tangents_;       ///< the nodes' tangents (SetDirection)
   mutable std::vector<Number> adjoint_values_;      ///< the adjoints' values (TangentSweepFrom)
