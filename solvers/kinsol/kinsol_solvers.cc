@@ -105,7 +105,6 @@ std::unique_ptr<T, Free> Own(T* p, Free free, const char* call) {
 }
 
 int Orthogonalization(const std::string& name) {
-  if (name == "icwy") return KIN_ORTH_ICWY;
   if (name == "cgs2") return KIN_ORTH_CGS2;
   if (name == "dcgs2") return KIN_ORTH_DCGS2;
   return KIN_ORTH_MGS;

@@ -133,6 +133,39 @@ BOOST_AUTO_TEST_CASE(every_method_finds_picards_fixed_point) {
   BOOST_TEST(newton.jacobian_products > 0);
 }
 
+// Every QR update offered at every small depth, with and without a delay,
+// finds the fixed point; ICWY, which crashed inside SUNDIALS 6 (the fuzzer's
+// input memory=1,orthogonalization=icwy,delay=2; this map at memory 2), is
+// refused with the reason.
+BOOST_AUTO_TEST_CASE(every_orthogonalization_at_every_small_depth) {
+  SKIP_WITHOUT_KINSOL();
+  ShiftedTanhMap<double> map(12, 3, 5);
+  for (const char* orthogonalization : {"mgs", "cgs2", "dcgs2"}) {
+    for (const char* memory : {"1", "2", "3"}) {
+      for (const char* delay : {"0", "2"}) {
+        BOOST_TEST_CHECKPOINT(orthogonalization << " memory " << memory << " delay " << delay);
+        Matrix<double> z = Matrix<double>::Zero(12, 3);
+        const Summary s = MakeSolver<double>("kinsol-anderson",
+                                             {{"orthogonalization", orthogonalization}, {"memory", memory},
+                                              {"delay", delay}},
+                                             Tight())
+                              ->Solve(map, z);
+        BOOST_TEST_CONTEXT(orthogonalization << " memory " << memory << " delay " << delay << ": "
+                                             << s.BriefReport()) {
+          BOOST_TEST(s.num_converged() == 3);
+          BOOST_TEST(MaxResidual(map, z) <= 1e-11);
+        }
+      }
+    }
+  }
+  try {
+    MakeSolver<double>("kinsol-anderson", {{"orthogonalization", "icwy"}});
+    BOOST_ERROR("icwy was accepted");
+  } catch (const std::invalid_argument& e) {
+    BOOST_TEST(std::string(e.what()).find("icwy is not offered") != std::string::npos);
+  }
+}
+
 BOOST_AUTO_TEST_CASE(float_maps_and_maps_without_column_subsets) {
   SKIP_WITHOUT_KINSOL();
   ShiftedTanhMap<float> map(8, 4, 5);

@@ -56,10 +56,12 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <initializer_list>
 #include <limits>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 /// \def IMPLICIT_REVERSE_COLD
@@ -937,16 +939,20 @@ class Tape {
         return;
       }
     }
+    SumOfProducts(alpha, a_tangents, Operand(b, false), Operand(a, false), b_tangents, t);
+  }
+  /// *c = alpha (L1 R1 + L2 R2), a term left out where one of its factors is
+  /// none (data null); zero when both are.
+  static void SumOfProducts(Number alpha, const internal::GemmOperand<Number>& L1,
+                            const internal::GemmOperand<Number>& R1, const internal::GemmOperand<Number>& L2,
+                            const internal::GemmOperand<Number>& R2, Matrix<Number>* c) {
     Number beta(0);
-    if (a_tangents.data != nullptr) {
-      internal::Gemm(alpha, a_tangents, Operand(b, false), beta, t->data(), m);
+    for (const auto& [L, R] : {std::pair(L1, R1), std::pair(L2, R2)}) {
+      if (L.data == nullptr || R.data == nullptr) continue;
+      internal::Gemm(alpha, L, R, beta, c->data(), c->rows());
       beta = Number(1);
     }
-    if (b_tangents.data != nullptr) {
-      internal::Gemm(alpha, Operand(a, false), b_tangents, beta, t->data(), m);
-      beta = Number(1);
-    }
-    if (beta == Number(0)) t->setZero();
+    if (beta == Number(0)) c->setZero();
   }
   /// Whether the two products of a dual product's tangent (m x n, depth k)
   /// are worth computing as one of twice the depth: the copies of the small
@@ -1079,16 +1085,7 @@ class Tape {
       d.resize(rows, cols);
       d_t.resize(rows, cols);
       internal::Gemm(alpha, L, R, Number(0), d.data(), rows);
-      Number beta(0);
-      if (L_t.data != nullptr) {
-        internal::Gemm(alpha, L_t, R, beta, d_t.data(), rows);
-        beta = Number(1);
-      }
-      if (R_t.data != nullptr) {
-        internal::Gemm(alpha, L, R_t, beta, d_t.data(), rows);
-        beta = Number(1);
-      }
-      if (beta == Number(0)) d_t.setZero();
+      SumOfProducts(alpha, L_t, R, L, R_t, &d_t);
       AddToDualAdjoints(f, d.data(), d_t.data(), rows);
     }
   }
