@@ -651,16 +651,16 @@ Var<V> RecordSum(const Xpr& xpr, const Evaluator& coefficients) {
       value.v[0] = tangents.sum();
     } else {
       for (std::size_t i = 0; i < e.size(); ++i) e[i] = V(ValueOf(s[i]) - ValueOf(m));
-    }
-    if constexpr (std::is_floating_point<V>::value) {
-      // Eigen's vectorised exp: a log-sum-exp over N scores was N calls of
-      // libm's exp, most of the gradient's time for N in the hundreds.
-      Eigen::Map<Eigen::Array<V, Eigen::Dynamic, 1>> shifted(e.data(), static_cast<Index>(e.size()));
-      shifted = shifted.exp();
-      value = shifted.sum();  // in packets: one running sum waited on every add
-    } else if constexpr (!IsDualOfNumbers<V>::value) {
-      for (V& t : e) t = exp(t);
-      for (const V& t : e) value += t;
+      if constexpr (std::is_floating_point<V>::value) {
+        // Eigen's vectorised exp: a log-sum-exp over N scores was N calls of
+        // libm's exp, most of the gradient's time for N in the hundreds.
+        Eigen::Map<Eigen::Array<V, Eigen::Dynamic, 1>> shifted(e.data(), static_cast<Index>(e.size()));
+        shifted = shifted.exp();
+        value = shifted.sum();  // in packets: one running sum waited on every add
+      } else {
+        for (V& t : e) t = exp(t);
+        for (const V& t : e) value += t;
+      }
     }
     if constexpr (std::is_floating_point<V>::value) {
       // Scores that are consecutive nodes (a column of a product's output, as
