@@ -125,6 +125,95 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(products_of_two_variables_stacked_match_forward_mo
   CheckAllProducts(pair.forward, pair.reverse, x, v, "Eigen-style energy, 12 tokens of width 9");
 }
 
+// Every elementwise operation of stored Vars with a scalar Var assigned to a
+// matrix or a block (x - s, s - x, x + s, s + x, x s, s x, x / s, s / x), as a
+// LayerNorm and other user code write them: in a gradient each is one block
+// (Tape::PushElementwise); in the duals of the other products Eigen's loop.
+// A constant and a scaled Var among the coefficients, a scaled scalar, a row
+// (strided), an aliased y = y s and an empty vector are among them.
+template <typename S>
+struct ElementwiseStyle {
+  Index N, D;
+  template <typename T>
+  T operator()(const Vector<T>& x, const Vector<T>& theta) const {
+    using std::sqrt;
+    const Eigen::Map<const Matrix<T>> X(x.data(), D, N);
+    const T s = theta(0), u = S(2) * theta(1);  // u: a scaled Var
+    const S d(static_cast<S>(D)), tenth(0.1);
+    Matrix<T> G(D, N);
+    T e(0.0);
+    for (Index a = 0; a < N; ++a) {  // LayerNorm as a user writes it
+      const auto xa = x.segment(a * D, D);
+      const Vector<T> centred = xa.array() - xa.mean();  // x - s
+      const T sd = sqrt(centred.squaredNorm() / d + S(0.01));
+      G.col(a) = centred / sd;  // x / s into a block
+      e += G.col(a).dot(xa) - d * sd;
+    }
+    Vector<T> y = X.col(0);
+    y(1) = T(S(0.5));    // a constant among the Vars
+    y(2) = S(3) * y(2);  // a scaled Var
+    y = y * s;           // x s, aliased
+    e += y.squaredNorm();
+    const Vector<T> left = u - X.col(1).array();  // s - x
+    const Matrix<T> row = s + X.row(0).array();   // s + x of a row
+    const Vector<T> right = X.col(2).array() + u; // x + s
+    const Vector<T> shifted = X.col(3).array() + S(3);
+    const Vector<T> inverse = u / shifted.array();  // s / x
+    const Matrix<T> scaled = s * G;                 // s x of a matrix
+    const Vector<T> none = X.col(0).head(0).array() * u;
+    e += tenth * (left.squaredNorm() + row.squaredNorm() + right.array().exp().sum() + inverse.sum() +
+                  scaled.array().square().sum() + none.sum());
+    return e;
+  }
+};
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(elementwise_operations_with_a_scalar_match_forward_mode, Scalar, Scalars) {
+  const Index N = 4, D = 6, B = 3;
+  implicit::ParameterSet<Scalar> params;
+  params.Add("s", 2, 1);
+  params.Block("s") << Scalar(0.8), Scalar(-0.6);
+  const AutoDiffEnergy<ElementwiseStyle<Scalar>, Scalar> energy(ElementwiseStyle<Scalar>{N, D}, N * D, params);
+  const ModePair<ElementwiseStyle<Scalar>, Scalar> pair(energy);
+  const Matrix<Scalar> x = implicit::testing::RandomMatrix<Scalar>(N * D, B, 91, 0.8);
+  const Matrix<Scalar> v = implicit::testing::RandomMatrix<Scalar>(N * D, B, 92);
+  CheckAllProducts(pair.forward, pair.reverse, x, v, "elementwise operations with a scalar");
+  AutoDiffEnergy<ElementwiseStyle<Scalar>, Scalar> reverse = pair.reverse;
+  if constexpr (std::is_same<Scalar, double>::value) {
+    implicit::testing::CheckEnergyFiniteDifferences(reverse, x, 1e-6, "elementwise operations (reverse)");
+  }
+}
+
+// Assigned, such an operation is one step node and its outputs (no node per
+// coefficient with the scalar as an operand); inside a larger expression it
+// is not (Eigen's loop: a node per coefficient). Both give the gradient.
+BOOST_AUTO_TEST_CASE(assigned_elementwise_operations_are_one_block) {
+  namespace reverse = implicit::reverse;
+  using Var = reverse::Var<double>;
+  const Index n = 7;
+  const Vector<double> z = implicit::testing::RandomMatrix<double>(n, 1, 93);
+  Index assigned = -1, inline_nodes = -1;
+  Vector<double> g(n), h(n);
+  reverse::Gradient<double>(z.data(), n, [&](const Vector<Var>& x) {
+    const Var m = x.mean();
+    const Index before = reverse::Tape<double>::ThisThread().size();
+    const Vector<Var> centred = x.array() - m;
+    assigned = reverse::Tape<double>::ThisThread().size() - before;
+    return centred.squaredNorm();
+  }, g.data());
+  reverse::Gradient<double>(z.data(), n, [&](const Vector<Var>& x) {
+    const Var m = x.mean();
+    const Index before = reverse::Tape<double>::ThisThread().size();
+    const Var e = (x.array() - m).square().sum();
+    inline_nodes = reverse::Tape<double>::ThisThread().size() - before;
+    return e;
+  }, h.data());
+  BOOST_TEST(assigned == n + 1);      // the step node and n outputs
+  BOOST_TEST(inline_nodes == n + 1);  // n differences and the sum
+  const Vector<double> expected = 2.0 * (z.array() - z.mean()).matrix();  // (the centred sum is 0)
+  BOOST_TEST((g - expected).norm() <= 1e-13);
+  BOOST_TEST((h - expected).norm() <= 1e-13);
+}
+
 BOOST_AUTO_TEST_CASE(eigen_expressions_match_central_differences) {
   const Index B = 3;
   AutoDiffEnergy<EigenStyle<double>, double> energy = MakeEigenStyle<double>(B);

@@ -37,6 +37,13 @@
 ///    one node of n operands, not n - 1 additions; a sum of squares
 ///    (squaredNorm, cwiseAbs2().sum(), square().sum(), of any expression) and
 ///    dot read their operands directly (partials 2 x_i, and y_i and x_i).
+///  * an elementwise operation of stored Vars with a scalar Var (x - s, s - x,
+///    x + s, x * s, x / s, s / x: a mean subtracted, a norm divided by)
+///    assigned to a matrix or block is, in a gradient, one block of outputs
+///    whose reverse is two vector operations (Tape::PushElementwise), not a
+///    node per coefficient with s among its operands. Inside a larger
+///    expression, and in the duals of a Hessian-vector product, a node per
+///    coefficient.
 ///  * other coefficient-wise operations (exp, log, tanh, max, arithmetic with
 ///    numbers) record one node per coefficient, each small.
 ///  * numbers mix with Vars in expressions (ScalarBinaryOpTraits below):
@@ -47,9 +54,11 @@
 
 #include <Eigen/Core>
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <type_traits>
 #include <vector>
 
@@ -492,35 +501,51 @@ struct ExpOfShifted<Eigen::CwiseUnaryOp<
   static constexpr bool kShifted = true;
 };
 
-/// x.cwiseMax(c) or x.cwiseMin(c) (also as arrays: x.array().max(c)) of
-/// stored Vars x and a constant c, Eigen's default NaN rule: std::max(x_i, c)
-/// is x_i unless x_i < c (std::min: unless c < x_i), a NaN x_i included.
+/// x.cwiseMax(c) or x.cwiseMin(c) (also as arrays: x.array().max(c)) of Vars
+/// x and a constant c, Eigen's default NaN rule: std::max(x_i, c) is x_i
+/// unless x_i < c (std::min: unless c < x_i), a NaN x_i included.
 template <typename Xpr>
-struct ClampOfStored : std::false_type {};
+struct ClampByConstant : std::false_type {};
 template <typename V, typename A, typename Plain>
-struct ClampOfStored<Eigen::CwiseBinaryOp<
+struct ClampByConstant<Eigen::CwiseBinaryOp<
     Eigen::internal::scalar_max_op<Var<V>, Var<V>, Eigen::PropagateFast>, A,
-    const Eigen::CwiseNullaryOp<Eigen::internal::scalar_constant_op<Var<V>>, Plain>>>
-    : std::integral_constant<bool, kStored<A>> {
+    const Eigen::CwiseNullaryOp<Eigen::internal::scalar_constant_op<Var<V>>, Plain>>> : std::true_type {
   /// Whether x_i (not c) is the coefficient.
   static bool Keeps(const V& x, const V& c) { return !(x < c); }
 };
 template <typename V, typename A, typename Plain>
-struct ClampOfStored<Eigen::CwiseBinaryOp<
+struct ClampByConstant<Eigen::CwiseBinaryOp<
     Eigen::internal::scalar_min_op<Var<V>, Var<V>, Eigen::PropagateFast>, A,
-    const Eigen::CwiseNullaryOp<Eigen::internal::scalar_constant_op<Var<V>>, Plain>>>
-    : std::integral_constant<bool, kStored<A>> {
+    const Eigen::CwiseNullaryOp<Eigen::internal::scalar_constant_op<Var<V>>, Plain>>> : std::true_type {
   static bool Keeps(const V& x, const V& c) { return !(c < x); }
 };
 
-/// The coefficients of expression e (rows x cols), column by column.
-template <typename V, typename E>
-void ReadCoefficients(const E& e, Index rows, Index cols, std::vector<Var<V>>* out) {
-  const Eigen::internal::evaluator<E> coefficients(e);
+/// The evaluators Eigen keeps, inside a unary (binary) expression's own
+/// evaluator, of its argument (its left-hand side): coefficients read through
+/// them are not computed again. A product in an expression is evaluated when
+/// the expression's evaluator is built; an evaluator of its own would record
+/// the product a second time ((W * x).squaredNorm()).
+template <typename Xpr>
+struct NestedEvaluators : Eigen::internal::evaluator<Xpr> {
+  static const auto& Argument(const Eigen::internal::evaluator<Xpr>& e) {
+    return (e.*(&NestedEvaluators::m_d)).argImpl;
+  }
+  static const auto& Lhs(const Eigen::internal::evaluator<Xpr>& e) { return (e.*(&NestedEvaluators::m_d)).lhsImpl; }
+};
+
+/// The coefficients (rows x cols) an evaluator gives, column by column.
+template <typename V, typename Evaluator>
+void ReadEvaluated(const Evaluator& coefficients, Index rows, Index cols, std::vector<Var<V>>* out) {
   out->resize(static_cast<std::size_t>(rows * cols));
   for (Index j = 0, i = 0; j < cols; ++j) {
     for (Index r = 0; r < rows; ++r, ++i) (*out)[static_cast<std::size_t>(i)] = coefficients.coeff(r, j);
   }
+}
+
+/// The coefficients of expression e (rows x cols), column by column.
+template <typename V, typename E>
+void ReadCoefficients(const E& e, Index rows, Index cols, std::vector<Var<V>>* out) {
+  ReadEvaluated<V>(Eigen::internal::evaluator<E>(e), rows, cols, out);
 }
 
 /// Where e's coefficients (rows x cols) lie, column by column, when e is a
@@ -547,6 +572,31 @@ const Var<V>* CoefficientsOf(const E& e, Index rows, Index cols, std::vector<Var
   return scratch->data();
 }
 
+/// t(i) = exp(t(i)) for i < size, by Eigen's vectorised exp over whole
+/// packets of an aligned array (t grows to size rounded up to a packet; the
+/// padding is computed and not used): a short column (an Energy
+/// Transformer's 17 tokens) or an unaligned tail no longer goes to libm. An
+/// exp below the smallest normal number (t(i) < log(min), a masked -inf
+/// included) is 0: computing its subnormal value cost a hundred cycles, and
+/// it is below the rounding of any sum with a term near 1.
+template <typename Number>
+void ExpInPlace(Eigen::Array<Number, Eigen::Dynamic, 1>* t, Index size) {
+  constexpr Index kPacket = Eigen::internal::packet_traits<Number>::size;
+  const Index padded = (size + kPacket - 1) / kPacket * kPacket;
+  if (t->size() < padded) t->conservativeResize(padded);
+  Number* x = t->data();
+  const Number low = std::log(std::numeric_limits<Number>::min());
+  static thread_local std::vector<Index> underflows;
+  underflows.clear();
+  for (Index i = 0; i < size; ++i) {
+    if (x[i] < low) underflows.push_back(i);  // not a NaN
+  }
+  for (const Index i : underflows) x[i] = Number(0);
+  for (Index i = size; i < padded; ++i) x[i] = Number(0);
+  t->head(padded) = t->head(padded).exp();
+  for (const Index i : underflows) x[i] = Number(0);
+}
+
 /// sum_i c_i of an expression's coefficients (given by `coefficients`, its
 /// evaluator) as one node; the coefficients are computed first, each with its
 /// own nodes, except for sums of squares (squaredNorm, cwiseAbs2().sum(),
@@ -562,16 +612,31 @@ Var<V> RecordSum(const Xpr& xpr, const Evaluator& coefficients) {
   V value(0.0);
   bool any = false;
   if constexpr (IsAbs2<Xpr>::value) {
-    using Clamp = ClampOfStored<std::decay_t<typename IsAbs2<Xpr>::Nested>>;
+    using Nested = std::decay_t<typename IsAbs2<Xpr>::Nested>;
+    using Clamp = ClampByConstant<Nested>;
+    // The squared expression's coefficients: where they lie when stored, else
+    // read through the evaluator Eigen built for the sum (not evaluated again),
+    // into a vector of this call's own (one may be a sum recorded here too: a
+    // reduction inside the expression).
+    const auto& nested = NestedEvaluators<Xpr>::Argument(coefficients);
+    (void)nested;
+    std::vector<Var<V>> computed;
+    const std::size_t count = static_cast<std::size_t>(rows * cols);
     if constexpr (Clamp::value) {
       // The squares of a clamp (a ReLU's squared norm): each coefficient is
       // x_i or the constant c, known from the values; the kept x_i are the
-      // operands where they lie (Eigen's loop copied each through std::max).
+      // operands (Eigen's loop copied each through std::max).
       const auto& clamp = xpr.nestedExpression();
       const Var<V>& c = clamp.rhs().functor().m_other;
       if (!c.is_variable()) {
-        const std::size_t count = static_cast<std::size_t>(rows * cols);
-        const Var<V>* x = CoefficientsOf<V>(clamp.lhs(), rows, cols, &a);
+        using Clamped = std::decay_t<decltype(clamp.lhs())>;
+        const Var<V>* x = nullptr;
+        if constexpr (kStored<Clamped>) {
+          x = CoefficientsOf<V>(clamp.lhs(), rows, cols, &a);
+        } else {
+          ReadEvaluated<V>(NestedEvaluators<Nested>::Lhs(nested), rows, cols, &computed);
+          x = computed.data();
+        }
         const V& cv = ValueOf(c);
         // The kept coefficients' positions, without a branch on each (which
         // are kept is as unpredictable as the data).
@@ -592,12 +657,13 @@ Var<V> RecordSum(const Xpr& xpr, const Evaluator& coefficients) {
         return any ? Var<V>(value, tape.Close()) : Var<V>(value);
       }
     }
-    // An expression's coefficients go to a vector of this call's own: one may
-    // be a sum recorded here too (a reduction inside the expression).
-    std::vector<Var<V>> computed;
-    const std::size_t count = static_cast<std::size_t>(rows * cols);
-    const Var<V>* x = CoefficientsOf<V>(xpr.nestedExpression(), rows, cols,
-                                        kStored<typename IsAbs2<Xpr>::Nested> ? &a : &computed);
+    const Var<V>* x = nullptr;
+    if constexpr (kStored<Nested>) {
+      x = CoefficientsOf<V>(xpr.nestedExpression(), rows, cols, &a);
+    } else {
+      ReadEvaluated<V>(nested, rows, cols, &computed);
+      x = computed.data();
+    }
     for (std::size_t i = 0; i < count; ++i) value += ValueOf(x[i]) * ValueOf(x[i]);
     // partial 2 x_i: second derivative 2
     any = tape.AddOperands(x, count, [x](std::size_t i) { return V(2.0) * ValueOf(x[i]); },
@@ -624,16 +690,18 @@ Var<V> RecordSum(const Xpr& xpr, const Evaluator& coefficients) {
     } else {
       s = CoefficientsOf<V>(xpr.nestedExpression(), rows, cols, &a);
     }
-    static thread_local std::vector<V> e;
-    e.resize(static_cast<std::size_t>(rows * cols));
+    const std::size_t count = static_cast<std::size_t>(rows * cols);
+    const V* partials = nullptr;  // e_i = exp(s_i - m), the sum's partials
     if constexpr (IsDualOfNumbers<V>::value) {
       // Dual numbers (the Hessian-vector product's): values and tangents
       // apart, so that the values' exp is Eigen's vectorised one and both
       // sums run in packets (a running sum of the tangents waits on every add).
       using Number = decltype(V().a);
+      static thread_local std::vector<V> e;
       static thread_local Eigen::Array<Number, Eigen::Dynamic, 1> values, tangents;
-      const Index size = static_cast<Index>(e.size());
-      values.resize(size);
+      const Index size = static_cast<Index>(count);
+      e.resize(count);
+      if (values.size() < size) values.resize(size);
       tangents.resize(size);
       const V shift = ValueOf(m);
       for (Index i = 0; i < size; ++i) {
@@ -641,45 +709,54 @@ Var<V> RecordSum(const Xpr& xpr, const Evaluator& coefficients) {
         values(i) = si.a - shift.a;
         tangents(i) = si.v[0] - shift.v[0];
       }
-      values = values.exp();  // exp(t)' = exp(t) t'
-      tangents *= values;
+      ExpInPlace(&values, size);  // exp(t)' = exp(t) t'
+      tangents *= values.head(size);
       for (Index i = 0; i < size; ++i) {
         e[static_cast<std::size_t>(i)].a = values(i);
         e[static_cast<std::size_t>(i)].v[0] = tangents(i);
       }
-      value.a = values.sum();  // the numbers' sum, in the order the gradient's recording uses
+      value.a = values.head(size).sum();  // the numbers' sum, in the order the gradient's recording uses
       value.v[0] = tangents.sum();
-    } else {
-      for (std::size_t i = 0; i < e.size(); ++i) e[i] = V(ValueOf(s[i]) - ValueOf(m));
-      if constexpr (std::is_floating_point<V>::value) {
-        // Eigen's vectorised exp: a log-sum-exp over N scores was N calls of
-        // libm's exp, most of the gradient's time for N in the hundreds.
-        Eigen::Map<Eigen::Array<V, Eigen::Dynamic, 1>> shifted(e.data(), static_cast<Index>(e.size()));
-        shifted = shifted.exp();
-        value = shifted.sum();  // in packets: one running sum waited on every add
-      } else {
-        for (V& t : e) t = exp(t);
-        for (const V& t : e) value += t;
-      }
-    }
-    if constexpr (std::is_floating_point<V>::value) {
+      partials = e.data();
+    } else if constexpr (std::is_floating_point<V>::value) {
+      // Eigen's vectorised exp (a log-sum-exp over N scores was N calls of libm's exp).
+      static thread_local Eigen::Array<V, Eigen::Dynamic, 1> exps;
+      const Index size = static_cast<Index>(count);
+      if (exps.size() < size) exps.resize(size);
+      const V shift = ValueOf(m);
+      for (Index i = 0; i < size; ++i) exps(i) = ValueOf(s[i]) - shift;
+      ExpInPlace(&exps, size);
+      value = exps.head(size).sum();  // in packets: one running sum waited on every add
       // Scores that are consecutive nodes (a column of a product's output, as
-      // an attention energy's are): one run of operands, its partials stored
-      // as numbers and swept as one contiguous update, then m's operand.
-      const std::int64_t first = e.empty() ? -1 : s[0].index();
-      bool run = first >= 0 && !tape.linearizing();
-      for (std::size_t i = 0; run && i < e.size(); ++i) {
-        run = s[i].index() == first + static_cast<std::int64_t>(i) && s[i].unit_scale();
+      // an attention energy's are), some perhaps replaced by constants (a
+      // masked score, -inf): one run of operands, the constants' partials 0,
+      // stored as numbers and swept as one contiguous update, then m's operand.
+      std::int64_t first = -1;
+      bool run = size > 0 && !tape.linearizing();
+      for (Index i = 0; run && i < size; ++i) {
+        if (!s[i].is_variable()) continue;
+        const std::int64_t id = s[i].index();
+        run = s[i].unit_scale() && (id & 0xffffffff) >= i && (first < 0 || id - i == first);
+        first = id - i;
       }
-      if (run) {
-        const Var<V> sum(value, tape.PushRun(first, Eigen::Map<const Vector<V>>(e.data(), static_cast<Index>(e.size()))));
+      if (run && first >= 0 && (first & 0xffffffff) + size <= tape.size()) {
+        for (Index i = 0; i < size; ++i) {
+          if (!s[i].is_variable()) exps(i) = V(0);
+        }
+        const Var<V> sum(value, tape.PushRun(first, exps.head(size)));
         return m.is_variable() ? Var<V>::Node(value, sum, V(1.0), m, -value) : sum;
       }
+      partials = exps.data();
+    } else {
+      static thread_local std::vector<V> e;
+      e.resize(count);
+      for (std::size_t i = 0; i < count; ++i) e[i] = exp(V(ValueOf(s[i]) - ValueOf(m)));
+      for (const V& t : e) value += t;
+      partials = e.data();
     }
     // The partial e_i = exp(s_i - m) changes as e_i (ds_i - dm); m's, -sum_i
     // e_i, as minus the sum's own tangent.
-    const V* partials = e.data();
-    any = tape.AddOperands(s, e.size(), [partials](std::size_t i) { return partials[i]; }, [&](std::size_t i) {
+    any = tape.AddOperands(s, count, [partials](std::size_t i) { return partials[i]; }, [&](std::size_t i) {
       const Number ei = ::implicit::internal::NumberPart(partials[i]);
       tape.AddCurvature(s[i], s[i], ei);
       tape.AddCurvature(s[i], m, -ei);
@@ -746,6 +823,71 @@ bool SelectStoredCoefficient(const Xpr& xpr, Var<V>* out) {
   while (!(value_of(at) == best[0])) ++at;
   *out = c[at];
   return true;
+}
+
+/// The elementwise operations of Vars with a scalar Var that assignment
+/// records as one block (AssignElementwise).
+enum class Elementwise { kSum, kDifference, kProduct, kQuotient };
+
+/// dst = x op s (or, kScalarLeft, s op x) for stored Vars x and a variable
+/// scalar s, with plain numbers as values (a gradient's recording): one
+/// elementwise block (Tape::PushElementwise)
+/// instead of a node per coefficient, each with s as an operand. Returns
+/// false, having done nothing, where that does not apply (dual numbers, x an
+/// expression, s a constant): Eigen's coefficient loop then records it.
+template <typename V, Elementwise kOp, bool kScalarLeft, typename Dst, typename X, typename Func>
+bool AssignElementwise(Dst& dst, const X& x, const Var<V>& s, const Func& func) {
+  if constexpr (!std::is_floating_point<V>::value || !kStored<X>) {
+    (void)dst;
+    (void)x;
+    (void)s;
+    (void)func;
+    return false;
+  } else {
+    if (!s.is_variable()) return false;
+    const Index rows = x.rows(), cols = x.cols();
+    const std::size_t count = static_cast<std::size_t>(rows * cols);
+    static thread_local std::vector<Var<V>> copies;
+    static thread_local std::vector<V> values, a, b;
+    const Var<V>* xs = CoefficientsOf<V>(x, rows, cols, &copies);
+    values.resize(count);
+    a.resize(count);
+    b.resize(count);
+    const V sv = ValueOf(s);
+    for (std::size_t i = 0; i < count; ++i) {
+      const V xi = ValueOf(xs[i]);
+      V out;
+      if constexpr (kOp == Elementwise::kSum) {
+        out = kScalarLeft ? sv + xi : xi + sv;
+        a[i] = V(1);
+        b[i] = V(1);
+      } else if constexpr (kOp == Elementwise::kDifference) {
+        out = kScalarLeft ? sv - xi : xi - sv;
+        a[i] = kScalarLeft ? V(-1) : V(1);
+        b[i] = kScalarLeft ? V(1) : V(-1);
+      } else if constexpr (kOp == Elementwise::kProduct) {
+        out = kScalarLeft ? sv * xi : xi * sv;
+        a[i] = sv;
+        b[i] = xi;
+      } else if constexpr (kScalarLeft) {  // s / x_i
+        out = sv / xi;
+        a[i] = -out / xi;
+        b[i] = V(1) / xi;
+      } else {  // x_i / s
+        out = xi / sv;
+        a[i] = V(1) / sv;
+        b[i] = -out / sv;
+      }
+      values[i] = out;
+    }
+    // Everything is read (x may be dst: x = x * s) before dst is written.
+    const std::int64_t first = Tape<V>::ThisThread().PushElementwise(xs, count, s, a.data(), b.data());
+    Eigen::internal::resize_if_allowed(dst, x, func);
+    for (Index j = 0, i = 0; j < cols; ++j) {
+      for (Index r = 0; r < rows; ++r, ++i) dst.coeffRef(r, j) = Var<V>(values[static_cast<std::size_t>(i)], first + i);
+    }
+    return true;
+  }
 }
 
 }  // namespace internal
@@ -847,6 +989,45 @@ IMPLICIT_VAR_PRODUCT_ASSIGNMENT(assign_op)
 IMPLICIT_VAR_PRODUCT_ASSIGNMENT(add_assign_op)
 IMPLICIT_VAR_PRODUCT_ASSIGNMENT(sub_assign_op)
 #undef IMPLICIT_VAR_PRODUCT_ASSIGNMENT
+
+/// dst = x op s and dst = s op x (op: + - * /) of Vars and a scalar Var s
+/// (x.array() - mean, centred / sd): one elementwise block where
+/// reverse::internal::AssignElementwise applies, Eigen's loop otherwise.
+#define IMPLICIT_VAR_ELEMENTWISE_ASSIGNMENT(Op, kOp)                                                          \
+  template <typename DstXprType, typename V, typename L, typename Plain>                                       \
+  struct Assignment<DstXprType,                                                                                \
+                    CwiseBinaryOp<Op<implicit::reverse::Var<V>, implicit::reverse::Var<V>>, L,                  \
+                                  const CwiseNullaryOp<scalar_constant_op<implicit::reverse::Var<V>>, Plain>>,  \
+                    assign_op<implicit::reverse::Var<V>, implicit::reverse::Var<V>>, Dense2Dense, void> {       \
+    template <typename Src, typename Func>                                                                     \
+    static void run(DstXprType& dst, const Src& src, const Func& func) {                                       \
+      using implicit::reverse::internal::Elementwise;                                                          \
+      if (!implicit::reverse::internal::AssignElementwise<V, Elementwise::kOp, false>(                         \
+              dst, src.lhs(), src.rhs().functor().m_other, func)) {                                            \
+        call_dense_assignment_loop(dst, src, func);                                                            \
+      }                                                                                                        \
+    }                                                                                                          \
+  };                                                                                                           \
+  template <typename DstXprType, typename V, typename Plain, typename R>                                       \
+  struct Assignment<DstXprType,                                                                                \
+                    CwiseBinaryOp<Op<implicit::reverse::Var<V>, implicit::reverse::Var<V>>,                     \
+                                  const CwiseNullaryOp<scalar_constant_op<implicit::reverse::Var<V>>, Plain>, R>, \
+                    assign_op<implicit::reverse::Var<V>, implicit::reverse::Var<V>>, Dense2Dense,               \
+                    std::enable_if_t<!implicit::reverse::internal::IsConstantNullary<std::remove_const_t<R>>::value>> { \
+    template <typename Src, typename Func>                                                                     \
+    static void run(DstXprType& dst, const Src& src, const Func& func) {                                       \
+      using implicit::reverse::internal::Elementwise;                                                          \
+      if (!implicit::reverse::internal::AssignElementwise<V, Elementwise::kOp, true>(                          \
+              dst, src.rhs(), src.lhs().functor().m_other, func)) {                                            \
+        call_dense_assignment_loop(dst, src, func);                                                            \
+      }                                                                                                        \
+    }                                                                                                          \
+  };
+IMPLICIT_VAR_ELEMENTWISE_ASSIGNMENT(scalar_sum_op, kSum)
+IMPLICIT_VAR_ELEMENTWISE_ASSIGNMENT(scalar_difference_op, kDifference)
+IMPLICIT_VAR_ELEMENTWISE_ASSIGNMENT(scalar_product_op, kProduct)
+IMPLICIT_VAR_ELEMENTWISE_ASSIGNMENT(scalar_quotient_op, kQuotient)
+#undef IMPLICIT_VAR_ELEMENTWISE_ASSIGNMENT
 
 /// dst = A * B with dual numbers (forward mode) and one factor of numbers:
 /// products of numbers (internal::MatrixProduct); Eigen's mixed-scalar matrix

@@ -298,6 +298,58 @@ class Tape {
     entries_.used += added;
     return added > 0;
   }
+  /// Records out_i = f(x_i, s), i < count, an elementwise operation of Vars
+  /// x[0 .. count) with one scalar Var s (x - s, x / s, s * x, ...), as a
+  /// block: a step node, then count output nodes without operands whose ids
+  /// are returned's, returned + 1, ...; d out_i / d x_i = a[i] and
+  /// d out_i / d s = b[i]. Its reverse, once every reader of the outputs is
+  /// swept (at the step node, recorded before them), is two vector
+  /// operations: adj x_i += a_i adj out_i and adj s += sum_i b_i adj out_i
+  /// (a node per output added to s's adjoint one output at a time, each
+  /// waiting on the last). Numbers only (duals' partials have tangents). x
+  /// may alias the outputs' destination: everything is read before this returns.
+  /// \throws std::logic_error when a node is open, or s or an x_i is of another recording.
+  std::int64_t PushElementwise(const Var<V>* x, std::size_t count, const Var<V>& s, const Number* a,
+                               const Number* b) {
+    static_assert(!kDual, "reverse::Tape::PushElementwise: values are numbers");
+    if (entries_.size() != (ends_.empty() ? 0 : ends_.back())) {
+      throw std::logic_error("reverse::Tape::PushElementwise: a node is open");
+    }
+    CheckRoom(count + 2);
+    if (runs_.size() >= static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max())) {
+      throw std::length_error("reverse::Tape: more than 2^31 runs in one recording");
+    }
+    Run run{0, numbers_.size(), count, nullptr};
+    run.scalar = Node(s.index());
+    const std::size_t listed = product_nodes_.size();
+    product_nodes_.resize(listed + count);
+    std::int32_t* nodes = product_nodes_.data() + listed;
+    bool consecutive = count > 0;
+    for (std::size_t i = 0; i < count; ++i) {
+      nodes[i] = x[i].is_variable() ? Node(x[i].index()) : -1;
+      consecutive = consecutive && nodes[i] >= 0 && nodes[i] == nodes[0] + static_cast<std::int32_t>(i);
+    }
+    if (consecutive) {
+      run.first = nodes[0];
+      product_nodes_.resize(listed);
+    } else {
+      run.listed = static_cast<std::int64_t>(listed);
+    }
+    numbers_.resize(run.begin + 2 * count);
+    Number* partials = numbers_.data() + run.begin;
+    const Number scale = s.scale();
+    for (std::size_t i = 0; i < count; ++i) {
+      partials[i] = x[i].is_variable() ? a[i] * x[i].scale() : Number(0);
+      partials[count + i] = b[i] * scale;
+    }
+    run.outputs = static_cast<std::int32_t>(ends_.size() + 1);
+    runs_.push_back(run);
+    entries_.Push(V(0.0), ~static_cast<std::int32_t>(runs_.size() - 1));  // partial unused
+    Close();
+    ends_.insert(ends_.end(), count, static_cast<std::uint32_t>(entries_.size()));
+    last_ordinary_ = -1;
+    return (static_cast<std::int64_t>(recording_number_) << 32) | static_cast<std::int64_t>(run.outputs);
+  }
   /// A node whose operands are the numbers.size() consecutive nodes of ids
   /// first, first + 1, ..., with the partials `numbers` (a vector of numbers:
   /// double or float); returns its id. The node must have no other operands.
@@ -602,14 +654,19 @@ class Tape {
     const V* partials = entries_.partials.data();
     Sweep(out, [&](std::size_t i, std::size_t begin, std::size_t end) {
       const V g = adjoints_[i];
-      if (internal::IsAllZero(g)) return;
-      if (operands[begin] < 0) {  // a run
+      if (operands[begin] < 0) {
         const Run& run = runs_[static_cast<std::size_t>(~operands[begin])];
-        V* adjoint = adjoints_.data() + run.first;
+        if (run.outputs >= 0) {
+          if constexpr (!kDual) BackwardElementwise(run);
+          return;
+        }
+        if (internal::IsAllZero(g)) return;
+        V* adjoint = adjoints_.data() + run.first;  // a run
         const Number* partial = RunPartials(run);
         for (std::size_t k = 0; k < run.count; ++k) adjoint[k] += g * partial[k];
         return;
       }
+      if (internal::IsAllZero(g)) return;
       for (std::size_t k = begin; k < end; ++k) {
         adjoints_[static_cast<std::size_t>(operands[k])] += partials[k] * g;
       }
@@ -1123,10 +1180,36 @@ class Tape {
     std::size_t begin;   ///< its partials: numbers_[begin .. begin + count),
     std::size_t count;
     const Number* held;  ///< or held[0 .. count) (the caller's, persistent)
+    /// An elementwise block's (PushElementwise) first output node, -1 for a
+    /// run. Its operands x are the nodes first, first + 1, ... or, when
+    /// listed >= 0, product_nodes_[listed ..] (-1: a constant); its partials
+    /// in x at numbers_[begin ..), in the scalar's node at numbers_[begin + count ..).
+    std::int32_t outputs = -1;
+    std::int32_t scalar = -1;
+    std::int64_t listed = -1;
   };
   /// A run's partials: the caller's numbers it points to, or the tape's.
   const Number* RunPartials(const Run& run) const {
     return run.held != nullptr ? run.held : numbers_.data() + run.begin;
+  }
+  /// The reverse of an elementwise block (PushElementwise) into adjoints_.
+  void BackwardElementwise(const Run& run) const {
+    const Number* a = numbers_.data() + run.begin;
+    const Number* b = a + run.count;
+    const Number* d = reinterpret_cast<const Number*>(adjoints_.data()) + run.outputs;
+    Number* adjoint = reinterpret_cast<Number*>(adjoints_.data());
+    Number to_scalar(0);
+    for (std::size_t k = 0; k < run.count; ++k) to_scalar += b[k] * d[k];
+    adjoint[run.scalar] += to_scalar;
+    if (run.listed < 0) {
+      Number* x = adjoint + run.first;
+      for (std::size_t k = 0; k < run.count; ++k) x[k] += a[k] * d[k];
+    } else {
+      const std::int32_t* nodes = product_nodes_.data() + run.listed;
+      for (std::size_t k = 0; k < run.count; ++k) {
+        if (nodes[k] >= 0) adjoint[nodes[k]] += a[k] * d[k];
+      }
+    }
   }
   struct KnownRun {
     const Var<V>* vars;
