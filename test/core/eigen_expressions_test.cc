@@ -138,7 +138,8 @@ struct ElementwiseStyle {
   T operator()(const Vector<T>& x, const Vector<T>& theta) const {
     using std::sqrt;
     const Eigen::Map<const Matrix<T>> X(x.data(), D, N);
-    const T s = theta(0), u = S(2) * theta(1);  // u: a scaled Var
+    // Scalars that depend on x too (variables in every product): u is a scaled Var.
+    const T s = theta(0) + S(0.3) * x.mean(), u = S(2) * (theta(1) + S(0.2) * x(1));
     const S d(static_cast<S>(D)), tenth(0.1);
     Matrix<T> G(D, N);
     T e(0.0);
