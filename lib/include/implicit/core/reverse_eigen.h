@@ -618,8 +618,6 @@ Var<V> RecordSum(const Xpr& xpr, const Evaluator& coefficients) {
     // read through the evaluator Eigen built for the sum (not evaluated again),
     // into a vector of this call's own (one may be a sum recorded here too: a
     // reduction inside the expression).
-    const auto& nested = NestedEvaluators<Xpr>::Argument(coefficients);
-    (void)nested;
     std::vector<Var<V>> computed;
     const std::size_t count = static_cast<std::size_t>(rows * cols);
     if constexpr (Clamp::value) {
@@ -634,7 +632,8 @@ Var<V> RecordSum(const Xpr& xpr, const Evaluator& coefficients) {
         if constexpr (kStored<Clamped>) {
           x = CoefficientsOf<V>(clamp.lhs(), rows, cols, &a);
         } else {
-          ReadEvaluated<V>(NestedEvaluators<Nested>::Lhs(nested), rows, cols, &computed);
+          ReadEvaluated<V>(NestedEvaluators<Nested>::Lhs(NestedEvaluators<Xpr>::Argument(coefficients)), rows,
+                           cols, &computed);
           x = computed.data();
         }
         const V& cv = ValueOf(c);
@@ -661,7 +660,7 @@ Var<V> RecordSum(const Xpr& xpr, const Evaluator& coefficients) {
     if constexpr (kStored<Nested>) {
       x = CoefficientsOf<V>(xpr.nestedExpression(), rows, cols, &a);
     } else {
-      ReadEvaluated<V>(nested, rows, cols, &computed);
+      ReadEvaluated<V>(NestedEvaluators<Xpr>::Argument(coefficients), rows, cols, &computed);
       x = computed.data();
     }
     for (std::size_t i = 0; i < count; ++i) value += ValueOf(x[i]) * ValueOf(x[i]);
@@ -829,22 +828,22 @@ bool SelectStoredCoefficient(const Xpr& xpr, Var<V>* out) {
 /// records as one block (AssignElementwise).
 enum class Elementwise { kSum, kDifference, kProduct, kQuotient };
 
-/// dst = x op s (or, kScalarLeft, s op x) for stored Vars x and a variable
-/// scalar s, with plain numbers as values (a gradient's recording): one
-/// elementwise block (Tape::PushElementwise)
-/// instead of a node per coefficient, each with s as an operand. Returns
-/// false, having done nothing, where that does not apply (dual numbers, x an
-/// expression, s a constant): Eigen's coefficient loop then records it.
-template <typename V, Elementwise kOp, bool kScalarLeft, typename Dst, typename X, typename Func>
-bool AssignElementwise(Dst& dst, const X& x, const Var<V>& s, const Func& func) {
+/// dst = src, src being x op s (or, kScalarLeft, s op x) for stored Vars x
+/// and a variable scalar s, with plain numbers as values (a gradient's
+/// recording): one elementwise block (Tape::PushElementwise) instead of a
+/// node per coefficient, each with s as an operand. Where that does not apply
+/// (dual numbers, x an expression, s a constant) Eigen's coefficient loop.
+template <typename V, Elementwise kOp, bool kScalarLeft, typename Dst, typename Src, typename X, typename Func>
+void AssignElementwise(Dst& dst, const Src& src, const X& x, const Var<V>& s, const Func& func) {
   if constexpr (!std::is_floating_point<V>::value || !kStored<X>) {
-    (void)dst;
     (void)x;
     (void)s;
-    (void)func;
-    return false;
+    Eigen::internal::call_dense_assignment_loop(dst, src, func);
   } else {
-    if (!s.is_variable()) return false;
+    if (!s.is_variable()) {
+      Eigen::internal::call_dense_assignment_loop(dst, src, func);
+      return;
+    }
     const Index rows = x.rows(), cols = x.cols();
     const std::size_t count = static_cast<std::size_t>(rows * cols);
     static thread_local std::vector<Var<V>> copies;
@@ -886,7 +885,6 @@ bool AssignElementwise(Dst& dst, const X& x, const Var<V>& s, const Func& func) 
     for (Index j = 0, i = 0; j < cols; ++j) {
       for (Index r = 0; r < rows; ++r, ++i) dst.coeffRef(r, j) = Var<V>(values[static_cast<std::size_t>(i)], first + i);
     }
-    return true;
   }
 }
 
@@ -1001,11 +999,8 @@ IMPLICIT_VAR_PRODUCT_ASSIGNMENT(sub_assign_op)
                     assign_op<implicit::reverse::Var<V>, implicit::reverse::Var<V>>, Dense2Dense, void> {       \
     template <typename Src, typename Func>                                                                     \
     static void run(DstXprType& dst, const Src& src, const Func& func) {                                       \
-      using implicit::reverse::internal::Elementwise;                                                          \
-      if (!implicit::reverse::internal::AssignElementwise<V, Elementwise::kOp, false>(                         \
-              dst, src.lhs(), src.rhs().functor().m_other, func)) {                                            \
-        call_dense_assignment_loop(dst, src, func);                                                            \
-      }                                                                                                        \
+      implicit::reverse::internal::AssignElementwise<V, implicit::reverse::internal::Elementwise::kOp, false>(  \
+          dst, src, src.lhs(), src.rhs().functor().m_other, func);                                             \
     }                                                                                                          \
   };                                                                                                           \
   template <typename DstXprType, typename V, typename Plain, typename R>                                       \
@@ -1016,11 +1011,8 @@ IMPLICIT_VAR_PRODUCT_ASSIGNMENT(sub_assign_op)
                     std::enable_if_t<!implicit::reverse::internal::IsConstantNullary<std::remove_const_t<R>>::value>> { \
     template <typename Src, typename Func>                                                                     \
     static void run(DstXprType& dst, const Src& src, const Func& func) {                                       \
-      using implicit::reverse::internal::Elementwise;                                                          \
-      if (!implicit::reverse::internal::AssignElementwise<V, Elementwise::kOp, true>(                          \
-              dst, src.rhs(), src.lhs().functor().m_other, func)) {                                            \
-        call_dense_assignment_loop(dst, src, func);                                                            \
-      }                                                                                                        \
+      implicit::reverse::internal::AssignElementwise<V, implicit::reverse::internal::Elementwise::kOp, true>(   \
+          dst, src, src.rhs(), src.lhs().functor().m_other, func);                                             \
     }                                                                                                          \
   };
 IMPLICIT_VAR_ELEMENTWISE_ASSIGNMENT(scalar_sum_op, kSum)

@@ -316,9 +316,6 @@ class Tape {
       throw std::logic_error("reverse::Tape::PushElementwise: a node is open");
     }
     CheckRoom(count + 2);
-    if (runs_.size() >= static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max())) {
-      throw std::length_error("reverse::Tape: more than 2^31 runs in one recording");
-    }
     Run run{0, numbers_.size(), count, nullptr};
     run.scalar = Node(s.index());
     const std::size_t listed = product_nodes_.size();
@@ -343,8 +340,7 @@ class Tape {
       partials[count + i] = b[i] * scale;
     }
     run.outputs = static_cast<std::int32_t>(ends_.size() + 1);
-    runs_.push_back(run);
-    entries_.Push(V(0.0), ~static_cast<std::int32_t>(runs_.size() - 1));  // partial unused
+    AddRunOperand(run);
     Close();
     ends_.insert(ends_.end(), count, static_cast<std::uint32_t>(entries_.size()));
     last_ordinary_ = -1;
@@ -368,11 +364,7 @@ class Tape {
     if (count <= 0) return Close();
     const std::int32_t node = Node(first);
     Node(first + count - 1);  // the last one is of this recording too
-    if (runs_.size() >= static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max())) {
-      throw std::length_error("reverse::Tape: more than 2^31 runs in one recording");
-    }
-    runs_.push_back({node, numbers_.size(), static_cast<std::size_t>(count), nullptr});
-    entries_.Push(V(0.0), ~static_cast<std::int32_t>(runs_.size() - 1));  // partial unused
+    AddRunOperand({node, numbers_.size(), static_cast<std::size_t>(count), nullptr});
     // Pointed to, or appended as a range (no zero-filling first), when stored
     // contiguously.
     using Stored = typename Numbers::Scalar;
@@ -1191,6 +1183,14 @@ class Tape {
   /// A run's partials: the caller's numbers it points to, or the tape's.
   const Number* RunPartials(const Run& run) const {
     return run.held != nullptr ? run.held : numbers_.data() + run.begin;
+  }
+  /// Appends `run` to runs_ and, as the open node's operand, its index.
+  void AddRunOperand(const Run& run) {
+    if (runs_.size() >= static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max())) {
+      throw std::length_error("reverse::Tape: more than 2^31 runs in one recording");
+    }
+    runs_.push_back(run);
+    entries_.Push(V(0.0), ~static_cast<std::int32_t>(runs_.size() - 1));  // partial unused
   }
   /// The reverse of an elementwise block (PushElementwise) into adjoints_.
   void BackwardElementwise(const Run& run) const {
